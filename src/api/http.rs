@@ -1,0 +1,74 @@
+//! The small request/response pair every API and admin handler speaks, so route logic stays
+//! testable without a socket; the pingora shell converts to and from the wire.
+
+use std::net::IpAddr;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method};
+use serde::Serialize;
+
+#[derive(Debug, Clone)]
+pub struct ApiRequest {
+    pub method: Method,
+    pub path: String,
+    pub query: Option<String>,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    pub peer: Option<IpAddr>,
+}
+
+impl ApiRequest {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// A query parameter's raw value (no percent-decoding: our parameters are plain tokens).
+    pub fn query_param(&self, name: &str) -> Option<&str> {
+        self.query.as_deref()?.split('&').find_map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (k == name).then_some(v)
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiResponse {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Vec<u8>,
+}
+
+impl ApiResponse {
+    pub fn json<T: Serialize>(status: u16, value: &T) -> Self {
+        let body = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
+        Self {
+            status,
+            content_type: "application/json",
+            headers: Vec::new(),
+            body,
+        }
+    }
+
+    pub fn text(status: u16, content_type: &'static str, body: impl Into<Vec<u8>>) -> Self {
+        Self {
+            status,
+            content_type,
+            headers: Vec::new(),
+            body: body.into(),
+        }
+    }
+
+    /// A closed-form error: a static message and a rule id, never content of the request.
+    pub fn error(status: u16, code: &'static str, message: &'static str) -> Self {
+        Self::json(
+            status,
+            &serde_json::json!({"error": {"code": code, "message": message}}),
+        )
+    }
+
+    pub fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.headers.push((name, value.into()));
+        self
+    }
+}

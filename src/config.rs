@@ -1,0 +1,455 @@
+//! Raw TOML → validated runtime config. Unknown keys are refused and every mistake names its
+//! key (`serde_path_to_error`), so a typo fails at start instead of silently using a default.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::gate::GateConfig;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {reason}")]
+    Read { path: String, reason: String },
+    #[error("config error at `{field}`: {reason}")]
+    Field { field: String, reason: String },
+}
+
+fn field(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Field {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    listen: RawListen,
+    #[serde(default)]
+    data: RawData,
+    #[serde(default)]
+    upstreams: RawUpstreams,
+    #[serde(default)]
+    admin: RawAdmin,
+    #[serde(default)]
+    keys: Vec<RawKey>,
+    #[serde(default)]
+    prices: BTreeMap<String, Prices>,
+    #[serde(default)]
+    downgrade: BTreeMap<String, String>,
+    #[serde(default)]
+    gate: GateConfig,
+    #[serde(default)]
+    limits: RawLimits,
+    #[serde(default)]
+    client: Option<RawClient>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawListen {
+    #[serde(default = "default_proxy_addr")]
+    proxy: String,
+    #[serde(default = "default_api_addr")]
+    api: String,
+    #[serde(default = "default_admin_addr")]
+    admin: String,
+}
+
+impl Default for RawListen {
+    fn default() -> Self {
+        Self {
+            proxy: default_proxy_addr(),
+            api: default_api_addr(),
+            admin: default_admin_addr(),
+        }
+    }
+}
+
+fn default_proxy_addr() -> String {
+    "127.0.0.1:8787".into()
+}
+fn default_api_addr() -> String {
+    "127.0.0.1:8788".into()
+}
+fn default_admin_addr() -> String {
+    "127.0.0.1:8789".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawData {
+    #[serde(default = "default_data_dir")]
+    dir: PathBuf,
+}
+
+impl Default for RawData {
+    fn default() -> Self {
+        Self {
+            dir: default_data_dir(),
+        }
+    }
+}
+
+fn default_data_dir() -> PathBuf {
+    PathBuf::from("./data")
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUpstreams {
+    openai: Option<RawUpstream>,
+    anthropic: Option<RawUpstream>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUpstream {
+    base_url: String,
+    /// Name of the environment variable holding the provider credential.
+    credential_env: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAdmin {
+    key_hash: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKey {
+    id: String,
+    secret_hash: String,
+    #[serde(default)]
+    budget: Option<RawBudget>,
+    #[serde(default)]
+    human: bool,
+    owner_secret_hash: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBudget {
+    ceiling_micro_usd: u64,
+    #[serde(default)]
+    period: BudgetPeriod,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    #[serde(default = "default_body_cap")]
+    max_body_bytes: usize,
+    #[serde(default = "default_answer_store_bytes")]
+    answer_store_bytes: usize,
+    #[serde(default = "default_hold_ttl")]
+    hold_ttl_secs: u64,
+    #[serde(default = "default_reservation_ttl")]
+    reservation_ttl_secs: u64,
+    #[serde(default = "default_upstream_timeout")]
+    upstream_timeout_secs: u64,
+    #[serde(default = "default_commit_interval")]
+    commit_interval_ms: u64,
+}
+
+impl Default for RawLimits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: default_body_cap(),
+            answer_store_bytes: default_answer_store_bytes(),
+            hold_ttl_secs: default_hold_ttl(),
+            reservation_ttl_secs: default_reservation_ttl(),
+            upstream_timeout_secs: default_upstream_timeout(),
+            commit_interval_ms: default_commit_interval(),
+        }
+    }
+}
+
+fn default_body_cap() -> usize {
+    8 * 1024 * 1024
+}
+fn default_answer_store_bytes() -> usize {
+    256 * 1024 * 1024
+}
+fn default_hold_ttl() -> u64 {
+    15 * 60
+}
+fn default_reservation_ttl() -> u64 {
+    10 * 60
+}
+fn default_upstream_timeout() -> u64 {
+    120
+}
+fn default_commit_interval() -> u64 {
+    20
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawClient {
+    gate_url: String,
+    /// The client's tokensaver key, or the name of the environment variable holding it.
+    gate_key_env: Option<String>,
+    #[serde(default)]
+    data_dir: Option<PathBuf>,
+}
+
+/// Per-model prices in micro-USD per million tokens, for each of the four usage parts,
+/// and the model's maximum output (the worst case when `max_tokens` is absent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Prices {
+    pub input: u64,
+    pub cache_write: u64,
+    pub cache_read: u64,
+    pub output: u64,
+    pub max_output: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BudgetPeriod {
+    #[default]
+    Lifetime,
+    Day,
+    Month,
+}
+
+impl BudgetPeriod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetPeriod::Lifetime => "lifetime",
+            BudgetPeriod::Day => "day",
+            BudgetPeriod::Month => "month",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// Ceiling in nano-USD (the config states micro-USD; spend is kept in nano-USD).
+    pub ceiling_nano: u64,
+    pub period: BudgetPeriod,
+}
+
+#[derive(Debug, Clone)]
+pub struct KeyConfig {
+    pub id: String,
+    pub secret_hash: [u8; 32],
+    pub budget: Option<Budget>,
+    pub human_default: bool,
+    pub owner_secret_hash: Option<[u8; 32]>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    pub base_url: String,
+    pub tls: bool,
+    pub host: String,
+    pub port: u16,
+    pub credential_env: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    pub gate_url: String,
+    pub gate_key_env: Option<String>,
+    pub data_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub proxy_addr: SocketAddr,
+    pub api_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub data_dir: PathBuf,
+    pub openai: Option<Upstream>,
+    pub anthropic: Option<Upstream>,
+    pub admin_key_hash: Option<[u8; 32]>,
+    pub keys: Vec<KeyConfig>,
+    pub prices: BTreeMap<String, Prices>,
+    pub downgrade: BTreeMap<String, String>,
+    pub gate: GateConfig,
+    pub max_body_bytes: usize,
+    pub answer_store_bytes: usize,
+    pub hold_ttl_ms: u64,
+    pub reservation_ttl_ms: u64,
+    pub upstream_timeout_secs: u64,
+    pub commit_interval_ms: u64,
+    pub client: Option<ClientConfig>,
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.display().to_string(),
+            reason: e.kind().to_string(),
+        })?;
+        let mut config = Self::parse(&text)?;
+        // A relative data dir is relative to the config file, so `serve` works from anywhere.
+        if config.data_dir.is_relative() {
+            if let Some(parent) = path.parent() {
+                config.data_dir = parent.join(&config.data_dir);
+            }
+        }
+        Ok(config)
+    }
+
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let deserializer = toml::Deserializer::new(text);
+        let raw: RawConfig = serde_path_to_error::deserialize(deserializer).map_err(|e| {
+            let path = e.path().to_string();
+            field(
+                if path.is_empty() { "(top level)".into() } else { path },
+                e.into_inner().message().trim().to_string(),
+            )
+        })?;
+        Self::validate(raw)
+    }
+
+    fn validate(raw: RawConfig) -> Result<Self, ConfigError> {
+        let addr = |name: &str, value: &str| {
+            value
+                .parse::<SocketAddr>()
+                .map_err(|_| field(format!("listen.{name}"), "not a socket address like 127.0.0.1:8787"))
+        };
+        let proxy_addr = addr("proxy", &raw.listen.proxy)?;
+        let api_addr = addr("api", &raw.listen.api)?;
+        let admin_addr = addr("admin", &raw.listen.admin)?;
+
+        let openai = raw
+            .upstreams
+            .openai
+            .map(|u| parse_upstream("upstreams.openai", u))
+            .transpose()?;
+        let anthropic = raw
+            .upstreams
+            .anthropic
+            .map(|u| parse_upstream("upstreams.anthropic", u))
+            .transpose()?;
+
+        let admin_key_hash = raw
+            .admin
+            .key_hash
+            .as_deref()
+            .map(|h| parse_hash("admin.key_hash", h))
+            .transpose()?;
+
+        let mut keys = Vec::with_capacity(raw.keys.len());
+        for (i, key) in raw.keys.into_iter().enumerate() {
+            if !crate::auth::valid_key_id(&key.id) {
+                return Err(field(
+                    format!("keys[{i}].id"),
+                    "must be 1-64 characters of a-z, A-Z, 0-9 or '-'",
+                ));
+            }
+            if keys.iter().any(|k: &KeyConfig| k.id == key.id) {
+                return Err(field(format!("keys[{i}].id"), "duplicate key id"));
+            }
+            let budget = key.budget.map(|b| Budget {
+                ceiling_nano: b.ceiling_micro_usd.saturating_mul(1000),
+                period: b.period,
+            });
+            keys.push(KeyConfig {
+                secret_hash: parse_hash(&format!("keys[{i}].secret_hash"), &key.secret_hash)?,
+                owner_secret_hash: key
+                    .owner_secret_hash
+                    .as_deref()
+                    .map(|h| parse_hash(&format!("keys[{i}].owner_secret_hash"), h))
+                    .transpose()?,
+                id: key.id,
+                budget,
+                human_default: key.human,
+            });
+        }
+
+        for (model, p) in &raw.prices {
+            if p.max_output == 0 {
+                return Err(field(format!("prices.{model}.max_output"), "must be at least 1"));
+            }
+        }
+        for (from, to) in &raw.downgrade {
+            if from == to {
+                return Err(field(format!("downgrade.{from}"), "maps a model to itself"));
+            }
+        }
+        raw.gate.validate().map_err(|(f, why)| field(format!("gate.{f}"), why))?;
+
+        if raw.limits.max_body_bytes == 0 {
+            return Err(field("limits.max_body_bytes", "must be at least 1"));
+        }
+        let client = raw.client.map(|c| ClientConfig {
+            gate_url: c.gate_url,
+            gate_key_env: c.gate_key_env,
+            data_dir: c.data_dir,
+        });
+
+        Ok(Config {
+            proxy_addr,
+            api_addr,
+            admin_addr,
+            data_dir: raw.data.dir,
+            openai,
+            anthropic,
+            admin_key_hash,
+            keys,
+            prices: raw.prices,
+            downgrade: raw.downgrade,
+            gate: raw.gate,
+            max_body_bytes: raw.limits.max_body_bytes,
+            answer_store_bytes: raw.limits.answer_store_bytes,
+            hold_ttl_ms: raw.limits.hold_ttl_secs.saturating_mul(1000),
+            reservation_ttl_ms: raw.limits.reservation_ttl_secs.saturating_mul(1000),
+            upstream_timeout_secs: raw.limits.upstream_timeout_secs.max(1),
+            commit_interval_ms: raw.limits.commit_interval_ms.max(1),
+            client,
+        })
+    }
+
+    pub fn key(&self, id: &str) -> Option<&KeyConfig> {
+        self.keys.iter().find(|k| k.id == id)
+    }
+}
+
+fn parse_upstream(name: &str, raw: RawUpstream) -> Result<Upstream, ConfigError> {
+    let (tls, rest) = if let Some(rest) = raw.base_url.strip_prefix("https://") {
+        (true, rest)
+    } else if let Some(rest) = raw.base_url.strip_prefix("http://") {
+        (false, rest)
+    } else {
+        return Err(field(format!("{name}.base_url"), "must start with http:// or https://"));
+    };
+    let authority = rest.trim_end_matches('/');
+    if authority.is_empty() || authority.contains('/') {
+        return Err(field(
+            format!("{name}.base_url"),
+            "must be scheme://host[:port] with no path (the SDK's path is forwarded as is)",
+        ));
+    }
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => {
+            let port = p
+                .parse::<u16>()
+                .map_err(|_| field(format!("{name}.base_url"), "port is not a number 1-65535"))?;
+            (h.trim_start_matches('[').trim_end_matches(']').to_string(), port)
+        }
+        _ => (authority.to_string(), if tls { 443 } else { 80 }),
+    };
+    Ok(Upstream {
+        base_url: raw.base_url.trim_end_matches('/').to_string(),
+        tls,
+        host,
+        port,
+        credential_env: raw.credential_env,
+    })
+}
+
+fn parse_hash(name: &str, hex: &str) -> Result<[u8; 32], ConfigError> {
+    crate::receipt::parse_hex32(hex)
+        .ok_or_else(|| field(name, "must be 64 hex digits (see `tokensaver key new`)"))
+}

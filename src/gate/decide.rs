@@ -1,0 +1,261 @@
+//! The one decision function, in the order of SPEC §2.2.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::findings::{findings, Finding};
+use super::rules::{self, BudgetState, Rule, WorstCase};
+use super::score::{self, Signals};
+use super::windows::WindowCounts;
+use super::{Band, GateConfig, Usage, Verdict};
+use crate::config::Prices;
+use crate::request::{Hash, RequestShape};
+
+/// What the gate decides with besides the request: tunables, prices, the downgrade map.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Policy {
+    pub gate: GateConfig,
+    pub prices: BTreeMap<String, Prices>,
+    pub downgrade: BTreeMap<String, String>,
+}
+
+impl Policy {
+    pub fn from_config(config: &crate::config::Config) -> Self {
+        Policy {
+            gate: config.gate.clone(),
+            prices: config.prices.clone(),
+            downgrade: config.downgrade.clone(),
+        }
+    }
+}
+
+/// The request and what travels with it.
+#[derive(Debug, Clone, Copy)]
+pub struct GateInput<'a> {
+    pub key_id: &'a str,
+    pub shape: &'a RequestShape,
+    /// A person is attending (the header or digest field, else the key's default).
+    pub human: bool,
+    /// An answer is held for this key, fingerprint and the request's wire form.
+    pub held: bool,
+    /// The provider-reported usage recorded for that held answer.
+    pub held_usage: Option<Usage>,
+    /// The request carries an approved, unexpired, unused hold bound to this key and
+    /// fingerprint.
+    pub approved_hold: bool,
+}
+
+/// The key's state before this request.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KeyState {
+    pub counts: WindowCounts,
+    pub budget: Option<BudgetState>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    pub verdict: Verdict,
+    pub rule: Option<Rule>,
+    pub band: Option<Band>,
+    pub score: f64,
+    pub signals: Signals,
+    pub findings: Vec<Finding>,
+    pub model_requested: String,
+    pub model_served: Option<String>,
+    pub key_id: String,
+    pub fingerprint: Hash,
+    pub decided_at_ms: u64,
+    pub hold_id: Option<String>,
+    pub worst_case: WorstCase,
+    /// SERVE: the usage the provider reported for the stored answer.
+    pub tokens_not_bought: Option<Usage>,
+    /// BLOCK: the worst case in tokens (0 when an answer was held); `None` when unbounded.
+    pub worst_case_tokens_avoided: Option<u64>,
+}
+
+/// The signed receipt body. Field order is fixed by this struct, so the bytes are canonical.
+#[derive(Serialize)]
+struct ReceiptBody<'a> {
+    v: u32,
+    verdict: Verdict,
+    reason: &'static str,
+    rule: Option<Rule>,
+    band: Option<Band>,
+    score: f64,
+    signals: &'a Signals,
+    findings: Vec<&'static str>,
+    model_requested: &'a str,
+    model_served: Option<&'a str>,
+    key_id: &'a str,
+    fingerprint: &'a Hash,
+    decided_at_ms: u64,
+    hold_id: Option<&'a str>,
+    worst_case: &'a WorstCase,
+    tokens_not_bought: Option<u64>,
+    worst_case_tokens_avoided: Option<u64>,
+}
+
+impl Decision {
+    /// A static reason for the verdict: the rule, the band, or what earned it.
+    pub fn reason(&self) -> &'static str {
+        match (self.rule, self.band, self.verdict) {
+            (Some(rule), _, _) => rule.as_str(),
+            (None, Some(band), _) => band.as_str(),
+            (None, None, Verdict::Serve) => "answer_held",
+            (None, None, Verdict::Downgrade) => "downgrade_earned",
+            (None, None, _) => "allowed",
+        }
+    }
+
+    /// The canonical receipt body bytes (what gets signed). Names no mode.
+    pub fn receipt_body(&self) -> Vec<u8> {
+        let body = ReceiptBody {
+            v: 1,
+            verdict: self.verdict,
+            reason: self.reason(),
+            rule: self.rule,
+            band: self.band,
+            score: self.score,
+            signals: &self.signals,
+            findings: self.findings.iter().map(|f| f.code.as_str()).collect(),
+            model_requested: &self.model_requested,
+            model_served: self.model_served.as_deref(),
+            key_id: &self.key_id,
+            fingerprint: &self.fingerprint,
+            decided_at_ms: self.decided_at_ms,
+            hold_id: self.hold_id.as_deref(),
+            worst_case: &self.worst_case,
+            tokens_not_bought: self.tokens_not_bought.map(|u| u.total()),
+            worst_case_tokens_avoided: self.worst_case_tokens_avoided,
+        };
+        serde_json::to_vec(&body).unwrap_or_default()
+    }
+
+    /// The HTTP status the gate itself answers with (forwarded verdicts: the provider's).
+    pub fn status(&self) -> u16 {
+        match (self.verdict, self.rule) {
+            (Verdict::Challenge, _) => 409,
+            (Verdict::Block, Some(r)) if r.is_runaway() => 429,
+            (Verdict::Block, Some(_)) => 402,
+            (Verdict::Block, None) => 403,
+            _ => 200,
+        }
+    }
+}
+
+/// A hold id is derived from the decision, so both modes derive the same one.
+pub fn hold_id_for(key_id: &str, fingerprint: &Hash, decided_at_ms: u64) -> String {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(b"tokensaver hold v1\0");
+    hasher.update(key_id.as_bytes());
+    hasher.update(b"\0");
+    hasher.update(&fingerprint.0);
+    hasher.update(&decided_at_ms.to_be_bytes());
+    let hex = hasher.finalize().to_hex();
+    format!("hold_{}", &hex.as_str()[..32])
+}
+
+/// Decide a request. Pure: the same inputs and clock give the same decision.
+pub fn decide(policy: &Policy, input: &GateInput, state: &KeyState, now_ms: u64) -> Decision {
+    let cfg = &policy.gate;
+    let shape = input.shape;
+    let prices = policy.prices.get(&shape.model);
+    let budget = state.budget.as_ref();
+    let worst = rules::worst_case(shape, prices);
+    let signals = score::signals(cfg, shape, &state.counts, budget, &worst, input.human);
+    let score = score::score(cfg, &signals);
+    let servable = input.held && input.held_usage.is_some() && shape.reproducible();
+    let findings = findings(cfg, shape, &state.counts, servable, budget);
+
+    let mut decision = Decision {
+        verdict: Verdict::Allow,
+        rule: None,
+        band: None,
+        score,
+        signals,
+        findings,
+        model_requested: shape.model.clone(),
+        model_served: None,
+        key_id: input.key_id.to_string(),
+        fingerprint: shape.fingerprint,
+        decided_at_ms: now_ms,
+        hold_id: None,
+        worst_case: worst,
+        tokens_not_bought: None,
+        worst_case_tokens_avoided: None,
+    };
+    let avoided = if input.held { Some(0) } else { worst.tokens() };
+
+    // 1. Hard rules that stop runaway automation.
+    if let Some(rule) = rules::runaway_rule(&state.counts, input.human) {
+        return block(decision, Some(rule), None, avoided);
+    }
+    // 2. An answer held, with its usage recorded, where reuse is allowed.
+    if servable {
+        decision.verdict = Verdict::Serve;
+        decision.tokens_not_bought = input.held_usage;
+        return decision;
+    }
+    // 3. Budget rules.
+    if let Some(b) = budget {
+        if b.exhausted() {
+            return block(decision, Some(Rule::BudgetExhausted), None, avoided);
+        }
+        if !input.approved_hold && rules::exceeds_remaining(b, &worst) {
+            return if input.human {
+                challenge(decision, Some(Rule::ExceedsRemainingBudget), None)
+            } else {
+                block(decision, Some(Rule::ExceedsRemainingBudget), None, avoided)
+            };
+        }
+    }
+    // 4. The score bands.
+    if !input.approved_hold {
+        if score >= cfg.bands.block {
+            return block(decision, None, Some(Band::ScoreBlock), avoided);
+        }
+        if score >= cfg.bands.challenge {
+            return challenge(decision, None, Some(Band::ScoreChallenge));
+        }
+    }
+    // 5. DOWNGRADE when earned; 6. ALLOW.
+    if let Some(cheaper) = earned_downgrade(policy, shape, score) {
+        decision.verdict = Verdict::Downgrade;
+        decision.model_served = Some(cheaper.to_string());
+    } else {
+        decision.model_served = Some(shape.model.clone());
+    }
+    decision
+}
+
+fn block(mut d: Decision, rule: Option<Rule>, band: Option<Band>, avoided: Option<u64>) -> Decision {
+    d.verdict = Verdict::Block;
+    d.rule = rule;
+    d.band = band;
+    d.worst_case_tokens_avoided = avoided;
+    d
+}
+
+fn challenge(mut d: Decision, rule: Option<Rule>, band: Option<Band>) -> Decision {
+    d.verdict = Verdict::Challenge;
+    d.rule = rule;
+    d.band = band;
+    d.hold_id = Some(hold_id_for(&d.key_id, &d.fingerprint, d.decided_at_ms));
+    d
+}
+
+/// DOWNGRADE is earned, not suspected: every limit holds and a cheaper model is configured.
+fn earned_downgrade<'p>(policy: &'p Policy, shape: &RequestShape, score: f64) -> Option<&'p str> {
+    let l = &policy.gate.downgrade;
+    let earned = score <= l.max_score
+        && shape.prompt_chars() <= l.max_prompt_chars
+        && shape.turns.len() as u64 <= l.max_turns
+        && shape.max_tokens.is_some_and(|m| m <= l.max_output_tokens)
+        && shape.tools.len() as u64 <= l.tools_allowed;
+    if earned {
+        policy.downgrade.get(&shape.model).map(String::as_str)
+    } else {
+        None
+    }
+}

@@ -1,0 +1,278 @@
+//! The gate: a pure decision over plain inputs. No I/O, no clock reads (the clock is an
+//! argument), no model call. `decide` is the one function; the rest are its named parts.
+
+mod decide;
+mod findings;
+mod rules;
+mod score;
+pub mod windows;
+
+use serde::{Deserialize, Serialize};
+
+pub use decide::{decide, hold_id_for, Decision, GateInput, KeyState, Policy};
+pub use findings::{Finding, FindingCode};
+pub use rules::{worst_case, BudgetState, Rule, WorstCase};
+pub use score::Signals;
+pub use windows::{WindowCounts, Windows};
+
+/// The five verdicts (seed 003 vocabulary).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Verdict {
+    Serve,
+    Allow,
+    Downgrade,
+    Challenge,
+    Block,
+}
+
+impl Verdict {
+    pub const ALL: [Verdict; 5] = [
+        Verdict::Serve,
+        Verdict::Allow,
+        Verdict::Downgrade,
+        Verdict::Challenge,
+        Verdict::Block,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Serve => "SERVE",
+            Verdict::Allow => "ALLOW",
+            Verdict::Downgrade => "DOWNGRADE",
+            Verdict::Challenge => "CHALLENGE",
+            Verdict::Block => "BLOCK",
+        }
+    }
+
+    /// Whether the request goes to the provider.
+    pub fn forwards(self) -> bool {
+        matches!(self, Verdict::Allow | Verdict::Downgrade)
+    }
+}
+
+/// The score band a verdict came from, when it came from the score.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Band {
+    ScoreChallenge,
+    ScoreBlock,
+}
+
+impl Band {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Band::ScoreChallenge => "score_challenge",
+            Band::ScoreBlock => "score_block",
+        }
+    }
+}
+
+/// Provider-reported usage, normalised to four parts (seed 001's `EconomicsUsage` split).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Usage {
+    pub input: u64,
+    pub cache_write: u64,
+    pub cache_read: u64,
+    pub output: u64,
+}
+
+impl Usage {
+    pub fn total(&self) -> u64 {
+        self.input
+            .saturating_add(self.cache_write)
+            .saturating_add(self.cache_read)
+            .saturating_add(self.output)
+    }
+
+    pub fn add(&mut self, other: &Usage) {
+        self.input = self.input.saturating_add(other.input);
+        self.cache_write = self.cache_write.saturating_add(other.cache_write);
+        self.cache_read = self.cache_read.saturating_add(other.cache_read);
+        self.output = self.output.saturating_add(other.output);
+    }
+
+    /// Spend in nano-USD: each part × its price (micro-USD per million tokens), rounded up.
+    pub fn cost_nano(&self, prices: &crate::config::Prices) -> u64 {
+        tokens_cost_nano(self.input, prices.input)
+            .saturating_add(tokens_cost_nano(self.cache_write, prices.cache_write))
+            .saturating_add(tokens_cost_nano(self.cache_read, prices.cache_read))
+            .saturating_add(tokens_cost_nano(self.output, prices.output))
+    }
+}
+
+/// tokens × micro-USD-per-million → nano-USD, rounded up (exact for prices in whole
+/// thousandths of a dollar per million tokens, which covers every published price).
+pub fn tokens_cost_nano(tokens: u64, micro_usd_per_mtok: u64) -> u64 {
+    let product = u128::from(tokens) * u128::from(micro_usd_per_mtok);
+    u64::try_from(product.div_ceil(1000)).unwrap_or(u64::MAX)
+}
+
+/// Weights of the score (seed 003 defaults). `unattended` lies outside the base sum.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Weights {
+    pub exposure: f64,
+    pub size: f64,
+    pub ask: f64,
+    pub depth: f64,
+    pub tools: f64,
+    #[serde(rename = "loop")]
+    pub loop_: f64,
+    pub burst: f64,
+    pub grind: f64,
+    pub novelty: f64,
+    pub unattended: f64,
+}
+
+impl Default for Weights {
+    fn default() -> Self {
+        Self {
+            exposure: 0.18,
+            size: 0.14,
+            ask: 0.14,
+            depth: 0.10,
+            tools: 0.06,
+            loop_: 0.16,
+            burst: 0.09,
+            grind: 0.07,
+            novelty: 0.06,
+            unattended: 0.10,
+        }
+    }
+}
+
+/// Where each signal reaches 1.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Saturation {
+    pub size: u64,
+    pub ask: u64,
+    pub depth: u64,
+    pub tools: u64,
+    #[serde(rename = "loop")]
+    pub loop_: u64,
+    pub burst: u64,
+    pub grind: u64,
+}
+
+impl Default for Saturation {
+    fn default() -> Self {
+        Self {
+            size: 100_000,
+            ask: 8_000,
+            depth: 40,
+            tools: 24,
+            loop_: 5,
+            burst: 20,
+            grind: 200,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Bands {
+    pub challenge: f64,
+    pub block: f64,
+}
+
+impl Default for Bands {
+    fn default() -> Self {
+        Self {
+            challenge: 0.55,
+            block: 0.80,
+        }
+    }
+}
+
+/// DOWNGRADE is earned, not suspected: every limit must hold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DowngradeLimits {
+    pub max_score: f64,
+    pub max_prompt_chars: u64,
+    pub max_turns: u64,
+    pub max_output_tokens: u64,
+    pub tools_allowed: u64,
+}
+
+impl Default for DowngradeLimits {
+    fn default() -> Self {
+        Self {
+            max_score: 0.30,
+            max_prompt_chars: 4_000,
+            max_turns: 6,
+            max_output_tokens: 1_000,
+            tools_allowed: 0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FindingsThresholds {
+    /// `carrying_old_turns` fires above this many turns.
+    pub old_turns: u64,
+    /// `unused_tool_definitions` needs at least this many turns of history.
+    pub unused_tools_min_history: u64,
+    /// `large_system_prompt_resent` fires at this many system characters.
+    pub large_system_chars: u64,
+    /// `output_ceiling_authorised` fires at this `max_tokens` (or when absent).
+    pub output_ceiling: u64,
+    /// `budget_nearly_gone` fires when spend + reserved reaches this percentage of the ceiling.
+    pub budget_nearly_gone_percent: u64,
+}
+
+impl Default for FindingsThresholds {
+    fn default() -> Self {
+        Self {
+            old_turns: 12,
+            unused_tools_min_history: 4,
+            large_system_chars: 4_000,
+            output_ceiling: 4_096,
+            budget_nearly_gone_percent: 90,
+        }
+    }
+}
+
+/// The tunable part of the gate. Hard rules are absolute and live in `rules.rs` as constants.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GateConfig {
+    pub weights: Weights,
+    pub saturation: Saturation,
+    pub bands: Bands,
+    pub downgrade: DowngradeLimits,
+    pub findings: FindingsThresholds,
+}
+
+impl GateConfig {
+    /// Returns the offending field and why.
+    pub fn validate(&self) -> Result<(), (&'static str, &'static str)> {
+        let w = &self.weights;
+        let weights = [
+            w.exposure, w.size, w.ask, w.depth, w.tools, w.loop_, w.burst, w.grind, w.novelty,
+            w.unattended,
+        ];
+        if weights.iter().any(|x| !x.is_finite() || *x < 0.0) {
+            return Err(("weights", "every weight must be a finite number ≥ 0"));
+        }
+        let s = &self.saturation;
+        if [s.size, s.ask, s.depth, s.tools, s.loop_, s.burst, s.grind].contains(&0) {
+            return Err(("saturation", "every saturation point must be at least 1"));
+        }
+        let b = &self.bands;
+        if !(b.challenge.is_finite() && b.block.is_finite() && b.challenge <= b.block) {
+            return Err(("bands", "challenge must be a number not above block"));
+        }
+        if !self.downgrade.max_score.is_finite() {
+            return Err(("downgrade.max_score", "must be a finite number"));
+        }
+        if self.findings.budget_nearly_gone_percent > 100 {
+            return Err(("findings.budget_nearly_gone_percent", "must be at most 100"));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,222 @@
+//! Exact sliding windows per key, driven by a clock passed in (unix milliseconds).
+//!
+//! Windows are half-open: an entry exactly `len` old is outside. Each list keeps at most
+//! `CAP_*` newest entries: every count the gate reads saturates (or fires its hard rule) well
+//! below those caps, so capping bounds memory without changing any decision.
+
+use std::collections::{HashMap, VecDeque};
+use std::num::NonZeroUsize;
+
+use lru::LruCache;
+use serde::{Deserialize, Serialize};
+
+use crate::request::Hash;
+
+pub const LOOP_WINDOW_MS: u64 = 120_000;
+pub const BURST_WINDOW_MS: u64 = 60_000;
+pub const GRIND_WINDOW_MS: u64 = 3_600_000;
+pub const NOVELTY_WINDOW_MS: u64 = 86_400_000;
+pub const REPEAT_WINDOW_MS: u64 = 86_400_000;
+
+/// Counts kept exact up to here; the largest threshold read is the grind saturation (200).
+const CAP_KEY_REQUESTS: usize = 1024;
+const CAP_IDENTICAL: usize = 64;
+/// Distinct fingerprints remembered per key for the 24 h repeat findings.
+const CAP_SEEN_FINGERPRINTS: usize = 100_000;
+const CAP_MODELS: usize = 1024;
+
+/// What the windows say about a request, before it is counted. "Earlier" never includes the
+/// request being decided.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WindowCounts {
+    /// Earlier identical requests (same key and fingerprint) in the last 120 s.
+    pub earlier_identical: u64,
+    /// Earlier requests from the key in the last 60 s.
+    pub earlier_key_minute: u64,
+    /// Earlier requests from the key in the last hour.
+    pub earlier_key_hour: u64,
+    /// The key used this model in the last 24 h.
+    pub model_seen: bool,
+    /// The key sent this fingerprint in the last 24 h.
+    pub fingerprint_seen: bool,
+}
+
+struct KeyWindows {
+    requests: VecDeque<u64>,
+    identical: HashMap<Hash, VecDeque<u64>>,
+    models: HashMap<String, u64>,
+    seen: LruCache<Hash, u64>,
+}
+
+impl KeyWindows {
+    fn new() -> Self {
+        Self {
+            requests: VecDeque::new(),
+            identical: HashMap::new(),
+            models: HashMap::new(),
+            seen: LruCache::new(NonZeroUsize::new(CAP_SEEN_FINGERPRINTS).unwrap_or(NonZeroUsize::MIN)),
+        }
+    }
+}
+
+fn within(now: u64, at: u64, len: u64) -> bool {
+    now.saturating_sub(at) < len
+}
+
+fn count_within(times: &VecDeque<u64>, now: u64, len: u64) -> u64 {
+    // Newest last; a clock that jumped back leaves later entries, which still count as recent.
+    times.iter().rev().take_while(|&&t| within(now, t, len)).count() as u64
+}
+
+fn push_capped(times: &mut VecDeque<u64>, now: u64, cap: usize) {
+    times.push_back(now);
+    while times.len() > cap {
+        times.pop_front();
+    }
+}
+
+#[derive(Default)]
+pub struct Windows {
+    keys: HashMap<String, KeyWindows>,
+}
+
+impl Windows {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Read the counts for a request without moving any window (`POST /estimate`).
+    pub fn observe(&self, key: &str, fingerprint: &Hash, model: &str, now: u64) -> WindowCounts {
+        let Some(w) = self.keys.get(key) else {
+            return WindowCounts::default();
+        };
+        WindowCounts {
+            earlier_identical: w
+                .identical
+                .get(fingerprint)
+                .map(|t| count_within(t, now, LOOP_WINDOW_MS))
+                .unwrap_or(0),
+            earlier_key_minute: count_within(&w.requests, now, BURST_WINDOW_MS),
+            earlier_key_hour: count_within(&w.requests, now, GRIND_WINDOW_MS),
+            model_seen: w.models.get(model).is_some_and(|&t| within(now, t, NOVELTY_WINDOW_MS)),
+            fingerprint_seen: w
+                .seen
+                .peek(fingerprint)
+                .is_some_and(|&t| within(now, t, REPEAT_WINDOW_MS)),
+        }
+    }
+
+    /// Count a request in every window, whatever its verdict.
+    pub fn record(&mut self, key: &str, fingerprint: &Hash, model: &str, now: u64) {
+        let w = self.keys.entry(key.to_string()).or_insert_with(KeyWindows::new);
+        push_capped(&mut w.requests, now, CAP_KEY_REQUESTS);
+        push_capped(w.identical.entry(*fingerprint).or_default(), now, CAP_IDENTICAL);
+        if w.models.len() >= CAP_MODELS && !w.models.contains_key(model) {
+            w.models.retain(|_, t| within(now, *t, NOVELTY_WINDOW_MS));
+        }
+        if w.models.len() < CAP_MODELS || w.models.contains_key(model) {
+            w.models.insert(model.to_string(), now);
+        }
+        w.seen.put(*fingerprint, now);
+        Self::evict(w, now);
+    }
+
+    /// Drop everything that no window can see any more.
+    fn evict(w: &mut KeyWindows, now: u64) {
+        while w.requests.front().is_some_and(|&t| !within(now, t, GRIND_WINDOW_MS)) {
+            w.requests.pop_front();
+        }
+        // Sweeping every fingerprint on every request would cost O(n); sweep when the map has
+        // doubled since the last sweep, which keeps the amortised cost constant.
+        if w.identical.len() > 64 && w.identical.len().is_power_of_two() {
+            w.identical.retain(|_, times| times.back().is_some_and(|&t| within(now, t, LOOP_WINDOW_MS)));
+        }
+        while let Some((_, &t)) = w.seen.peek_lru() {
+            if within(now, t, REPEAT_WINDOW_MS) {
+                break;
+            }
+            w.seen.pop_lru();
+        }
+    }
+
+    /// Forget the key's fingerprint records (POST /forget). The loop and burst windows stay:
+    /// forgetting is no way around the runaway rules.
+    pub fn forget_fingerprints(&mut self, key: &str) {
+        if let Some(w) = self.keys.get_mut(key) {
+            w.seen.clear();
+        }
+    }
+
+    /// Entries held in memory (for the store-size metric and the eviction tests).
+    pub fn entries(&self) -> usize {
+        self.keys
+            .values()
+            .map(|w| w.requests.len() + w.identical.values().map(VecDeque::len).sum::<usize>() + w.models.len() + w.seen.len())
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fp(n: u8) -> Hash {
+        Hash([n; 32])
+    }
+
+    #[test]
+    fn windows_are_half_open() {
+        let mut w = Windows::new();
+        w.record("k", &fp(1), "m", 1_000);
+        assert_eq!(w.observe("k", &fp(1), "m", 1_000 + LOOP_WINDOW_MS - 1).earlier_identical, 1);
+        assert_eq!(w.observe("k", &fp(1), "m", 1_000 + LOOP_WINDOW_MS).earlier_identical, 0);
+        assert_eq!(w.observe("k", &fp(1), "m", 1_000 + BURST_WINDOW_MS).earlier_key_minute, 0);
+        assert_eq!(w.observe("k", &fp(1), "m", 1_000 + BURST_WINDOW_MS).earlier_key_hour, 1);
+        assert!(w.observe("k", &fp(1), "m", 1_000 + NOVELTY_WINDOW_MS - 1).model_seen);
+        assert!(!w.observe("k", &fp(1), "m", 1_000 + NOVELTY_WINDOW_MS).model_seen);
+        assert!(!w.observe("k", &fp(1), "other", 1_000).model_seen);
+        assert_eq!(w.observe("other-key", &fp(1), "m", 1_000), WindowCounts::default());
+    }
+
+    #[test]
+    fn a_clock_jump_evicts_everything_old() {
+        let mut w = Windows::new();
+        for i in 0..50 {
+            w.record("k", &fp(i), "m", 10_000 + u64::from(i));
+        }
+        let before = w.entries();
+        // Jump two days ahead: a new request evicts every expired entry.
+        let later = 10_000 + 2 * NOVELTY_WINDOW_MS;
+        w.record("k", &fp(200), "m2", later);
+        let counts = w.observe("k", &fp(1), "m", later);
+        assert_eq!(counts.earlier_key_hour, 1);
+        assert_eq!(counts.earlier_identical, 0);
+        assert!(!counts.fingerprint_seen);
+        assert!(w.entries() < before);
+        assert_eq!(w.keys["k"].requests.len(), 1);
+        assert_eq!(w.keys["k"].seen.len(), 1);
+    }
+
+    #[test]
+    fn counts_stay_exact_up_to_the_caps() {
+        let mut w = Windows::new();
+        for i in 0..300 {
+            w.record("k", &fp(1), "m", 100_000 + i);
+        }
+        let c = w.observe("k", &fp(1), "m", 100_300);
+        assert_eq!(c.earlier_key_minute, 300);
+        assert_eq!(c.earlier_identical, CAP_IDENTICAL as u64);
+        assert!(c.fingerprint_seen);
+    }
+
+    #[test]
+    fn forget_keeps_the_loop_windows() {
+        let mut w = Windows::new();
+        w.record("k", &fp(1), "m", 5_000);
+        w.forget_fingerprints("k");
+        let c = w.observe("k", &fp(1), "m", 5_001);
+        assert!(!c.fingerprint_seen);
+        assert_eq!(c.earlier_identical, 1);
+    }
+}

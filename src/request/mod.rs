@@ -1,0 +1,325 @@
+//! Provider request bodies → [`RequestShape`]: the counts and keyed hashes the gate decides on.
+//!
+//! The gate never looks at content beyond what it needs to count and hash. A [`Digest`] is the
+//! shape serialised; it holds no text, so the privacy path can send it instead of the prompt.
+
+mod anthropic;
+mod canonical;
+pub mod digest;
+mod openai;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use canonical::Hash;
+pub use digest::{Digest, DigestError, WireForm};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Route {
+    #[serde(rename = "openai_chat")]
+    OpenAiChat,
+    #[serde(rename = "anthropic_messages")]
+    AnthropicMessages,
+}
+
+impl Route {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Route::OpenAiChat => "openai_chat",
+            Route::AnthropicMessages => "anthropic_messages",
+        }
+    }
+
+    pub fn path(self) -> &'static str {
+        match self {
+            Route::OpenAiChat => "/v1/chat/completions",
+            Route::AnthropicMessages => "/v1/messages",
+        }
+    }
+
+    pub fn from_path(path: &str) -> Option<Route> {
+        match path {
+            "/v1/chat/completions" | "/chat/completions" => Some(Route::OpenAiChat),
+            "/v1/messages" => Some(Route::AnthropicMessages),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    User,
+    Assistant,
+    Tool,
+    Function,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Turn {
+    pub role: Role,
+    pub chars: u64,
+    /// Keyed hash of the whole message (role and content): equal hashes, identical messages.
+    pub hash: Hash,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolDef {
+    pub name_hash: Hash,
+    /// Characters of the definition's compact JSON.
+    pub chars: u64,
+}
+
+/// Everything the gate needs to know about a request: counts and keyed hashes, never text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestShape {
+    pub route: Route,
+    pub fingerprint: Hash,
+    pub model: String,
+    pub max_tokens: Option<u64>,
+    pub temperature: Option<f64>,
+    pub seed: Option<i64>,
+    pub n: Option<u64>,
+    pub stream: bool,
+    pub cache_marked: bool,
+    pub system_chars: u64,
+    pub turns: Vec<Turn>,
+    pub tools: Vec<ToolDef>,
+    /// Hashes of tool names called in the history (the turns before the newest one).
+    pub called_tool_hashes: Vec<Hash>,
+}
+
+impl RequestShape {
+    /// System + all turns + all tool definitions.
+    pub fn prompt_chars(&self) -> u64 {
+        let turns: u64 = self.turns.iter().map(|t| t.chars).sum();
+        let tools: u64 = self.tools.iter().map(|t| t.chars).sum();
+        self.system_chars.saturating_add(turns).saturating_add(tools)
+    }
+
+    /// Reuse is allowed when the request asks for reproducible output (SPEC §2.6).
+    pub fn reproducible(&self) -> bool {
+        let deterministic = self.temperature == Some(0.0) || self.seed.is_some();
+        deterministic && matches!(self.n, None | Some(1))
+    }
+
+    /// The wire form an answer to this request takes.
+    pub fn wire_form(&self) -> WireForm {
+        if self.stream {
+            WireForm::Sse
+        } else {
+            WireForm::Json
+        }
+    }
+
+    /// Output worst case multiplier: `n` choices each up to the ceiling.
+    pub fn choices(&self) -> u64 {
+        self.n.unwrap_or(1).max(1)
+    }
+}
+
+/// Why a body could not be shaped. Closed-form: field names are ours, never the caller's text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShapeError {
+    #[error("request body is empty")]
+    Empty,
+    #[error("request body is not valid UTF-8")]
+    NotUtf8,
+    #[error("request body is not valid JSON (line {line}, column {column})")]
+    NotJson { line: usize, column: usize },
+    #[error("request body must be a JSON object")]
+    NotObject,
+    #[error("field `{0}` is required")]
+    Missing(&'static str),
+    #[error("field `{field}` must be {expected}")]
+    WrongType {
+        field: &'static str,
+        expected: &'static str,
+    },
+    #[error("messages[{index}]: {problem}")]
+    Message { index: usize, problem: &'static str },
+    #[error("tools[{index}]: {problem}")]
+    Tool { index: usize, problem: &'static str },
+}
+
+impl ShapeError {
+    /// A stable id for the error's kind, for provider-shaped error bodies and metrics.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ShapeError::Empty => "empty_body",
+            ShapeError::NotUtf8 => "invalid_utf8",
+            ShapeError::NotJson { .. } => "invalid_json",
+            ShapeError::NotObject => "not_an_object",
+            ShapeError::Missing(_) => "missing_field",
+            ShapeError::WrongType { .. } => "wrong_type",
+            ShapeError::Message { .. } => "invalid_message",
+            ShapeError::Tool { .. } => "invalid_tool",
+        }
+    }
+}
+
+/// A parsed request: the shape, and the body as JSON for the proxy to forward or rewrite.
+#[derive(Debug, Clone)]
+pub struct ParsedRequest {
+    pub shape: RequestShape,
+    pub body: serde_json::Map<String, Value>,
+}
+
+/// Parse a provider request body and derive its shape. `key` is the caller's fingerprint key.
+pub fn parse(route: Route, bytes: &[u8], key: &[u8; 32]) -> Result<ParsedRequest, ShapeError> {
+    let body = parse_object(bytes)?;
+    let shape = shape_of(route, &body, key)?;
+    Ok(ParsedRequest { shape, body })
+}
+
+pub fn parse_object(bytes: &[u8]) -> Result<serde_json::Map<String, Value>, ShapeError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ShapeError::Empty);
+    }
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(ShapeError::NotObject),
+        Err(e) => {
+            if std::str::from_utf8(bytes).is_err() {
+                Err(ShapeError::NotUtf8)
+            } else {
+                Err(ShapeError::NotJson {
+                    line: e.line(),
+                    column: e.column(),
+                })
+            }
+        }
+    }
+}
+
+pub fn shape_of(
+    route: Route,
+    body: &serde_json::Map<String, Value>,
+    key: &[u8; 32],
+) -> Result<RequestShape, ShapeError> {
+    let canonical = canonical::Canonical::of(route, body, key);
+    let common = common_fields(body)?;
+    let parts = match route {
+        Route::OpenAiChat => openai::parts(body, &canonical)?,
+        Route::AnthropicMessages => anthropic::parts(body, &canonical)?,
+    };
+    Ok(RequestShape {
+        route,
+        fingerprint: canonical.fingerprint,
+        model: common.model,
+        max_tokens: match route {
+            Route::OpenAiChat => opt_u64(body, "max_completion_tokens")?
+                .or(opt_u64(body, "max_tokens")?),
+            Route::AnthropicMessages => opt_u64(body, "max_tokens")?,
+        },
+        temperature: common.temperature,
+        seed: common.seed,
+        n: common.n,
+        stream: common.stream,
+        cache_marked: canonical::contains_key(body, "cache_control"),
+        system_chars: parts.system_chars,
+        turns: parts.turns,
+        tools: parts.tools,
+        called_tool_hashes: parts.called_tool_hashes,
+    })
+}
+
+struct Common {
+    model: String,
+    temperature: Option<f64>,
+    seed: Option<i64>,
+    n: Option<u64>,
+    stream: bool,
+}
+
+fn common_fields(body: &serde_json::Map<String, Value>) -> Result<Common, ShapeError> {
+    let model = match body.get("model") {
+        Some(Value::String(m)) if !m.is_empty() => m.clone(),
+        Some(Value::String(_)) | None => return Err(ShapeError::Missing("model")),
+        Some(_) => {
+            return Err(ShapeError::WrongType {
+                field: "model",
+                expected: "a string",
+            })
+        }
+    };
+    let temperature = match body.get("temperature") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) => n.as_f64(),
+        Some(_) => {
+            return Err(ShapeError::WrongType {
+                field: "temperature",
+                expected: "a number",
+            })
+        }
+    };
+    let seed = match body.get("seed") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) => Some(n.as_i64().ok_or(ShapeError::WrongType {
+            field: "seed",
+            expected: "an integer within 64 bits",
+        })?),
+        Some(_) => {
+            return Err(ShapeError::WrongType {
+                field: "seed",
+                expected: "an integer within 64 bits",
+            })
+        }
+    };
+    let stream = match body.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err(ShapeError::WrongType {
+                field: "stream",
+                expected: "a boolean",
+            })
+        }
+    };
+    Ok(Common {
+        model,
+        temperature,
+        seed,
+        n: opt_u64(body, "n")?,
+        stream,
+    })
+}
+
+fn opt_u64(body: &serde_json::Map<String, Value>, field: &'static str) -> Result<Option<u64>, ShapeError> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => n.as_u64().map(Some).ok_or(ShapeError::WrongType {
+            field,
+            expected: "a non-negative integer within 64 bits",
+        }),
+        Some(_) => Err(ShapeError::WrongType {
+            field,
+            expected: "a non-negative integer within 64 bits",
+        }),
+    }
+}
+
+/// The parts of a shape that depend on the provider's message format.
+pub(crate) struct Parts {
+    pub system_chars: u64,
+    pub turns: Vec<Turn>,
+    pub tools: Vec<ToolDef>,
+    pub called_tool_hashes: Vec<Hash>,
+}
+
+/// Unicode scalar values in a string.
+pub(crate) fn chars(s: &str) -> u64 {
+    s.chars().count() as u64
+}
+
+/// Tool names called in the history: every turn but the newest.
+pub(crate) fn history_calls(mut calls_per_turn: Vec<Vec<Hash>>) -> Vec<Hash> {
+    calls_per_turn.pop();
+    let mut called: Vec<Hash> = calls_per_turn.into_iter().flatten().collect();
+    called.sort_unstable();
+    called.dedup();
+    called
+}

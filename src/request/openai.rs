@@ -1,0 +1,141 @@
+//! OpenAI `chat/completions` bodies → the shape's parts.
+
+use serde_json::{Map, Value};
+
+use super::canonical::{compact_json_chars, tool_name_hash, Canonical};
+use super::{chars, Parts, Role, ShapeError, ToolDef, Turn};
+
+pub(super) fn parts(body: &Map<String, Value>, canonical: &Canonical) -> Result<Parts, ShapeError> {
+    let messages = match body.get("messages") {
+        Some(Value::Array(items)) => items,
+        None => return Err(ShapeError::Missing("messages")),
+        Some(_) => {
+            return Err(ShapeError::WrongType {
+                field: "messages",
+                expected: "an array",
+            })
+        }
+    };
+    let key = canonical.key;
+    let mut system_chars = 0u64;
+    let mut turns = Vec::with_capacity(messages.len());
+    let mut calls_per_turn: Vec<Vec<super::Hash>> = Vec::with_capacity(messages.len());
+    for (index, message) in messages.iter().enumerate() {
+        let err = |problem| ShapeError::Message { index, problem };
+        let Value::Object(message) = message else {
+            return Err(err("must be an object"));
+        };
+        let role = match message.get("role") {
+            Some(Value::String(role)) => role.as_str(),
+            _ => return Err(err("role must be a string")),
+        };
+        let content_chars = content_chars(message.get("content")).ok_or(err(
+            "content must be a string, an array of content parts, or null",
+        ))?;
+        let role = match role {
+            "system" | "developer" => {
+                system_chars += content_chars;
+                continue;
+            }
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            "tool" => Role::Tool,
+            "function" => Role::Function,
+            _ => return Err(err("role is not one of system, developer, user, assistant, tool")),
+        };
+        let mut turn_chars = content_chars;
+        let mut called = Vec::new();
+        if let Some(calls) = message.get("tool_calls") {
+            let Value::Array(calls) = calls else {
+                return Err(err("tool_calls must be an array"));
+            };
+            for call in calls {
+                let function = call.get("function").or_else(|| call.get("custom"));
+                let (name, arguments) = function
+                    .map(|f| (f.get("name"), f.get("arguments").or_else(|| f.get("input"))))
+                    .unwrap_or((None, None));
+                let Some(Value::String(name)) = name else {
+                    return Err(err("tool_calls entries need a function name"));
+                };
+                called.push(tool_name_hash(key, name));
+                turn_chars += arguments.map(compact_json_chars).unwrap_or(0);
+            }
+        }
+        if let Some(Value::Object(call)) = message.get("function_call") {
+            if let Some(Value::String(name)) = call.get("name") {
+                called.push(tool_name_hash(key, name));
+            }
+            turn_chars += call.get("arguments").map(compact_json_chars).unwrap_or(0);
+        }
+        turns.push(Turn {
+            role,
+            chars: turn_chars,
+            hash: canonical.message_hashes[index],
+        });
+        calls_per_turn.push(called);
+    }
+
+    let tools = match body.get("tools") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(index, tool)| {
+                let name = tool
+                    .get("function")
+                    .or_else(|| tool.get("custom"))
+                    .and_then(|f| f.get("name"))
+                    .or_else(|| tool.get("name"));
+                match name {
+                    Some(Value::String(name)) => Ok(ToolDef {
+                        name_hash: tool_name_hash(key, name),
+                        chars: canonical.tool_chars[index],
+                    }),
+                    _ => Err(ShapeError::Tool {
+                        index,
+                        problem: "a tool definition needs a name",
+                    }),
+                }
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => {
+            return Err(ShapeError::WrongType {
+                field: "tools",
+                expected: "an array",
+            })
+        }
+    };
+
+    Ok(Parts {
+        system_chars,
+        turns,
+        tools,
+        called_tool_hashes: super::history_calls(calls_per_turn),
+    })
+}
+
+/// Characters of a message's content: text parts count, media parts count nothing.
+fn content_chars(content: Option<&Value>) -> Option<u64> {
+    match content {
+        None | Some(Value::Null) => Some(0),
+        Some(Value::String(s)) => Some(chars(s)),
+        Some(Value::Array(parts)) => {
+            let mut total = 0;
+            for part in parts {
+                match part {
+                    Value::String(s) => total += chars(s),
+                    Value::Object(p) => {
+                        for field in ["text", "refusal"] {
+                            if let Some(Value::String(s)) = p.get(field) {
+                                total += chars(s);
+                            }
+                        }
+                    }
+                    _ => return None,
+                }
+            }
+            Some(total)
+        }
+        Some(_) => None,
+    }
+}
