@@ -1,1 +1,25 @@
+//! The API listener (public and keyed routes) and the admin listener.
+//!
+//! API listener (default 127.0.0.1:8788):
+//! - `GET  /spec`                  public: the module card, generated from the running config
+//! - `GET  /stats`                 public: fleet totals by verdict and tier (no per-key data)
+//! - `POST /verify`                public: check a signed receipt envelope
+//! - `POST /estimate`              keyed: a request body (`?route=`) or digest → the decision it would get; records nothing
+//! - `POST /gate`                  keyed: digest → decision + receipt (digest mode); moves the windows
+//! - `POST /record`                keyed: provider-reported usage for a decision; committed before 200
+//! - `GET  /ledger`                keyed: spend and savings by tier, per day and total (`?format=csv`, `?from=&to=`)
+//! - `GET  /budget`                keyed: ceiling, period, spend, reserved, left
+//! - `GET  /prices`                keyed: per-model prices and max output
+//! - `POST /forget`                keyed: delete stored answers and fingerprint records of the key
+//! - `POST /holds/{id}/approve`    the key's owner secret (`x-tokensaver-owner`) approves its hold
+//!
+//! Admin listener (default 127.0.0.1:8789; admin key on every route but `/metrics`):
+//! - `PUT  /budget/{key_id}`, `PUT /prices`, `POST /holds/{id}/approve`
+//! - `GET  /metrics`               Prometheus exposition; never content
+//! - `GET  /split-profile/criteria`, `POST /split-profile/{precheck,check,budget,catalogue,audit}`
+
 pub mod http;
+mod routes;
+pub mod server;
+
+pub use routes::{Api, Listener};

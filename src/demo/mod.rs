@@ -1,1 +1,216 @@
+//! `tokensaver demo`: the quick start. Starts the built-in deterministic provider on
+//! 127.0.0.1, runs `tokensaver serve` with the example config pointed at it, sends a short
+//! scripted agent session through the proxy over real HTTP, and prints each verdict, its
+//! reason and findings, then the spend and savings from the ledger. No network, no setup.
+
 pub mod provider;
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// The example config's demo key (its hash is in `config/tokensaver.toml`).
+pub const DEMO_KEY: &str = "tsk_demo_0123456789abcdef0123456789abcdef0123456789abcdef";
+/// The credential the demo provider expects: the proxy must swap it in for the caller's key.
+const PROVIDER_CREDENTIAL: &str = "sk-demo-provider-credential";
+
+pub fn free_port() -> Result<u16, String> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    listener.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+}
+
+pub fn wait_for_port(addr: SocketAddr, timeout: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One answer as the demo shows it.
+struct Seen {
+    status: u16,
+    verdict: String,
+    reason: String,
+    findings: Vec<String>,
+}
+
+fn post(url: &str, body: &Value, headers: &[(&str, &str)]) -> Result<Seen, String> {
+    let mut req = ureq::post(url)
+        .timeout(Duration::from_secs(30))
+        .set("authorization", &format!("Bearer {DEMO_KEY}"))
+        .set("content-type", "application/json");
+    for (k, v) in headers {
+        req = req.set(k, v);
+    }
+    let resp = match req.send_string(&body.to_string()) {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => return Err(format!("request failed: {e}")),
+    };
+    let status = resp.status();
+    let verdict = resp.header("x-tokensaver-verdict").unwrap_or("-").to_string();
+    let receipt = resp
+        .header("x-tokensaver-receipt")
+        .and_then(|h| crate::receipt::Envelope::from_header_value(h).ok())
+        .and_then(|e| e.body_bytes().ok())
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .unwrap_or(Value::Null);
+    let _ = resp.into_string();
+    Ok(Seen {
+        status,
+        verdict,
+        reason: receipt["reason"].as_str().unwrap_or("-").to_string(),
+        findings: receipt["findings"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|f| f.as_str().map(str::to_string)).collect())
+            .unwrap_or_default(),
+    })
+}
+
+fn chat(model: &str, text: &str, extra: Value) -> Value {
+    let mut body = json!({"model": model, "messages": [{"role": "user", "content": text}]});
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            b.insert(k.clone(), v.clone());
+        }
+    }
+    body
+}
+
+pub fn run(config_path: &Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(config_path)
+        .map_err(|e| format!("cannot read {}: {}", config_path.display(), e.kind()))?;
+    let mut doc: toml::Table = toml::from_str(&text).map_err(|e| format!("example config: {}", e.message()))?;
+
+    let mock = provider::MockProvider::start_background(provider::ProviderOptions {
+        expected_credential: Some(PROVIDER_CREDENTIAL.into()),
+        ..Default::default()
+    })
+    .map_err(|e| format!("cannot start the local provider: {e}"))?;
+    let dir = std::env::temp_dir().join(format!("tokensaver-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let proxy: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
+    let api: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
+    let admin: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
+    let mut listen = toml::Table::new();
+    listen.insert("proxy".into(), proxy.to_string().into());
+    listen.insert("api".into(), api.to_string().into());
+    listen.insert("admin".into(), admin.to_string().into());
+    doc.insert("listen".into(), listen.into());
+    let mut data = toml::Table::new();
+    data.insert("dir".into(), dir.join("data").display().to_string().into());
+    doc.insert("data".into(), data.into());
+    if let Some(toml::Value::Table(ups)) = doc.get_mut("upstreams") {
+        for (_, up) in ups.iter_mut() {
+            if let toml::Value::Table(up) = up {
+                up.insert("base_url".into(), mock.base_url().into());
+            }
+        }
+    }
+    let demo_config = dir.join("tokensaver.toml");
+    std::fs::write(&demo_config, toml::to_string(&doc).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let child = Command::new(exe)
+        .arg("serve")
+        .arg("--config")
+        .arg(&demo_config)
+        .env("OPENAI_API_KEY", PROVIDER_CREDENTIAL)
+        .env("ANTHROPIC_API_KEY", PROVIDER_CREDENTIAL)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start tokensaver serve: {e}"))?;
+    let _guard = ChildGuard(child);
+    if !wait_for_port(proxy, Duration::from_secs(15)) || !wait_for_port(api, Duration::from_secs(5)) {
+        return Err("tokensaver serve did not start listening".into());
+    }
+
+    println!("tokensaver demo: proxy {proxy}, local provider {}\n", mock.base_url());
+    let chat_url = format!("http://{proxy}/v1/chat/completions");
+    let messages_url = format!("http://{proxy}/v1/messages");
+    let question = "Summarise the release notes for version 4.2 in three bullet points.";
+    let mut steps: Vec<(String, Value, &str, Vec<(&str, &str)>)> = vec![
+        ("a normal call (sampled output)".into(), chat("gpt-4o", "Draft a friendly greeting for new users.", json!({"temperature": 0.7, "max_tokens": 1500})), &chat_url, vec![]),
+        ("a temperature-0 call".into(), chat("gpt-4o", question, json!({"temperature": 0, "max_tokens": 1500})), &chat_url, vec![]),
+        ("the same temperature-0 call again".into(), chat("gpt-4o", question, json!({"temperature": 0, "max_tokens": 1500})), &chat_url, vec![]),
+    ];
+    for i in 1..=4 {
+        steps.push((
+            format!("an agent retrying a sampled call ({i}/4)"),
+            chat("gpt-4o", "Try again: fix the failing test.", json!({"temperature": 1, "max_tokens": 1200})),
+            &chat_url,
+            vec![],
+        ));
+    }
+    steps.push((
+        "an over-budget call (max_tokens 200000)".into(),
+        chat("gpt-4o", "Write the whole book.", json!({"max_tokens": 200_000})),
+        &chat_url,
+        vec![],
+    ));
+    steps.push((
+        "a small call, a person attending".into(),
+        chat("gpt-4o", "Capital of France?", json!({"max_tokens": 50})),
+        &chat_url,
+        vec![("x-tokensaver-human", "1")],
+    ));
+    steps.push((
+        "an Anthropic call".into(),
+        json!({"model": "claude-sonnet-4-5", "max_tokens": 2000, "system": "You are terse.", "messages": [{"role": "user", "content": "Name three prime numbers."}]}),
+        &messages_url,
+        vec![("anthropic-version", "2023-06-01")],
+    ));
+
+    println!("{:<3} {:<40} {:>6}  {:<10} {:<28} findings", "#", "step", "status", "verdict", "reason");
+    for (i, (name, body, url, headers)) in steps.iter().enumerate() {
+        let seen = post(url, body, headers)?;
+        println!(
+            "{:<3} {:<40} {:>6}  {:<10} {:<28} {}",
+            i + 1,
+            name,
+            seen.status,
+            seen.verdict,
+            seen.reason,
+            if seen.findings.is_empty() { "-".to_string() } else { seen.findings.join(", ") }
+        );
+    }
+    println!("\nthe provider was called {} times for {} requests", mock.total_calls(), steps.len());
+
+    let ledger: Value = ureq::get(&format!("http://{api}/ledger"))
+        .set("authorization", &format!("Bearer {DEMO_KEY}"))
+        .call()
+        .map_err(|e| format!("ledger: {e}"))?
+        .into_string()
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null);
+    let total = &ledger["total"];
+    let nano = total["spend_nano"].as_u64().unwrap_or(0);
+    println!(
+        "\nledger: spend ${}.{:06} (provider-reported usage x prices)\n  tokens_not_bought         {:>8}  (exact: the provider-reported usage of answers served from store)\n  worst_case_tokens_avoided {:>8}  (a ceiling on refused calls, never added to savings)\n  findings (estimated)      {:>8}  (character estimates, never in any total)",
+        nano / 1_000_000_000,
+        (nano % 1_000_000_000) / 1_000,
+        total["tokens_not_bought"],
+        total["worst_case_tokens_avoided"],
+        total["findings_tokens_estimated"],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}

@@ -3,7 +3,7 @@
 
 mod decide;
 mod findings;
-mod rules;
+pub mod rules;
 mod score;
 pub mod windows;
 

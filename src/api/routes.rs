@@ -1,0 +1,376 @@
+//! Route logic for the API and admin listeners, over plain [`ApiRequest`]s.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use http::Method;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::http::{ApiRequest, ApiResponse};
+use crate::auth;
+use crate::config::{BudgetPeriod, KeyConfig, Prices};
+use crate::gate::Usage;
+use crate::ledger::{GateOutcome, GateRequest, Gatekeeper, HoldError, Mode, RecordError};
+use crate::proxy::now_ms;
+use crate::request::{self, Digest, Route, WireForm};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    Api,
+    Admin,
+}
+
+pub struct Api {
+    pub gatekeeper: Arc<Gatekeeper>,
+}
+
+/// Bodies of the API's own routes are small; provider bodies (estimate) follow the proxy's cap.
+const SMALL_BODY_CAP: usize = 1024 * 1024;
+/// The split-profile criteria cap submissions at 262,144 bytes; a little room for the refusal.
+const ADMIN_BODY_CAP: usize = 512 * 1024;
+
+fn keyed_error(e: auth::AuthError) -> ApiResponse {
+    match e {
+        auth::AuthError::Missing => ApiResponse::error(401, "missing_key", "a tokensaver key is required"),
+        auth::AuthError::Invalid => ApiResponse::error(401, "invalid_key", "invalid tokensaver key"),
+    }
+}
+
+fn method_not_allowed() -> ApiResponse {
+    ApiResponse::error(405, "method_not_allowed", "method not allowed on this route")
+}
+
+fn not_found() -> ApiResponse {
+    ApiResponse::error(404, "not_found", "unknown route")
+}
+
+fn bad_json() -> ApiResponse {
+    ApiResponse::error(400, "invalid_json", "request body is not valid JSON of the expected form")
+}
+
+impl Api {
+    pub fn new(gatekeeper: Arc<Gatekeeper>) -> Self {
+        Self {
+            gatekeeper,
+        }
+    }
+
+    pub fn body_cap(&self, listener: Listener) -> usize {
+        match listener {
+            Listener::Api => self.gatekeeper.config.max_body_bytes.max(SMALL_BODY_CAP),
+            Listener::Admin => ADMIN_BODY_CAP,
+        }
+    }
+
+    pub fn handle(&self, listener: Listener, req: &ApiRequest) -> ApiResponse {
+        match listener {
+            Listener::Api => self.api(req),
+            Listener::Admin => self.admin(req),
+        }
+    }
+
+    fn caller<'a>(&'a self, req: &ApiRequest) -> Result<(&'a KeyConfig, auth::Caller), ApiResponse> {
+        auth::authenticate(&self.gatekeeper.config, auth::presented_key(&req.headers)).map_err(keyed_error)
+    }
+
+    fn api(&self, req: &ApiRequest) -> ApiResponse {
+        let path = req.path.as_str();
+        let m = &req.method;
+        match path {
+            "/spec" => only(m, Method::GET, || self.spec()),
+            "/stats" => only(m, Method::GET, || self.stats()),
+            "/verify" => only(m, Method::POST, || self.verify(req)),
+            "/estimate" => only(m, Method::POST, || self.keyed(req, |k, c| self.estimate(req, k, c))),
+            "/gate" => only(m, Method::POST, || self.keyed(req, |k, _| self.gate(req, k))),
+            "/record" => only(m, Method::POST, || self.keyed(req, |k, _| self.record(req, k))),
+            "/ledger" => only(m, Method::GET, || self.keyed(req, |k, _| self.ledger(req, k))),
+            "/budget" => only(m, Method::GET, || {
+                self.keyed(req, |k, _| ApiResponse::json(200, &self.gatekeeper.budget_view(&k.id, now_ms())))
+            }),
+            "/prices" => only(m, Method::GET, || self.keyed(req, |_, _| ApiResponse::json(200, &self.gatekeeper.policy().prices))),
+            "/forget" => only(m, Method::POST, || self.keyed(req, |k, _| self.forget(k))),
+            _ => match hold_route(path) {
+                Some(id) => only(m, Method::POST, || self.owner_approve(req, id)),
+                None => not_found(),
+            },
+        }
+    }
+
+    fn admin(&self, req: &ApiRequest) -> ApiResponse {
+        let path = req.path.as_str();
+        if path == "/metrics" {
+            return only(&req.method, Method::GET, || {
+                ApiResponse::text(200, "text/plain; version=0.0.4", self.gatekeeper.metrics.render())
+            });
+        }
+        let admin = auth::is_admin(&self.gatekeeper.config, auth::presented_key(&req.headers));
+        if path.starts_with("/split-profile/") {
+            let signer = &self.gatekeeper.signer;
+            let _ = signer; return not_found();
+        }
+        if !admin {
+            return ApiResponse::error(401, "admin_key_required", "this route needs the admin key");
+        }
+        if path == "/prices" {
+            return only(&req.method, Method::PUT, || self.put_prices(req));
+        }
+        if let Some(key_id) = path.strip_prefix("/budget/") {
+            return only(&req.method, Method::PUT, || self.put_budget(req, key_id));
+        }
+        if let Some(id) = hold_route(path) {
+            return only(&req.method, Method::POST, || hold_result(self.gatekeeper.approve_hold(id, None, now_ms())));
+        }
+        if path == "/economics" {
+            return ApiResponse::error(501, "not_built", "the economics report is not built in this version");
+        }
+        not_found()
+    }
+
+    fn keyed(&self, req: &ApiRequest, f: impl FnOnce(&KeyConfig, auth::Caller) -> ApiResponse) -> ApiResponse {
+        match self.caller(req) {
+            Ok((key, caller)) => f(key, caller),
+            Err(resp) => resp,
+        }
+    }
+
+    fn spec(&self) -> ApiResponse {
+        let card = crate::spec_card::render(&self.gatekeeper.config, &self.gatekeeper.policy(), &self.gatekeeper.signer.public_keys());
+        ApiResponse::json(200, &card)
+    }
+
+    fn stats(&self) -> ApiResponse {
+        match self.gatekeeper.ledger(None, None, None) {
+            Ok((_, totals)) => ApiResponse::json(200, &json!({"fleet": totals, "tiers_are_never_merged": true})),
+            Err(_) => ApiResponse::error(503, "storage_unavailable", "the ledger is unavailable"),
+        }
+    }
+
+    fn verify(&self, req: &ApiRequest) -> ApiResponse {
+        match self.gatekeeper.signer.verify_json(&req.body) {
+            Ok(body) => {
+                let parsed: serde_json::Value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+                ApiResponse::json(200, &json!({"valid": true, "receipt": parsed}))
+            }
+            Err(e) => ApiResponse::json(200, &json!({"valid": false, "error": e.to_string()})),
+        }
+    }
+
+    /// A request body (`?route=openai_chat|anthropic_messages`, default OpenAI) or a digest.
+    fn estimate(&self, req: &ApiRequest, key: &KeyConfig, caller: auth::Caller) -> ApiResponse {
+        let looks_like_digest = serde_json::from_slice::<serde_json::Value>(&req.body)
+            .ok()
+            .is_some_and(|v| v.get("v").is_some() && v.get("request").is_some());
+        let (shape, human, held, hold_id) = if looks_like_digest {
+            match Digest::parse(&req.body) {
+                Ok(d) => {
+                    let held = d.holds(d.request.wire_form());
+                    (d.request, d.human, held, d.hold_id)
+                }
+                Err(e) => return ApiResponse::json(400, &json!({"error": {"code": "invalid_digest", "message": e.to_string()}})),
+            }
+        } else {
+            let route = match req.query_param("route") {
+                None | Some("openai_chat") => Route::OpenAiChat,
+                Some("anthropic_messages") => Route::AnthropicMessages,
+                Some(_) => return ApiResponse::error(400, "unknown_route", "route must be openai_chat or anthropic_messages"),
+            };
+            match request::parse(route, &req.body, &caller.fingerprint_key) {
+                Ok(p) => {
+                    let held = self
+                        .gatekeeper
+                        .answer(&crate::store::answers::AnswerKey {
+                            key_id: key.id.clone(),
+                            fingerprint: p.shape.fingerprint,
+                            wire: p.shape.wire_form(),
+                        })
+                        .is_some();
+                    (p.shape, human_header(req), held, req.header("x-tokensaver-hold").map(str::to_string))
+                }
+                Err(e) => return ApiResponse::json(400, &json!({"error": {"code": e.code(), "message": e.to_string()}})),
+            }
+        };
+        let outcome = self.gatekeeper.gate(
+            &GateRequest { key, shape: &shape, human, held, hold_id: hold_id.as_deref(), now_ms: now_ms() },
+            Mode::Estimate,
+        );
+        ApiResponse::json(200, &json!({"estimate": true, "decision": outcome.decision}))
+    }
+
+    fn gate(&self, req: &ApiRequest, key: &KeyConfig) -> ApiResponse {
+        let digest = match Digest::parse(&req.body) {
+            Ok(d) => d,
+            Err(e) => return ApiResponse::json(400, &json!({"error": {"code": "invalid_digest", "message": e.to_string()}})),
+        };
+        let wire = digest.request.wire_form();
+        let outcome = self.gatekeeper.gate(
+            &GateRequest {
+                key,
+                shape: &digest.request,
+                human: digest.human,
+                held: digest.holds(wire),
+                hold_id: digest.hold_id.as_deref(),
+                now_ms: now_ms(),
+            },
+            Mode::Commit,
+        );
+        ApiResponse::json(200, &gate_answer(&outcome))
+    }
+
+    fn record(&self, req: &ApiRequest, key: &KeyConfig) -> ApiResponse {
+        let Ok(rec) = serde_json::from_slice::<RecordBody>(&req.body) else {
+            return bad_json();
+        };
+        match self.gatekeeper.record_usage(&key.id, &rec.decision_id, Some(rec.usage), &rec.served_model, rec.wire, rec.complete, now_ms(), true) {
+            Ok(row) => ApiResponse::json(200, &json!({"recorded": true, "spend_nano": row.spend_nano})),
+            Err(RecordError::AlreadyRecorded) => ApiResponse::error(409, "already_recorded", "usage for this decision was already recorded"),
+            Err(RecordError::UnknownDecision) => ApiResponse::error(404, "unknown_decision", "no forwarded decision with this id is awaiting usage for this key"),
+            Err(RecordError::Storage) => ApiResponse::error(503, "storage_unavailable", "the ledger could not commit the record"),
+        }
+    }
+
+    fn ledger(&self, req: &ApiRequest, key: &KeyConfig) -> ApiResponse {
+        let (from, to) = (req.query_param("from"), req.query_param("to"));
+        if [from, to].iter().flatten().any(|d| !valid_day(d)) {
+            return ApiResponse::error(400, "invalid_day", "from and to must be days as YYYY-MM-DD");
+        }
+        let (days, total) = match self.gatekeeper.ledger(Some(&key.id), from, to) {
+            Ok(x) => x,
+            Err(_) => return ApiResponse::error(503, "storage_unavailable", "the ledger is unavailable"),
+        };
+        if req.query_param("format") == Some("csv") {
+            let mut csv = String::from("day,requests,serve,allow,downgrade,challenge,block,spend_nano,input,cache_write,cache_read,output,tokens_not_bought,worst_case_tokens_avoided,findings_tokens_estimated\n");
+            let rows = days.iter().map(|d| (d.day.as_str(), &d.totals)).chain([("total", &total)]);
+            for (day, t) in rows {
+                let v = |name: &str| t.by_verdict.get(name).copied().unwrap_or(0);
+                csv.push_str(&format!(
+                    "{day},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                    t.requests, v("SERVE"), v("ALLOW"), v("DOWNGRADE"), v("CHALLENGE"), v("BLOCK"), t.spend_nano,
+                    t.usage.input, t.usage.cache_write, t.usage.cache_read, t.usage.output,
+                    t.tokens_not_bought, t.worst_case_tokens_avoided, t.findings_tokens_estimated
+                ));
+            }
+            return ApiResponse::text(200, "text/csv", csv);
+        }
+        ApiResponse::json(200, &json!({
+            "key_id": key.id,
+            "budget": self.gatekeeper.budget_view(&key.id, now_ms()),
+            "days": days,
+            "total": total,
+            "tiers": {
+                "tokens_not_bought": "provider-reported usage of answers served from store: the only savings total",
+                "worst_case_tokens_avoided": "ceilings on refused calls, reported apart, never added",
+                "findings_tokens_estimated": "character-based estimates, never in any total"
+            }
+        }))
+    }
+
+    fn forget(&self, key: &KeyConfig) -> ApiResponse {
+        match self.gatekeeper.forget(&key.id) {
+            Ok(()) => ApiResponse::json(200, &json!({"forgotten": true})),
+            Err(_) => ApiResponse::error(503, "storage_unavailable", "the ledger is unavailable"),
+        }
+    }
+
+    /// The key's owner approves: `x-tokensaver-owner: <key_id>:<owner secret>`.
+    fn owner_approve(&self, req: &ApiRequest, hold_id: &str) -> ApiResponse {
+        let Some((key_id, secret)) = req.header("x-tokensaver-owner").and_then(|v| v.split_once(':')) else {
+            return ApiResponse::error(401, "owner_secret_required", "approving a hold needs the key owner's secret");
+        };
+        match self.gatekeeper.config.key(key_id) {
+            Some(key) if auth::is_owner(key, Some(secret)) => hold_result(self.gatekeeper.approve_hold(hold_id, Some(&key.id), now_ms())),
+            _ => ApiResponse::error(401, "invalid_owner_secret", "invalid owner secret"),
+        }
+    }
+
+    fn put_budget(&self, req: &ApiRequest, key_id: &str) -> ApiResponse {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct BudgetBody {
+            ceiling_micro_usd: Option<u64>,
+            #[serde(default)]
+            period: BudgetPeriod,
+        }
+        if self.gatekeeper.config.key(key_id).is_none() {
+            return ApiResponse::error(404, "unknown_key", "no key with this id");
+        }
+        let Ok(b) = serde_json::from_slice::<BudgetBody>(&req.body) else {
+            return bad_json();
+        };
+        match self.gatekeeper.set_budget(key_id, b.ceiling_micro_usd.map(|c| c.saturating_mul(1000)), b.period) {
+            Ok(()) => ApiResponse::json(200, &self.gatekeeper.budget_view(key_id, now_ms())),
+            Err(_) => ApiResponse::error(503, "storage_unavailable", "the ledger is unavailable"),
+        }
+    }
+
+    fn put_prices(&self, req: &ApiRequest) -> ApiResponse {
+        let Ok(prices) = serde_json::from_slice::<BTreeMap<String, Prices>>(&req.body) else {
+            return bad_json();
+        };
+        if prices.values().any(|p| p.max_output == 0) {
+            return ApiResponse::error(400, "invalid_prices", "max_output must be at least 1");
+        }
+        match self.gatekeeper.set_prices(&prices) {
+            Ok(()) => ApiResponse::json(200, &self.gatekeeper.policy().prices),
+            Err(_) => ApiResponse::error(503, "storage_unavailable", "the ledger is unavailable"),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RecordBody {
+    decision_id: String,
+    wire: WireForm,
+    served_model: String,
+    complete: bool,
+    usage: Usage,
+}
+
+pub fn gate_answer(outcome: &GateOutcome) -> serde_json::Value {
+    json!({
+        "verdict": outcome.decision.verdict,
+        "decision_id": outcome.decision_id,
+        "status": outcome.decision.status(),
+        "reason": outcome.decision.reason(),
+        "hold_id": outcome.decision.hold_id,
+        "model_served": outcome.decision.model_served,
+        "decision": outcome.decision,
+        "receipt": outcome.envelope,
+    })
+}
+
+fn only(method: &Method, allowed: Method, f: impl FnOnce() -> ApiResponse) -> ApiResponse {
+    if *method == allowed {
+        f()
+    } else {
+        method_not_allowed()
+    }
+}
+
+fn hold_route(path: &str) -> Option<&str> {
+    let id = path.strip_prefix("/holds/")?.strip_suffix("/approve")?;
+    (!id.is_empty() && !id.contains('/')).then_some(id)
+}
+
+fn hold_result(r: Result<(), HoldError>) -> ApiResponse {
+    match r {
+        Ok(()) => ApiResponse::json(200, &json!({"approved": true})),
+        Err(HoldError::Unknown) => ApiResponse::error(404, "unknown_hold", "no such hold"),
+        Err(HoldError::Expired) => ApiResponse::error(410, "hold_expired", "the hold has expired"),
+        Err(HoldError::NotPending) => ApiResponse::error(409, "hold_not_pending", "the hold is not pending"),
+    }
+}
+
+fn human_header(req: &ApiRequest) -> Option<bool> {
+    match req.header("x-tokensaver-human") {
+        Some("1") => Some(true),
+        Some("0") => Some(false),
+        _ => None,
+    }
+}
+
+fn valid_day(d: &str) -> bool {
+    d.len() == 10
+        && d.bytes().enumerate().all(|(i, b)| if i == 4 || i == 7 { b == b'-' } else { b.is_ascii_digit() })
+}

@@ -1,0 +1,70 @@
+//! The pingora shell around [`Api`]: read the request (bounded), route it, write the answer.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use pingora::apps::http_app::ServeHttp;
+use pingora::protocols::http::ServerSession;
+
+use super::http::{ApiRequest, ApiResponse};
+use super::routes::{Api, Listener};
+
+pub struct ApiApp {
+    pub api: Arc<Api>,
+    pub listener: Listener,
+}
+
+#[async_trait]
+impl ServeHttp for ApiApp {
+    async fn response(&self, session: &mut ServerSession) -> http::Response<Vec<u8>> {
+        let cap = self.api.body_cap(self.listener);
+        let resp = match read_body(session, cap).await {
+            Ok(body) => {
+                let header = session.req_header();
+                let req = ApiRequest {
+                    method: header.method.clone(),
+                    path: header.uri.path().to_string(),
+                    query: header.uri.query().map(str::to_string),
+                    headers: header.headers.clone(),
+                    body,
+                    peer: session
+                        .client_addr()
+                        .and_then(|a| a.as_inet())
+                        .map(|a| a.ip()),
+                };
+                self.api.handle(self.listener, &req)
+            }
+            Err(resp) => resp,
+        };
+        let mut builder = http::Response::builder()
+            .status(resp.status)
+            .header("content-type", resp.content_type)
+            .header("content-length", resp.body.len());
+        for (name, value) in &resp.headers {
+            builder = builder.header(*name, value.as_str());
+        }
+        builder.body(resp.body).unwrap_or_else(|_| {
+            let mut fallback = http::Response::new(Vec::new());
+            *fallback.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+            fallback
+        })
+    }
+}
+
+async fn read_body(session: &mut ServerSession, cap: usize) -> Result<Bytes, ApiResponse> {
+    let too_large = || ApiResponse::error(413, "body_too_large", "request body exceeds the size cap");
+    let mut body = BytesMut::new();
+    loop {
+        match session.read_request_body().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > cap {
+                    return Err(too_large());
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok(body.freeze()),
+            Err(_) => return Err(ApiResponse::error(400, "body_unreadable", "request body could not be read")),
+        }
+    }
+}

@@ -1,0 +1,2125 @@
+//! A deterministic local **mock model provider**: a small HTTP/1.1 server that speaks the
+//! OpenAI chat-completions and Anthropic messages wire formats.
+//!
+//! It is used by the integration tests, `tokensaver demo`, the Python SDK tests and the load
+//! benchmark. Everything it answers is a pure function of the request, so a test can predict
+//! every byte; [`reply_for`] / [`expected_usage`] compute the same figures in-process.
+//!
+//! # Routes
+//!
+//! | method & path                | answer                                                   |
+//! |------------------------------|----------------------------------------------------------|
+//! | `POST /v1/chat/completions`  | OpenAI `chat.completion` (or SSE `chat.completion.chunk`s) |
+//! | `POST /v1/messages`          | Anthropic `message` (or SSE message events)               |
+//! | `GET /v1/models`             | OpenAI-style list of the [`MODELS`]                       |
+//! | other method on those paths  | 405 JSON error (OpenAI shape; Anthropic shape on `/v1/messages`) |
+//! | any other path               | 404 JSON error, OpenAI shape                              |
+//! | `GET /__mock/calls`          | `{"/v1/chat/completions": n, "/v1/messages": m, ...}`: requests received per path since the last reset (any method, query string stripped, `/__mock/*` not counted) |
+//! | `POST /__mock/reset`         | clears counters and records, answers `{"ok":true}`        |
+//! | `GET /__mock/requests`       | the retained records, oldest first: `[{"seq","method","path","target","headers":[[name,value]..],"body_len","body","body_truncated","at_unix_ms"}]`; `?limit=N` (default 50, newest N) and `?path=/v1/messages` filter; `body` is lossy UTF-8, at most 64 KiB |
+//! | `GET /__mock/health`         | `{"ok":true}`                                             |
+//!
+//! `/__mock/*` routes never require a credential and are not recorded.
+//!
+//! # The reply
+//!
+//! * **Canonical body**: the request body parsed as a JSON object, without the top-level keys
+//!   `stream` and `stream_options`, serialised compactly with object keys sorted (bytewise,
+//!   recursively), strings escaped and numbers printed as `serde_json` does. Key order and
+//!   whitespace of the request therefore do not matter.
+//! * **Digest** `d` = BLAKE3 of the canonical body (32 bytes).
+//! * **Words**: `n = 3 + d[0] % 6` words (3..=8); word `i` is `WORDS[d[1 + i] % 64]` (see
+//!   [`WORDS`]). The reply text is the words joined by single spaces (all lowercase ASCII, no
+//!   punctuation).
+//! * **Cap**: `max_completion_tokens` if it is a non-negative integer, otherwise `max_tokens`
+//!   if it is one. If the cap is below `n`, the reply is the first `cap` words and the answer
+//!   is marked truncated (`finish_reason: "length"` / `stop_reason: "max_tokens"`); otherwise
+//!   `"stop"` / `"end_turn"`.
+//! * **Ids**: `chatcmpl-<hex(d[0..12])>` (OpenAI) and `msg_<hex(d[0..12])>` (Anthropic), i.e. 24
+//!   lowercase hex digits. `created` is always [`CREATED`] (1700000000), `system_fingerprint`
+//!   is [`SYSTEM_FINGERPRINT`]. `model` echoes the request's `model` (`""` if absent).
+//!
+//! Identical requests therefore get byte-identical JSON answers, and a streamed request gets
+//! the same text, id and usage as the same request without `stream`.
+//!
+//! # Usage
+//!
+//! * **Prompt characters** `C`: the number of Unicode scalar values in the top-level `system`
+//!   (if present) plus every `messages[].content`, where a content (or `system`) that is a
+//!   string counts whole, and one that is an array counts the `text` string field of each
+//!   element that has one (other parts count 0).
+//! * **Prompt tokens** `P = ceil(C / 4) + 8` (the 8 is [`PROMPT_OVERHEAD_TOKENS`]).
+//! * **Output tokens** `O` = number of words in the returned reply (≤ the cap).
+//! * Models whose name contains `cached` (case-sensitive) report a cache hit:
+//!   `R = P / 2` (integer division) cached/read tokens and `W = P / 4` cache-creation tokens;
+//!   other models report `R = W = 0`.
+//! * OpenAI: `{"prompt_tokens": P, "completion_tokens": O, "total_tokens": P + O,
+//!   "prompt_tokens_details": {"cached_tokens": R}}`.
+//! * Anthropic: `{"input_tokens": P - R - W, "output_tokens": O,
+//!   "cache_creation_input_tokens": W, "cache_read_input_tokens": R}` (as in the real API,
+//!   `input_tokens` excludes cached tokens, so `input + creation + read = P`).
+//!
+//! Example: one user message `"Hello there, mock!"` (18 chars): `P = ceil(18/4) + 8 = 13`;
+//! with model `gpt-cached`: `cached_tokens = 6`; Anthropic `input_tokens = 13 - 6 - 3 = 4`.
+//!
+//! # Streaming (`"stream": true`)
+//!
+//! Content-Type `text/event-stream`, `Transfer-Encoding: chunked` (close-delimited for
+//! HTTP/1.0 clients), one HTTP chunk per SSE event.
+//!
+//! OpenAI, each event `data: <json>\n\n`, every chunk carrying `id`, `object:
+//! "chat.completion.chunk"`, `created`, `model`, `system_fingerprint`:
+//! 1. `choices[0].delta = {"role":"assistant","content":""}`;
+//! 2. one chunk per word, `delta.content` = the word (words after the first are prefixed by
+//!    one space, so the deltas concatenate to the reply text);
+//! 3. `choices[0].delta = {}` with `finish_reason` `"stop"` (or `"length"`);
+//! 4. only if `stream_options.include_usage` is `true`: `"choices": []` with the usage above
+//!    (and, as the real API does, every earlier chunk then carries `"usage": null`);
+//! 5. `data: [DONE]\n\n`.
+//!
+//! Anthropic, each event `event: <type>\ndata: <json>\n\n`: `message_start` (message with
+//! empty content, `stop_reason: null`, usage with `input_tokens`, both cache fields and
+//! `output_tokens: 1`), `content_block_start` (index 0, empty text block), `ping`, one
+//! `content_block_delta` (`text_delta`) per word (same spacing rule), `content_block_stop`,
+//! `message_delta` (`stop_reason`, `stop_sequence: null`, `usage: {"output_tokens": O}`),
+//! `message_stop`.
+//!
+//! By default the whole stream is written at once; [`ProviderOptions::stream_delay_ms`] > 0
+//! writes the first event immediately and each following event after that pause.
+//!
+//! # Fault modes (by model name)
+//!
+//! Checked in this order, the first match wins; the model name must *contain* the token:
+//! * `fault-500` → 500 with an error body (OpenAI: `{"error":{"message","type":"server_error",
+//!   "param":null,"code":null}}`; Anthropic: `{"type":"error","error":{"type":"api_error",
+//!   "message"}}`), also for streamed requests. The connection stays open.
+//! * `fault-429` → 429 with header `retry-after: 1` (OpenAI type `"requests"`, code
+//!   `"rate_limit_exceeded"`; Anthropic type `"rate_limit_error"`).
+//! * `fault-reset` → streamed: the response head and the first two SSE events (OpenAI: role
+//!   chunk and first word; Anthropic: `message_start` and `content_block_start`) are sent,
+//!   then after [`RESET_PAUSE_MS`] the socket is closed with `SO_LINGER` 0 (TCP RST).
+//!   Not streamed: RST right after the request is read, nothing is sent.
+//! * `fault-slow` → waits [`ProviderOptions::slow_ms`] (default 3000) before sending anything,
+//!   then answers normally (streamed or not).
+//! * `fault-truncated` → streamed: head plus every event up to and including the last word
+//!   delta (no finish chunk/usage/`[DONE]`; no `content_block_stop`/`message_delta`/
+//!   `message_stop`), no terminating zero-length chunk, then a normal close (FIN).
+//!   Not streamed: `Content-Length` of the full JSON answer but only its first
+//!   `len / 2` bytes, then FIN.
+//!
+//! Any other model gets a normal answer. The `fault-*` models still require the credential
+//! (authentication is checked first) and the body must still be a JSON object.
+//!
+//! # Authentication
+//!
+//! Every request's `authorization` and `x-api-key` headers are recorded like all headers. If
+//! [`ProviderOptions::expected_credential`] is `Some(k)`, the `/v1/*` routes answer 401
+//! (OpenAI code `invalid_api_key`; Anthropic type `authentication_error`) unless
+//! `authorization: Bearer k` (scheme case-insensitive) or `x-api-key: k` is present.
+//!
+//! # Other errors
+//!
+//! A body that is not a JSON object → 400 `invalid_request_error` (connection kept).
+//! Protocol errors answer with an OpenAI-shaped error, `connection: close`, then close:
+//! malformed HTTP → 400; a `Transfer-Encoding` other than `chunked` → 501; a version other
+//! than HTTP/1.0 or 1.1 → 505; a body above [`ProviderOptions::max_body_bytes`] → 413; a head
+//! (or trailer section) above 64 KiB or more than 256 header fields → 431. Such requests are
+//! neither counted nor recorded. `Expect: 100-continue` is honoured. `HEAD` gets the head of
+//! the answer without its body.
+//!
+//! # Recording
+//!
+//! Every well-formed request outside `/__mock/*` (any path, any method, whatever the answer:
+//! 401, 404, faults included) is counted per path and recorded as a [`ReceivedRequest`] as
+//! soon as its body has been read (so a pending `fault-slow` request is already counted); the last [`ProviderOptions::max_records`] (default 1000) are retained,
+//! and older records are also dropped while retained bodies exceed
+//! [`ProviderOptions::max_recorded_bytes`] (default 64 MiB). Counters are never capped.
+//!
+//! # Connections
+//!
+//! HTTP/1.1 keep-alive (any number of requests, pipelining works), HTTP/1.0 (`Connection:
+//! keep-alive` honoured), `Connection: close` honoured (answer carries `connection: close`,
+//! then FIN), request bodies by `Content-Length` or `Transfer-Encoding: chunked` (extensions
+//! and trailers ignored), case-insensitive header names, `TCP_NODELAY` on, one task per
+//! connection on the tokio runtime.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{Buf, Bytes, BytesMut};
+use serde::Serialize;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::watch;
+
+/// The fixed `created` timestamp of every OpenAI answer.
+pub const CREATED: u64 = 1_700_000_000;
+/// Tokens added to `ceil(chars / 4)` to give the prompt tokens.
+pub const PROMPT_OVERHEAD_TOKENS: u64 = 8;
+/// The `system_fingerprint` of every OpenAI answer.
+pub const SYSTEM_FINGERPRINT: &str = "fp_tokensaver_mock";
+/// Pause between the partial stream and the reset of `fault-reset`.
+pub const RESET_PAUSE_MS: u64 = 50;
+/// Smallest reply, in words.
+pub const MIN_REPLY_WORDS: usize = 3;
+/// Largest reply, in words.
+pub const MAX_REPLY_WORDS: usize = 8;
+/// Models listed by `GET /v1/models` (any model name is accepted).
+pub const MODELS: [&str; 8] = [
+    "mock-small",
+    "mock-large",
+    "mock-cached",
+    "fault-500",
+    "fault-429",
+    "fault-reset",
+    "fault-slow",
+    "fault-truncated",
+];
+
+/// The reply vocabulary: word `i` of a reply is `WORDS[digest[1 + i] % 64]`.
+pub const WORDS: [&str; 64] = [
+    "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
+    "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango",
+    "uniform", "victor", "whiskey", "xray", "yankee", "zulu", "amber", "basalt", "cedar", "dune",
+    "ember", "fjord", "granite", "harbor", "iris", "jade", "kelp", "lagoon", "meadow", "nectar",
+    "onyx", "pebble", "quartz", "river", "saffron", "tundra", "umber", "valley", "willow", "xenon",
+    "yarrow", "zephyr", "anchor", "beacon", "canyon", "drift", "estuary", "fern", "glacier",
+    "heron", "island", "juniper", "kestrel", "lantern",
+];
+
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+const MAX_HEADERS: usize = 256;
+const MAX_CHUNK_LINE: usize = 4096;
+const INITIAL_BUF: usize = 16 * 1024;
+const READ_RESERVE: usize = 16 * 1024;
+const INTROSPECT_BODY_CAP: usize = 64 * 1024;
+
+// ---------------------------------------------------------------------------------------------
+// Options and records
+// ---------------------------------------------------------------------------------------------
+
+/// How a [`MockProvider`] behaves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProviderOptions {
+    /// Delay of the `fault-slow` model, in milliseconds (default 3000).
+    pub slow_ms: u64,
+    /// If set, `/v1/*` answers 401 unless `Authorization: Bearer <it>` or `x-api-key: <it>`.
+    pub expected_credential: Option<String>,
+    /// Pause between SSE events in milliseconds; 0 (default) writes a stream in one go.
+    pub stream_delay_ms: u64,
+    /// Request records retained in memory (default 1000); counters are never capped.
+    pub max_records: usize,
+    /// Total body bytes retained over all records (default 64 MiB); oldest records go first.
+    pub max_recorded_bytes: usize,
+    /// Largest accepted request body (default 64 MiB); bigger → 413.
+    pub max_body_bytes: usize,
+}
+
+impl Default for ProviderOptions {
+    fn default() -> Self {
+        ProviderOptions {
+            slow_ms: 3000,
+            expected_credential: None,
+            stream_delay_ms: 0,
+            max_records: 1000,
+            max_recorded_bytes: 64 * 1024 * 1024,
+            max_body_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// One request as the mock received it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReceivedRequest {
+    /// Position among all requests since start (never reset).
+    pub seq: u64,
+    /// Request method, as sent.
+    pub method: String,
+    /// Path without the query string.
+    pub path: String,
+    /// The raw request target (path and query).
+    pub target: String,
+    /// Headers in order, names lowercased, values trimmed.
+    pub headers: Vec<(String, String)>,
+    /// The (de-chunked) body; cut to `max_recorded_bytes` if larger.
+    pub body: Bytes,
+    /// Full length of the body as received.
+    pub body_len: usize,
+    /// When the request was fully read.
+    pub at: SystemTime,
+}
+
+impl ReceivedRequest {
+    /// First value of the header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body parsed as JSON, if it is JSON (and was retained whole).
+    pub fn body_json(&self) -> Option<Value> {
+        serde_json::from_slice(&self.body).ok()
+    }
+
+    /// The body as (lossy) UTF-8.
+    pub fn body_text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+#[derive(Default)]
+struct Recorder {
+    seq: u64,
+    counts: HashMap<String, usize>,
+    records: VecDeque<ReceivedRequest>,
+    retained: usize,
+}
+
+struct Shared {
+    opts: ProviderOptions,
+    rec: Mutex<Recorder>,
+}
+
+impl Shared {
+    fn new(opts: ProviderOptions) -> Shared {
+        Shared {
+            opts,
+            rec: Mutex::new(Recorder::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Recorder> {
+        self.rec.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn record(
+        &self,
+        method: String,
+        path: &str,
+        target: String,
+        headers: Vec<(String, String)>,
+        body: &Bytes,
+    ) {
+        let body_len = body.len();
+        let kept = if body_len > self.opts.max_recorded_bytes {
+            body.slice(..self.opts.max_recorded_bytes)
+        } else {
+            body.clone()
+        };
+        let at = SystemTime::now();
+        let max_records = self.opts.max_records;
+        let max_bytes = self.opts.max_recorded_bytes;
+        let mut r = self.lock();
+        r.seq += 1;
+        let seq = r.seq;
+        if let Some(c) = r.counts.get_mut(path) {
+            *c += 1;
+        } else {
+            r.counts.insert(path.to_owned(), 1);
+        }
+        if max_records == 0 {
+            return;
+        }
+        while r.records.len() >= max_records
+            || (!r.records.is_empty() && r.retained + kept.len() > max_bytes)
+        {
+            match r.records.pop_front() {
+                Some(old) => r.retained -= old.body.len(),
+                None => break,
+            }
+        }
+        r.retained += kept.len();
+        r.records.push_back(ReceivedRequest {
+            seq,
+            method,
+            path: path.to_owned(),
+            target,
+            headers,
+            body: kept,
+            body_len,
+            at,
+        });
+    }
+
+    fn counts(&self) -> BTreeMap<String, usize> {
+        self.lock()
+            .counts
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect()
+    }
+
+    fn reset(&self) {
+        let mut r = self.lock();
+        r.counts.clear();
+        r.records.clear();
+        r.retained = 0;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The server handle
+// ---------------------------------------------------------------------------------------------
+
+/// A running mock provider. Dropping it stops the server (and, for
+/// [`MockProvider::start_background`], joins its thread).
+pub struct MockProvider {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: watch::Sender<bool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for MockProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockProvider")
+            .field("addr", &self.addr)
+            .field("opts", &self.shared.opts)
+            .finish()
+    }
+}
+
+impl MockProvider {
+    /// Binds `addr` (port 0 → a free port) and serves on the current tokio runtime.
+    ///
+    /// Do not drive it with a blocking client from the same current-thread runtime; use
+    /// [`MockProvider::start_background`] for synchronous tests.
+    pub async fn start(addr: SocketAddr, opts: ProviderOptions) -> io::Result<MockProvider> {
+        let listener = bind_listener(addr)?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared::new(opts));
+        let (tx, rx) = watch::channel(false);
+        tokio::spawn(accept_loop(listener, Arc::clone(&shared), rx));
+        Ok(MockProvider {
+            addr,
+            shared,
+            shutdown: tx,
+            thread: None,
+        })
+    }
+
+    /// Starts on `127.0.0.1:0` on its own 2-worker tokio runtime in a new thread. Usable from
+    /// synchronous and asynchronous code alike.
+    pub fn start_background(opts: ProviderOptions) -> io::Result<MockProvider> {
+        Self::start_background_on(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0), opts)
+    }
+
+    /// [`MockProvider::start_background`] on a chosen address.
+    pub fn start_background_on(
+        addr: SocketAddr,
+        opts: ProviderOptions,
+    ) -> io::Result<MockProvider> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("mock-provider")
+            .enable_all()
+            .build()?;
+        let bound = {
+            let _guard = rt.enter();
+            bind_listener(addr).and_then(|l| l.local_addr().map(|a| (l, a)))
+        };
+        let (listener, addr) = match bound {
+            Ok(v) => v,
+            Err(e) => {
+                rt.shutdown_background();
+                return Err(e);
+            }
+        };
+        let shared = Arc::new(Shared::new(opts));
+        let (tx, rx) = watch::channel(false);
+        let task_shared = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("mock-provider".into())
+            .spawn(move || {
+                rt.block_on(accept_loop(listener, task_shared, rx));
+                rt.shutdown_timeout(Duration::from_millis(200));
+            })?;
+        Ok(MockProvider {
+            addr,
+            shared,
+            shutdown: tx,
+            thread: Some(thread),
+        })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://IP:PORT` (an unspecified bind address is given as the loopback address).
+    pub fn base_url(&self) -> String {
+        let ip = match self.addr.ip() {
+            IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(v6) if v6.is_unspecified() => IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+            ip => ip,
+        };
+        format!("http://{}", SocketAddr::new(ip, self.addr.port()))
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &ProviderOptions {
+        &self.shared.opts
+    }
+
+    /// Requests (any method) received on `path` since the last reset.
+    pub fn calls(&self, path: &str) -> usize {
+        self.shared.lock().counts.get(path).copied().unwrap_or(0)
+    }
+
+    /// Requests received per path since the last reset.
+    pub fn call_counts(&self) -> BTreeMap<String, usize> {
+        self.shared.counts()
+    }
+
+    /// All requests received since the last reset, on every path.
+    pub fn total_calls(&self) -> usize {
+        self.shared.lock().counts.values().sum()
+    }
+
+    /// The retained records, oldest first.
+    pub fn requests(&self) -> Vec<ReceivedRequest> {
+        self.shared.lock().records.iter().cloned().collect()
+    }
+
+    /// The retained records of one path, oldest first.
+    pub fn requests_to(&self, path: &str) -> Vec<ReceivedRequest> {
+        self.shared
+            .lock()
+            .records
+            .iter()
+            .filter(|r| r.path == path)
+            .cloned()
+            .collect()
+    }
+
+    /// The most recent record.
+    pub fn last_request(&self) -> Option<ReceivedRequest> {
+        self.shared.lock().records.back().cloned()
+    }
+
+    /// Forgets counters and records.
+    pub fn reset(&self) {
+        self.shared.reset();
+    }
+
+    /// Stops the server (same as dropping it).
+    pub fn shutdown(self) {}
+}
+
+impl Drop for MockProvider {
+    fn drop(&mut self) {
+        self.shutdown.send_replace(true);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Binds `addr` and serves until the process ends (for `tokensaver mock-provider`).
+pub async fn serve_forever(addr: SocketAddr, opts: ProviderOptions) -> io::Result<()> {
+    let listener = bind_listener(addr)?;
+    serve_listener(listener, opts).await
+}
+
+/// Serves on an already bound listener until the process ends (lets the caller print the
+/// port of a `:0` bind before serving).
+pub async fn serve_listener(listener: TcpListener, opts: ProviderOptions) -> io::Result<()> {
+    let local = listener.local_addr()?;
+    tracing::info!(%local, "mock provider listening");
+    let (_keep, rx) = watch::channel(false);
+    accept_loop(listener, Arc::new(Shared::new(opts)), rx).await;
+    Ok(())
+}
+
+fn bind_listener(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
+async fn wait_shutdown(rx: &mut watch::Receiver<bool>) {
+    while !*rx.borrow_and_update() {
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => {
+                    let shared = Arc::clone(&shared);
+                    let mut rx = shutdown.clone();
+                    tokio::spawn(async move {
+                        tokio::select! {
+                            res = serve_connection(stream, shared) => {
+                                if let Err(e) = res {
+                                    tracing::debug!(error = %e, "mock provider connection ended");
+                                }
+                            }
+                            _ = wait_shutdown(&mut rx) => {}
+                        }
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "mock provider accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+            _ = wait_shutdown(&mut shutdown) => break,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP/1.1 parsing
+// ---------------------------------------------------------------------------------------------
+
+struct RequestHead {
+    method: String,
+    target: String,
+    minor: u8,
+    headers: Vec<(String, String)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Framing {
+    Empty,
+    Length(usize),
+    Chunked,
+}
+
+struct RequestInfo {
+    framing: Framing,
+    keep_alive: bool,
+    expect_continue: bool,
+}
+
+enum ReadError {
+    /// Answer with this status and close.
+    Http(u16, &'static str),
+    Io(io::Error),
+}
+
+impl From<io::Error> for ReadError {
+    fn from(e: io::Error) -> Self {
+        ReadError::Io(e)
+    }
+}
+
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// Index just past the blank line ending the head, scanning from `from`.
+fn find_head_end(buf: &[u8], from: usize) -> Option<usize> {
+    let mut i = from;
+    while let Some(p) = buf.get(i..)?.iter().position(|&b| b == b'\n') {
+        let nl = i + p;
+        match buf.get(nl + 1) {
+            Some(b'\n') => return Some(nl + 2),
+            Some(b'\r') => match buf.get(nl + 2) {
+                Some(b'\n') => return Some(nl + 3),
+                Some(_) => {}
+                None => return None,
+            },
+            Some(_) => {}
+            None => return None,
+        }
+        i = nl + 1;
+    }
+    None
+}
+
+fn parse_head(raw: &[u8]) -> Result<RequestHead, ReadError> {
+    let bad = |m| ReadError::Http(400, m);
+    let mut lines = raw
+        .split(|&b| b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+    let request_line = lines.next().ok_or(bad("empty request"))?;
+    let mut parts = request_line.split(|&b| b == b' ');
+    let (method, target, version) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(m), Some(t), Some(v), None) => (m, t, v),
+        _ => return Err(bad("malformed request line")),
+    };
+    if method.is_empty() || !method.iter().all(|&b| is_token_byte(b)) {
+        return Err(bad("malformed method"));
+    }
+    if target.is_empty() || target.iter().any(|&b| b <= b' ' || b == 0x7f) {
+        return Err(bad("malformed request target"));
+    }
+    let minor = match version {
+        b"HTTP/1.1" => 1,
+        b"HTTP/1.0" => 0,
+        v if v.starts_with(b"HTTP/") => {
+            return Err(ReadError::Http(505, "unsupported HTTP version"))
+        }
+        _ => return Err(bad("malformed HTTP version")),
+    };
+    let mut headers = Vec::with_capacity(16);
+    for line in lines {
+        if line.is_empty() {
+            break;
+        }
+        if line[0] == b' ' || line[0] == b'\t' {
+            return Err(bad("obsolete header line folding"));
+        }
+        let colon = line
+            .iter()
+            .position(|&b| b == b':')
+            .ok_or(bad("header line without a colon"))?;
+        let name = &line[..colon];
+        if name.is_empty() || !name.iter().all(|&b| is_token_byte(b)) {
+            return Err(bad("malformed header name"));
+        }
+        if headers.len() >= MAX_HEADERS {
+            return Err(ReadError::Http(431, "too many header fields"));
+        }
+        let value = trim_ows(&line[colon + 1..]);
+        headers.push((
+            String::from_utf8_lossy(name).to_ascii_lowercase(),
+            String::from_utf8_lossy(value).into_owned(),
+        ));
+    }
+    Ok(RequestHead {
+        method: String::from_utf8_lossy(method).into_owned(),
+        target: String::from_utf8_lossy(target).into_owned(),
+        minor,
+        headers,
+    })
+}
+
+fn trim_ows(v: &[u8]) -> &[u8] {
+    let start = v
+        .iter()
+        .position(|&b| b != b' ' && b != b'\t')
+        .unwrap_or(v.len());
+    let end = v
+        .iter()
+        .rposition(|&b| b != b' ' && b != b'\t')
+        .map_or(start, |p| p + 1);
+    &v[start..end.max(start)]
+}
+
+fn header_tokens<'a>(head: &'a RequestHead, name: &'a str) -> impl Iterator<Item = String> + 'a {
+    head.headers
+        .iter()
+        .filter(move |(n, _)| n == name)
+        .flat_map(|(_, v)| v.split(','))
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty())
+}
+
+fn request_info(head: &RequestHead, max_body: usize) -> Result<RequestInfo, ReadError> {
+    let mut keep_alive = head.minor == 1;
+    for t in header_tokens(head, "connection") {
+        if t == "close" {
+            keep_alive = false;
+            break;
+        }
+        if t == "keep-alive" {
+            keep_alive = true;
+        }
+    }
+    let te: Vec<String> = header_tokens(head, "transfer-encoding").collect();
+    let has_length = head.headers.iter().any(|(n, _)| n == "content-length");
+    let framing = if !te.is_empty() {
+        if te.last().map(String::as_str) != Some("chunked") {
+            return Err(ReadError::Http(501, "unsupported transfer-encoding"));
+        }
+        if has_length {
+            // RFC 9112 §6.3: chunked wins, and the connection must not be reused.
+            keep_alive = false;
+        }
+        Framing::Chunked
+    } else if has_length {
+        let mut len: Option<usize> = None;
+        for v in head
+            .headers
+            .iter()
+            .filter(|(n, _)| n == "content-length")
+            .flat_map(|(_, v)| v.split(','))
+        {
+            let v = v.trim();
+            if v.is_empty() || v.len() > 19 || !v.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(ReadError::Http(400, "malformed content-length"));
+            }
+            let n: usize = v
+                .parse()
+                .map_err(|_| ReadError::Http(400, "malformed content-length"))?;
+            if len.is_some_and(|l| l != n) {
+                return Err(ReadError::Http(400, "conflicting content-length"));
+            }
+            len = Some(n);
+        }
+        match len {
+            Some(0) | None => Framing::Empty,
+            Some(n) if n > max_body => return Err(ReadError::Http(413, "request body too large")),
+            Some(n) => Framing::Length(n),
+        }
+    } else {
+        Framing::Empty
+    };
+    let expect_continue = head.minor == 1
+        && head
+            .headers
+            .iter()
+            .any(|(n, v)| n == "expect" && v.eq_ignore_ascii_case("100-continue"));
+    Ok(RequestInfo {
+        framing,
+        keep_alive,
+        expect_continue,
+    })
+}
+
+/// Reads more bytes into `buf`; EOF is an error.
+async fn fill(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result<()> {
+    if buf.capacity() - buf.len() < 4096 {
+        buf.reserve(READ_RESERVE);
+    }
+    if stream.read_buf(buf).await? == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "peer closed mid-request",
+        ));
+    }
+    Ok(())
+}
+
+/// Reads a head; `Ok(None)` on a clean EOF between requests.
+async fn read_head(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+) -> Result<Option<RequestHead>, ReadError> {
+    let mut scanned = 0;
+    loop {
+        // Tolerate empty lines before a request line (RFC 9112 §2.2).
+        while buf.first().is_some_and(|&b| b == b'\r' || b == b'\n') {
+            buf.advance(1);
+            scanned = 0;
+        }
+        if let Some(end) = find_head_end(buf, scanned) {
+            let raw = buf.split_to(end);
+            return parse_head(&raw).map(Some);
+        }
+        if buf.len() > MAX_HEAD_BYTES {
+            return Err(ReadError::Http(431, "request head too large"));
+        }
+        scanned = buf.len().saturating_sub(2);
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(READ_RESERVE);
+        }
+        if stream.read_buf(buf).await? == 0 {
+            if buf.is_empty() {
+                return Ok(None);
+            }
+            return Err(ReadError::Io(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "peer closed mid-head",
+            )));
+        }
+    }
+}
+
+/// Reads one CRLF- (or LF-) terminated line, returning it without the terminator.
+async fn read_line(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<BytesMut, ReadError> {
+    let mut scanned = 0;
+    loop {
+        if let Some(p) = buf[scanned..].iter().position(|&b| b == b'\n') {
+            let mut line = buf.split_to(scanned + p + 1);
+            line.truncate(line.len() - 1);
+            if line.last() == Some(&b'\r') {
+                line.truncate(line.len() - 1);
+            }
+            return Ok(line);
+        }
+        scanned = buf.len();
+        if scanned > MAX_CHUNK_LINE {
+            return Err(ReadError::Http(400, "chunk line too long"));
+        }
+        fill(stream, buf).await?;
+    }
+}
+
+async fn read_body(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    framing: Framing,
+    max_body: usize,
+) -> Result<Bytes, ReadError> {
+    match framing {
+        Framing::Empty => Ok(Bytes::new()),
+        Framing::Length(n) => {
+            if buf.len() < n {
+                buf.reserve(n - buf.len());
+            }
+            while buf.len() < n {
+                if stream.read_buf(buf).await? == 0 {
+                    return Err(ReadError::Io(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "peer closed mid-body",
+                    )));
+                }
+            }
+            Ok(buf.split_to(n).freeze())
+        }
+        Framing::Chunked => {
+            let mut body = BytesMut::new();
+            loop {
+                let line = read_line(stream, buf).await?;
+                let size_part = line[..].split(|&b| b == b';').next().unwrap_or(&[]);
+                let size_part = trim_ows(size_part);
+                if size_part.is_empty()
+                    || size_part.len() > 15
+                    || !size_part.iter().all(|b| b.is_ascii_hexdigit())
+                {
+                    return Err(ReadError::Http(400, "malformed chunk size"));
+                }
+                let mut size = 0usize;
+                for &b in size_part {
+                    let digit = match b {
+                        b'0'..=b'9' => b - b'0',
+                        b'a'..=b'f' => b - b'a' + 10,
+                        _ => b - b'A' + 10,
+                    };
+                    size = size * 16 + usize::from(digit);
+                }
+                if size == 0 {
+                    // Trailer section: ignore fields up to the empty line.
+                    let mut trailer_bytes = 0usize;
+                    loop {
+                        let t = read_line(stream, buf).await?;
+                        if t.is_empty() {
+                            break;
+                        }
+                        trailer_bytes += t.len();
+                        if trailer_bytes > MAX_HEAD_BYTES {
+                            return Err(ReadError::Http(431, "trailer section too large"));
+                        }
+                    }
+                    return Ok(body.freeze());
+                }
+                if body.len() + size > max_body {
+                    return Err(ReadError::Http(413, "request body too large"));
+                }
+                body.reserve(size);
+                let mut remaining = size;
+                while remaining > 0 {
+                    if buf.is_empty() {
+                        fill(stream, buf).await?;
+                    }
+                    let take = remaining.min(buf.len());
+                    body.extend_from_slice(&buf[..take]);
+                    buf.advance(take);
+                    remaining -= take;
+                }
+                let end = read_line(stream, buf).await?;
+                if !end.is_empty() {
+                    return Err(ReadError::Http(400, "chunk data not followed by CRLF"));
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connection handling
+// ---------------------------------------------------------------------------------------------
+
+/// What to send back for one request.
+enum Reply {
+    Full {
+        status: u16,
+        headers: Vec<(&'static str, String)>,
+        body: Vec<u8>,
+    },
+    Sse(Vec<String>),
+    ResetNow,
+    ResetAfter(Vec<String>),
+    TruncatedFull(Vec<u8>),
+    TruncatedSse(Vec<String>),
+}
+
+struct Outcome {
+    delay: Option<Duration>,
+    reply: Reply,
+}
+
+impl From<Reply> for Outcome {
+    fn from(reply: Reply) -> Self {
+        Outcome { delay: None, reply }
+    }
+}
+
+async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) -> io::Result<()> {
+    let _ = stream.set_nodelay(true);
+    let mut buf = BytesMut::with_capacity(INITIAL_BUF);
+    let max_body = shared.opts.max_body_bytes;
+    loop {
+        let head = match read_head(&mut stream, &mut buf).await {
+            Ok(Some(h)) => h,
+            Ok(None) => return Ok(()),
+            Err(ReadError::Io(e)) => return Err(e),
+            Err(ReadError::Http(status, msg)) => {
+                return protocol_error(&mut stream, status, msg).await
+            }
+        };
+        let info = match request_info(&head, max_body) {
+            Ok(i) => i,
+            Err(ReadError::Io(e)) => return Err(e),
+            Err(ReadError::Http(status, msg)) => {
+                return protocol_error(&mut stream, status, msg).await
+            }
+        };
+        let waiting = match info.framing {
+            Framing::Empty => false,
+            Framing::Length(n) => buf.len() < n,
+            Framing::Chunked => buf.is_empty(),
+        };
+        if info.expect_continue && waiting {
+            stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+        }
+        let body = match read_body(&mut stream, &mut buf, info.framing, max_body).await {
+            Ok(b) => b,
+            Err(ReadError::Io(e)) => return Err(e),
+            Err(ReadError::Http(status, msg)) => {
+                return protocol_error(&mut stream, status, msg).await
+            }
+        };
+        let minor = head.minor;
+        let is_head = head.method == "HEAD";
+        let keep_alive = info.keep_alive;
+        let outcome = handle(&shared, head, body);
+        if let Some(d) = outcome.delay {
+            tokio::time::sleep(d).await;
+        }
+        match outcome.reply {
+            Reply::Full {
+                status,
+                headers,
+                body,
+            } => {
+                let mut out = Vec::with_capacity(body.len() + 256);
+                write_head(
+                    &mut out,
+                    status,
+                    "application/json",
+                    &headers,
+                    BodyKind::Length(body.len()),
+                    minor,
+                    keep_alive,
+                );
+                if !is_head {
+                    out.extend_from_slice(&body);
+                }
+                stream.write_all(&out).await?;
+            }
+            Reply::Sse(events) => {
+                let chunked = minor == 1;
+                let keep = keep_alive && chunked;
+                write_sse(
+                    &mut stream,
+                    &events,
+                    chunked,
+                    keep,
+                    minor,
+                    shared.opts.stream_delay_ms,
+                )
+                .await?;
+                if !keep {
+                    return close(stream).await;
+                }
+                continue;
+            }
+            Reply::ResetNow => {
+                return reset(stream);
+            }
+            Reply::ResetAfter(events) => {
+                let chunked = minor == 1;
+                let mut out = sse_head(chunked, keep_alive && chunked, minor);
+                for e in &events {
+                    push_chunk(&mut out, e.as_bytes(), chunked);
+                }
+                stream.write_all(&out).await?;
+                tokio::time::sleep(Duration::from_millis(RESET_PAUSE_MS)).await;
+                return reset(stream);
+            }
+            Reply::TruncatedFull(body) => {
+                let mut out = Vec::with_capacity(body.len() + 256);
+                write_head(
+                    &mut out,
+                    200,
+                    "application/json",
+                    &[],
+                    BodyKind::Length(body.len()),
+                    minor,
+                    keep_alive,
+                );
+                out.extend_from_slice(&body[..body.len() / 2]);
+                stream.write_all(&out).await?;
+                return close(stream).await;
+            }
+            Reply::TruncatedSse(events) => {
+                let chunked = minor == 1;
+                let mut out = sse_head(chunked, keep_alive && chunked, minor);
+                for e in &events {
+                    push_chunk(&mut out, e.as_bytes(), chunked);
+                }
+                stream.write_all(&out).await?;
+                return close(stream).await;
+            }
+        }
+        if !keep_alive {
+            return close(stream).await;
+        }
+    }
+}
+
+async fn close(mut stream: TcpStream) -> io::Result<()> {
+    let _ = stream.shutdown().await;
+    Ok(())
+}
+
+fn reset(stream: TcpStream) -> io::Result<()> {
+    stream.set_zero_linger()?;
+    drop(stream);
+    Ok(())
+}
+
+async fn protocol_error(stream: &mut TcpStream, status: u16, msg: &'static str) -> io::Result<()> {
+    let body = error_body(Flavor::OpenAi, status, msg);
+    let mut out = Vec::with_capacity(body.len() + 256);
+    write_head(
+        &mut out,
+        status,
+        "application/json",
+        &[],
+        BodyKind::Length(body.len()),
+        1,
+        false,
+    );
+    out.extend_from_slice(&body);
+    stream.write_all(&out).await?;
+    let _ = stream.shutdown().await;
+    Ok(())
+}
+
+enum BodyKind {
+    Length(usize),
+    Chunked,
+    CloseDelimited,
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        413 => "Payload Too Large",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        505 => "HTTP Version Not Supported",
+        _ => "Unknown",
+    }
+}
+
+fn write_head(
+    out: &mut Vec<u8>,
+    status: u16,
+    content_type: &str,
+    headers: &[(&'static str, String)],
+    body: BodyKind,
+    minor: u8,
+    keep_alive: bool,
+) {
+    out.extend_from_slice(
+        format!(
+            "HTTP/1.1 {status} {}\r\ncontent-type: {content_type}\r\n",
+            reason(status)
+        )
+        .as_bytes(),
+    );
+    for (n, v) in headers {
+        out.extend_from_slice(n.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(v.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    match body {
+        BodyKind::Length(n) => out.extend_from_slice(format!("content-length: {n}\r\n").as_bytes()),
+        BodyKind::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        BodyKind::CloseDelimited => {}
+    }
+    if !keep_alive {
+        out.extend_from_slice(b"connection: close\r\n");
+    } else if minor == 0 {
+        out.extend_from_slice(b"connection: keep-alive\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn sse_head(chunked: bool, keep_alive: bool, minor: u8) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4096);
+    let kind = if chunked {
+        BodyKind::Chunked
+    } else {
+        BodyKind::CloseDelimited
+    };
+    write_head(
+        &mut out,
+        200,
+        "text/event-stream",
+        &[("cache-control", "no-cache".to_owned())],
+        kind,
+        minor,
+        keep_alive,
+    );
+    out
+}
+
+fn push_chunk(out: &mut Vec<u8>, data: &[u8], chunked: bool) {
+    if chunked {
+        out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+        out.extend_from_slice(data);
+        out.extend_from_slice(b"\r\n");
+    } else {
+        out.extend_from_slice(data);
+    }
+}
+
+async fn write_sse(
+    stream: &mut TcpStream,
+    events: &[String],
+    chunked: bool,
+    keep_alive: bool,
+    minor: u8,
+    delay_ms: u64,
+) -> io::Result<()> {
+    let mut out = sse_head(chunked, keep_alive, minor);
+    if delay_ms == 0 {
+        for e in events {
+            push_chunk(&mut out, e.as_bytes(), chunked);
+        }
+        if chunked {
+            out.extend_from_slice(b"0\r\n\r\n");
+        }
+        return stream.write_all(&out).await;
+    }
+    let last = events.len().saturating_sub(1);
+    for (i, e) in events.iter().enumerate() {
+        if i > 0 {
+            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        }
+        push_chunk(&mut out, e.as_bytes(), chunked);
+        if i == last && chunked {
+            out.extend_from_slice(b"0\r\n\r\n");
+        }
+        stream.write_all(&out).await?;
+        out.clear();
+    }
+    if events.is_empty() {
+        if chunked {
+            out.extend_from_slice(b"0\r\n\r\n");
+        }
+        stream.write_all(&out).await?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Routing
+// ---------------------------------------------------------------------------------------------
+
+/// Which API's error and answer shapes apply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Flavor {
+    OpenAi,
+    Anthropic,
+}
+
+enum Route {
+    Chat,
+    Messages,
+    Models,
+    WrongMethod(Flavor, &'static str),
+    NotFound,
+}
+
+fn route(method: &str, path: &str) -> Route {
+    match (path, method) {
+        ("/v1/chat/completions", "POST") => Route::Chat,
+        ("/v1/messages", "POST") => Route::Messages,
+        ("/v1/models", "GET") => Route::Models,
+        ("/v1/chat/completions", _) => Route::WrongMethod(Flavor::OpenAi, "POST"),
+        ("/v1/messages", _) => Route::WrongMethod(Flavor::Anthropic, "POST"),
+        ("/v1/models", _) => Route::WrongMethod(Flavor::OpenAi, "GET"),
+        _ => Route::NotFound,
+    }
+}
+
+/// Splits a request target into its path (origin-form; absolute-form is reduced) and query.
+fn split_target(target: &str) -> (&str, Option<&str>) {
+    let mut t = target;
+    for scheme in ["http://", "https://"] {
+        if let Some(rest) = t.strip_prefix(scheme) {
+            t = rest.find('/').map_or("/", |i| &rest[i..]);
+        }
+    }
+    match t.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (t, None),
+    }
+}
+
+fn credential_ok(headers: &[(String, String)], expected: &str) -> bool {
+    headers.iter().any(|(n, v)| match n.as_str() {
+        "x-api-key" => v == expected,
+        "authorization" => v.split_once(' ').is_some_and(|(scheme, cred)| {
+            scheme.eq_ignore_ascii_case("bearer") && cred.trim() == expected
+        }),
+        _ => false,
+    })
+}
+
+fn json_reply(status: u16, value: &Value) -> Reply {
+    Reply::Full {
+        status,
+        headers: Vec::new(),
+        body: serde_json::to_vec(value).unwrap_or_default(),
+    }
+}
+
+fn error_reply(flavor: Flavor, status: u16, message: &str) -> Reply {
+    let mut headers = Vec::new();
+    if status == 429 {
+        headers.push(("retry-after", "1".to_owned()));
+    }
+    Reply::Full {
+        status,
+        headers,
+        body: error_body(flavor, status, message),
+    }
+}
+
+fn error_body(flavor: Flavor, status: u16, message: &str) -> Vec<u8> {
+    let v = match flavor {
+        Flavor::OpenAi => {
+            let (kind, code) = match status {
+                401 => ("invalid_request_error", Some("invalid_api_key")),
+                404 => ("invalid_request_error", Some("unknown_url")),
+                405 => ("invalid_request_error", Some("method_not_allowed")),
+                429 => ("requests", Some("rate_limit_exceeded")),
+                s if s >= 500 => ("server_error", None),
+                _ => ("invalid_request_error", None),
+            };
+            json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
+        }
+        Flavor::Anthropic => {
+            let kind = match status {
+                401 => "authentication_error",
+                404 => "not_found_error",
+                413 => "request_too_large",
+                429 => "rate_limit_error",
+                s if s >= 500 => "api_error",
+                _ => "invalid_request_error",
+            };
+            json!({"type": "error", "error": {"type": kind, "message": message}})
+        }
+    };
+    serde_json::to_vec(&v).unwrap_or_default()
+}
+
+fn handle(shared: &Shared, head: RequestHead, body: Bytes) -> Outcome {
+    let RequestHead {
+        method,
+        target,
+        headers,
+        ..
+    } = head;
+    let (path, query) = split_target(&target);
+    if path.starts_with("/__mock/") {
+        return introspect(shared, &method, path, query).into();
+    }
+    let route = route(&method, path);
+    let auth_ok = shared
+        .opts
+        .expected_credential
+        .as_deref()
+        .is_none_or(|k| credential_ok(&headers, k));
+    let path = path.to_owned();
+    shared.record(method, &path, target, headers, &body);
+    match route {
+        Route::NotFound => {
+            error_reply(Flavor::OpenAi, 404, &format!("Unknown request URL: {path}")).into()
+        }
+        Route::WrongMethod(flavor, allow) => {
+            let mut r = error_reply(
+                flavor,
+                405,
+                &format!("method not allowed on {path}; use {allow}"),
+            );
+            if let Reply::Full { headers, .. } = &mut r {
+                headers.push(("allow", allow.to_owned()));
+            }
+            r.into()
+        }
+        Route::Chat if !auth_ok => {
+            error_reply(Flavor::OpenAi, 401, "Incorrect API key provided.").into()
+        }
+        Route::Messages if !auth_ok => {
+            error_reply(Flavor::Anthropic, 401, "invalid x-api-key").into()
+        }
+        Route::Models if !auth_ok => {
+            error_reply(Flavor::OpenAi, 401, "Incorrect API key provided.").into()
+        }
+        Route::Models => json_reply(200, &models_json()).into(),
+        Route::Chat => answer(shared, Flavor::OpenAi, &body),
+        Route::Messages => answer(shared, Flavor::Anthropic, &body),
+    }
+}
+
+fn models_json() -> Value {
+    let data: Vec<Value> = MODELS
+        .iter()
+        .map(|m| json!({"id": m, "object": "model", "created": CREATED, "owned_by": "tokensaver-mock"}))
+        .collect();
+    json!({"object": "list", "data": data})
+}
+
+fn answer(shared: &Shared, flavor: Flavor, body: &[u8]) -> Outcome {
+    let value: Value = match serde_json::from_slice(body) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => return error_reply(flavor, 400, "request body must be a JSON object").into(),
+        Err(e) => {
+            return error_reply(flavor, 400, &format!("request body is not valid JSON: {e}")).into()
+        }
+    };
+    let model = value.get("model").and_then(Value::as_str).unwrap_or("");
+    let fault = Fault::for_model(model);
+    match fault {
+        Some(Fault::Status500) => {
+            return error_reply(
+                flavor,
+                500,
+                "The server had an error while processing your request. (mock fault-500)",
+            )
+            .into()
+        }
+        Some(Fault::Status429) => {
+            return error_reply(flavor, 429, "Rate limit reached. (mock fault-429)").into()
+        }
+        _ => {}
+    }
+    let stream = value.get("stream") == Some(&Value::Bool(true));
+    let include_usage = value
+        .get("stream_options")
+        .and_then(|o| o.get("include_usage"))
+        == Some(&Value::Bool(true));
+    let reply = MockReply::from_value(&value);
+    let full = |reply: &MockReply| match flavor {
+        Flavor::OpenAi => reply.openai_json(),
+        Flavor::Anthropic => reply.anthropic_json(),
+    };
+    let events = |reply: &MockReply| match flavor {
+        Flavor::OpenAi => reply.openai_sse_events(include_usage),
+        Flavor::Anthropic => reply.anthropic_sse_events(),
+    };
+    match (fault, stream) {
+        (Some(Fault::Reset), false) => Reply::ResetNow.into(),
+        (Some(Fault::Reset), true) => {
+            let mut ev = events(&reply);
+            ev.truncate(2);
+            Reply::ResetAfter(ev).into()
+        }
+        (Some(Fault::Truncated), false) => Reply::TruncatedFull(full(&reply)).into(),
+        (Some(Fault::Truncated), true) => {
+            let mut ev = events(&reply);
+            let keep = match flavor {
+                Flavor::OpenAi => 1 + reply.words.len(),
+                Flavor::Anthropic => 3 + reply.words.len(),
+            };
+            ev.truncate(keep);
+            Reply::TruncatedSse(ev).into()
+        }
+        (slow, stream) => {
+            let reply = if stream {
+                Reply::Sse(events(&reply))
+            } else {
+                Reply::Full {
+                    status: 200,
+                    headers: Vec::new(),
+                    body: full(&reply),
+                }
+            };
+            Outcome {
+                delay: (slow == Some(Fault::Slow))
+                    .then(|| Duration::from_millis(shared.opts.slow_ms)),
+                reply,
+            }
+        }
+    }
+}
+
+fn introspect(shared: &Shared, method: &str, path: &str, query: Option<&str>) -> Reply {
+    match (path, method) {
+        ("/__mock/calls", "GET") => json_reply(200, &json!(shared.counts())),
+        ("/__mock/reset", "POST") => {
+            shared.reset();
+            json_reply(200, &json!({"ok": true}))
+        }
+        ("/__mock/health", "GET") => json_reply(200, &json!({"ok": true})),
+        ("/__mock/requests", "GET") => {
+            let mut limit = 50usize;
+            let mut only: Option<String> = None;
+            for pair in query.unwrap_or("").split('&') {
+                match pair.split_once('=') {
+                    Some(("limit", v)) => limit = v.parse().unwrap_or(limit),
+                    Some(("path", v)) => only = Some(percent_decode(v)),
+                    _ => {}
+                }
+            }
+            let r = shared.lock();
+            let selected: Vec<&ReceivedRequest> = r
+                .records
+                .iter()
+                .rev()
+                .filter(|rec| only.as_deref().is_none_or(|p| rec.path == p))
+                .take(limit)
+                .collect();
+            let list: Vec<Value> = selected
+                .into_iter()
+                .rev()
+                .map(|rec| {
+                    let shown = &rec.body[..rec.body.len().min(INTROSPECT_BODY_CAP)];
+                    let at_ms = rec
+                        .at
+                        .duration_since(UNIX_EPOCH)
+                        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                    json!({
+                        "seq": rec.seq,
+                        "method": rec.method,
+                        "path": rec.path,
+                        "target": rec.target,
+                        "headers": rec.headers.iter().map(|(n, v)| [n, v]).collect::<Vec<_>>(),
+                        "body_len": rec.body_len,
+                        "body": String::from_utf8_lossy(shown),
+                        "body_truncated": shown.len() < rec.body_len,
+                        "at_unix_ms": at_ms,
+                    })
+                })
+                .collect();
+            drop(r);
+            json_reply(200, &Value::Array(list))
+        }
+        ("/__mock/calls" | "/__mock/health" | "/__mock/requests", _) => {
+            error_reply(Flavor::OpenAi, 405, "method not allowed; use GET")
+        }
+        ("/__mock/reset", _) => error_reply(Flavor::OpenAi, 405, "method not allowed; use POST"),
+        _ => error_reply(Flavor::OpenAi, 404, &format!("Unknown mock route: {path}")),
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
+                i += 3;
+            }
+            (b'+', _, _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The deterministic reply
+// ---------------------------------------------------------------------------------------------
+
+/// A fault mode, chosen by the model name (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// `fault-500`: HTTP 500 with an error body.
+    Status500,
+    /// `fault-429`: HTTP 429 with `retry-after: 1`.
+    Status429,
+    /// `fault-reset`: TCP reset (after two SSE events when streamed).
+    Reset,
+    /// `fault-slow`: answer after `slow_ms`.
+    Slow,
+    /// `fault-truncated`: answer cut short, then FIN.
+    Truncated,
+}
+
+impl Fault {
+    /// The fault a model name selects: the first of `fault-500`, `fault-429`, `fault-reset`,
+    /// `fault-slow`, `fault-truncated` that the name contains.
+    pub fn for_model(model: &str) -> Option<Fault> {
+        [
+            ("fault-500", Fault::Status500),
+            ("fault-429", Fault::Status429),
+            ("fault-reset", Fault::Reset),
+            ("fault-slow", Fault::Slow),
+            ("fault-truncated", Fault::Truncated),
+        ]
+        .into_iter()
+        .find(|(token, _)| model.contains(token))
+        .map(|(_, f)| f)
+    }
+}
+
+/// Token figures of an answer (see the module docs for the rules).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MockUsage {
+    /// `P = ceil(prompt chars / 4) + 8`: OpenAI `prompt_tokens`.
+    pub prompt_tokens: u64,
+    /// `O` = words in the reply: OpenAI `completion_tokens`, Anthropic `output_tokens`.
+    pub completion_tokens: u64,
+    /// OpenAI `prompt_tokens_details.cached_tokens` (`P / 2` for `cached` models, else 0).
+    pub cached_tokens: u64,
+    /// Anthropic `input_tokens` = `P - cache_read - cache_creation`.
+    pub input_tokens: u64,
+    /// Anthropic `cache_read_input_tokens` (`P / 2` for `cached` models, else 0).
+    pub cache_read_input_tokens: u64,
+    /// Anthropic `cache_creation_input_tokens` (`P / 4` for `cached` models, else 0).
+    pub cache_creation_input_tokens: u64,
+}
+
+impl MockUsage {
+    /// `P + O`.
+    pub fn total_tokens(&self) -> u64 {
+        self.prompt_tokens + self.completion_tokens
+    }
+
+    /// The OpenAI `usage` object.
+    pub fn openai_json(&self) -> Value {
+        json!({
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens(),
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+        })
+    }
+
+    /// The Anthropic `usage` object.
+    pub fn anthropic_json(&self) -> Value {
+        json!({
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.completion_tokens,
+            "cache_creation_input_tokens": self.cache_creation_input_tokens,
+            "cache_read_input_tokens": self.cache_read_input_tokens,
+        })
+    }
+}
+
+/// Everything the mock answers for one request body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MockReply {
+    /// The request's `model` (`""` if absent).
+    pub model: String,
+    /// BLAKE3 of the canonical body.
+    pub digest: [u8; 32],
+    /// The returned words (after the cap).
+    pub words: Vec<&'static str>,
+    /// The words joined by single spaces.
+    pub text: String,
+    /// Whether the cap cut the reply (`length` / `max_tokens`).
+    pub truncated: bool,
+    /// Unicode scalar values of the prompt text.
+    pub prompt_chars: u64,
+    /// Token figures.
+    pub usage: MockUsage,
+}
+
+/// The reply to a request body (JSON object); errors if the body is not JSON.
+pub fn reply_for(body: &[u8]) -> Result<MockReply, serde_json::Error> {
+    let v: Value = serde_json::from_slice(body)?;
+    Ok(MockReply::from_value(&v))
+}
+
+/// The usage the mock reports for a request body.
+pub fn expected_usage(body: &[u8]) -> Result<MockUsage, serde_json::Error> {
+    reply_for(body).map(|r| r.usage)
+}
+
+/// BLAKE3 of the canonical form of `body` (without top-level `stream`/`stream_options`).
+pub fn canonical_digest(body: &Value) -> [u8; 32] {
+    let mut h = blake3::Hasher::new();
+    match body {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map
+                .iter()
+                .filter(|(k, _)| k.as_str() != "stream" && k.as_str() != "stream_options")
+                .collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            hash_object(&mut h, entries);
+        }
+        other => hash_value(&mut h, other),
+    }
+    *h.finalize().as_bytes()
+}
+
+fn hash_str(h: &mut blake3::Hasher, s: &str) {
+    match serde_json::to_string(s) {
+        Ok(quoted) => h.update(quoted.as_bytes()),
+        Err(_) => h.update(s.as_bytes()),
+    };
+}
+
+fn hash_object(h: &mut blake3::Hasher, entries: Vec<(&String, &Value)>) {
+    h.update(b"{");
+    for (i, (k, v)) in entries.into_iter().enumerate() {
+        if i > 0 {
+            h.update(b",");
+        }
+        hash_str(h, k);
+        h.update(b":");
+        hash_value(h, v);
+    }
+    h.update(b"}");
+}
+
+fn hash_value(h: &mut blake3::Hasher, v: &Value) {
+    match v {
+        Value::Null => {
+            h.update(b"null");
+        }
+        Value::Bool(b) => {
+            h.update(if *b { b"true" } else { b"false" });
+        }
+        Value::Number(n) => {
+            h.update(n.to_string().as_bytes());
+        }
+        Value::String(s) => hash_str(h, s),
+        Value::Array(a) => {
+            h.update(b"[");
+            for (i, item) in a.iter().enumerate() {
+                if i > 0 {
+                    h.update(b",");
+                }
+                hash_value(h, item);
+            }
+            h.update(b"]");
+        }
+        Value::Object(m) => {
+            let mut entries: Vec<(&String, &Value)> = m.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            hash_object(h, entries);
+        }
+    }
+}
+
+fn content_chars(c: &Value) -> u64 {
+    let count = |s: &str| s.chars().count() as u64;
+    match c {
+        Value::String(s) => count(s),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .map(count)
+            .sum(),
+        _ => 0,
+    }
+}
+
+/// The prompt characters `C` of a request body (see the module docs).
+pub fn prompt_chars(body: &Value) -> u64 {
+    let system = body.get("system").map_or(0, content_chars);
+    let messages = match body.get("messages") {
+        Some(Value::Array(msgs)) => msgs
+            .iter()
+            .filter_map(|m| m.get("content"))
+            .map(content_chars)
+            .sum(),
+        _ => 0,
+    };
+    system + messages
+}
+
+impl MockReply {
+    /// The reply to a parsed request body.
+    pub fn from_value(body: &Value) -> MockReply {
+        let model = body
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let digest = canonical_digest(body);
+        let n = MIN_REPLY_WORDS + usize::from(digest[0]) % (MAX_REPLY_WORDS - MIN_REPLY_WORDS + 1);
+        let cap = body
+            .get("max_completion_tokens")
+            .and_then(Value::as_u64)
+            .or_else(|| body.get("max_tokens").and_then(Value::as_u64));
+        let kept = cap.map_or(n, |c| n.min(usize::try_from(c).unwrap_or(usize::MAX)));
+        let words: Vec<&'static str> = (0..kept)
+            .map(|i| WORDS[usize::from(digest[1 + i]) % WORDS.len()])
+            .collect();
+        let text = words.join(" ");
+        let chars = prompt_chars(body);
+        let p = chars.div_ceil(4) + PROMPT_OVERHEAD_TOKENS;
+        let cached = model.contains("cached");
+        let (read, creation) = if cached { (p / 2, p / 4) } else { (0, 0) };
+        let usage = MockUsage {
+            prompt_tokens: p,
+            completion_tokens: words.len() as u64,
+            cached_tokens: read,
+            input_tokens: p - read - creation,
+            cache_read_input_tokens: read,
+            cache_creation_input_tokens: creation,
+        };
+        MockReply {
+            model,
+            digest,
+            truncated: kept < n,
+            words,
+            text,
+            prompt_chars: chars,
+            usage,
+        }
+    }
+
+    fn id_hex(&self) -> String {
+        self.digest[..12]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// `chatcmpl-<24 hex>`.
+    pub fn openai_id(&self) -> String {
+        format!("chatcmpl-{}", self.id_hex())
+    }
+
+    /// `msg_<24 hex>`.
+    pub fn anthropic_id(&self) -> String {
+        format!("msg_{}", self.id_hex())
+    }
+
+    /// `"length"` if truncated, else `"stop"`.
+    pub fn openai_finish_reason(&self) -> &'static str {
+        if self.truncated {
+            "length"
+        } else {
+            "stop"
+        }
+    }
+
+    /// `"max_tokens"` if truncated, else `"end_turn"`.
+    pub fn anthropic_stop_reason(&self) -> &'static str {
+        if self.truncated {
+            "max_tokens"
+        } else {
+            "end_turn"
+        }
+    }
+
+    /// The deltas the streams carry: the words, each after the first prefixed by a space.
+    pub fn deltas(&self) -> Vec<String> {
+        self.words
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                if i == 0 {
+                    (*w).to_owned()
+                } else {
+                    format!(" {w}")
+                }
+            })
+            .collect()
+    }
+
+    fn oa_usage(&self) -> OaUsage {
+        OaUsage {
+            prompt_tokens: self.usage.prompt_tokens,
+            completion_tokens: self.usage.completion_tokens,
+            total_tokens: self.usage.total_tokens(),
+            prompt_tokens_details: OaPromptDetails {
+                cached_tokens: self.usage.cached_tokens,
+            },
+        }
+    }
+
+    fn an_usage(&self, output_tokens: u64) -> AnUsage {
+        AnUsage {
+            input_tokens: self.usage.input_tokens,
+            cache_creation_input_tokens: self.usage.cache_creation_input_tokens,
+            cache_read_input_tokens: self.usage.cache_read_input_tokens,
+            output_tokens,
+        }
+    }
+
+    /// The exact body of the non-streamed OpenAI answer.
+    pub fn openai_json(&self) -> Vec<u8> {
+        let id = self.openai_id();
+        let body = OaCompletion {
+            id: &id,
+            object: "chat.completion",
+            created: CREATED,
+            model: &self.model,
+            choices: [OaChoice {
+                index: 0,
+                message: OaMessage {
+                    role: "assistant",
+                    content: &self.text,
+                    refusal: None,
+                },
+                logprobs: None,
+                finish_reason: self.openai_finish_reason(),
+            }],
+            usage: self.oa_usage(),
+            system_fingerprint: SYSTEM_FINGERPRINT,
+        };
+        serde_json::to_vec(&body).unwrap_or_default()
+    }
+
+    /// The exact body of the non-streamed Anthropic answer.
+    pub fn anthropic_json(&self) -> Vec<u8> {
+        let id = self.anthropic_id();
+        let body = AnMessage {
+            id: &id,
+            kind: "message",
+            role: "assistant",
+            model: &self.model,
+            content: vec![AnText {
+                kind: "text",
+                text: &self.text,
+            }],
+            stop_reason: Some(self.anthropic_stop_reason()),
+            stop_sequence: None,
+            usage: self.an_usage(self.usage.completion_tokens),
+        };
+        serde_json::to_vec(&body).unwrap_or_default()
+    }
+
+    /// The exact SSE events (`data: ...\n\n` each) of the streamed OpenAI answer.
+    pub fn openai_sse_events(&self, include_usage: bool) -> Vec<String> {
+        let id = self.openai_id();
+        let null_usage = include_usage.then_some(None);
+        let chunk = |choices: Vec<OaChunkChoice<'_>>, usage: Option<Option<OaUsage>>| {
+            let c = OaChunk {
+                id: &id,
+                object: "chat.completion.chunk",
+                created: CREATED,
+                model: &self.model,
+                system_fingerprint: SYSTEM_FINGERPRINT,
+                choices,
+                usage,
+            };
+            format!(
+                "data: {}\n\n",
+                serde_json::to_string(&c).unwrap_or_default()
+            )
+        };
+        let deltas = self.deltas();
+        let mut events = Vec::with_capacity(deltas.len() + 4);
+        events.push(chunk(
+            oa_choice(Some("assistant"), Some(""), None),
+            null_usage,
+        ));
+        for d in &deltas {
+            events.push(chunk(oa_choice(None, Some(d), None), null_usage));
+        }
+        events.push(chunk(
+            oa_choice(None, None, Some(self.openai_finish_reason())),
+            null_usage,
+        ));
+        if include_usage {
+            events.push(chunk(Vec::new(), Some(Some(self.oa_usage()))));
+        }
+        events.push("data: [DONE]\n\n".to_owned());
+        events
+    }
+
+    /// The exact SSE events (`event: ...\ndata: ...\n\n` each) of the streamed Anthropic answer.
+    pub fn anthropic_sse_events(&self) -> Vec<String> {
+        let ev = |name: &str, v: &Value| {
+            format!(
+                "event: {name}\ndata: {}\n\n",
+                serde_json::to_string(v).unwrap_or_default()
+            )
+        };
+        let id = self.anthropic_id();
+        let start = AnMessage {
+            id: &id,
+            kind: "message",
+            role: "assistant",
+            model: &self.model,
+            content: Vec::new(),
+            stop_reason: None,
+            stop_sequence: None,
+            usage: self.an_usage(1),
+        };
+        let mut events = Vec::with_capacity(self.words.len() + 6);
+        events.push(ev("message_start", &json!({"type": "message_start", "message": serde_json::to_value(&start).unwrap_or(Value::Null)})));
+        events.push(ev(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ));
+        events.push(ev("ping", &json!({"type": "ping"})));
+        for d in self.deltas() {
+            events.push(ev(
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": d}}),
+            ));
+        }
+        events.push(ev(
+            "content_block_stop",
+            &json!({"type": "content_block_stop", "index": 0}),
+        ));
+        events.push(ev(
+            "message_delta",
+            &json!({
+                "type": "message_delta",
+                "delta": {"stop_reason": self.anthropic_stop_reason(), "stop_sequence": null},
+                "usage": {"output_tokens": self.usage.completion_tokens},
+            }),
+        ));
+        events.push(ev("message_stop", &json!({"type": "message_stop"})));
+        events
+    }
+}
+
+fn oa_choice<'a>(
+    role: Option<&'static str>,
+    content: Option<&'a str>,
+    finish_reason: Option<&'static str>,
+) -> Vec<OaChunkChoice<'a>> {
+    vec![OaChunkChoice {
+        index: 0,
+        delta: OaDelta { role, content },
+        logprobs: None,
+        finish_reason,
+    }]
+}
+
+#[derive(Serialize)]
+struct OaCompletion<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: [OaChoice<'a>; 1],
+    usage: OaUsage,
+    system_fingerprint: &'static str,
+}
+
+#[derive(Serialize)]
+struct OaChoice<'a> {
+    index: u32,
+    message: OaMessage<'a>,
+    logprobs: Option<()>,
+    finish_reason: &'static str,
+}
+
+#[derive(Serialize)]
+struct OaMessage<'a> {
+    role: &'static str,
+    content: &'a str,
+    refusal: Option<()>,
+}
+
+#[derive(Serialize, Clone, Copy)]
+struct OaUsage {
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    total_tokens: u64,
+    prompt_tokens_details: OaPromptDetails,
+}
+
+#[derive(Serialize, Clone, Copy)]
+struct OaPromptDetails {
+    cached_tokens: u64,
+}
+
+#[derive(Serialize)]
+struct OaChunk<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    system_fingerprint: &'static str,
+    choices: Vec<OaChunkChoice<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<Option<OaUsage>>,
+}
+
+#[derive(Serialize)]
+struct OaChunkChoice<'a> {
+    index: u32,
+    delta: OaDelta<'a>,
+    logprobs: Option<()>,
+    finish_reason: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+struct OaDelta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct AnMessage<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    role: &'static str,
+    model: &'a str,
+    content: Vec<AnText<'a>>,
+    stop_reason: Option<&'static str>,
+    stop_sequence: Option<()>,
+    usage: AnUsage,
+}
+
+#[derive(Serialize)]
+struct AnText<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: &'a str,
+}
+
+#[derive(Serialize)]
+struct AnUsage {
+    input_tokens: u64,
+    cache_creation_input_tokens: u64,
+    cache_read_input_tokens: u64,
+    output_tokens: u64,
+}

@@ -1,0 +1,597 @@
+//! The gatekeeper: the gate's live state around the pure decision — windows, budgets and
+//! reservations, holds, recorded usage, stored answers — and the ledger events it emits.
+//! Both the proxy (request mode) and `POST /gate` (digest mode) decide through [`Gatekeeper::gate`],
+//! so the two modes cannot drift apart.
+
+pub mod report;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use serde::Serialize;
+
+use crate::config::{BudgetPeriod, Config, KeyConfig, Prices};
+use crate::gate::{
+    decide, BudgetState, Decision, GateInput, KeyState, Policy, Usage, Verdict, Windows,
+};
+use crate::metrics::Metrics;
+use crate::receipt::{Envelope, ReceiptSigner};
+use crate::request::{Hash, RequestShape, WireForm};
+use crate::store::answers::{AnswerKey, AnswerStore, StoredAnswer};
+use crate::store::{
+    period_start, DecisionRow, Event, HoldRow, HoldState, LedgerDay, LedgerTotals, Store,
+    StoreError, UsageRow,
+};
+
+const DAY_MS: u64 = 86_400_000;
+
+/// Whether a gate call moves the windows and books the decision (`/gate`, proxy) or only
+/// evaluates it (`/estimate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Commit,
+    Estimate,
+}
+
+pub struct GateRequest<'a> {
+    pub key: &'a KeyConfig,
+    pub shape: &'a RequestShape,
+    pub human: Option<bool>,
+    /// An answer is held for this request's wire form (proxy: the answer store; digest: `held`).
+    pub held: bool,
+    pub hold_id: Option<&'a str>,
+    pub now_ms: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct GateOutcome {
+    pub decision: Decision,
+    pub envelope: Envelope,
+    pub decision_id: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    #[error("no forwarded decision with this id is awaiting usage for this key")]
+    UnknownDecision,
+    #[error("usage for this decision was already recorded")]
+    AlreadyRecorded,
+    #[error("the ledger could not commit the record")]
+    Storage,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum HoldError {
+    #[error("no such hold")]
+    Unknown,
+    #[error("the hold has expired")]
+    Expired,
+    #[error("the hold is not pending")]
+    NotPending,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BudgetView {
+    pub key_id: String,
+    pub ceiling_nano: Option<u64>,
+    pub period: &'static str,
+    pub spend_nano: u64,
+    pub reserved_nano: u64,
+    pub left_nano: Option<i128>,
+}
+
+struct KeyBudget {
+    ceiling_nano: Option<u64>,
+    period: BudgetPeriod,
+    /// Spend per UTC day index, so any period's spend is a range sum.
+    spend_by_day: BTreeMap<u64, u64>,
+}
+
+impl KeyBudget {
+    fn spend_in_period(&self, now_ms: u64) -> u64 {
+        let from = period_start(self.period, now_ms) / DAY_MS;
+        self.spend_by_day.range(from..).map(|(_, v)| *v).sum()
+    }
+}
+
+struct Reservation {
+    key_id: String,
+    fingerprint: Hash,
+    wire: WireForm,
+    nano: u64,
+    expires_ms: u64,
+    reusable: bool,
+}
+
+#[derive(Default)]
+struct State {
+    windows: Windows,
+    budgets: HashMap<String, KeyBudget>,
+    reservations: HashMap<String, Reservation>,
+    holds: HashMap<String, HoldRow>,
+    recorded: HashMap<(String, Hash, WireForm), Usage>,
+}
+
+impl State {
+    fn budget_state(&self, key_id: &str, now_ms: u64) -> Option<BudgetState> {
+        let b = self.budgets.get(key_id)?;
+        let ceiling = b.ceiling_nano?;
+        Some(BudgetState {
+            ceiling_nano: ceiling,
+            spend_nano: b.spend_in_period(now_ms),
+            reserved_nano: self.reserved(key_id),
+        })
+    }
+
+    fn reserved(&self, key_id: &str) -> u64 {
+        self.reservations
+            .values()
+            .filter(|r| r.key_id == key_id)
+            .map(|r| r.nano)
+            .sum()
+    }
+
+    fn add_spend(&mut self, key_id: &str, at_ms: u64, nano: u64) {
+        if let Some(b) = self.budgets.get_mut(key_id) {
+            *b.spend_by_day.entry(at_ms / DAY_MS).or_default() += nano;
+        }
+    }
+}
+
+pub struct Gatekeeper {
+    pub config: Arc<Config>,
+    policy: RwLock<Policy>,
+    pub signer: ReceiptSigner,
+    state: Mutex<State>,
+    answers: Mutex<AnswerStore>,
+    store: Arc<dyn Store>,
+    pub metrics: Metrics,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave these maps half-updated in a way that matters
+    // more than stopping the gate would; keep serving.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Gatekeeper {
+    /// Build the gatekeeper from config, a signer and a store, rebuilding memory from the store.
+    pub fn new(
+        config: Config,
+        signer: ReceiptSigner,
+        store: Arc<dyn Store>,
+        now_ms: u64,
+    ) -> Result<Self, StoreError> {
+        let snapshot = store.load(now_ms)?;
+        let mut policy = Policy::from_config(&config);
+        for (model, prices) in &snapshot.prices {
+            policy.prices.insert(model.clone(), *prices);
+        }
+        let mut state = State::default();
+        for key in &config.keys {
+            state.budgets.insert(
+                key.id.clone(),
+                KeyBudget {
+                    ceiling_nano: key.budget.map(|b| b.ceiling_nano),
+                    period: key.budget.map(|b| b.period).unwrap_or_default(),
+                    spend_by_day: BTreeMap::new(),
+                },
+            );
+        }
+        for (key_id, ceiling, period) in &snapshot.budgets {
+            if let Some(b) = state.budgets.get_mut(key_id) {
+                b.ceiling_nano = *ceiling;
+                b.period = *period;
+            }
+        }
+        for (key_id, at, nano) in &snapshot.spend {
+            state.add_spend(key_id, *at, *nano);
+        }
+        for row in &snapshot.recent_decisions {
+            if let Some(fp) = row.fingerprint.as_deref().and_then(Hash::from_hex) {
+                state
+                    .windows
+                    .record(&row.key_id, &fp, &row.model_requested, row.decided_at_ms);
+            }
+        }
+        for row in &snapshot.open_reservations {
+            if let Some(fp) = row.fingerprint.as_deref().and_then(Hash::from_hex) {
+                state.reservations.insert(
+                    row.decision_id.clone(),
+                    Reservation {
+                        key_id: row.key_id.clone(),
+                        fingerprint: fp,
+                        wire: row.wire,
+                        nano: row.reserved_nano,
+                        expires_ms: row.decided_at_ms + config.reservation_ttl_ms,
+                        reusable: false,
+                    },
+                );
+            }
+        }
+        for hold in &snapshot.holds {
+            state.holds.insert(hold.hold_id.clone(), hold.clone());
+        }
+        for (key_id, fp, wire, usage) in &snapshot.recorded {
+            if let Some(fp) = Hash::from_hex(fp) {
+                state.recorded.insert((key_id.clone(), fp, *wire), *usage);
+            }
+        }
+        Ok(Self {
+            answers: Mutex::new(AnswerStore::new(config.answer_store_bytes)),
+            config: Arc::new(config),
+            policy: RwLock::new(policy),
+            signer,
+            state: Mutex::new(state),
+            store,
+            metrics: Metrics::new(),
+        })
+    }
+
+    pub fn policy(&self) -> Policy {
+        self.policy.read().map(|p| p.clone()).unwrap_or_default()
+    }
+
+    /// Decide a request, and in `Commit` mode count it, reserve, open holds, and book it.
+    pub fn gate(&self, req: &GateRequest, mode: Mode) -> GateOutcome {
+        let started = std::time::Instant::now();
+        let shape = req.shape;
+        let key_id = req.key.id.as_str();
+        let wire = shape.wire_form();
+        let human = req.human.unwrap_or(req.key.human_default);
+        let policy = self.policy.read().unwrap_or_else(|p| p.into_inner());
+        let mut st = lock(&self.state);
+        self.expire(&mut st, req.now_ms);
+
+        let counts = st
+            .windows
+            .observe(key_id, &shape.fingerprint, &shape.model, req.now_ms);
+        let held_usage = st
+            .recorded
+            .get(&(key_id.to_string(), shape.fingerprint, wire))
+            .copied();
+        let approved_hold = req.hold_id.is_some_and(|id| {
+            st.holds.get(id).is_some_and(|h| {
+                h.state == HoldState::Approved
+                    && h.key_id == key_id
+                    && h.fingerprint == shape.fingerprint.to_hex()
+                    && req.now_ms < h.expires_ms
+            })
+        });
+        let input = GateInput {
+            key_id,
+            shape,
+            human,
+            held: req.held,
+            held_usage,
+            approved_hold,
+        };
+        let state = KeyState {
+            counts,
+            budget: st.budget_state(key_id, req.now_ms),
+        };
+        let decision = decide(&policy, &input, &state, req.now_ms);
+        drop(policy);
+
+        let body = decision.receipt_body();
+        let envelope = self.signer.sign(&body);
+        let decision_id = crate::receipt::decision_id(&body);
+
+        if mode == Mode::Commit {
+            st.windows
+                .record(key_id, &shape.fingerprint, &shape.model, req.now_ms);
+            let mut events = Vec::new();
+            if approved_hold {
+                if let Some(id) = req.hold_id {
+                    if let Some(h) = st.holds.get_mut(id) {
+                        h.state = HoldState::Used;
+                        events.push(Event::Hold(h.clone()));
+                    }
+                }
+            }
+            if let Some(hold_id) = &decision.hold_id {
+                let hold = HoldRow {
+                    hold_id: hold_id.clone(),
+                    key_id: key_id.to_string(),
+                    fingerprint: shape.fingerprint.to_hex(),
+                    created_ms: req.now_ms,
+                    expires_ms: req.now_ms + self.config.hold_ttl_ms,
+                    state: HoldState::Pending,
+                    worst_case_tokens: decision.worst_case.tokens().unwrap_or(0),
+                };
+                st.holds.insert(hold_id.clone(), hold.clone());
+                events.push(Event::Hold(hold));
+            }
+            let reserved = if decision.verdict.forwards() {
+                let nano = decision.worst_case.cost_nano.unwrap_or(0);
+                st.reservations.insert(
+                    decision_id.clone(),
+                    Reservation {
+                        key_id: key_id.to_string(),
+                        fingerprint: shape.fingerprint,
+                        wire,
+                        nano,
+                        expires_ms: req.now_ms + self.config.reservation_ttl_ms,
+                        reusable: shape.reproducible(),
+                    },
+                );
+                nano
+            } else {
+                0
+            };
+            drop(st);
+            let row = decision_row(&decision, &decision_id, wire, reserved);
+            self.store.submit(Event::Decision(row));
+            for e in events {
+                self.store.submit(e);
+            }
+            self.count(&decision);
+        }
+        self.metrics
+            .decision_seconds
+            .observe(started.elapsed().as_secs_f64());
+        GateOutcome {
+            decision,
+            envelope,
+            decision_id,
+        }
+    }
+
+    fn count(&self, d: &Decision) {
+        self.metrics
+            .requests
+            .with_label_values(&[d.verdict.as_str(), d.reason()])
+            .inc();
+        if let Some(u) = d.tokens_not_bought {
+            self.metrics
+                .tokens
+                .with_label_values(&["tokens_not_bought"])
+                .inc_by(u.total());
+        }
+        if let Some(t) = d.worst_case_tokens_avoided {
+            self.metrics
+                .tokens
+                .with_label_values(&["worst_case_tokens_avoided"])
+                .inc_by(t);
+        }
+        let findings: u64 = d.findings.iter().filter_map(|f| f.tokens).sum();
+        self.metrics
+            .tokens
+            .with_label_values(&["findings_tokens"])
+            .inc_by(findings);
+    }
+
+    /// Charge reservations past their TTL at their worst case; expire holds (their worst case
+    /// counts as avoided).
+    fn expire(&self, st: &mut State, now_ms: u64) {
+        let expired: Vec<String> = st
+            .reservations
+            .iter()
+            .filter(|(_, r)| r.expires_ms <= now_ms)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in expired {
+            if let Some(r) = st.reservations.remove(&id) {
+                st.add_spend(&r.key_id, now_ms, r.nano);
+                self.store.submit(Event::ReservationExpired {
+                    decision_id: id,
+                    key_id: r.key_id,
+                    at_ms: now_ms,
+                    charged_nano: r.nano,
+                });
+            }
+        }
+        let mut expired_holds = Vec::new();
+        for h in st.holds.values_mut() {
+            if h.expires_ms <= now_ms
+                && matches!(h.state, HoldState::Pending | HoldState::Approved)
+            {
+                h.state = HoldState::Expired;
+                expired_holds.push(h.clone());
+            }
+        }
+        st.holds.retain(|_, h| h.state != HoldState::Expired && h.state != HoldState::Used);
+        for h in expired_holds {
+            self.store.submit(Event::Hold(h));
+        }
+    }
+
+    /// Settle a forwarded decision with the usage the provider reported (`None`: it reported
+    /// none — the reservation is released and nothing is charged or invented).
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_usage(
+        &self,
+        key_id: &str,
+        decision_id: &str,
+        usage: Option<Usage>,
+        served_model: &str,
+        wire: WireForm,
+        complete: bool,
+        now_ms: u64,
+        wait: bool,
+    ) -> Result<UsageRow, RecordError> {
+        let prices = self
+            .policy
+            .read()
+            .ok()
+            .and_then(|p| p.prices.get(served_model).copied());
+        let mut st = lock(&self.state);
+        let reservation = match st.reservations.get(decision_id) {
+            Some(r) if r.key_id == key_id && r.wire == wire => st.reservations.remove(decision_id),
+            _ => None,
+        };
+        let Some(reservation) = reservation else {
+            drop(st);
+            return Err(match self.store.usage_recorded(decision_id) {
+                Ok(true) => RecordError::AlreadyRecorded,
+                _ => RecordError::UnknownDecision,
+            });
+        };
+        let usage_or_zero = usage.unwrap_or_default();
+        let spend = prices.map(|p| usage_or_zero.cost_nano(&p)).unwrap_or(0);
+        st.add_spend(key_id, now_ms, spend);
+        let mut recorded_event = None;
+        if let (Some(u), true, true) = (usage, complete, reservation.reusable) {
+            st.recorded
+                .insert((key_id.to_string(), reservation.fingerprint, wire), u);
+            recorded_event = Some(Event::Recorded {
+                key_id: key_id.to_string(),
+                fingerprint: reservation.fingerprint.to_hex(),
+                wire,
+                usage: u,
+                at_ms: now_ms,
+            });
+        }
+        drop(st);
+        let row = UsageRow {
+            decision_id: decision_id.to_string(),
+            key_id: key_id.to_string(),
+            at_ms: now_ms,
+            served_model: served_model.to_string(),
+            wire,
+            complete,
+            usage: usage_or_zero,
+            spend_nano: spend,
+        };
+        if let Some(e) = recorded_event {
+            self.store.submit(e);
+        }
+        if wait {
+            self.store
+                .submit_and_wait(Event::Usage(row.clone()))
+                .map_err(|_| RecordError::Storage)?;
+        } else {
+            self.store.submit(Event::Usage(row.clone()));
+        }
+        Ok(row)
+    }
+
+    /// Whether an answer to this request may be stored: reusable, forwarded, and its
+    /// reservation still open.
+    pub fn answer(&self, key: &AnswerKey) -> Option<Arc<StoredAnswer>> {
+        lock(&self.answers).get(key)
+    }
+
+    pub fn store_answer(&self, key: AnswerKey, answer: StoredAnswer) {
+        let mut answers = lock(&self.answers);
+        answers.put(key, answer);
+        self.metrics.answer_store_bytes.set(answers.bytes() as i64);
+    }
+
+    /// A person approves a CHALLENGE hold. `key_id`: the approving owner's key (None = admin).
+    pub fn approve_hold(&self, hold_id: &str, key_id: Option<&str>, now_ms: u64) -> Result<(), HoldError> {
+        let mut st = lock(&self.state);
+        self.expire(&mut st, now_ms);
+        let hold = st.holds.get_mut(hold_id).ok_or(HoldError::Unknown)?;
+        if key_id.is_some_and(|k| k != hold.key_id) {
+            return Err(HoldError::Unknown);
+        }
+        if hold.expires_ms <= now_ms {
+            return Err(HoldError::Expired);
+        }
+        if hold.state != HoldState::Pending {
+            return Err(HoldError::NotPending);
+        }
+        hold.state = HoldState::Approved;
+        let event = Event::Hold(hold.clone());
+        drop(st);
+        self.store.submit(event);
+        Ok(())
+    }
+
+    /// Delete the key's stored answers and fingerprint records; windows stay.
+    pub fn forget(&self, key_id: &str) -> Result<(), StoreError> {
+        lock(&self.answers).forget(key_id);
+        let mut st = lock(&self.state);
+        st.recorded.retain(|(k, _, _), _| k != key_id);
+        st.windows.forget_fingerprints(key_id);
+        drop(st);
+        self.store.submit_and_wait(Event::Forget {
+            key_id: key_id.to_string(),
+        })
+    }
+
+    pub fn budget_view(&self, key_id: &str, now_ms: u64) -> BudgetView {
+        let st = lock(&self.state);
+        let b = st.budgets.get(key_id);
+        let spend = b.map(|b| b.spend_in_period(now_ms)).unwrap_or(0);
+        let reserved = st.reserved(key_id);
+        let ceiling = b.and_then(|b| b.ceiling_nano);
+        BudgetView {
+            key_id: key_id.to_string(),
+            ceiling_nano: ceiling,
+            period: b.map(|b| b.period).unwrap_or_default().as_str(),
+            spend_nano: spend,
+            reserved_nano: reserved,
+            left_nano: ceiling.map(|c| i128::from(c) - i128::from(spend) - i128::from(reserved)),
+        }
+    }
+
+    pub fn set_budget(&self, key_id: &str, ceiling_nano: Option<u64>, period: BudgetPeriod) -> Result<(), StoreError> {
+        let mut st = lock(&self.state);
+        let b = st.budgets.get_mut(key_id).ok_or(StoreError::Unavailable)?;
+        b.ceiling_nano = ceiling_nano;
+        b.period = period;
+        drop(st);
+        self.store.submit_and_wait(Event::BudgetSet {
+            key_id: key_id.to_string(),
+            ceiling_nano,
+            period,
+        })
+    }
+
+    pub fn set_prices(&self, prices: &BTreeMap<String, Prices>) -> Result<(), StoreError> {
+        if let Ok(mut p) = self.policy.write() {
+            for (model, price) in prices {
+                p.prices.insert(model.clone(), *price);
+            }
+        }
+        for (model, price) in prices {
+            self.store.submit(Event::PricesSet {
+                model: model.clone(),
+                prices: *price,
+            });
+        }
+        self.store.flush()
+    }
+
+    pub fn ledger(&self, key_id: Option<&str>, from: Option<&str>, to: Option<&str>) -> Result<(Vec<LedgerDay>, LedgerTotals), StoreError> {
+        self.store.flush()?;
+        self.store.ledger(key_id, from, to)
+    }
+
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.store.flush()
+    }
+
+    /// Run expiry without a request (a background tick).
+    pub fn tick(&self, now_ms: u64) {
+        let mut st = lock(&self.state);
+        self.expire(&mut st, now_ms);
+    }
+}
+
+fn decision_row(d: &Decision, decision_id: &str, wire: WireForm, reserved_nano: u64) -> DecisionRow {
+    DecisionRow {
+        decision_id: decision_id.to_string(),
+        key_id: d.key_id.clone(),
+        fingerprint: Some(d.fingerprint.to_hex()),
+        verdict: d.verdict,
+        reason: d.reason().to_string(),
+        score: d.score,
+        model_requested: d.model_requested.clone(),
+        model_served: d.model_served.clone(),
+        wire,
+        decided_at_ms: d.decided_at_ms,
+        reserved_nano,
+        worst_case_tokens: d.worst_case.tokens(),
+        tokens_not_bought: d.tokens_not_bought.map(|u| u.total()).unwrap_or(0),
+        worst_case_tokens_avoided: if d.verdict == Verdict::Block {
+            d.worst_case_tokens_avoided.unwrap_or(0)
+        } else {
+            0
+        },
+        findings_tokens: d.findings.iter().filter_map(|f| f.tokens).sum(),
+        hold_id: d.hold_id.clone(),
+    }
+}

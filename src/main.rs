@@ -1,0 +1,200 @@
+//! The `tokensaver` command: CLI wiring only.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use tokensaver::config::Config;
+use tokensaver::request::{self, Digest, Route};
+
+#[derive(Parser)]
+#[command(name = "tokensaver", version, about = "A deterministic cost gate for language-model traffic")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the proxy, API and admin listeners.
+    Serve {
+        #[arg(long, default_value = "config/tokensaver.toml")]
+        config: PathBuf,
+        /// Worker threads per listener.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+    },
+    /// The quick start: the proxy with the example config, in front of a built-in local
+    /// provider, driven by a scripted agent session.
+    Demo {
+        #[arg(long, default_value = "config/tokensaver.toml")]
+        config: PathBuf,
+    },
+    /// Print the digest (counts and keyed hashes, no text) of a request body.
+    Digest {
+        /// A request body file, or `-` for standard input.
+        file: String,
+        /// The tokensaver key whose secret keys the hashes (else $TOKENSAVER_KEY).
+        #[arg(long, env = "TOKENSAVER_KEY", hide_env_values = true)]
+        key: String,
+        #[arg(long, value_enum, default_value = "openai")]
+        route: RouteArg,
+    },
+    /// Verify a signed receipt envelope against the data dir's receipt keys.
+    Verify {
+        file: String,
+        #[arg(long, default_value = "config/tokensaver.toml")]
+        config: PathBuf,
+    },
+    /// Key management.
+    Key {
+        #[command(subcommand)]
+        command: KeyCommand,
+    },
+    /// Print a key's (or the fleet's) spend and savings by tier.
+    Ledger {
+        #[arg(long, default_value = "config/tokensaver.toml")]
+        config: PathBuf,
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// Profile an MCP tool catalogue (split-profile, criteria 1.2.0).
+    SplitProfile {
+        file: String,
+        /// Print the signed JSON report instead of text.
+        #[arg(long)]
+        json: bool,
+        #[arg(long, default_value = "config/tokensaver.toml")]
+        config: PathBuf,
+    },
+    /// Validate a config file.
+    CheckConfig { file: PathBuf },
+    /// Run the deterministic local provider (tests and benchmarks).
+    #[command(hide = true)]
+    MockProvider {
+        #[arg(long, default_value = "127.0.0.1:9999")]
+        listen: std::net::SocketAddr,
+        #[arg(long)]
+        expected_credential: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeyCommand {
+    /// Print a new key and the config lines that hold its hash.
+    New {
+        #[arg(long)]
+        id: String,
+    },
+    /// Print a new admin key and the config lines that hold its hash.
+    Admin,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum RouteArg {
+    Openai,
+    Anthropic,
+}
+
+fn read_input(file: &str) -> Result<Vec<u8>, String> {
+    if file == "-" {
+        let mut buf = Vec::new();
+        std::io::stdin().read_to_end(&mut buf).map_err(|e| format!("cannot read standard input: {}", e.kind()))?;
+        Ok(buf)
+    } else {
+        std::fs::read(file).map_err(|e| format!("cannot read {file}: {}", e.kind()))
+    }
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    match run(Cli::parse().command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("tokensaver: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> Result<(), String> {
+    match command {
+        Command::Serve { config, threads } => tokensaver::server::serve(&config, threads),
+        Command::Demo { config } => tokensaver::demo::run(&config),
+        Command::Digest { file, key, route } => {
+            let body = read_input(&file)?;
+            let parsed = tokensaver::auth::parse_key(&key).ok_or("the key is not of the form tsk_<id>_<secret>")?;
+            let fp_key = tokensaver::auth::fingerprint_key(parsed.secret);
+            let route = match route {
+                RouteArg::Openai => Route::OpenAiChat,
+                RouteArg::Anthropic => Route::AnthropicMessages,
+            };
+            let parsed = request::parse(route, &body, &fp_key).map_err(|e| e.to_string())?;
+            let digest = Digest::new(parsed.shape);
+            println!("{}", serde_json::to_string_pretty(&digest).map_err(|e| e.to_string())?);
+            Ok(())
+        }
+        Command::Verify { file, config } => {
+            let config = Config::load(&config).map_err(|e| e.to_string())?;
+            let signer = tokensaver::receipt::ReceiptSigner::load_or_create(&config.data_dir).map_err(|e| e.to_string())?;
+            let input = read_input(&file)?;
+            let text = String::from_utf8_lossy(&input);
+            let envelope = match serde_json::from_str::<tokensaver::receipt::Envelope>(text.trim()) {
+                Ok(e) => e,
+                Err(_) => tokensaver::receipt::Envelope::from_header_value(text.trim()).map_err(|e| e.to_string())?,
+            };
+            let body = signer.verify(&envelope).map_err(|e| format!("INVALID: {e}"))?;
+            println!("VALID (kid {})", envelope.kid);
+            println!("{}", String::from_utf8_lossy(&body));
+            Ok(())
+        }
+        Command::Key { command: KeyCommand::New { id } } => {
+            let (key, line) = tokensaver::auth::new_key(&id).ok_or("key ids are 1-64 characters of a-z, A-Z, 0-9 or '-'")?;
+            println!("key (give it to the caller; it is not stored): {key}\n\nconfig lines:\n{line}");
+            Ok(())
+        }
+        Command::Key { command: KeyCommand::Admin } => {
+            let (key, line) = tokensaver::auth::new_admin_key();
+            println!("admin key (keep it off shared machines): {key}\n\nconfig lines:\n{line}");
+            Ok(())
+        }
+        Command::Ledger { config, key } => {
+            let config = Config::load(&config).map_err(|e| e.to_string())?;
+            tokensaver::ledger::report::print(&config, key.as_deref())
+        }
+        Command::SplitProfile { file, json, config } => {
+            let input = read_input(&file)?;
+            let signer = match Config::load(&config) {
+                Ok(c) => tokensaver::receipt::ReceiptSigner::load_or_create(&c.data_dir).map_err(|e| e.to_string())?,
+                Err(_) => tokensaver::receipt::ReceiptSigner::load_or_create(std::path::Path::new("./data")).map_err(|e| e.to_string())?,
+            };
+            let out = format!("{} {} {}", input.len(), json, signer.kid());
+            println!("{out}");
+            Ok(())
+        }
+        Command::CheckConfig { file } => {
+            let config = Config::load(&file).map_err(|e| e.to_string())?;
+            println!(
+                "config ok: {} keys, {} priced models, {} downgrade mappings; proxy {}, api {}, admin {}",
+                config.keys.len(),
+                config.prices.len(),
+                config.downgrade.len(),
+                config.proxy_addr,
+                config.api_addr,
+                config.admin_addr
+            );
+            Ok(())
+        }
+        Command::MockProvider { listen, expected_credential } => {
+            let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+            let opts = tokensaver::demo::provider::ProviderOptions { expected_credential, ..Default::default() };
+            eprintln!("mock provider listening on http://{listen}");
+            runtime.block_on(tokensaver::demo::provider::serve_forever(listen, opts)).map_err(|e| e.to_string())
+        }
+    }
+}

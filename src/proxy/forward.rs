@@ -1,0 +1,295 @@
+//! Forwarding an ALLOW or DOWNGRADE: write the upstream request through pingora's pooled
+//! connector, relay the answer as it arrives, capture the usage the provider reports, and
+//! store the answer when it is complete, successful and reusable.
+
+use bytes::Bytes;
+use pingora::connectors::http::Connector;
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::proxy::Session;
+use pingora::{ErrorType, Result};
+use serde_json::{Map, Value};
+
+use super::errors::GateError;
+use super::usage::{json_usage, SseTap};
+use super::{now_ms, respond_error, ProviderPeer};
+use crate::gate::Usage;
+use crate::ledger::Gatekeeper;
+use crate::request::{Route, WireForm};
+use crate::store::answers::{AnswerKey, StoredAnswer};
+
+/// Request headers that describe the downstream hop or the caller's key, never forwarded.
+const DROPPED_REQUEST_HEADERS: &[&str] = &[
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "upgrade",
+    "authorization",
+    "x-api-key",
+    "accept-encoding",
+    "x-tokensaver-human",
+    "x-tokensaver-hold",
+];
+
+const DROPPED_RESPONSE_HEADERS: &[&str] = &["content-length", "transfer-encoding", "connection", "keep-alive"];
+
+pub(super) struct Forward<'a> {
+    pub route: Route,
+    pub provider: &'a ProviderPeer,
+    pub connector: &'a Connector,
+    pub gatekeeper: &'a Gatekeeper,
+    pub key_id: &'a str,
+    pub decision_id: &'a str,
+    pub served_model: &'a str,
+    pub original: Bytes,
+    pub body: Map<String, Value>,
+    pub downgrade: bool,
+    pub stream: bool,
+    pub wants_usage: bool,
+    pub reusable: bool,
+    pub answer_key: AnswerKey,
+    pub receipt_headers: Vec<(&'static str, String)>,
+}
+
+/// How the upstream exchange ended.
+struct Outcome {
+    status: u16,
+    usage: Option<Usage>,
+    complete: bool,
+    answer: Option<(String, Vec<u8>)>,
+}
+
+impl Forward<'_> {
+    /// The body to send upstream: the caller's exact bytes unless the gate must change it.
+    fn upstream_body(&mut self) -> (Bytes, bool) {
+        let mut changed = false;
+        if self.downgrade {
+            self.body.insert("model".into(), Value::String(self.served_model.to_string()));
+            changed = true;
+        }
+        // Ask for usage on the caller's behalf; the extra chunk is stripped before it reaches a
+        // client that did not ask for it.
+        let strip = self.route == Route::OpenAiChat && self.stream && !self.wants_usage;
+        if strip {
+            let mut options = match self.body.get("stream_options") {
+                Some(Value::Object(o)) => o.clone(),
+                _ => Map::new(),
+            };
+            options.insert("include_usage".into(), Value::Bool(true));
+            self.body.insert("stream_options".into(), Value::Object(options));
+            changed = true;
+        }
+        let bytes = if changed {
+            Bytes::from(serde_json::to_vec(&self.body).unwrap_or_default())
+        } else {
+            self.original.clone()
+        };
+        (bytes, strip)
+    }
+
+    fn upstream_header(&self, session: &Session, len: usize) -> Result<RequestHeader> {
+        let req = session.req_header();
+        let path = req.uri.path_and_query().map(|p| p.as_str()).unwrap_or(self.route.path());
+        let mut header = RequestHeader::build("POST", path.as_bytes(), Some(req.headers.len() + 4))?;
+        for (name, value) in req.headers.iter() {
+            if !DROPPED_REQUEST_HEADERS.contains(&name.as_str()) {
+                header.append_header(name.clone(), value.clone())?;
+            }
+        }
+        header.insert_header("host", self.provider.host_header.as_str())?;
+        header.insert_header("content-length", len.to_string())?;
+        header.insert_header("accept-encoding", "identity")?;
+        self.provider.set_credential(&mut header)?;
+        Ok(header)
+    }
+
+    pub(super) async fn run(mut self, session: &mut Session) -> Result<()> {
+        let (body, strip) = self.upstream_body();
+        let header = self.upstream_header(session, body.len())?;
+        let result = self.exchange(session, header, body, strip).await;
+        let (outcome, error) = match result {
+            Ok(outcome) => (outcome, None),
+            Err((outcome, err)) => (outcome, Some(err)),
+        };
+        let wire = if self.stream { WireForm::Sse } else { WireForm::Json };
+        self.gatekeeper
+            .record_usage(self.key_id, self.decision_id, outcome.usage, self.served_model, wire, outcome.complete, now_ms(), false)
+            .ok();
+        let success = (200..300).contains(&outcome.status);
+        if let (true, true, true, Some(_), Some((content_type, bytes))) =
+            (self.reusable, outcome.complete, success, outcome.usage, outcome.answer)
+        {
+            self.gatekeeper.store_answer(
+                self.answer_key.clone(),
+                StoredAnswer {
+                    content_type,
+                    body: Bytes::from(bytes),
+                },
+            );
+        }
+        match error {
+            None => Ok(()),
+            Some(Failure::BeforeHeader(err)) => {
+                self.gatekeeper.metrics.upstream_errors.with_label_values(&[err.code]).inc();
+                respond_error(session, Some(self.route), &err, &self.receipt_headers).await
+            }
+            Some(Failure::MidStream) => {
+                self.gatekeeper.metrics.upstream_errors.with_label_values(&["mid_stream"]).inc();
+                // The header is out: end the downstream response abnormally so the client sees
+                // a broken answer, never a complete-looking one.
+                pingora::Error::e_explain(ErrorType::ReadError, "upstream answer broke off")
+            }
+        }
+    }
+
+    async fn exchange(
+        &self,
+        session: &mut Session,
+        header: RequestHeader,
+        body: Bytes,
+        strip: bool,
+    ) -> std::result::Result<Outcome, (Outcome, Failure)> {
+        let mut outcome = Outcome {
+            status: 0,
+            usage: None,
+            complete: false,
+            answer: None,
+        };
+        let bad_gateway = |code: &'static str, msg: &'static str| GateError::new(502, "api_error", code, msg);
+        let (mut upstream, _reused) = match self.connector.get_http_session(&self.provider.peer).await {
+            Ok(s) => s,
+            Err(_) => return Err((outcome, Failure::BeforeHeader(bad_gateway("upstream_connect", "could not connect to the provider")))),
+        };
+        let sent = async {
+            upstream.write_request_header(Box::new(header)).await?;
+            upstream.write_request_body(body, true).await?;
+            upstream.finish_request_body().await
+        }
+        .await;
+        if sent.is_err() {
+            return Err((outcome, Failure::BeforeHeader(bad_gateway("upstream_write", "could not send the request to the provider"))));
+        }
+        if let Err(e) = upstream.read_response_header().await {
+            let err = if is_timeout(&e) {
+                GateError::new(504, "api_error", "upstream_timeout", "the provider did not answer in time")
+            } else {
+                bad_gateway("upstream_reset", "the provider closed the connection without answering")
+            };
+            return Err((outcome, Failure::BeforeHeader(err)));
+        }
+        let Some(resp) = upstream.response_header() else {
+            return Err((outcome, Failure::BeforeHeader(bad_gateway("upstream_header", "the provider sent no response header"))));
+        };
+        outcome.status = resp.status.as_u16();
+        let content_type = resp
+            .headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/json")
+            .to_string();
+        let is_sse = content_type.starts_with("text/event-stream");
+        let mut down = match ResponseHeader::build(resp.status, Some(resp.headers.len() + 3)) {
+            Ok(h) => h,
+            Err(_) => return Err((outcome, Failure::BeforeHeader(bad_gateway("upstream_header", "the provider sent an invalid header")))),
+        };
+        for (name, value) in resp.headers.iter() {
+            if !DROPPED_RESPONSE_HEADERS.contains(&name.as_str()) {
+                let _ = down.append_header(name.clone(), value.clone());
+            }
+        }
+        // Chunked downstream: the answer may be re-framed (a stripped usage chunk).
+        let _ = down.insert_header("transfer-encoding", "chunked");
+        for (name, value) in &self.receipt_headers {
+            let _ = down.insert_header(*name, value.as_str());
+        }
+        if session.write_response_header(Box::new(down), false).await.is_err() {
+            upstream.shutdown().await;
+            return Err((outcome, Failure::MidStream));
+        }
+
+        let success = (200..300).contains(&outcome.status);
+        let keep_answer = self.reusable && success;
+        let cap = self.gatekeeper.config.answer_store_bytes;
+        let mut kept: Vec<u8> = Vec::new();
+        let mut tap = is_sse.then(|| SseTap::new(self.route, strip));
+        let mut json_body: Vec<u8> = Vec::new();
+        loop {
+            match upstream.read_response_body().await {
+                Ok(Some(chunk)) => {
+                    if keep_answer && kept.len() + chunk.len() <= cap {
+                        kept.extend_from_slice(&chunk);
+                    }
+                    let out = match tap.as_mut() {
+                        Some(t) => Bytes::from(t.feed(&chunk)),
+                        None => {
+                            json_body.extend_from_slice(&chunk);
+                            chunk
+                        }
+                    };
+                    if !out.is_empty() && session.write_response_body(Some(out), false).await.is_err() {
+                        upstream.shutdown().await;
+                        outcome.usage = usage_so_far(self.route, &tap, &json_body);
+                        return Err((outcome, Failure::MidStream));
+                    }
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    if let Some(t) = tap.as_mut() {
+                        let rest = t.finish();
+                        if !rest.is_empty() {
+                            let _ = session.write_response_body(Some(Bytes::from(rest)), false).await;
+                        }
+                    }
+                    upstream.shutdown().await;
+                    outcome.usage = usage_so_far(self.route, &tap, &json_body);
+                    return Err((outcome, Failure::MidStream));
+                }
+            }
+        }
+        let rest = tap.as_mut().map(SseTap::finish).unwrap_or_default();
+        let body_done = upstream.response_done();
+        outcome.usage = usage_so_far(self.route, &tap, &json_body);
+        outcome.complete = body_done
+            && match &tap {
+                Some(t) => t.finished,
+                None => outcome.usage.is_some() || !success,
+            };
+        if keep_answer && outcome.complete && kept.len() <= cap {
+            outcome.answer = Some((content_type, kept));
+        }
+        let tail = if rest.is_empty() { None } else { Some(Bytes::from(rest)) };
+        if session.write_response_body(tail, true).await.is_err() {
+            return Err((outcome, Failure::MidStream));
+        }
+        if body_done {
+            self.connector
+                .release_http_session(upstream, &self.provider.peer, self.provider.peer.options.idle_timeout)
+                .await;
+        }
+        Ok(outcome)
+    }
+}
+
+enum Failure {
+    /// Nothing was sent to the client yet: answer with a closed-form error.
+    BeforeHeader(GateError),
+    /// The answer was under way: cut it off.
+    MidStream,
+}
+
+fn usage_so_far(route: Route, tap: &Option<SseTap>, json_body: &[u8]) -> Option<Usage> {
+    match tap {
+        Some(t) => t.usage,
+        None => json_usage(route, json_body),
+    }
+}
+
+fn is_timeout(e: &pingora::Error) -> bool {
+    matches!(
+        e.etype(),
+        ErrorType::ReadTimedout | ErrorType::WriteTimedout | ErrorType::ConnectTimedout
+    )
+}

@@ -1,0 +1,406 @@
+//! The proxy listener: provider-shaped traffic in, every verdict enforced.
+//!
+//! Gated routes (`POST /v1/chat/completions`, `POST /v1/messages`) are answered entirely in
+//! `request_filter`: the whole body is read (bounded), the gate decides, and the verdict is
+//! enforced there — SERVE, CHALLENGE and BLOCK answer at once and never reach upstream; ALLOW
+//! and DOWNGRADE are forwarded by [`forward`] through pingora's pooled upstream connector. The
+//! body is buffered before the decision, and pingora 0.9 only replays 64 KiB of a body read in
+//! `request_filter`, so the gate writes the upstream request itself rather than hand the body
+//! back to the proxy pipeline. `GET /v1/models` passes through pingora's normal proxy path.
+
+pub mod errors;
+mod forward;
+pub mod usage;
+
+use std::net::ToSocketAddrs;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use pingora::connectors::http::Connector;
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::prelude::HttpPeer;
+use pingora::proxy::{ProxyHttp, Session};
+use pingora::{Error, ErrorType, Result};
+
+use crate::auth;
+use crate::config::{Config, Upstream};
+use crate::gate::Verdict;
+use crate::ledger::{GateRequest, Gatekeeper, Mode};
+use crate::request::{self, Route, WireForm};
+use crate::store::answers::AnswerKey;
+use errors::GateError;
+
+/// Provider paths that are billable but not gated by this build: refused, so spend never
+/// bypasses the gate.
+const UNGATED_BILLABLE: &[&str] = &[
+    "/v1/responses",
+    "/v1/completions",
+    "/v1/embeddings",
+    "/v1/messages/count_tokens",
+    "/v1/messages/batches",
+    "/v1/batches",
+    "/v1/images/generations",
+    "/v1/audio/speech",
+    "/v1/audio/transcriptions",
+    "/v1/moderations",
+];
+
+/// One configured provider: where it is and the credential swapped in for the caller's key.
+#[derive(Clone)]
+pub struct ProviderPeer {
+    pub route: Route,
+    pub peer: HttpPeer,
+    pub host_header: String,
+    pub credential: Option<String>,
+}
+
+impl ProviderPeer {
+    pub fn resolve(route: Route, upstream: &Upstream, timeout: Duration) -> std::io::Result<Self> {
+        let addr = (upstream.host.as_str(), upstream.port)
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "upstream host has no address"))?;
+        // Resolved here, so `HttpPeer::new` gets an address and never looks one up itself.
+        let mut peer = HttpPeer::new(addr, upstream.tls, upstream.host.clone());
+        peer.options.connection_timeout = Some(Duration::from_secs(10));
+        peer.options.read_timeout = Some(timeout);
+        peer.options.write_timeout = Some(timeout);
+        peer.options.idle_timeout = Some(Duration::from_secs(60));
+        let default_port = if upstream.tls { 443 } else { 80 };
+        let host_header = if upstream.port == default_port {
+            upstream.host.clone()
+        } else {
+            format!("{}:{}", upstream.host, upstream.port)
+        };
+        let credential = upstream
+            .credential_env
+            .as_deref()
+            .and_then(|name| std::env::var(name).ok())
+            .filter(|v| !v.is_empty());
+        Ok(Self {
+            route,
+            peer,
+            host_header,
+            credential,
+        })
+    }
+
+    /// Put the provider credential where this provider expects it.
+    fn set_credential(&self, header: &mut RequestHeader) -> Result<()> {
+        header.remove_header("authorization");
+        header.remove_header("x-api-key");
+        if let Some(cred) = &self.credential {
+            match self.route {
+                Route::OpenAiChat => header.insert_header("authorization", format!("Bearer {cred}"))?,
+                Route::AnthropicMessages => header.insert_header("x-api-key", cred.as_str())?,
+            }
+        }
+        Ok(())
+    }
+}
+
+pub struct GateProxy {
+    pub gatekeeper: Arc<Gatekeeper>,
+    connector: Connector,
+    openai: Option<ProviderPeer>,
+    anthropic: Option<ProviderPeer>,
+}
+
+impl GateProxy {
+    pub fn new(gatekeeper: Arc<Gatekeeper>) -> std::io::Result<Self> {
+        let config = gatekeeper.config.clone();
+        let timeout = Duration::from_secs(config.upstream_timeout_secs);
+        let openai = config
+            .openai
+            .as_ref()
+            .map(|u| ProviderPeer::resolve(Route::OpenAiChat, u, timeout))
+            .transpose()?;
+        let anthropic = config
+            .anthropic
+            .as_ref()
+            .map(|u| ProviderPeer::resolve(Route::AnthropicMessages, u, timeout))
+            .transpose()?;
+        Ok(Self {
+            gatekeeper,
+            connector: Connector::new(None),
+            openai,
+            anthropic,
+        })
+    }
+
+    fn provider(&self, route: Route) -> Option<&ProviderPeer> {
+        match route {
+            Route::OpenAiChat => self.openai.as_ref(),
+            Route::AnthropicMessages => self.anthropic.as_ref(),
+        }
+    }
+
+    fn config(&self) -> &Config {
+        &self.gatekeeper.config
+    }
+}
+
+/// Per-request state: which provider a pass-through request goes to.
+#[derive(Default)]
+pub struct Ctx {
+    passthrough: Option<ProviderPeer>,
+}
+
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Write a complete response the gate produced itself.
+pub(crate) async fn respond(
+    session: &mut Session,
+    status: u16,
+    content_type: &str,
+    body: Bytes,
+    headers: &[(&'static str, String)],
+) -> Result<()> {
+    let mut resp = ResponseHeader::build(status, Some(4 + headers.len()))?;
+    resp.insert_header("content-type", content_type)?;
+    resp.insert_header("content-length", body.len().to_string())?;
+    for (name, value) in headers {
+        resp.insert_header(*name, value.as_str())?;
+    }
+    session.write_response_header(Box::new(resp), false).await?;
+    session.write_response_body(Some(body), true).await
+}
+
+pub(crate) async fn respond_error(session: &mut Session, route: Option<Route>, err: &GateError, extra: &[(&'static str, String)]) -> Result<()> {
+    let mut headers: Vec<(&'static str, String)> = extra.to_vec();
+    if err.no_retry() {
+        headers.push(("x-should-retry", "false".into()));
+    }
+    if let Some(id) = &err.hold_id {
+        headers.push(("x-tokensaver-hold", id.clone()));
+    }
+    respond(session, err.status, "application/json", err.body(route), &headers).await
+}
+
+/// Read the whole request body, refusing more than `cap` bytes.
+async fn read_body(session: &mut Session, cap: usize) -> std::result::Result<Bytes, GateError> {
+    let too_large = || GateError::new(413, "invalid_request_error", "body_too_large", "request body exceeds the configured size cap");
+    if let Some(len) = session
+        .req_header()
+        .headers
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        if len > cap {
+            return Err(too_large());
+        }
+    }
+    let mut body = BytesMut::new();
+    loop {
+        match session.read_request_body().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > cap {
+                    return Err(too_large());
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok(body.freeze()),
+            Err(_) => {
+                return Err(GateError::new(400, "invalid_request_error", "body_unreadable", "request body could not be read"))
+            }
+        }
+    }
+}
+
+impl GateProxy {
+    async fn handle_gated(&self, session: &mut Session, route: Route) -> Result<()> {
+        let config = self.config();
+        let presented = auth::presented_key(&session.req_header().headers);
+        let (key, caller) = match auth::authenticate(config, presented) {
+            Ok(found) => found,
+            Err(e) => {
+                let err = GateError::new(401, "authentication_error", "invalid_api_key", e.to_string());
+                return respond_error(session, Some(route), &err, &[]).await;
+            }
+        };
+        let body = match read_body(session, config.max_body_bytes).await {
+            Ok(body) => body,
+            Err(err) => return respond_error(session, Some(route), &err, &[]).await,
+        };
+        let parsed = match request::parse(route, &body, &caller.fingerprint_key) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                let err = GateError::new(400, "invalid_request_error", e.code(), e.to_string());
+                return respond_error(session, Some(route), &err, &[]).await;
+            }
+        };
+        let shape = &parsed.shape;
+        let headers = &session.req_header().headers;
+        let human = match headers.get("x-tokensaver-human").and_then(|v| v.to_str().ok()) {
+            Some("1") => Some(true),
+            Some("0") => Some(false),
+            _ => None,
+        };
+        let hold_id = headers
+            .get("x-tokensaver-hold")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let answer_key = AnswerKey {
+            key_id: key.id.clone(),
+            fingerprint: shape.fingerprint,
+            wire: shape.wire_form(),
+        };
+        let stored = self.gatekeeper.answer(&answer_key);
+        let outcome = self.gatekeeper.gate(
+            &GateRequest {
+                key,
+                shape,
+                human,
+                held: stored.is_some(),
+                hold_id: hold_id.as_deref(),
+                now_ms: now_ms(),
+            },
+            Mode::Commit,
+        );
+        let d = &outcome.decision;
+        let receipt_headers = vec![
+            ("x-tokensaver-verdict", d.verdict.as_str().to_string()),
+            ("x-tokensaver-receipt", outcome.envelope.to_header_value()),
+        ];
+        let wants_usage = wants_usage_chunk(&parsed.body);
+        match d.verdict {
+            Verdict::Serve => {
+                let Some(answer) = stored else {
+                    let err = GateError::new(500, "api_error", "answer_missing", "stored answer vanished");
+                    return respond_error(session, Some(route), &err, &receipt_headers).await;
+                };
+                let body = if route == Route::OpenAiChat && shape.stream && !wants_usage {
+                    Bytes::from(usage::strip_openai_usage_chunk(&answer.body))
+                } else {
+                    answer.body.clone()
+                };
+                respond(session, 200, &answer.content_type, body, &receipt_headers).await
+            }
+            Verdict::Challenge => {
+                let mut err = GateError::new(409, "tokensaver_hold", d.reason(), "held for a person: approve the hold, then retry with the x-tokensaver-hold header");
+                err.hold_id = d.hold_id.clone();
+                respond_error(session, Some(route), &err, &receipt_headers).await
+            }
+            Verdict::Block => {
+                let err = GateError::new(d.status(), "tokensaver_block", d.reason(), block_message(d.status()));
+                respond_error(session, Some(route), &err, &receipt_headers).await
+            }
+            Verdict::Allow | Verdict::Downgrade => {
+                let Some(provider) = self.provider(route) else {
+                    let err = GateError::new(502, "api_error", "no_upstream", "no upstream is configured for this provider");
+                    self.gatekeeper.record_usage(&key.id, &outcome.decision_id, None, &shape.model, shape.wire_form(), false, now_ms(), false).ok();
+                    return respond_error(session, Some(route), &err, &receipt_headers).await;
+                };
+                let job = forward::Forward {
+                    route,
+                    provider,
+                    connector: &self.connector,
+                    gatekeeper: &self.gatekeeper,
+                    key_id: &key.id,
+                    decision_id: &outcome.decision_id,
+                    served_model: d.model_served.as_deref().unwrap_or(&shape.model),
+                    original: body,
+                    body: parsed.body,
+                    downgrade: d.verdict == Verdict::Downgrade,
+                    stream: shape.stream,
+                    wants_usage,
+                    reusable: shape.reproducible(),
+                    answer_key,
+                    receipt_headers,
+                };
+                job.run(session).await
+            }
+        }
+    }
+}
+
+fn block_message(status: u16) -> &'static str {
+    match status {
+        429 => "refused by a runaway rule: the same or too many requests in a short window",
+        402 => "refused by a budget rule: the key's budget cannot cover this call",
+        _ => "refused: the request's score is in the BLOCK band",
+    }
+}
+
+/// Whether an OpenAI client asked for the usage chunk of a stream.
+fn wants_usage_chunk(body: &serde_json::Map<String, serde_json::Value>) -> bool {
+    body.get("stream_options")
+        .and_then(|o| o.get("include_usage"))
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false)
+}
+
+#[async_trait]
+impl ProxyHttp for GateProxy {
+    type CTX = Ctx;
+
+    fn new_ctx(&self) -> Ctx {
+        Ctx::default()
+    }
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        let method = session.req_header().method.clone();
+        let path = session.req_header().uri.path().to_string();
+        if let Some(route) = Route::from_path(&path) {
+            if method == http::Method::POST {
+                self.handle_gated(session, route).await?;
+            } else {
+                let err = GateError::new(405, "invalid_request_error", "method_not_allowed", "this route takes POST");
+                respond_error(session, Some(route), &err, &[]).await?;
+            }
+            return Ok(true);
+        }
+        if path.starts_with("/v1/models") && method == http::Method::GET {
+            let presented = auth::presented_key(&session.req_header().headers);
+            if auth::authenticate(self.config(), presented).is_err() {
+                let err = GateError::new(401, "authentication_error", "invalid_api_key", "invalid tokensaver key");
+                respond_error(session, None, &err, &[]).await?;
+                return Ok(true);
+            }
+            // Anthropic SDKs send x-api-key; OpenAI SDKs a bearer token.
+            let anthropic = session.req_header().headers.contains_key("x-api-key");
+            let provider = if anthropic { self.anthropic.as_ref().or(self.openai.as_ref()) } else { self.openai.as_ref().or(self.anthropic.as_ref()) };
+            if let Some(p) = provider {
+                ctx.passthrough = Some(p.clone());
+                return Ok(false);
+            }
+        }
+        let err = if UNGATED_BILLABLE.iter().any(|p| path.starts_with(p)) {
+            GateError::new(404, "not_found_error", "not_gated", "this provider path is not gated by this build, so it is not forwarded")
+        } else {
+            GateError::new(404, "not_found_error", "unknown_route", "unknown route")
+        };
+        respond_error(session, None, &err, &[]).await?;
+        Ok(true)
+    }
+
+    async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
+        match &ctx.passthrough {
+            Some(p) => Ok(Box::new(p.peer.clone())),
+            None => Error::e_explain(ErrorType::InternalError, "no upstream for this request"),
+        }
+    }
+
+    async fn upstream_request_filter(&self, _session: &mut Session, upstream: &mut RequestHeader, ctx: &mut Ctx) -> Result<()> {
+        if let Some(p) = &ctx.passthrough {
+            upstream.insert_header("host", p.host_header.as_str())?;
+            p.set_credential(upstream)?;
+        }
+        Ok(())
+    }
+}
+
+pub fn wire_content_type(wire: WireForm) -> &'static str {
+    match wire {
+        WireForm::Json => "application/json",
+        WireForm::Sse => "text/event-stream",
+    }
+}

@@ -1,0 +1,231 @@
+//! Usage capture from provider answers: JSON bodies and SSE streams (OpenAI and Anthropic),
+//! normalised to the four parts. Also the SSE event splitter that lets the proxy strip the
+//! usage chunk it asked for on a client's behalf.
+
+use serde_json::Value;
+
+use crate::gate::Usage;
+use crate::request::Route;
+
+fn num(v: &Value, path: &[&str]) -> u64 {
+    let mut cur = v;
+    for p in path {
+        match cur.get(p) {
+            Some(next) => cur = next,
+            None => return 0,
+        }
+    }
+    cur.as_u64().unwrap_or(0)
+}
+
+/// Usage from an OpenAI `usage` object. `cached_tokens` is cache read; the rest of the prompt
+/// is uncached input.
+pub fn openai_usage(usage: &Value) -> Option<Usage> {
+    if !usage.is_object() {
+        return None;
+    }
+    let prompt = num(usage, &["prompt_tokens"]);
+    let cached = num(usage, &["prompt_tokens_details", "cached_tokens"]);
+    Some(Usage {
+        input: prompt.saturating_sub(cached),
+        cache_write: 0,
+        cache_read: cached,
+        output: num(usage, &["completion_tokens"]),
+    })
+}
+
+/// Usage from an Anthropic `usage` object.
+pub fn anthropic_usage(usage: &Value) -> Option<Usage> {
+    if !usage.is_object() {
+        return None;
+    }
+    Some(Usage {
+        input: num(usage, &["input_tokens"]),
+        cache_write: num(usage, &["cache_creation_input_tokens"]),
+        cache_read: num(usage, &["cache_read_input_tokens"]),
+        output: num(usage, &["output_tokens"]),
+    })
+}
+
+/// Usage from a complete JSON answer.
+pub fn json_usage(route: Route, body: &[u8]) -> Option<Usage> {
+    let value: Value = serde_json::from_slice(body).ok()?;
+    let usage = value.get("usage")?;
+    match route {
+        Route::OpenAiChat => openai_usage(usage),
+        Route::AnthropicMessages => anthropic_usage(usage),
+    }
+}
+
+/// Reads an SSE stream event by event: captures usage, knows when the stream ended properly,
+/// and decides which events reach the client.
+pub struct SseTap {
+    route: Route,
+    strip_usage_chunk: bool,
+    pending: Vec<u8>,
+    pub usage: Option<Usage>,
+    pub finished: bool,
+}
+
+impl SseTap {
+    pub fn new(route: Route, strip_usage_chunk: bool) -> Self {
+        Self {
+            route,
+            strip_usage_chunk,
+            pending: Vec::new(),
+            usage: None,
+            finished: false,
+        }
+    }
+
+    /// Feed bytes; returns the bytes to pass on (whole events only; a partial event waits).
+    pub fn feed(&mut self, chunk: &[u8]) -> Vec<u8> {
+        self.pending.extend_from_slice(chunk);
+        let mut out = Vec::with_capacity(self.pending.len());
+        let mut start = 0;
+        while let Some(end) = find_event_end(&self.pending[start..]) {
+            let event_end = start + end;
+            let keep = self.observe(start, event_end);
+            if keep {
+                out.extend_from_slice(&self.pending[start..event_end]);
+            }
+            start = event_end;
+        }
+        self.pending.drain(..start);
+        out
+    }
+
+    /// What is left when the stream ends (a partial event is passed on as it is).
+    pub fn finish(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.pending)
+    }
+
+    /// Look at one event; returns whether it is passed to the client.
+    fn observe(&mut self, start: usize, end: usize) -> bool {
+        let event = &self.pending[start..end];
+        let Ok(text) = std::str::from_utf8(event) else {
+            return true;
+        };
+        let data: String = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(str::trim_start)
+            .collect::<Vec<_>>()
+            .join("\n");
+        if data.is_empty() {
+            return true;
+        }
+        if data == "[DONE]" {
+            self.finished = true;
+            return true;
+        }
+        let Ok(value) = serde_json::from_str::<Value>(&data) else {
+            return true;
+        };
+        match self.route {
+            Route::OpenAiChat => {
+                if let Some(u) = value.get("usage").and_then(openai_usage) {
+                    self.usage = Some(u);
+                    let only_usage = value
+                        .get("choices")
+                        .and_then(Value::as_array)
+                        .is_some_and(|c| c.is_empty());
+                    if self.strip_usage_chunk && only_usage {
+                        return false;
+                    }
+                }
+                true
+            }
+            Route::AnthropicMessages => {
+                match value.get("type").and_then(Value::as_str) {
+                    Some("message_start") => {
+                        if let Some(u) = value.get("message").and_then(|m| m.get("usage")).and_then(anthropic_usage) {
+                            self.usage = Some(u);
+                        }
+                    }
+                    Some("message_delta") => {
+                        if let Some(delta) = value.get("usage") {
+                            let mut u = self.usage.unwrap_or_default();
+                            // message_delta's counts are cumulative: take the latest.
+                            if let Some(out) = delta.get("output_tokens").and_then(Value::as_u64) {
+                                u.output = out;
+                            }
+                            if let Some(inp) = delta.get("input_tokens").and_then(Value::as_u64) {
+                                u.input = inp;
+                            }
+                            self.usage = Some(u);
+                        }
+                    }
+                    Some("message_stop") => self.finished = true,
+                    _ => {}
+                }
+                true
+            }
+        }
+    }
+}
+
+/// End (exclusive) of the first complete event: after a blank line (`\n\n` or `\r\n\r\n`).
+fn find_event_end(buf: &[u8]) -> Option<usize> {
+    let mut i = 0;
+    while i + 1 < buf.len() {
+        if buf[i] == b'\n' && buf[i + 1] == b'\n' {
+            return Some(i + 2);
+        }
+        if buf[i] == b'\n' && buf[i + 1] == b'\r' && buf.get(i + 2) == Some(&b'\n') {
+            return Some(i + 3);
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Strip the usage-only chunk from a stored OpenAI stream, for a client that did not ask for it.
+pub fn strip_openai_usage_chunk(stream: &[u8]) -> Vec<u8> {
+    let mut tap = SseTap::new(Route::OpenAiChat, true);
+    let mut out = tap.feed(stream);
+    out.extend(tap.finish());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openai_stream_usage_is_captured_and_stripped() {
+        let stream = b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":3,\"prompt_tokens_details\":{\"cached_tokens\":4}}}\n\ndata: [DONE]\n\n";
+        let mut tap = SseTap::new(Route::OpenAiChat, true);
+        let mut out = tap.feed(&stream[..30]);
+        out.extend(tap.feed(&stream[30..]));
+        assert!(tap.finished);
+        assert_eq!(
+            tap.usage,
+            Some(Usage { input: 6, cache_write: 0, cache_read: 4, output: 3 })
+        );
+        let text = String::from_utf8(out).unwrap();
+        assert!(!text.contains("usage"));
+        assert!(text.ends_with("data: [DONE]\n\n"));
+    }
+
+    #[test]
+    fn anthropic_stream_usage_and_truncation() {
+        let stream = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":12,\"cache_read_input_tokens\":2,\"output_tokens\":1}}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":7}}\n\n";
+        let mut tap = SseTap::new(Route::AnthropicMessages, false);
+        let out = tap.feed(stream);
+        assert_eq!(out.len(), stream.len());
+        assert!(!tap.finished);
+        assert_eq!(tap.usage, Some(Usage { input: 12, cache_write: 0, cache_read: 2, output: 7 }));
+        tap.feed(b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
+        assert!(tap.finished);
+    }
+
+    #[test]
+    fn json_usage_both_providers() {
+        let o = br#"{"usage":{"prompt_tokens":5,"completion_tokens":2}}"#;
+        assert_eq!(json_usage(Route::OpenAiChat, o), Some(Usage { input: 5, cache_write: 0, cache_read: 0, output: 2 }));
+        let a = br#"{"usage":{"input_tokens":5,"output_tokens":2,"cache_creation_input_tokens":3}}"#;
+        assert_eq!(json_usage(Route::AnthropicMessages, a), Some(Usage { input: 5, cache_write: 3, cache_read: 0, output: 2 }));
+        assert_eq!(json_usage(Route::OpenAiChat, b"{}"), None);
+    }
+}

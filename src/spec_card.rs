@@ -1,0 +1,119 @@
+//! `GET /spec`: the module card in the seed-003 form, generated from the running config, with
+//! the receipt public keys. Nothing here is typed twice: weights, bands and limits are read
+//! from the policy the gate decides with.
+
+use serde_json::{json, Value};
+
+use crate::config::Config;
+use crate::gate::{rules, FindingCode, Policy, Verdict};
+use crate::receipt::PublicKeyInfo;
+
+pub const CARD_VERSION: &str = "2.2.0";
+
+pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value {
+    let w = &policy.gate.weights;
+    let s = &policy.gate.saturation;
+    let b = &policy.gate.bands;
+    let d = &policy.gate.downgrade;
+    let spend_total = w.exposure + w.size + w.ask + w.depth + w.tools;
+    let waste_total = w.loop_ + w.burst + w.grind + w.novelty;
+    let round = |x: f64| (x * 1e6).round() / 1e6;
+    let verdicts: serde_json::Map<String, Value> = Verdict::ALL
+        .iter()
+        .map(|v| (v.as_str().to_string(), json!(verdict_meaning(*v))))
+        .collect();
+    json!({
+        "module": "tokensaver",
+        "version": CARD_VERSION,
+        "build": env!("CARGO_PKG_VERSION"),
+        "what_it_is": "A deterministic gate in front of a model. It decides whether a request is answered from store, sent to the model, sent to a cheaper model, held for a person, or refused. It also names the waste inside every request it sees.",
+        "model_calls_made_to_reach_a_decision": 0,
+        "layers": {
+            "1_hard_rules": {
+                "why": "A cost gate that depends only on tuned weights is a cost gate nobody can defend. These are absolute.",
+                "rules": {
+                    "budget_exhausted": "spend has reached the key's ceiling",
+                    "exceeds_remaining_budget": format!("this one call could cost more than the budget left. Output uses the exact ceiling you set (x n); input is estimated at one token per {} characters, so this rule is deliberately cautious. Held for a person when a human is declared, refused when one is not.", rules::CHARS_PER_INPUT_TOKEN),
+                    "runaway_loop": format!("the same request {} times in 120 seconds", rules::LOOP_LIMIT),
+                    "runaway_loop_unattended": format!("the same request {} times in 120 seconds with no human declared", rules::LOOP_UNATTENDED_LIMIT),
+                    "runaway_burst": format!("{} requests from one key in 60 seconds", rules::BURST_LIMIT),
+                }
+            },
+            "2_the_score": {
+                "spend_signals": {
+                    "exposure": {"weight": w.exposure, "measures": "worst case cost of this call against the budget left"},
+                    "size": {"weight": w.size, "saturates_at": s.size, "measures": "prompt characters, log scaled"},
+                    "ask": {"weight": w.ask, "saturates_at": s.ask, "measures": "the max_tokens ceiling the caller set"},
+                    "depth": {"weight": w.depth, "saturates_at": s.depth, "measures": "turns re-sent on every call"},
+                    "tools": {"weight": w.tools, "saturates_at": s.tools, "measures": "tool definitions re-sent on every call"},
+                },
+                "waste_signals": {
+                    "loop": {"weight": w.loop_, "saturates_at": s.loop_},
+                    "burst": {"weight": w.burst, "saturates_at": s.burst},
+                    "grind": {"weight": w.grind, "saturates_at": s.grind},
+                    "novelty": {"weight": w.novelty},
+                },
+                "spend_weight_total": round(spend_total),
+                "waste_weight_total": round(waste_total),
+                "base_weights_sum_to": round(spend_total + waste_total),
+                "outside_the_base_sum": {"unattended": w.unattended},
+                "bands": {"CHALLENGE": format!(">= {}", b.challenge), "BLOCK": format!(">= {}", b.block)},
+                "downgrade_is_earned_not_suspected": {
+                    "max_score": d.max_score,
+                    "max_prompt_characters": d.max_prompt_chars,
+                    "max_turns": d.max_turns,
+                    "max_output_tokens": d.max_output_tokens,
+                    "tools_allowed": d.tools_allowed,
+                    "why": "a suspicious request is never sent to a weaker model. Only a genuinely small one is.",
+                    "map": policy.downgrade,
+                },
+            },
+            "3_findings": {
+                "why": "The verdict saves money on this call. The findings change what the caller sends next time, which saves far more.",
+                "codes": FindingCode::ALL.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
+            },
+        },
+        "verdict_vocabulary": verdicts,
+        "certainty_tiers": {
+            "tokens_not_bought": "exact, provider reported, the only figure that enters a savings total",
+            "worst_case_tokens_avoided": "a ceiling on what a refused request could have cost, reported separately",
+            "findings_tokens": "estimated from characters where marked, never entering any total",
+        },
+        "two_ways_to_call_it": {
+            "request": "send the provider request body. This platform sees your prompt.",
+            "digest": "send only a fingerprint and counts. Your prompts and answers never leave your building, the decision is identical, and the receipt is the same. The downloaded client uses this path by default.",
+        },
+        "honest_limits": [
+            "Matching is exact. A reworded prompt is a different request and goes to the model.",
+            "Savings totals use only token counts the provider itself reported. Nothing in a total is estimated.",
+            "A refused request has a worst case cost, not a known cost. It is reported separately and never added to the savings total.",
+            "Token figures inside findings are estimated from character counts and are marked as estimates. They never enter a total.",
+            "A stored answer is returned unchanged. This module does not judge whether it is still correct.",
+            "No model is called to reach any decision here.",
+            "Media parts (images, audio, files) count as turns but add no characters.",
+            "In digest mode, counts and usage are reported by the client; lengths and parameters (model, max_tokens, ...) still leave the building, content does not.",
+            "Spend is kept in integer nano-USD; each usage part is priced per million tokens and rounded up per call.",
+        ],
+        "routes": {
+            "public": ["spec", "stats", "verify"],
+            "keyed": ["estimate", "gate", "record", "ledger", "budget", "prices", "forget"],
+            "admin_listener": ["budget/{key_id}", "prices", "holds/{id}/approve", "metrics", "split-profile/*"],
+        },
+        "listeners": {
+            "proxy": config.proxy_addr.to_string(),
+            "api": config.api_addr.to_string(),
+            "admin": config.admin_addr.to_string(),
+        },
+        "receipt_keys": keys,
+    })
+}
+
+fn verdict_meaning(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Serve => "answered from an identical earlier request; nothing was bought",
+        Verdict::Allow => "send it to the model as asked",
+        Verdict::Downgrade => "small and simple enough for the cheap model",
+        Verdict::Challenge => "hold it for a person before spending",
+        Verdict::Block => "refused; it never reaches the model, so no completion is paid for",
+    }
+}

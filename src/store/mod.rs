@@ -1,0 +1,223 @@
+//! Storage: the one trait the gate's durable state goes through, and its events.
+//!
+//! The hot path never waits on storage: decisions and usage are sent as [`Event`]s to a
+//! background writer that group-commits them; reads for the hot path come from memory, rebuilt
+//! from the store at start ([`Snapshot`]). `/record` is the exception: it is acknowledged only
+//! once committed ([`Store::submit_and_wait`]). A PostgreSQL backend for a fleet of gate
+//! instances implements this same trait.
+
+pub mod answers;
+pub mod sqlite;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{BudgetPeriod, Prices};
+use crate::gate::{Usage, Verdict};
+use crate::request::WireForm;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("storage is unavailable")]
+    Unavailable,
+    #[error("storage error: {0}")]
+    Sqlite(String),
+}
+
+/// One gated request, as the ledger keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecisionRow {
+    pub decision_id: String,
+    pub key_id: String,
+    /// Blanked by `POST /forget`.
+    pub fingerprint: Option<String>,
+    pub verdict: Verdict,
+    /// The rule or band id, or what earned the verdict.
+    pub reason: String,
+    pub score: f64,
+    pub model_requested: String,
+    pub model_served: Option<String>,
+    pub wire: WireForm,
+    pub decided_at_ms: u64,
+    /// Worst-case cost reserved against the budget (ALLOW/DOWNGRADE), nano-USD.
+    pub reserved_nano: u64,
+    pub worst_case_tokens: Option<u64>,
+    /// SERVE: the provider-reported usage of the stored answer.
+    pub tokens_not_bought: u64,
+    /// BLOCK: the worst case it could have cost, tokens.
+    pub worst_case_tokens_avoided: u64,
+    /// Σ estimated token figures of the findings (reported apart, never totalled with savings).
+    pub findings_tokens: u64,
+    pub hold_id: Option<String>,
+}
+
+/// Provider-reported usage for a forwarded decision, and the spend it settles.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageRow {
+    pub decision_id: String,
+    pub key_id: String,
+    pub at_ms: u64,
+    pub served_model: String,
+    pub wire: WireForm,
+    pub complete: bool,
+    pub usage: Usage,
+    pub spend_nano: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HoldState {
+    Pending,
+    Approved,
+    Used,
+    Expired,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HoldRow {
+    pub hold_id: String,
+    pub key_id: String,
+    pub fingerprint: String,
+    pub created_ms: u64,
+    pub expires_ms: u64,
+    pub state: HoldState,
+    pub worst_case_tokens: u64,
+}
+
+/// Everything that changes durable state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Event {
+    Decision(DecisionRow),
+    Usage(UsageRow),
+    /// A reservation never settled, charged at its worst case after the TTL.
+    ReservationExpired {
+        decision_id: String,
+        key_id: String,
+        at_ms: u64,
+        charged_nano: u64,
+    },
+    Hold(HoldRow),
+    /// An answer's provider-reported usage is recorded for (key, fingerprint, wire form).
+    Recorded {
+        key_id: String,
+        fingerprint: String,
+        wire: WireForm,
+        usage: Usage,
+        at_ms: u64,
+    },
+    BudgetSet {
+        key_id: String,
+        ceiling_nano: Option<u64>,
+        period: BudgetPeriod,
+    },
+    PricesSet {
+        model: String,
+        prices: Prices,
+    },
+    /// Delete the key's fingerprint records and blank the fingerprints in its ledger rows.
+    Forget { key_id: String },
+}
+
+/// What the gate rebuilds its memory from at start.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// Decisions of the last 24 h (windows are rebuilt by replaying them), oldest first.
+    pub recent_decisions: Vec<DecisionRow>,
+    /// Every usage row's (key, time, spend): budgets sum them per period.
+    pub spend: Vec<(String, u64, u64)>,
+    /// Forwarded decisions with no usage row and no expiry charge yet.
+    pub open_reservations: Vec<DecisionRow>,
+    pub holds: Vec<HoldRow>,
+    pub recorded: Vec<(String, String, WireForm, Usage)>,
+    pub budgets: Vec<(String, Option<u64>, BudgetPeriod)>,
+    pub prices: Vec<(String, Prices)>,
+}
+
+/// Totals for one key (or the fleet) over a day range, by tier — never merged.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LedgerTotals {
+    pub requests: u64,
+    pub by_verdict: std::collections::BTreeMap<String, u64>,
+    pub spend_nano: u64,
+    pub usage: Usage,
+    pub tokens_not_bought: u64,
+    pub worst_case_tokens_avoided: u64,
+    pub findings_tokens_estimated: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LedgerDay {
+    /// UTC day, `YYYY-MM-DD`.
+    pub day: String,
+    #[serde(flatten)]
+    pub totals: LedgerTotals,
+}
+
+pub trait Store: Send + Sync {
+    /// Read what the in-memory state is rebuilt from. `now_ms` bounds the recent windows.
+    fn load(&self, now_ms: u64) -> Result<Snapshot, StoreError>;
+    /// Queue an event for the next group commit; never blocks on disk.
+    fn submit(&self, event: Event);
+    /// Queue an event and return once it is committed.
+    fn submit_and_wait(&self, event: Event) -> Result<(), StoreError>;
+    /// Wait until everything submitted so far is committed.
+    fn flush(&self) -> Result<(), StoreError>;
+    /// Per-day and total figures for a key (`None`: the fleet), days inclusive (`YYYY-MM-DD`).
+    fn ledger(
+        &self,
+        key_id: Option<&str>,
+        from_day: Option<&str>,
+        to_day: Option<&str>,
+    ) -> Result<(Vec<LedgerDay>, LedgerTotals), StoreError>;
+    /// Whether a usage row exists for the decision (a `/record` is accepted once).
+    fn usage_recorded(&self, decision_id: &str) -> Result<bool, StoreError>;
+}
+
+/// `YYYY-MM-DD` for a unix-milliseconds time (UTC), by the civil-from-days algorithm.
+pub fn utc_day(ms: u64) -> String {
+    let (y, m, d) = civil_from_days((ms / 86_400_000) as i64);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// Howard Hinnant's days → (year, month, day).
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// Start (unix ms) of the budget period containing `now_ms`.
+pub fn period_start(period: BudgetPeriod, now_ms: u64) -> u64 {
+    match period {
+        BudgetPeriod::Lifetime => 0,
+        BudgetPeriod::Day => now_ms - now_ms % 86_400_000,
+        BudgetPeriod::Month => {
+            let days = (now_ms / 86_400_000) as i64;
+            let (_, _, d) = civil_from_days(days);
+            ((days - i64::from(d) + 1) as u64) * 86_400_000
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn days_and_periods() {
+        assert_eq!(utc_day(0), "1970-01-01");
+        // 2026-11-29T22:39:09Z
+        let t = 1795991949_000;
+        assert_eq!(utc_day(t), "2026-11-29");
+        assert_eq!(utc_day(period_start(BudgetPeriod::Month, t)), "2026-11-01");
+        assert_eq!(period_start(BudgetPeriod::Month, t) % 86_400_000, 0);
+        assert_eq!(utc_day(period_start(BudgetPeriod::Day, t)), "2026-11-29");
+        assert_eq!(period_start(BudgetPeriod::Lifetime, t), 0);
+    }
+}

@@ -1,0 +1,1182 @@
+//! The embedded SQLite store (`rusqlite`, bundled): one database file, `tokensaver.db`, in
+//! the data directory.
+//!
+//! # Durability
+//! The database runs in WAL mode with `synchronous = FULL`: every commit appends its frames
+//! to the write-ahead log and fsyncs the log before `COMMIT` returns. With `NORMAL`, the log
+//! is fsynced only at checkpoints, so a commit survives a process kill (the frames are in the
+//! OS page cache) but not a power loss or kernel crash. The gate acknowledges a `/record`
+//! only after its commit returned, so that acknowledgement must survive both: `FULL`. Its
+//! cost is one fsync per *group* commit, not per event (see below).
+//!
+//! # Group commit
+//! The hot path never touches the database: [`Store::submit`] pushes the event onto a
+//! channel and returns. One writer thread owns the write connection. It blocks for the first
+//! event, then drains whatever else is queued (up to [`BATCH_CAP`] events) and writes the
+//! whole batch in one transaction, one fsync.
+//! - If anyone waits on the batch ([`Store::submit_and_wait`], [`Store::flush`]), it commits
+//!   as soon as the queue is empty: a waiter never waits for a timer, only for the fsync in
+//!   progress (if any) and its own. Under load, events that arrive during one fsync form the
+//!   next batch, so the batch size grows with the load and the fsync rate stays bounded.
+//! - If nobody waits (fire-and-forget decisions), it keeps collecting for at most
+//!   `commit_interval_ms` after the batch's first event, then commits. Nobody's latency
+//!   depends on those events, so lingering costs nothing and saves fsyncs at moderate load.
+//!
+//! Each event is applied inside its own savepoint: an event the database rejects (a second
+//! usage row for a decision, a duplicate decision id) is rolled back alone and reported to
+//! its waiter, and the rest of the batch commits. A failed commit is reported to every
+//! waiter of the batch; the writer logs the error kind (never row content) and keeps running.
+//!
+//! # What a SIGKILL can lose
+//! Nothing acknowledged: `submit_and_wait` and `flush` return `Ok` only after `COMMIT`
+//! returned (fsync done). A kill can lose the events submitted with [`Store::submit`] and
+//! not yet committed: those queued or lingering at most `commit_interval_ms` (plus the
+//! duration of one commit) before the kill. A power loss loses the same and no more.
+//!
+//! # Reads
+//! Reads use a second connection behind a mutex; WAL lets it read the last committed state
+//! beside the writer. They see committed events only.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TryRecvError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rusqlite::types::Type;
+use rusqlite::{params, Connection, Row, TransactionBehavior};
+
+use super::{
+    civil_from_days, period_start, DecisionRow, Event, HoldRow, HoldState, LedgerDay,
+    LedgerTotals, Snapshot, Store, StoreError,
+};
+use crate::config::{BudgetPeriod, Prices};
+use crate::gate::{Usage, Verdict};
+use crate::request::WireForm;
+
+/// The database file inside the data directory.
+pub const DB_FILE: &str = "tokensaver.db";
+/// At most this many events are written in one transaction.
+pub const BATCH_CAP: usize = 4096;
+/// The schema version this build writes (`PRAGMA user_version`).
+pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+const DAY_MS: u64 = 86_400_000;
+
+/// Ordered schema migrations: entry `i` takes the schema from version `i` to `i + 1`. Never
+/// edit an entry once released; append a new one.
+const MIGRATIONS: &[&str] = &[
+    // 1: the initial schema.
+    r#"
+    CREATE TABLE decisions (
+        id                        INTEGER PRIMARY KEY,
+        decision_id               TEXT    NOT NULL UNIQUE,
+        key_id                    TEXT    NOT NULL,
+        fingerprint               TEXT,
+        verdict                   TEXT    NOT NULL
+            CHECK (verdict IN ('SERVE', 'ALLOW', 'DOWNGRADE', 'CHALLENGE', 'BLOCK')),
+        reason                    TEXT    NOT NULL,
+        score                     REAL,
+        model_requested           TEXT    NOT NULL,
+        model_served              TEXT,
+        wire                      TEXT    NOT NULL CHECK (wire IN ('json', 'sse')),
+        decided_at_ms             INTEGER NOT NULL,
+        reserved_nano             INTEGER NOT NULL,
+        worst_case_tokens         INTEGER,
+        tokens_not_bought         INTEGER NOT NULL,
+        worst_case_tokens_avoided INTEGER NOT NULL,
+        findings_tokens           INTEGER NOT NULL,
+        hold_id                   TEXT,
+        -- 1 while the decision holds a reservation not yet settled by usage or charged at
+        -- expiry; kept by the writer so that the open reservations are read by index.
+        open                      INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX decisions_key_time ON decisions (key_id, decided_at_ms);
+    CREATE INDEX decisions_time ON decisions (decided_at_ms);
+    CREATE INDEX decisions_open ON decisions (decided_at_ms) WHERE open = 1;
+
+    CREATE TABLE usage (
+        id           INTEGER PRIMARY KEY,
+        decision_id  TEXT    NOT NULL UNIQUE,
+        key_id       TEXT    NOT NULL,
+        at_ms        INTEGER NOT NULL,
+        served_model TEXT    NOT NULL,
+        wire         TEXT    NOT NULL CHECK (wire IN ('json', 'sse')),
+        complete     INTEGER NOT NULL,
+        input        INTEGER NOT NULL,
+        cache_write  INTEGER NOT NULL,
+        cache_read   INTEGER NOT NULL,
+        output       INTEGER NOT NULL,
+        spend_nano   INTEGER NOT NULL
+    );
+    CREATE INDEX usage_key_time ON usage (key_id, at_ms);
+
+    CREATE TABLE reservation_expiries (
+        id           INTEGER PRIMARY KEY,
+        decision_id  TEXT    NOT NULL UNIQUE,
+        key_id       TEXT    NOT NULL,
+        at_ms        INTEGER NOT NULL,
+        charged_nano INTEGER NOT NULL
+    );
+    CREATE INDEX reservation_expiries_key_time ON reservation_expiries (key_id, at_ms);
+
+    CREATE TABLE holds (
+        hold_id           TEXT    PRIMARY KEY,
+        key_id            TEXT    NOT NULL,
+        fingerprint       TEXT,
+        created_ms        INTEGER NOT NULL,
+        expires_ms        INTEGER NOT NULL,
+        state             TEXT    NOT NULL
+            CHECK (state IN ('pending', 'approved', 'used', 'expired')),
+        worst_case_tokens INTEGER NOT NULL
+    );
+    CREATE INDEX holds_key_time ON holds (key_id, created_ms);
+
+    CREATE TABLE recorded (
+        key_id      TEXT    NOT NULL,
+        fingerprint TEXT    NOT NULL,
+        wire        TEXT    NOT NULL CHECK (wire IN ('json', 'sse')),
+        input       INTEGER NOT NULL,
+        cache_write INTEGER NOT NULL,
+        cache_read  INTEGER NOT NULL,
+        output      INTEGER NOT NULL,
+        at_ms       INTEGER NOT NULL,
+        PRIMARY KEY (key_id, fingerprint, wire)
+    ) WITHOUT ROWID;
+
+    CREATE TABLE budgets (
+        key_id       TEXT PRIMARY KEY,
+        ceiling_nano INTEGER,
+        period       TEXT NOT NULL CHECK (period IN ('lifetime', 'day', 'month'))
+    );
+
+    CREATE TABLE prices (
+        model       TEXT    PRIMARY KEY,
+        input       INTEGER NOT NULL,
+        cache_write INTEGER NOT NULL,
+        cache_read  INTEGER NOT NULL,
+        output      INTEGER NOT NULL,
+        max_output  INTEGER NOT NULL
+    );
+    "#,
+];
+
+const DECISION_COLUMNS: &str = "decision_id, key_id, fingerprint, verdict, reason, score, \
+     model_requested, model_served, wire, decided_at_ms, reserved_nano, worst_case_tokens, \
+     tokens_not_bought, worst_case_tokens_avoided, findings_tokens, hold_id";
+
+type Ack = SyncSender<Result<(), StoreError>>;
+
+enum Msg {
+    Event(Box<Event>, Option<Ack>),
+    Flush(Ack),
+    Shutdown,
+}
+
+#[derive(Default)]
+struct Stats {
+    commits: AtomicU64,
+    events: AtomicU64,
+    failed_commits: AtomicU64,
+    rejected_events: AtomicU64,
+}
+
+/// The embedded store. Cheap to share behind an `Arc`; dropping it flushes and joins the
+/// writer.
+pub struct SqliteStore {
+    tx: Sender<Msg>,
+    reader: Mutex<Connection>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    stats: Arc<Stats>,
+    path: PathBuf,
+}
+
+impl SqliteStore {
+    /// Open (creating on first start) `data_dir/tokensaver.db`, apply pending migrations and
+    /// start the writer thread. `commit_interval_ms` bounds how long a batch nobody waits
+    /// on may linger before it is committed.
+    pub fn open(data_dir: &Path, commit_interval_ms: u64) -> Result<SqliteStore, StoreError> {
+        std::fs::create_dir_all(data_dir)
+            .map_err(|e| StoreError::Sqlite(format!("cannot create data dir: {}", e.kind())))?;
+        let path = data_dir.join(DB_FILE);
+        create_private(&path)?;
+
+        let mut conn = Connection::open(&path).map_err(sql_error)?;
+        configure_writer(&conn)?;
+        migrate(&mut conn)?;
+
+        let reader = Connection::open(&path).map_err(sql_error)?;
+        reader.busy_timeout(BUSY_TIMEOUT).map_err(sql_error)?;
+        reader
+            .pragma_update(None, "query_only", true)
+            .map_err(sql_error)?;
+
+        let stats = Arc::new(Stats::default());
+        let (tx, rx) = mpsc::channel();
+        let writer = Writer {
+            conn,
+            rx,
+            linger: Duration::from_millis(commit_interval_ms),
+            stats: Arc::clone(&stats),
+            failed_since_flush: 0,
+        };
+        let handle = std::thread::Builder::new()
+            .name("tokensaver-store".into())
+            .spawn(move || writer.run())
+            .map_err(|e| StoreError::Sqlite(format!("cannot start writer: {}", e.kind())))?;
+
+        Ok(SqliteStore {
+            tx,
+            reader: Mutex::new(reader),
+            writer: Mutex::new(Some(handle)),
+            stats,
+            path,
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Transactions committed by the writer since open.
+    pub fn commits(&self) -> u64 {
+        self.stats.commits.load(Ordering::Relaxed)
+    }
+
+    /// Events committed since open.
+    pub fn events_committed(&self) -> u64 {
+        self.stats.events.load(Ordering::Relaxed)
+    }
+
+    /// Batches whose commit failed since open (their events are lost and were reported).
+    pub fn failed_commits(&self) -> u64 {
+        self.stats.failed_commits.load(Ordering::Relaxed)
+    }
+
+    /// Events the database rejected since open (rolled back alone; the batch committed).
+    pub fn rejected_events(&self) -> u64 {
+        self.stats.rejected_events.load(Ordering::Relaxed)
+    }
+
+    /// Commit everything queued, stop the writer and wait for it. Later submits are dropped
+    /// (logged) and later waits answer [`StoreError::Unavailable`]. Idempotent.
+    pub fn shutdown(&self) -> Result<(), StoreError> {
+        let handle = lock(&self.writer).take();
+        let Some(handle) = handle else {
+            return Ok(());
+        };
+        // The writer drains every message queued before this one, then exits.
+        let _ = self.tx.send(Msg::Shutdown);
+        handle.join().map_err(|_| StoreError::Unavailable)
+    }
+
+    fn send(&self, msg: Msg) -> Result<(), StoreError> {
+        self.tx.send(msg).map_err(|_| StoreError::Unavailable)
+    }
+
+    fn read<T>(
+        &self,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut conn = lock(&self.reader);
+        // One read transaction: every query sees the same committed state.
+        let tx = conn.transaction().map_err(sql_error)?;
+        let out = f(&tx)?;
+        tx.commit().map_err(sql_error)?;
+        Ok(out)
+    }
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            tracing::error!(error = %e, "store: writer did not stop cleanly");
+        }
+    }
+}
+
+impl Store for SqliteStore {
+    fn load(&self, now_ms: u64) -> Result<Snapshot, StoreError> {
+        let since = now_ms.saturating_sub(DAY_MS);
+        let month_start_day = period_start(BudgetPeriod::Month, now_ms) / DAY_MS;
+        self.read(|tx| {
+            let mut snap = Snapshot::default();
+
+            let sql = format!(
+                "SELECT {DECISION_COLUMNS} FROM decisions WHERE decided_at_ms > ?1 \
+                 ORDER BY decided_at_ms, id"
+            );
+            let mut stmt = tx.prepare_cached(&sql).map_err(sql_error)?;
+            snap.recent_decisions = stmt
+                .query_map([to_i64(since)], decision_from_row)
+                .and_then(Iterator::collect)
+                .map_err(sql_error)?;
+
+            let sql = format!(
+                "SELECT {DECISION_COLUMNS} FROM decisions WHERE open = 1 \
+                 ORDER BY decided_at_ms, id"
+            );
+            let mut stmt = tx.prepare_cached(&sql).map_err(sql_error)?;
+            snap.open_reservations = stmt
+                .query_map([], decision_from_row)
+                .and_then(Iterator::collect)
+                .map_err(sql_error)?;
+
+            // Spend (usage rows and expiry charges), summed per key and UTC day in the
+            // current month and per key and UTC month before it; each row's time is the
+            // start of its day or month. Every budget period (lifetime, UTC day, UTC month)
+            // is a union of such buckets, so the sums the gate makes are exact.
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT key_id, day, SUM(spend) FROM ( \
+                       SELECT key_id, at_ms / 86400000 AS day, spend_nano AS spend FROM usage \
+                       UNION ALL \
+                       SELECT key_id, at_ms / 86400000, charged_nano FROM reservation_expiries \
+                     ) GROUP BY key_id, day",
+                )
+                .map_err(sql_error)?;
+            let mut rows = stmt.query([]).map_err(sql_error)?;
+            let mut spend: BTreeMap<(String, u64), u64> = BTreeMap::new();
+            while let Some(row) = rows.next().map_err(sql_error)? {
+                let key: String = row.get(0).map_err(sql_error)?;
+                let day = get_u64(row, 1).map_err(sql_error)?;
+                let sum = get_u64(row, 2).map_err(sql_error)?;
+                let at = if day < month_start_day {
+                    period_start(BudgetPeriod::Month, day.saturating_mul(DAY_MS))
+                } else {
+                    day.saturating_mul(DAY_MS)
+                };
+                let slot = spend.entry((key, at)).or_default();
+                *slot = slot.saturating_add(sum);
+            }
+            snap.spend = spend.into_iter().map(|((k, at), s)| (k, at, s)).collect();
+
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT hold_id, key_id, fingerprint, created_ms, expires_ms, state, \
+                     worst_case_tokens FROM holds WHERE state IN ('pending', 'approved') \
+                     ORDER BY created_ms, hold_id",
+                )
+                .map_err(sql_error)?;
+            snap.holds = stmt
+                .query_map([], |r| {
+                    Ok(HoldRow {
+                        hold_id: r.get(0)?,
+                        key_id: r.get(1)?,
+                        fingerprint: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
+                        created_ms: get_u64(r, 3)?,
+                        expires_ms: get_u64(r, 4)?,
+                        state: hold_state_from(r, 5)?,
+                        worst_case_tokens: get_u64(r, 6)?,
+                    })
+                })
+                .and_then(Iterator::collect)
+                .map_err(sql_error)?;
+
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT key_id, fingerprint, wire, input, cache_write, cache_read, output \
+                     FROM recorded ORDER BY key_id, fingerprint, wire",
+                )
+                .map_err(sql_error)?;
+            snap.recorded = stmt
+                .query_map([], |r| {
+                    Ok((r.get(0)?, r.get(1)?, wire_from(r, 2)?, usage_from(r, 3)?))
+                })
+                .and_then(Iterator::collect)
+                .map_err(sql_error)?;
+
+            let mut stmt = tx
+                .prepare_cached("SELECT key_id, ceiling_nano, period FROM budgets ORDER BY key_id")
+                .map_err(sql_error)?;
+            snap.budgets = stmt
+                .query_map([], |r| {
+                    let ceiling: Option<i64> = r.get(1)?;
+                    Ok((r.get(0)?, ceiling.map(to_u64), period_from(r, 2)?))
+                })
+                .and_then(Iterator::collect)
+                .map_err(sql_error)?;
+
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT model, input, cache_write, cache_read, output, max_output \
+                     FROM prices ORDER BY model",
+                )
+                .map_err(sql_error)?;
+            snap.prices = stmt
+                .query_map([], |r| {
+                    Ok((
+                        r.get(0)?,
+                        Prices {
+                            input: get_u64(r, 1)?,
+                            cache_write: get_u64(r, 2)?,
+                            cache_read: get_u64(r, 3)?,
+                            output: get_u64(r, 4)?,
+                            max_output: get_u64(r, 5)?,
+                        },
+                    ))
+                })
+                .and_then(Iterator::collect)
+                .map_err(sql_error)?;
+
+            Ok(snap)
+        })
+    }
+
+    fn submit(&self, event: Event) {
+        if self.send(Msg::Event(Box::new(event), None)).is_err() {
+            tracing::warn!("store: closed, event dropped");
+        }
+    }
+
+    fn submit_and_wait(&self, event: Event) -> Result<(), StoreError> {
+        let (ack, done) = mpsc::sync_channel(1);
+        self.send(Msg::Event(Box::new(event), Some(ack)))?;
+        done.recv().map_err(|_| StoreError::Unavailable)?
+    }
+
+    fn flush(&self) -> Result<(), StoreError> {
+        let (ack, done) = mpsc::sync_channel(1);
+        self.send(Msg::Flush(ack))?;
+        done.recv().map_err(|_| StoreError::Unavailable)?
+    }
+
+    fn ledger(
+        &self,
+        key_id: Option<&str>,
+        from_day: Option<&str>,
+        to_day: Option<&str>,
+    ) -> Result<(Vec<LedgerDay>, LedgerTotals), StoreError> {
+        // Day bounds → a half-open time range [from, to), so the (key, time) indexes apply.
+        let from_ms = match from_day {
+            Some(d) => day_start_ms(d)?,
+            None => i64::MIN,
+        };
+        let to_ms = match to_day {
+            Some(d) => day_start_ms(d)?.saturating_add(DAY_MS as i64),
+            None => i64::MAX,
+        };
+        let key_clause = if key_id.is_some() {
+            "key_id = ?1"
+        } else {
+            "?1 IS NULL"
+        };
+        let bind = params![key_id, from_ms, to_ms];
+
+        let days = self.read(|tx| {
+            let mut days: BTreeMap<u64, LedgerTotals> = BTreeMap::new();
+
+            let sql = format!(
+                "SELECT decided_at_ms / 86400000 AS day, verdict, COUNT(*), \
+                   SUM(tokens_not_bought), \
+                   SUM(CASE WHEN verdict = 'BLOCK' THEN worst_case_tokens_avoided ELSE 0 END), \
+                   SUM(findings_tokens) \
+                 FROM decisions WHERE {key_clause} AND decided_at_ms >= ?2 AND decided_at_ms < ?3 \
+                 GROUP BY day, verdict"
+            );
+            let mut stmt = tx.prepare_cached(&sql).map_err(sql_error)?;
+            let mut rows = stmt.query(bind).map_err(sql_error)?;
+            while let Some(r) = rows.next().map_err(sql_error)? {
+                let t = days.entry(get_u64(r, 0).map_err(sql_error)?).or_default();
+                let verdict = verdict_from(r, 1).map_err(sql_error)?;
+                let n = get_u64(r, 2).map_err(sql_error)?;
+                t.requests = t.requests.saturating_add(n);
+                let slot = t.by_verdict.entry(verdict.as_str().to_owned()).or_default();
+                *slot = slot.saturating_add(n);
+                let nb = get_u64(r, 3).map_err(sql_error)?;
+                t.tokens_not_bought = t.tokens_not_bought.saturating_add(nb);
+                let avoided = get_u64(r, 4).map_err(sql_error)?;
+                t.worst_case_tokens_avoided = t.worst_case_tokens_avoided.saturating_add(avoided);
+                let est = get_u64(r, 5).map_err(sql_error)?;
+                t.findings_tokens_estimated = t.findings_tokens_estimated.saturating_add(est);
+            }
+            drop(rows);
+
+            let sql = format!(
+                "SELECT at_ms / 86400000 AS day, SUM(spend_nano), SUM(input), \
+                   SUM(cache_write), SUM(cache_read), SUM(output) \
+                 FROM usage WHERE {key_clause} AND at_ms >= ?2 AND at_ms < ?3 GROUP BY day"
+            );
+            let mut stmt = tx.prepare_cached(&sql).map_err(sql_error)?;
+            let mut rows = stmt.query(bind).map_err(sql_error)?;
+            while let Some(r) = rows.next().map_err(sql_error)? {
+                let t = days.entry(get_u64(r, 0).map_err(sql_error)?).or_default();
+                let spend = get_u64(r, 1).map_err(sql_error)?;
+                t.spend_nano = t.spend_nano.saturating_add(spend);
+                t.usage.add(&usage_from(r, 2).map_err(sql_error)?);
+            }
+            drop(rows);
+
+            let sql = format!(
+                "SELECT at_ms / 86400000 AS day, SUM(charged_nano) FROM reservation_expiries \
+                 WHERE {key_clause} AND at_ms >= ?2 AND at_ms < ?3 GROUP BY day"
+            );
+            let mut stmt = tx.prepare_cached(&sql).map_err(sql_error)?;
+            let mut rows = stmt.query(bind).map_err(sql_error)?;
+            while let Some(r) = rows.next().map_err(sql_error)? {
+                let t = days.entry(get_u64(r, 0).map_err(sql_error)?).or_default();
+                let charged = get_u64(r, 1).map_err(sql_error)?;
+                t.spend_nano = t.spend_nano.saturating_add(charged);
+            }
+            drop(rows);
+
+            // A hold never approved counts on the day of the request it held.
+            let sql = format!(
+                "SELECT created_ms / 86400000 AS day, SUM(worst_case_tokens) FROM holds \
+                 WHERE {key_clause} AND state = 'expired' AND created_ms >= ?2 AND created_ms < ?3 \
+                 GROUP BY day"
+            );
+            let mut stmt = tx.prepare_cached(&sql).map_err(sql_error)?;
+            let mut rows = stmt.query(bind).map_err(sql_error)?;
+            while let Some(r) = rows.next().map_err(sql_error)? {
+                let t = days.entry(get_u64(r, 0).map_err(sql_error)?).or_default();
+                let avoided = get_u64(r, 1).map_err(sql_error)?;
+                t.worst_case_tokens_avoided = t.worst_case_tokens_avoided.saturating_add(avoided);
+            }
+            Ok(days)
+        })?;
+
+        let mut total = empty_totals();
+        let mut out = Vec::with_capacity(days.len());
+        for (day, t) in days {
+            let mut totals = empty_totals();
+            add_totals(&mut totals, &t);
+            add_totals(&mut total, &t);
+            let (y, m, d) = civil_from_days(i64::try_from(day).unwrap_or(i64::MAX));
+            out.push(LedgerDay {
+                day: format!("{y:04}-{m:02}-{d:02}"),
+                totals,
+            });
+        }
+        Ok((out, total))
+    }
+
+    fn usage_recorded(&self, decision_id: &str) -> Result<bool, StoreError> {
+        self.read(|tx| {
+            tx.prepare_cached("SELECT EXISTS (SELECT 1 FROM usage WHERE decision_id = ?1)")
+                .and_then(|mut s| s.query_row([decision_id], |r| r.get(0)))
+                .map_err(sql_error)
+        })
+    }
+}
+
+/// Totals with every verdict present (zero when none), so per-day rows share one shape.
+fn empty_totals() -> LedgerTotals {
+    let mut t = LedgerTotals::default();
+    for v in Verdict::ALL {
+        t.by_verdict.insert(v.as_str().to_owned(), 0);
+    }
+    t
+}
+
+fn add_totals(into: &mut LedgerTotals, t: &LedgerTotals) {
+    into.requests = into.requests.saturating_add(t.requests);
+    for (v, n) in &t.by_verdict {
+        let slot = into.by_verdict.entry(v.clone()).or_default();
+        *slot = slot.saturating_add(*n);
+    }
+    into.spend_nano = into.spend_nano.saturating_add(t.spend_nano);
+    into.usage.add(&t.usage);
+    into.tokens_not_bought = into.tokens_not_bought.saturating_add(t.tokens_not_bought);
+    into.worst_case_tokens_avoided = into
+        .worst_case_tokens_avoided
+        .saturating_add(t.worst_case_tokens_avoided);
+    into.findings_tokens_estimated = into
+        .findings_tokens_estimated
+        .saturating_add(t.findings_tokens_estimated);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The writer thread.
+
+struct Writer {
+    conn: Connection,
+    rx: Receiver<Msg>,
+    linger: Duration,
+    stats: Arc<Stats>,
+    /// Fire-and-forget events lost (rejected, or in a failed commit) since the last flush.
+    failed_since_flush: u64,
+}
+
+#[derive(Default)]
+struct Batch {
+    events: Vec<(Box<Event>, Option<Ack>)>,
+    flushes: Vec<Ack>,
+    /// Someone waits on this batch: commit as soon as the queue is empty.
+    urgent: bool,
+}
+
+impl Batch {
+    /// Adds a message; returns true on `Shutdown`.
+    fn push(&mut self, msg: Msg) -> bool {
+        match msg {
+            Msg::Event(event, ack) => {
+                self.urgent |= ack.is_some();
+                self.events.push((event, ack));
+                false
+            }
+            Msg::Flush(ack) => {
+                self.urgent = true;
+                self.flushes.push(ack);
+                false
+            }
+            Msg::Shutdown => true,
+        }
+    }
+}
+
+impl Writer {
+    fn run(mut self) {
+        let mut closing = false;
+        loop {
+            // Once closing, take only what is already queued.
+            let first = if closing {
+                self.rx.try_recv().ok()
+            } else {
+                self.rx.recv().ok()
+            };
+            let Some(first) = first else {
+                return;
+            };
+            let mut batch = Batch::default();
+            closing |= batch.push(first);
+            let deadline = Instant::now() + self.linger;
+            while batch.events.len() < BATCH_CAP {
+                match self.rx.try_recv() {
+                    Ok(msg) => {
+                        closing |= batch.push(msg);
+                        continue;
+                    }
+                    Err(TryRecvError::Disconnected) => {
+                        closing = true;
+                        break;
+                    }
+                    Err(TryRecvError::Empty) => {}
+                }
+                if batch.urgent || closing {
+                    break;
+                }
+                let now = Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                match self.rx.recv_timeout(deadline - now) {
+                    Ok(msg) => closing |= batch.push(msg),
+                    Err(RecvTimeoutError::Timeout) => break,
+                    Err(RecvTimeoutError::Disconnected) => {
+                        closing = true;
+                        break;
+                    }
+                }
+            }
+            self.commit(batch);
+        }
+    }
+
+    fn commit(&mut self, batch: Batch) {
+        let Batch {
+            events, flushes, ..
+        } = batch;
+        let outcome = if events.is_empty() {
+            Ok(Vec::new())
+        } else {
+            write_batch(&mut self.conn, &events)
+        };
+        let batch_error = match outcome {
+            Ok(results) => {
+                if !events.is_empty() {
+                    let written = results.iter().filter(|r| r.is_ok()).count() as u64;
+                    self.stats.commits.fetch_add(1, Ordering::Relaxed);
+                    self.stats.events.fetch_add(written, Ordering::Relaxed);
+                }
+                for ((event, ack), result) in events.into_iter().zip(results) {
+                    let result = result.map_err(|e| {
+                        self.stats.rejected_events.fetch_add(1, Ordering::Relaxed);
+                        rejection(&event, &e)
+                    });
+                    match ack {
+                        Some(ack) => {
+                            let _ = ack.send(result);
+                        }
+                        None if result.is_err() => self.failed_since_flush += 1,
+                        None => {}
+                    }
+                }
+                None
+            }
+            Err(e) => {
+                self.stats.failed_commits.fetch_add(1, Ordering::Relaxed);
+                let kind = error_kind(&e);
+                tracing::error!(error = %kind, events = events.len(), "store: batch commit failed");
+                for (_, ack) in events {
+                    match ack {
+                        Some(ack) => {
+                            let _ = ack.send(Err(StoreError::Sqlite(kind.clone())));
+                        }
+                        None => self.failed_since_flush += 1,
+                    }
+                }
+                Some(kind)
+            }
+        };
+        if flushes.is_empty() {
+            return;
+        }
+        // A flush answers for everything submitted before it: it fails if any of that was
+        // lost since the previous flush answered.
+        let lost = std::mem::take(&mut self.failed_since_flush);
+        for ack in flushes {
+            let result = match (&batch_error, lost) {
+                (Some(kind), _) => Err(StoreError::Sqlite(kind.clone())),
+                (None, 0) => Ok(()),
+                (None, n) => Err(StoreError::Sqlite(format!(
+                    "{n} events were not committed since the last flush"
+                ))),
+            };
+            let _ = ack.send(result);
+        }
+    }
+}
+
+/// Writes the batch in one transaction, each event in its own savepoint. `Err`: the
+/// transaction itself failed (nothing of the batch is committed); `Ok`: committed, with
+/// each event's own result.
+fn write_batch(
+    conn: &mut Connection,
+    events: &[(Box<Event>, Option<Ack>)],
+) -> rusqlite::Result<Vec<rusqlite::Result<()>>> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut results = Vec::with_capacity(events.len());
+    for (event, _) in events {
+        tx.prepare_cached("SAVEPOINT event")?.execute([])?;
+        let result = apply(&tx, event);
+        if result.is_err() {
+            tx.prepare_cached("ROLLBACK TO event")?.execute([])?;
+        }
+        tx.prepare_cached("RELEASE event")?.execute([])?;
+        results.push(result);
+    }
+    tx.commit()?;
+    Ok(results)
+}
+
+fn apply(conn: &Connection, event: &Event) -> rusqlite::Result<()> {
+    match event {
+        Event::Decision(d) => {
+            let sql = format!(
+                "INSERT INTO decisions ({DECISION_COLUMNS}, open) VALUES \
+                 (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, \
+                  ?4 IN ('ALLOW', 'DOWNGRADE') AND ?11 > 0 \
+                  AND NOT EXISTS (SELECT 1 FROM usage WHERE decision_id = ?1) \
+                  AND NOT EXISTS (SELECT 1 FROM reservation_expiries WHERE decision_id = ?1))"
+            );
+            conn.prepare_cached(&sql)?.execute(params![
+                d.decision_id,
+                d.key_id,
+                d.fingerprint,
+                d.verdict.as_str(),
+                d.reason,
+                // NaN would be stored as NULL; it reads back as NaN.
+                d.score,
+                d.model_requested,
+                d.model_served,
+                d.wire.as_str(),
+                to_i64(d.decided_at_ms),
+                to_i64(d.reserved_nano),
+                d.worst_case_tokens.map(to_i64),
+                to_i64(d.tokens_not_bought),
+                to_i64(d.worst_case_tokens_avoided),
+                to_i64(d.findings_tokens),
+                d.hold_id,
+            ])?;
+        }
+        Event::Usage(u) => {
+            conn.prepare_cached(
+                "INSERT INTO usage (decision_id, key_id, at_ms, served_model, wire, complete, \
+                 input, cache_write, cache_read, output, spend_nano) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            )?
+            .execute(params![
+                u.decision_id,
+                u.key_id,
+                to_i64(u.at_ms),
+                u.served_model,
+                u.wire.as_str(),
+                u.complete,
+                to_i64(u.usage.input),
+                to_i64(u.usage.cache_write),
+                to_i64(u.usage.cache_read),
+                to_i64(u.usage.output),
+                to_i64(u.spend_nano),
+            ])?;
+            settle(conn, &u.decision_id)?;
+        }
+        Event::ReservationExpired {
+            decision_id,
+            key_id,
+            at_ms,
+            charged_nano,
+        } => {
+            // Charged once: a repeated expiry is a no-op.
+            conn.prepare_cached(
+                "INSERT INTO reservation_expiries (decision_id, key_id, at_ms, charged_nano) \
+                 VALUES (?1, ?2, ?3, ?4) ON CONFLICT (decision_id) DO NOTHING",
+            )?
+            .execute(params![
+                decision_id,
+                key_id,
+                to_i64(*at_ms),
+                to_i64(*charged_nano)
+            ])?;
+            settle(conn, decision_id)?;
+        }
+        Event::Hold(h) => {
+            // The latest state wins. The fingerprint is set when the hold is created and never
+            // rewritten, so a `Forget` stays in force for the hold's later states.
+            conn.prepare_cached(
+                "INSERT INTO holds (hold_id, key_id, fingerprint, created_ms, expires_ms, state, \
+                 worst_case_tokens) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+                 ON CONFLICT (hold_id) DO UPDATE SET key_id = excluded.key_id, \
+                 created_ms = excluded.created_ms, expires_ms = excluded.expires_ms, \
+                 state = excluded.state, worst_case_tokens = excluded.worst_case_tokens",
+            )?
+            .execute(params![
+                h.hold_id,
+                h.key_id,
+                h.fingerprint,
+                to_i64(h.created_ms),
+                to_i64(h.expires_ms),
+                hold_state_str(h.state),
+                to_i64(h.worst_case_tokens),
+            ])?;
+        }
+        Event::Recorded {
+            key_id,
+            fingerprint,
+            wire,
+            usage,
+            at_ms,
+        } => {
+            conn.prepare_cached(
+                "INSERT INTO recorded (key_id, fingerprint, wire, input, cache_write, cache_read, \
+                 output, at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
+                 ON CONFLICT (key_id, fingerprint, wire) DO UPDATE SET input = excluded.input, \
+                 cache_write = excluded.cache_write, cache_read = excluded.cache_read, \
+                 output = excluded.output, at_ms = excluded.at_ms",
+            )?
+            .execute(params![
+                key_id,
+                fingerprint,
+                wire.as_str(),
+                to_i64(usage.input),
+                to_i64(usage.cache_write),
+                to_i64(usage.cache_read),
+                to_i64(usage.output),
+                to_i64(*at_ms),
+            ])?;
+        }
+        Event::BudgetSet {
+            key_id,
+            ceiling_nano,
+            period,
+        } => {
+            conn.prepare_cached(
+                "INSERT INTO budgets (key_id, ceiling_nano, period) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (key_id) DO UPDATE SET ceiling_nano = excluded.ceiling_nano, \
+                 period = excluded.period",
+            )?
+            .execute(params![key_id, ceiling_nano.map(to_i64), period.as_str()])?;
+        }
+        Event::PricesSet { model, prices } => {
+            conn.prepare_cached(
+                "INSERT INTO prices (model, input, cache_write, cache_read, output, max_output) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (model) DO UPDATE SET \
+                 input = excluded.input, cache_write = excluded.cache_write, \
+                 cache_read = excluded.cache_read, output = excluded.output, \
+                 max_output = excluded.max_output",
+            )?
+            .execute(params![
+                model,
+                to_i64(prices.input),
+                to_i64(prices.cache_write),
+                to_i64(prices.cache_read),
+                to_i64(prices.output),
+                to_i64(prices.max_output),
+            ])?;
+        }
+        Event::Forget { key_id } => {
+            conn.prepare_cached("DELETE FROM recorded WHERE key_id = ?1")?
+                .execute([key_id])?;
+            conn.prepare_cached(
+                "UPDATE decisions SET fingerprint = NULL \
+                 WHERE key_id = ?1 AND fingerprint IS NOT NULL",
+            )?
+            .execute([key_id])?;
+            conn.prepare_cached(
+                "UPDATE holds SET fingerprint = NULL WHERE key_id = ?1 AND fingerprint IS NOT NULL",
+            )?
+            .execute([key_id])?;
+        }
+    }
+    Ok(())
+}
+
+/// The decision's reservation is settled (by usage or by its expiry charge).
+fn settle(conn: &Connection, decision_id: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE decisions SET open = 0 WHERE decision_id = ?1 AND open = 1")?
+        .execute([decision_id])?;
+    Ok(())
+}
+
+/// What a waiter is told when the database rejected its event.
+fn rejection(event: &Event, e: &rusqlite::Error) -> StoreError {
+    let constraint = e.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation);
+    let kind = error_kind(e);
+    match event {
+        Event::Usage(_) if constraint => {
+            tracing::debug!(error = %kind, "store: usage already recorded for the decision");
+            StoreError::Sqlite("usage already recorded for this decision".into())
+        }
+        Event::Decision(_) if constraint => {
+            tracing::warn!(error = %kind, "store: decision rejected");
+            StoreError::Sqlite("decision already stored".into())
+        }
+        _ => {
+            tracing::warn!(error = %kind, "store: event rejected");
+            StoreError::Sqlite(kind)
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Opening.
+
+/// Creates the database file owner-only (0600) on first start; SQLite gives its `-wal` and
+/// `-shm` files the same mode.
+fn create_private(path: &Path) -> Result<(), StoreError> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(StoreError::Sqlite(format!(
+            "cannot create the database file: {}",
+            e.kind()
+        ))),
+    }
+}
+
+fn configure_writer(conn: &Connection) -> Result<(), StoreError> {
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_error)?;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+        .map_err(sql_error)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Sqlite("journal mode WAL unavailable".into()));
+    }
+    // See the module docs: a commit must survive a power loss, not only a process kill.
+    conn.pragma_update(None, "synchronous", "FULL")
+        .map_err(sql_error)
+}
+
+/// Applies the pending migrations, each in its own transaction together with the new
+/// `user_version`. The version is read inside the (immediate, write-locked) transaction, so
+/// two processes opening the same file at once cannot both apply a step.
+fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    loop {
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql_error)?;
+        let version: u32 = tx
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(sql_error)?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::Sqlite(format!(
+                "database schema version {version} is newer than this build's {SCHEMA_VERSION}"
+            )));
+        }
+        let Some(step) = MIGRATIONS.get(version as usize) else {
+            return tx.commit().map_err(sql_error);
+        };
+        tx.execute_batch(step).map_err(sql_error)?;
+        tx.pragma_update(None, "user_version", version + 1)
+            .map_err(sql_error)?;
+        tx.commit().map_err(sql_error)?;
+        tracing::info!(version = version + 1, "store: schema migrated");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conversions.
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic elsewhere while holding the lock leaves the connection usable.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Integers are stored as SQLite's signed 64 bits; larger values (saturated figures) are
+/// clamped to `i64::MAX`.
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn to_u64(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+fn get_u64(row: &Row<'_>, idx: usize) -> rusqlite::Result<u64> {
+    Ok(row.get::<_, Option<i64>>(idx)?.map(to_u64).unwrap_or(0))
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("unknown value in an enumerated column")]
+struct UnknownValue;
+
+fn bad_value(idx: usize) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(idx, Type::Text, Box::new(UnknownValue))
+}
+
+fn verdict_from(row: &Row<'_>, idx: usize) -> rusqlite::Result<Verdict> {
+    let s: String = row.get(idx)?;
+    Verdict::ALL
+        .into_iter()
+        .find(|v| v.as_str() == s)
+        .ok_or_else(|| bad_value(idx))
+}
+
+fn wire_from(row: &Row<'_>, idx: usize) -> rusqlite::Result<WireForm> {
+    match row.get_ref(idx)?.as_str()? {
+        "json" => Ok(WireForm::Json),
+        "sse" => Ok(WireForm::Sse),
+        _ => Err(bad_value(idx)),
+    }
+}
+
+fn hold_state_str(s: HoldState) -> &'static str {
+    match s {
+        HoldState::Pending => "pending",
+        HoldState::Approved => "approved",
+        HoldState::Used => "used",
+        HoldState::Expired => "expired",
+    }
+}
+
+fn hold_state_from(row: &Row<'_>, idx: usize) -> rusqlite::Result<HoldState> {
+    match row.get_ref(idx)?.as_str()? {
+        "pending" => Ok(HoldState::Pending),
+        "approved" => Ok(HoldState::Approved),
+        "used" => Ok(HoldState::Used),
+        "expired" => Ok(HoldState::Expired),
+        _ => Err(bad_value(idx)),
+    }
+}
+
+fn period_from(row: &Row<'_>, idx: usize) -> rusqlite::Result<BudgetPeriod> {
+    match row.get_ref(idx)?.as_str()? {
+        "lifetime" => Ok(BudgetPeriod::Lifetime),
+        "day" => Ok(BudgetPeriod::Day),
+        "month" => Ok(BudgetPeriod::Month),
+        _ => Err(bad_value(idx)),
+    }
+}
+
+/// Four consecutive columns: input, cache write, cache read, output.
+fn usage_from(row: &Row<'_>, first: usize) -> rusqlite::Result<Usage> {
+    Ok(Usage {
+        input: get_u64(row, first)?,
+        cache_write: get_u64(row, first + 1)?,
+        cache_read: get_u64(row, first + 2)?,
+        output: get_u64(row, first + 3)?,
+    })
+}
+
+/// A row selected with [`DECISION_COLUMNS`].
+fn decision_from_row(r: &Row<'_>) -> rusqlite::Result<DecisionRow> {
+    Ok(DecisionRow {
+        decision_id: r.get(0)?,
+        key_id: r.get(1)?,
+        fingerprint: r.get(2)?,
+        verdict: verdict_from(r, 3)?,
+        reason: r.get(4)?,
+        score: r.get::<_, Option<f64>>(5)?.unwrap_or(f64::NAN),
+        model_requested: r.get(6)?,
+        model_served: r.get(7)?,
+        wire: wire_from(r, 8)?,
+        decided_at_ms: get_u64(r, 9)?,
+        reserved_nano: get_u64(r, 10)?,
+        worst_case_tokens: r.get::<_, Option<i64>>(11)?.map(to_u64),
+        tokens_not_bought: get_u64(r, 12)?,
+        worst_case_tokens_avoided: get_u64(r, 13)?,
+        findings_tokens: get_u64(r, 14)?,
+        hold_id: r.get(15)?,
+    })
+}
+
+/// Start (unix ms) of a `YYYY-MM-DD` UTC day; anything else (including 2026-02-30) is
+/// refused.
+fn day_start_ms(day: &str) -> Result<i64, StoreError> {
+    let invalid = || StoreError::Sqlite("invalid day: expected YYYY-MM-DD".into());
+    let b = day.as_bytes();
+    let well_formed = b.len() == 10
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b
+            .iter()
+            .enumerate()
+            .all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit());
+    if !well_formed {
+        return Err(invalid());
+    }
+    let y: i64 = day[0..4].parse().map_err(|_| invalid())?;
+    let m: u32 = day[5..7].parse().map_err(|_| invalid())?;
+    let d: u32 = day[8..10].parse().map_err(|_| invalid())?;
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+        return Err(invalid());
+    }
+    let days = days_from_civil(y, m, d);
+    if civil_from_days(days) != (y, m, d) {
+        return Err(invalid());
+    }
+    Ok(days * DAY_MS as i64)
+}
+
+/// Howard Hinnant's (year, month, day) → days since 1970-01-01; inverse of
+/// [`civil_from_days`].
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let m = i64::from(m);
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The error's kind, for logs and callers: SQLite's result code, never a message (which
+/// could quote SQL).
+fn error_kind(e: &rusqlite::Error) -> String {
+    match e {
+        rusqlite::Error::SqliteFailure(f, _) => {
+            format!("sqlite {:?} (code {})", f.code, f.extended_code)
+        }
+        rusqlite::Error::FromSqlConversionFailure(..)
+        | rusqlite::Error::IntegralValueOutOfRange(..)
+        | rusqlite::Error::InvalidColumnType(..) => "unexpected stored value".into(),
+        rusqlite::Error::ToSqlConversionFailure(_) => "value not storable".into(),
+        _ => "sqlite error".into(),
+    }
+}
+
+fn sql_error(e: rusqlite::Error) -> StoreError {
+    StoreError::Sqlite(error_kind(&e))
+}
