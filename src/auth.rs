@@ -74,7 +74,10 @@ pub enum AuthError {
 }
 
 /// Find the key, then compare the secret's hash in constant time.
-pub fn authenticate<'c>(config: &'c Config, presented: Option<&str>) -> Result<(&'c KeyConfig, Caller), AuthError> {
+pub fn authenticate<'c>(
+    config: &'c Config,
+    presented: Option<&str>,
+) -> Result<(&'c KeyConfig, Caller), AuthError> {
     let presented = presented.ok_or(AuthError::Missing)?;
     let parsed = parse_key(presented).ok_or(AuthError::Invalid)?;
     let key = config.key(parsed.id).ok_or(AuthError::Invalid)?;
@@ -135,7 +138,10 @@ pub fn new_admin_key() -> (String, String) {
     let mut secret = [0u8; 24];
     rand::rngs::OsRng.fill_bytes(&mut secret);
     let key = format!("tsa_{}", hex_encode(&secret));
-    let line = format!("[admin]\nkey_hash = \"{}\"\n", hex_encode(&admin_hash(&key)));
+    let line = format!(
+        "[admin]\nkey_hash = \"{}\"\n",
+        hex_encode(&admin_hash(&key))
+    );
     (key, line)
 }
 

@@ -305,7 +305,11 @@ impl Config {
         let raw: RawConfig = serde_path_to_error::deserialize(deserializer).map_err(|e| {
             let path = e.path().to_string();
             field(
-                if path.is_empty() { "(top level)".into() } else { path },
+                if path.is_empty() {
+                    "(top level)".into()
+                } else {
+                    path
+                },
                 e.into_inner().message().trim().to_string(),
             )
         })?;
@@ -314,9 +318,12 @@ impl Config {
 
     fn validate(raw: RawConfig) -> Result<Self, ConfigError> {
         let addr = |name: &str, value: &str| {
-            value
-                .parse::<SocketAddr>()
-                .map_err(|_| field(format!("listen.{name}"), "not a socket address like 127.0.0.1:8787"))
+            value.parse::<SocketAddr>().map_err(|_| {
+                field(
+                    format!("listen.{name}"),
+                    "not a socket address like 127.0.0.1:8787",
+                )
+            })
         };
         let proxy_addr = addr("proxy", &raw.listen.proxy)?;
         let api_addr = addr("api", &raw.listen.api)?;
@@ -370,7 +377,10 @@ impl Config {
 
         for (model, p) in &raw.prices {
             if p.max_output == 0 {
-                return Err(field(format!("prices.{model}.max_output"), "must be at least 1"));
+                return Err(field(
+                    format!("prices.{model}.max_output"),
+                    "must be at least 1",
+                ));
             }
         }
         for (from, to) in &raw.downgrade {
@@ -378,7 +388,9 @@ impl Config {
                 return Err(field(format!("downgrade.{from}"), "maps a model to itself"));
             }
         }
-        raw.gate.validate().map_err(|(f, why)| field(format!("gate.{f}"), why))?;
+        raw.gate
+            .validate()
+            .map_err(|(f, why)| field(format!("gate.{f}"), why))?;
 
         if raw.limits.max_body_bytes == 0 {
             return Err(field("limits.max_body_bytes", "must be at least 1"));
@@ -422,7 +434,10 @@ fn parse_upstream(name: &str, raw: RawUpstream) -> Result<Upstream, ConfigError>
     } else if let Some(rest) = raw.base_url.strip_prefix("http://") {
         (false, rest)
     } else {
-        return Err(field(format!("{name}.base_url"), "must start with http:// or https://"));
+        return Err(field(
+            format!("{name}.base_url"),
+            "must start with http:// or https://",
+        ));
     };
     let authority = rest.trim_end_matches('/');
     if authority.is_empty() || authority.contains('/') {
@@ -436,7 +451,10 @@ fn parse_upstream(name: &str, raw: RawUpstream) -> Result<Upstream, ConfigError>
             let port = p
                 .parse::<u16>()
                 .map_err(|_| field(format!("{name}.base_url"), "port is not a number 1-65535"))?;
-            (h.trim_start_matches('[').trim_end_matches(']').to_string(), port)
+            (
+                h.trim_start_matches('[').trim_end_matches(']').to_string(),
+                port,
+            )
         }
         _ => (authority.to_string(), if tls { 443 } else { 80 }),
     };

@@ -5,16 +5,16 @@
 //! `store`/`ledger` (answers, spend, budgets) ; `proxy` and `api` are the I/O shells around it.
 
 pub mod api;
-pub mod demo;
-pub mod receipt;
-pub mod split_profile;
 pub mod auth;
 pub mod config;
+pub mod demo;
 pub mod gate;
-pub mod request;
 pub mod ledger;
 pub mod metrics;
-pub mod store;
 pub mod proxy;
-pub mod spec_card;
+pub mod receipt;
+pub mod request;
 pub mod server;
+pub mod spec_card;
+pub mod split_profile;
+pub mod store;

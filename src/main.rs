@@ -10,7 +10,11 @@ use tokensaver::config::Config;
 use tokensaver::request::{self, Digest, Route};
 
 #[derive(Parser)]
-#[command(name = "tokensaver", version, about = "A deterministic cost gate for language-model traffic")]
+#[command(
+    name = "tokensaver",
+    version,
+    about = "A deterministic cost gate for language-model traffic"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -25,6 +29,12 @@ enum Command {
         /// Worker threads per listener.
         #[arg(long, default_value_t = 2)]
         threads: usize,
+        /// Digest mode: the central gate's API URL (prompts never leave this machine).
+        #[arg(long)]
+        gate_url: Option<String>,
+        /// Digest mode: the tokensaver key used with the central gate.
+        #[arg(long, env = "TOKENSAVER_GATE_KEY", hide_env_values = true)]
+        gate_key: Option<String>,
     },
     /// The quick start: the proxy with the example config, in front of a built-in local
     /// provider, driven by a scripted agent session.
@@ -101,7 +111,9 @@ enum RouteArg {
 fn read_input(file: &str) -> Result<Vec<u8>, String> {
     if file == "-" {
         let mut buf = Vec::new();
-        std::io::stdin().read_to_end(&mut buf).map_err(|e| format!("cannot read standard input: {}", e.kind()))?;
+        std::io::stdin()
+            .read_to_end(&mut buf)
+            .map_err(|e| format!("cannot read standard input: {}", e.kind()))?;
         Ok(buf)
     } else {
         std::fs::read(file).map_err(|e| format!("cannot read {file}: {}", e.kind()))
@@ -110,7 +122,9 @@ fn read_input(file: &str) -> Result<Vec<u8>, String> {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     match run(Cli::parse().command) {
@@ -124,11 +138,17 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> Result<(), String> {
     match command {
-        Command::Serve { config, threads } => tokensaver::server::serve(&config, threads),
+        Command::Serve {
+            config,
+            threads,
+            gate_url,
+            gate_key,
+        } => tokensaver::server::serve(&config, threads, gate_url, gate_key),
         Command::Demo { config } => tokensaver::demo::run(&config),
         Command::Digest { file, key, route } => {
             let body = read_input(&file)?;
-            let parsed = tokensaver::auth::parse_key(&key).ok_or("the key is not of the form tsk_<id>_<secret>")?;
+            let parsed = tokensaver::auth::parse_key(&key)
+                .ok_or("the key is not of the form tsk_<id>_<secret>")?;
             let fp_key = tokensaver::auth::fingerprint_key(parsed.secret);
             let route = match route {
                 RouteArg::Openai => Route::OpenAiChat,
@@ -136,29 +156,44 @@ fn run(command: Command) -> Result<(), String> {
             };
             let parsed = request::parse(route, &body, &fp_key).map_err(|e| e.to_string())?;
             let digest = Digest::new(parsed.shape);
-            println!("{}", serde_json::to_string_pretty(&digest).map_err(|e| e.to_string())?);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&digest).map_err(|e| e.to_string())?
+            );
             Ok(())
         }
         Command::Verify { file, config } => {
             let config = Config::load(&config).map_err(|e| e.to_string())?;
-            let signer = tokensaver::receipt::ReceiptSigner::load_or_create(&config.data_dir).map_err(|e| e.to_string())?;
+            let signer = tokensaver::receipt::ReceiptSigner::load_or_create(&config.data_dir)
+                .map_err(|e| e.to_string())?;
             let input = read_input(&file)?;
             let text = String::from_utf8_lossy(&input);
-            let envelope = match serde_json::from_str::<tokensaver::receipt::Envelope>(text.trim()) {
+            let envelope = match serde_json::from_str::<tokensaver::receipt::Envelope>(text.trim())
+            {
                 Ok(e) => e,
-                Err(_) => tokensaver::receipt::Envelope::from_header_value(text.trim()).map_err(|e| e.to_string())?,
+                Err(_) => tokensaver::receipt::Envelope::from_header_value(text.trim())
+                    .map_err(|e| e.to_string())?,
             };
-            let body = signer.verify(&envelope).map_err(|e| format!("INVALID: {e}"))?;
+            let body = signer
+                .verify(&envelope)
+                .map_err(|e| format!("INVALID: {e}"))?;
             println!("VALID (kid {})", envelope.kid);
             println!("{}", String::from_utf8_lossy(&body));
             Ok(())
         }
-        Command::Key { command: KeyCommand::New { id } } => {
-            let (key, line) = tokensaver::auth::new_key(&id).ok_or("key ids are 1-64 characters of a-z, A-Z, 0-9 or '-'")?;
-            println!("key (give it to the caller; it is not stored): {key}\n\nconfig lines:\n{line}");
+        Command::Key {
+            command: KeyCommand::New { id },
+        } => {
+            let (key, line) = tokensaver::auth::new_key(&id)
+                .ok_or("key ids are 1-64 characters of a-z, A-Z, 0-9 or '-'")?;
+            println!(
+                "key (give it to the caller; it is not stored): {key}\n\nconfig lines:\n{line}"
+            );
             Ok(())
         }
-        Command::Key { command: KeyCommand::Admin } => {
+        Command::Key {
+            command: KeyCommand::Admin,
+        } => {
             let (key, line) = tokensaver::auth::new_admin_key();
             println!("admin key (keep it off shared machines): {key}\n\nconfig lines:\n{line}");
             Ok(())
@@ -170,11 +205,24 @@ fn run(command: Command) -> Result<(), String> {
         Command::SplitProfile { file, json, config } => {
             let input = read_input(&file)?;
             let signer = match Config::load(&config) {
-                Ok(c) => tokensaver::receipt::ReceiptSigner::load_or_create(&c.data_dir).map_err(|e| e.to_string())?,
-                Err(_) => tokensaver::receipt::ReceiptSigner::load_or_create(std::path::Path::new("./data")).map_err(|e| e.to_string())?,
+                Ok(c) => tokensaver::receipt::ReceiptSigner::load_or_create(&c.data_dir)
+                    .map_err(|e| e.to_string())?,
+                Err(_) => tokensaver::receipt::ReceiptSigner::load_or_create(std::path::Path::new(
+                    "./data",
+                ))
+                .map_err(|e| e.to_string())?,
             };
-            let out = format!("{} {} {}", input.len(), json, signer.kid());
-            println!("{out}");
+            use tokensaver::split_profile as sp;
+            match sp::profile(&input, tokensaver::proxy::now_ms()) {
+                Ok(report) if json => println!(
+                    "{}",
+                    String::from_utf8_lossy(&sp::signed_report(&report, &signer))
+                ),
+                Ok(report) => print!("{}", sp::render_text(&report)),
+                Err(refusal) => {
+                    return Err(sp::render_refusal_text(refusal).trim_end().to_string())
+                }
+            }
             Ok(())
         }
         Command::CheckConfig { file } => {
@@ -190,11 +238,19 @@ fn run(command: Command) -> Result<(), String> {
             );
             Ok(())
         }
-        Command::MockProvider { listen, expected_credential } => {
+        Command::MockProvider {
+            listen,
+            expected_credential,
+        } => {
             let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
-            let opts = tokensaver::demo::provider::ProviderOptions { expected_credential, ..Default::default() };
+            let opts = tokensaver::demo::provider::ProviderOptions {
+                expected_credential,
+                ..Default::default()
+            };
             eprintln!("mock provider listening on http://{listen}");
-            runtime.block_on(tokensaver::demo::provider::serve_forever(listen, opts)).map_err(|e| e.to_string())
+            runtime
+                .block_on(tokensaver::demo::provider::serve_forever(listen, opts))
+                .map_err(|e| e.to_string())
         }
     }
 }

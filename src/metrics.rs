@@ -18,7 +18,10 @@ impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
         let requests = IntCounterVec::new(
-            Opts::new("tokensaver_requests_total", "Gated requests by verdict and reason"),
+            Opts::new(
+                "tokensaver_requests_total",
+                "Gated requests by verdict and reason",
+            ),
             &["verdict", "reason"],
         )
         .unwrap_or_else(|_| unreachable_metric());
@@ -38,10 +41,16 @@ impl Metrics {
             &["tier"],
         )
         .unwrap_or_else(|_| unreachable_metric());
-        let answer_store_bytes = IntGauge::new("tokensaver_answer_store_bytes", "Bytes of stored answers")
-            .unwrap_or_else(|_| IntGauge::with_opts(Opts::new("x", "x")).unwrap_or_else(|_| unreachable_gauge()));
+        let answer_store_bytes =
+            IntGauge::new("tokensaver_answer_store_bytes", "Bytes of stored answers")
+                .unwrap_or_else(|_| {
+                    IntGauge::with_opts(Opts::new("x", "x")).unwrap_or_else(|_| unreachable_gauge())
+                });
         let upstream_errors = IntCounterVec::new(
-            Opts::new("tokensaver_upstream_errors_total", "Upstream failures by kind"),
+            Opts::new(
+                "tokensaver_upstream_errors_total",
+                "Upstream failures by kind",
+            ),
             &["kind"],
         )
         .unwrap_or_else(|_| unreachable_metric());

@@ -66,7 +66,9 @@ impl Envelope {
     }
 
     pub fn from_header_value(value: &str) -> Result<Self, VerifyError> {
-        let json = B64.decode(value.trim()).map_err(|_| VerifyError::Encoding)?;
+        let json = B64
+            .decode(value.trim())
+            .map_err(|_| VerifyError::Encoding)?;
         serde_json::from_slice(&json).map_err(|_| VerifyError::Malformed)
     }
 }
@@ -150,7 +152,9 @@ impl ReceiptSigner {
                 .ok_or(VerifyError::UnknownKid)?
         };
         let body = envelope.body_bytes()?;
-        let sig_bytes = B64.decode(&envelope.sig).map_err(|_| VerifyError::Encoding)?;
+        let sig_bytes = B64
+            .decode(&envelope.sig)
+            .map_err(|_| VerifyError::Encoding)?;
         let sig = Signature::from_slice(&sig_bytes).map_err(|_| VerifyError::Encoding)?;
         key.verify(&body, &sig)
             .map_err(|_| VerifyError::BadSignature)?;

@@ -23,6 +23,7 @@ pub enum Listener {
 
 pub struct Api {
     pub gatekeeper: Arc<Gatekeeper>,
+    pub split_profile: crate::split_profile::SplitProfileService,
 }
 
 /// Bodies of the API's own routes are small; provider bodies (estimate) follow the proxy's cap.
@@ -32,13 +33,21 @@ const ADMIN_BODY_CAP: usize = 512 * 1024;
 
 fn keyed_error(e: auth::AuthError) -> ApiResponse {
     match e {
-        auth::AuthError::Missing => ApiResponse::error(401, "missing_key", "a tokensaver key is required"),
-        auth::AuthError::Invalid => ApiResponse::error(401, "invalid_key", "invalid tokensaver key"),
+        auth::AuthError::Missing => {
+            ApiResponse::error(401, "missing_key", "a tokensaver key is required")
+        }
+        auth::AuthError::Invalid => {
+            ApiResponse::error(401, "invalid_key", "invalid tokensaver key")
+        }
     }
 }
 
 fn method_not_allowed() -> ApiResponse {
-    ApiResponse::error(405, "method_not_allowed", "method not allowed on this route")
+    ApiResponse::error(
+        405,
+        "method_not_allowed",
+        "method not allowed on this route",
+    )
 }
 
 fn not_found() -> ApiResponse {
@@ -46,13 +55,18 @@ fn not_found() -> ApiResponse {
 }
 
 fn bad_json() -> ApiResponse {
-    ApiResponse::error(400, "invalid_json", "request body is not valid JSON of the expected form")
+    ApiResponse::error(
+        400,
+        "invalid_json",
+        "request body is not valid JSON of the expected form",
+    )
 }
 
 impl Api {
     pub fn new(gatekeeper: Arc<Gatekeeper>) -> Self {
         Self {
             gatekeeper,
+            split_profile: crate::split_profile::SplitProfileService::new(),
         }
     }
 
@@ -70,8 +84,12 @@ impl Api {
         }
     }
 
-    fn caller<'a>(&'a self, req: &ApiRequest) -> Result<(&'a KeyConfig, auth::Caller), ApiResponse> {
-        auth::authenticate(&self.gatekeeper.config, auth::presented_key(&req.headers)).map_err(keyed_error)
+    fn caller<'a>(
+        &'a self,
+        req: &ApiRequest,
+    ) -> Result<(&'a KeyConfig, auth::Caller), ApiResponse> {
+        auth::authenticate(&self.gatekeeper.config, auth::presented_key(&req.headers))
+            .map_err(keyed_error)
     }
 
     fn api(&self, req: &ApiRequest) -> ApiResponse {
@@ -81,14 +99,28 @@ impl Api {
             "/spec" => only(m, Method::GET, || self.spec()),
             "/stats" => only(m, Method::GET, || self.stats()),
             "/verify" => only(m, Method::POST, || self.verify(req)),
-            "/estimate" => only(m, Method::POST, || self.keyed(req, |k, c| self.estimate(req, k, c))),
-            "/gate" => only(m, Method::POST, || self.keyed(req, |k, _| self.gate(req, k))),
-            "/record" => only(m, Method::POST, || self.keyed(req, |k, _| self.record(req, k))),
-            "/ledger" => only(m, Method::GET, || self.keyed(req, |k, _| self.ledger(req, k))),
-            "/budget" => only(m, Method::GET, || {
-                self.keyed(req, |k, _| ApiResponse::json(200, &self.gatekeeper.budget_view(&k.id, now_ms())))
+            "/estimate" => only(m, Method::POST, || {
+                self.keyed(req, |k, c| self.estimate(req, k, c))
             }),
-            "/prices" => only(m, Method::GET, || self.keyed(req, |_, _| ApiResponse::json(200, &self.gatekeeper.policy().prices))),
+            "/gate" => only(m, Method::POST, || {
+                self.keyed(req, |k, _| self.gate(req, k))
+            }),
+            "/record" => only(m, Method::POST, || {
+                self.keyed(req, |k, _| self.record(req, k))
+            }),
+            "/ledger" => only(m, Method::GET, || {
+                self.keyed(req, |k, _| self.ledger(req, k))
+            }),
+            "/budget" => only(m, Method::GET, || {
+                self.keyed(req, |k, _| {
+                    ApiResponse::json(200, &self.gatekeeper.budget_view(&k.id, now_ms()))
+                })
+            }),
+            "/prices" => only(m, Method::GET, || {
+                self.keyed(req, |_, _| {
+                    ApiResponse::json(200, &self.gatekeeper.policy().prices)
+                })
+            }),
             "/forget" => only(m, Method::POST, || self.keyed(req, |k, _| self.forget(k))),
             _ => match hold_route(path) {
                 Some(id) => only(m, Method::POST, || self.owner_approve(req, id)),
@@ -101,13 +133,20 @@ impl Api {
         let path = req.path.as_str();
         if path == "/metrics" {
             return only(&req.method, Method::GET, || {
-                ApiResponse::text(200, "text/plain; version=0.0.4", self.gatekeeper.metrics.render())
+                ApiResponse::text(
+                    200,
+                    "text/plain; version=0.0.4",
+                    self.gatekeeper.metrics.render(),
+                )
             });
         }
         let admin = auth::is_admin(&self.gatekeeper.config, auth::presented_key(&req.headers));
         if path.starts_with("/split-profile/") {
             let signer = &self.gatekeeper.signer;
-            let _ = signer; return not_found();
+            return self
+                .split_profile
+                .handle(req, admin, signer, now_ms())
+                .unwrap_or_else(not_found);
         }
         if !admin {
             return ApiResponse::error(401, "admin_key_required", "this route needs the admin key");
@@ -119,15 +158,25 @@ impl Api {
             return only(&req.method, Method::PUT, || self.put_budget(req, key_id));
         }
         if let Some(id) = hold_route(path) {
-            return only(&req.method, Method::POST, || hold_result(self.gatekeeper.approve_hold(id, None, now_ms())));
+            return only(&req.method, Method::POST, || {
+                hold_result(self.gatekeeper.approve_hold(id, None, now_ms()))
+            });
         }
         if path == "/economics" {
-            return ApiResponse::error(501, "not_built", "the economics report is not built in this version");
+            return ApiResponse::error(
+                501,
+                "not_built",
+                "the economics report is not built in this version",
+            );
         }
         not_found()
     }
 
-    fn keyed(&self, req: &ApiRequest, f: impl FnOnce(&KeyConfig, auth::Caller) -> ApiResponse) -> ApiResponse {
+    fn keyed(
+        &self,
+        req: &ApiRequest,
+        f: impl FnOnce(&KeyConfig, auth::Caller) -> ApiResponse,
+    ) -> ApiResponse {
         match self.caller(req) {
             Ok((key, caller)) => f(key, caller),
             Err(resp) => resp,
@@ -135,13 +184,20 @@ impl Api {
     }
 
     fn spec(&self) -> ApiResponse {
-        let card = crate::spec_card::render(&self.gatekeeper.config, &self.gatekeeper.policy(), &self.gatekeeper.signer.public_keys());
+        let card = crate::spec_card::render(
+            &self.gatekeeper.config,
+            &self.gatekeeper.policy(),
+            &self.gatekeeper.signer.public_keys(),
+        );
         ApiResponse::json(200, &card)
     }
 
     fn stats(&self) -> ApiResponse {
         match self.gatekeeper.ledger(None, None, None) {
-            Ok((_, totals)) => ApiResponse::json(200, &json!({"fleet": totals, "tiers_are_never_merged": true})),
+            Ok((_, totals)) => ApiResponse::json(
+                200,
+                &json!({"fleet": totals, "tiers_are_never_merged": true}),
+            ),
             Err(_) => ApiResponse::error(503, "storage_unavailable", "the ledger is unavailable"),
         }
     }
@@ -149,7 +205,8 @@ impl Api {
     fn verify(&self, req: &ApiRequest) -> ApiResponse {
         match self.gatekeeper.signer.verify_json(&req.body) {
             Ok(body) => {
-                let parsed: serde_json::Value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+                let parsed: serde_json::Value =
+                    serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
                 ApiResponse::json(200, &json!({"valid": true, "receipt": parsed}))
             }
             Err(e) => ApiResponse::json(200, &json!({"valid": false, "error": e.to_string()})),
@@ -167,13 +224,24 @@ impl Api {
                     let held = d.holds(d.request.wire_form());
                     (d.request, d.human, held, d.hold_id)
                 }
-                Err(e) => return ApiResponse::json(400, &json!({"error": {"code": "invalid_digest", "message": e.to_string()}})),
+                Err(e) => {
+                    return ApiResponse::json(
+                        400,
+                        &json!({"error": {"code": "invalid_digest", "message": e.to_string()}}),
+                    )
+                }
             }
         } else {
             let route = match req.query_param("route") {
                 None | Some("openai_chat") => Route::OpenAiChat,
                 Some("anthropic_messages") => Route::AnthropicMessages,
-                Some(_) => return ApiResponse::error(400, "unknown_route", "route must be openai_chat or anthropic_messages"),
+                Some(_) => {
+                    return ApiResponse::error(
+                        400,
+                        "unknown_route",
+                        "route must be openai_chat or anthropic_messages",
+                    )
+                }
             };
             match request::parse(route, &req.body, &caller.fingerprint_key) {
                 Ok(p) => {
@@ -185,22 +253,47 @@ impl Api {
                             wire: p.shape.wire_form(),
                         })
                         .is_some();
-                    (p.shape, human_header(req), held, req.header("x-tokensaver-hold").map(str::to_string))
+                    (
+                        p.shape,
+                        human_header(req),
+                        held,
+                        req.header("x-tokensaver-hold").map(str::to_string),
+                    )
                 }
-                Err(e) => return ApiResponse::json(400, &json!({"error": {"code": e.code(), "message": e.to_string()}})),
+                Err(e) => {
+                    return ApiResponse::json(
+                        400,
+                        &json!({"error": {"code": e.code(), "message": e.to_string()}}),
+                    )
+                }
             }
         };
         let outcome = self.gatekeeper.gate(
-            &GateRequest { key, shape: &shape, human, held, hold_id: hold_id.as_deref(), now_ms: now_ms() },
+            &GateRequest {
+                key,
+                shape: &shape,
+                human,
+                held,
+                hold_id: hold_id.as_deref(),
+                now_ms: now_ms(),
+            },
             Mode::Estimate,
         );
-        ApiResponse::json(200, &json!({"estimate": true, "decision": outcome.decision}))
+        ApiResponse::json(
+            200,
+            &json!({"estimate": true, "decision": outcome.decision}),
+        )
     }
 
     fn gate(&self, req: &ApiRequest, key: &KeyConfig) -> ApiResponse {
         let digest = match Digest::parse(&req.body) {
             Ok(d) => d,
-            Err(e) => return ApiResponse::json(400, &json!({"error": {"code": "invalid_digest", "message": e.to_string()}})),
+            Err(e) => {
+                return ApiResponse::json(
+                    400,
+                    &json!({"error": {"code": "invalid_digest", "message": e.to_string()}}),
+                )
+            }
         };
         let wire = digest.request.wire_form();
         let outcome = self.gatekeeper.gate(
@@ -221,48 +314,95 @@ impl Api {
         let Ok(rec) = serde_json::from_slice::<RecordBody>(&req.body) else {
             return bad_json();
         };
-        match self.gatekeeper.record_usage(&key.id, &rec.decision_id, Some(rec.usage), &rec.served_model, rec.wire, rec.complete, now_ms(), true) {
-            Ok(row) => ApiResponse::json(200, &json!({"recorded": true, "spend_nano": row.spend_nano})),
-            Err(RecordError::AlreadyRecorded) => ApiResponse::error(409, "already_recorded", "usage for this decision was already recorded"),
-            Err(RecordError::UnknownDecision) => ApiResponse::error(404, "unknown_decision", "no forwarded decision with this id is awaiting usage for this key"),
-            Err(RecordError::Storage) => ApiResponse::error(503, "storage_unavailable", "the ledger could not commit the record"),
+        match self.gatekeeper.record_usage(
+            &key.id,
+            &rec.decision_id,
+            Some(rec.usage),
+            &rec.served_model,
+            rec.wire,
+            rec.complete,
+            now_ms(),
+            true,
+        ) {
+            Ok(row) => ApiResponse::json(
+                200,
+                &json!({"recorded": true, "spend_nano": row.spend_nano}),
+            ),
+            Err(RecordError::AlreadyRecorded) => ApiResponse::error(
+                409,
+                "already_recorded",
+                "usage for this decision was already recorded",
+            ),
+            Err(RecordError::UnknownDecision) => ApiResponse::error(
+                404,
+                "unknown_decision",
+                "no forwarded decision with this id is awaiting usage for this key",
+            ),
+            Err(RecordError::Storage) => ApiResponse::error(
+                503,
+                "storage_unavailable",
+                "the ledger could not commit the record",
+            ),
         }
     }
 
     fn ledger(&self, req: &ApiRequest, key: &KeyConfig) -> ApiResponse {
         let (from, to) = (req.query_param("from"), req.query_param("to"));
         if [from, to].iter().flatten().any(|d| !valid_day(d)) {
-            return ApiResponse::error(400, "invalid_day", "from and to must be days as YYYY-MM-DD");
+            return ApiResponse::error(
+                400,
+                "invalid_day",
+                "from and to must be days as YYYY-MM-DD",
+            );
         }
         let (days, total) = match self.gatekeeper.ledger(Some(&key.id), from, to) {
             Ok(x) => x,
-            Err(_) => return ApiResponse::error(503, "storage_unavailable", "the ledger is unavailable"),
+            Err(_) => {
+                return ApiResponse::error(503, "storage_unavailable", "the ledger is unavailable")
+            }
         };
         if req.query_param("format") == Some("csv") {
             let mut csv = String::from("day,requests,serve,allow,downgrade,challenge,block,spend_nano,input,cache_write,cache_read,output,tokens_not_bought,worst_case_tokens_avoided,findings_tokens_estimated\n");
-            let rows = days.iter().map(|d| (d.day.as_str(), &d.totals)).chain([("total", &total)]);
+            let rows = days
+                .iter()
+                .map(|d| (d.day.as_str(), &d.totals))
+                .chain([("total", &total)]);
             for (day, t) in rows {
                 let v = |name: &str| t.by_verdict.get(name).copied().unwrap_or(0);
                 csv.push_str(&format!(
                     "{day},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-                    t.requests, v("SERVE"), v("ALLOW"), v("DOWNGRADE"), v("CHALLENGE"), v("BLOCK"), t.spend_nano,
-                    t.usage.input, t.usage.cache_write, t.usage.cache_read, t.usage.output,
-                    t.tokens_not_bought, t.worst_case_tokens_avoided, t.findings_tokens_estimated
+                    t.requests,
+                    v("SERVE"),
+                    v("ALLOW"),
+                    v("DOWNGRADE"),
+                    v("CHALLENGE"),
+                    v("BLOCK"),
+                    t.spend_nano,
+                    t.usage.input,
+                    t.usage.cache_write,
+                    t.usage.cache_read,
+                    t.usage.output,
+                    t.tokens_not_bought,
+                    t.worst_case_tokens_avoided,
+                    t.findings_tokens_estimated
                 ));
             }
             return ApiResponse::text(200, "text/csv", csv);
         }
-        ApiResponse::json(200, &json!({
-            "key_id": key.id,
-            "budget": self.gatekeeper.budget_view(&key.id, now_ms()),
-            "days": days,
-            "total": total,
-            "tiers": {
-                "tokens_not_bought": "provider-reported usage of answers served from store: the only savings total",
-                "worst_case_tokens_avoided": "ceilings on refused calls, reported apart, never added",
-                "findings_tokens_estimated": "character-based estimates, never in any total"
-            }
-        }))
+        ApiResponse::json(
+            200,
+            &json!({
+                "key_id": key.id,
+                "budget": self.gatekeeper.budget_view(&key.id, now_ms()),
+                "days": days,
+                "total": total,
+                "tiers": {
+                    "tokens_not_bought": "provider-reported usage of answers served from store: the only savings total",
+                    "worst_case_tokens_avoided": "ceilings on refused calls, reported apart, never added",
+                    "findings_tokens_estimated": "character-based estimates, never in any total"
+                }
+            }),
+        )
     }
 
     fn forget(&self, key: &KeyConfig) -> ApiResponse {
@@ -274,11 +414,21 @@ impl Api {
 
     /// The key's owner approves: `x-tokensaver-owner: <key_id>:<owner secret>`.
     fn owner_approve(&self, req: &ApiRequest, hold_id: &str) -> ApiResponse {
-        let Some((key_id, secret)) = req.header("x-tokensaver-owner").and_then(|v| v.split_once(':')) else {
-            return ApiResponse::error(401, "owner_secret_required", "approving a hold needs the key owner's secret");
+        let Some((key_id, secret)) = req
+            .header("x-tokensaver-owner")
+            .and_then(|v| v.split_once(':'))
+        else {
+            return ApiResponse::error(
+                401,
+                "owner_secret_required",
+                "approving a hold needs the key owner's secret",
+            );
         };
         match self.gatekeeper.config.key(key_id) {
-            Some(key) if auth::is_owner(key, Some(secret)) => hold_result(self.gatekeeper.approve_hold(hold_id, Some(&key.id), now_ms())),
+            Some(key) if auth::is_owner(key, Some(secret)) => hold_result(
+                self.gatekeeper
+                    .approve_hold(hold_id, Some(&key.id), now_ms()),
+            ),
             _ => ApiResponse::error(401, "invalid_owner_secret", "invalid owner secret"),
         }
     }
@@ -297,7 +447,11 @@ impl Api {
         let Ok(b) = serde_json::from_slice::<BudgetBody>(&req.body) else {
             return bad_json();
         };
-        match self.gatekeeper.set_budget(key_id, b.ceiling_micro_usd.map(|c| c.saturating_mul(1000)), b.period) {
+        match self.gatekeeper.set_budget(
+            key_id,
+            b.ceiling_micro_usd.map(|c| c.saturating_mul(1000)),
+            b.period,
+        ) {
             Ok(()) => ApiResponse::json(200, &self.gatekeeper.budget_view(key_id, now_ms())),
             Err(_) => ApiResponse::error(503, "storage_unavailable", "the ledger is unavailable"),
         }
@@ -358,7 +512,9 @@ fn hold_result(r: Result<(), HoldError>) -> ApiResponse {
         Ok(()) => ApiResponse::json(200, &json!({"approved": true})),
         Err(HoldError::Unknown) => ApiResponse::error(404, "unknown_hold", "no such hold"),
         Err(HoldError::Expired) => ApiResponse::error(410, "hold_expired", "the hold has expired"),
-        Err(HoldError::NotPending) => ApiResponse::error(409, "hold_not_pending", "the hold is not pending"),
+        Err(HoldError::NotPending) => {
+            ApiResponse::error(409, "hold_not_pending", "the hold is not pending")
+        }
     }
 }
 
@@ -372,5 +528,11 @@ fn human_header(req: &ApiRequest) -> Option<bool> {
 
 fn valid_day(d: &str) -> bool {
     d.len() == 10
-        && d.bytes().enumerate().all(|(i, b)| if i == 4 || i == 7 { b == b'-' } else { b.is_ascii_digit() })
+        && d.bytes().enumerate().all(|(i, b)| {
+            if i == 4 || i == 7 {
+                b == b'-'
+            } else {
+                b.is_ascii_digit()
+            }
+        })
 }

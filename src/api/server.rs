@@ -53,7 +53,8 @@ impl ServeHttp for ApiApp {
 }
 
 async fn read_body(session: &mut ServerSession, cap: usize) -> Result<Bytes, ApiResponse> {
-    let too_large = || ApiResponse::error(413, "body_too_large", "request body exceeds the size cap");
+    let too_large =
+        || ApiResponse::error(413, "body_too_large", "request body exceeds the size cap");
     let mut body = BytesMut::new();
     loop {
         match session.read_request_body().await {
@@ -64,7 +65,13 @@ async fn read_body(session: &mut ServerSession, cap: usize) -> Result<Bytes, Api
                 body.extend_from_slice(&chunk);
             }
             Ok(None) => return Ok(body.freeze()),
-            Err(_) => return Err(ApiResponse::error(400, "body_unreadable", "request body could not be read")),
+            Err(_) => {
+                return Err(ApiResponse::error(
+                    400,
+                    "body_unreadable",
+                    "request body could not be read",
+                ))
+            }
         }
     }
 }

@@ -19,7 +19,10 @@ const PROVIDER_CREDENTIAL: &str = "sk-demo-provider-credential";
 
 pub fn free_port() -> Result<u16, String> {
     let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    listener.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| e.to_string())
 }
 
 pub fn wait_for_port(addr: SocketAddr, timeout: Duration) -> bool {
@@ -64,7 +67,10 @@ fn post(url: &str, body: &Value, headers: &[(&str, &str)]) -> Result<Seen, Strin
         Err(e) => return Err(format!("request failed: {e}")),
     };
     let status = resp.status();
-    let verdict = resp.header("x-tokensaver-verdict").unwrap_or("-").to_string();
+    let verdict = resp
+        .header("x-tokensaver-verdict")
+        .unwrap_or("-")
+        .to_string();
     let receipt = resp
         .header("x-tokensaver-receipt")
         .and_then(|h| crate::receipt::Envelope::from_header_value(h).ok())
@@ -78,7 +84,11 @@ fn post(url: &str, body: &Value, headers: &[(&str, &str)]) -> Result<Seen, Strin
         reason: receipt["reason"].as_str().unwrap_or("-").to_string(),
         findings: receipt["findings"]
             .as_array()
-            .map(|a| a.iter().filter_map(|f| f.as_str().map(str::to_string)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|f| f.as_str().map(str::to_string))
+                    .collect()
+            })
             .unwrap_or_default(),
     })
 }
@@ -96,7 +106,8 @@ fn chat(model: &str, text: &str, extra: Value) -> Value {
 pub fn run(config_path: &Path) -> Result<(), String> {
     let text = std::fs::read_to_string(config_path)
         .map_err(|e| format!("cannot read {}: {}", config_path.display(), e.kind()))?;
-    let mut doc: toml::Table = toml::from_str(&text).map_err(|e| format!("example config: {}", e.message()))?;
+    let mut doc: toml::Table =
+        toml::from_str(&text).map_err(|e| format!("example config: {}", e.message()))?;
 
     let mock = provider::MockProvider::start_background(provider::ProviderOptions {
         expected_credential: Some(PROVIDER_CREDENTIAL.into()),
@@ -124,7 +135,11 @@ pub fn run(config_path: &Path) -> Result<(), String> {
         }
     }
     let demo_config = dir.join("tokensaver.toml");
-    std::fs::write(&demo_config, toml::to_string(&doc).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    std::fs::write(
+        &demo_config,
+        toml::to_string(&doc).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?;
 
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let child = Command::new(exe)
@@ -138,30 +153,69 @@ pub fn run(config_path: &Path) -> Result<(), String> {
         .spawn()
         .map_err(|e| format!("cannot start tokensaver serve: {e}"))?;
     let _guard = ChildGuard(child);
-    if !wait_for_port(proxy, Duration::from_secs(15)) || !wait_for_port(api, Duration::from_secs(5)) {
+    if !wait_for_port(proxy, Duration::from_secs(15)) || !wait_for_port(api, Duration::from_secs(5))
+    {
         return Err("tokensaver serve did not start listening".into());
     }
 
-    println!("tokensaver demo: proxy {proxy}, local provider {}\n", mock.base_url());
+    println!(
+        "tokensaver demo: proxy {proxy}, local provider {}\n",
+        mock.base_url()
+    );
     let chat_url = format!("http://{proxy}/v1/chat/completions");
     let messages_url = format!("http://{proxy}/v1/messages");
     let question = "Summarise the release notes for version 4.2 in three bullet points.";
     let mut steps: Vec<(String, Value, &str, Vec<(&str, &str)>)> = vec![
-        ("a normal call (sampled output)".into(), chat("gpt-4o", "Draft a friendly greeting for new users.", json!({"temperature": 0.7, "max_tokens": 1500})), &chat_url, vec![]),
-        ("a temperature-0 call".into(), chat("gpt-4o", question, json!({"temperature": 0, "max_tokens": 1500})), &chat_url, vec![]),
-        ("the same temperature-0 call again".into(), chat("gpt-4o", question, json!({"temperature": 0, "max_tokens": 1500})), &chat_url, vec![]),
+        (
+            "a normal call (sampled output)".into(),
+            chat(
+                "gpt-4o",
+                "Draft a friendly greeting for new users.",
+                json!({"temperature": 0.7, "max_tokens": 1500}),
+            ),
+            &chat_url,
+            vec![],
+        ),
+        (
+            "a temperature-0 call".into(),
+            chat(
+                "gpt-4o",
+                question,
+                json!({"temperature": 0, "max_tokens": 1500}),
+            ),
+            &chat_url,
+            vec![],
+        ),
+        (
+            "the same temperature-0 call again".into(),
+            chat(
+                "gpt-4o",
+                question,
+                json!({"temperature": 0, "max_tokens": 1500}),
+            ),
+            &chat_url,
+            vec![],
+        ),
     ];
     for i in 1..=4 {
         steps.push((
             format!("an agent retrying a sampled call ({i}/4)"),
-            chat("gpt-4o", "Try again: fix the failing test.", json!({"temperature": 1, "max_tokens": 1200})),
+            chat(
+                "gpt-4o",
+                "Try again: fix the failing test.",
+                json!({"temperature": 1, "max_tokens": 1200}),
+            ),
             &chat_url,
             vec![],
         ));
     }
     steps.push((
         "an over-budget call (max_tokens 200000)".into(),
-        chat("gpt-4o", "Write the whole book.", json!({"max_tokens": 200_000})),
+        chat(
+            "gpt-4o",
+            "Write the whole book.",
+            json!({"max_tokens": 200_000}),
+        ),
         &chat_url,
         vec![],
     ));
@@ -178,7 +232,10 @@ pub fn run(config_path: &Path) -> Result<(), String> {
         vec![("anthropic-version", "2023-06-01")],
     ));
 
-    println!("{:<3} {:<40} {:>6}  {:<10} {:<28} findings", "#", "step", "status", "verdict", "reason");
+    println!(
+        "{:<3} {:<40} {:>6}  {:<10} {:<28} findings",
+        "#", "step", "status", "verdict", "reason"
+    );
     for (i, (name, body, url, headers)) in steps.iter().enumerate() {
         let seen = post(url, body, headers)?;
         println!(
@@ -188,10 +245,18 @@ pub fn run(config_path: &Path) -> Result<(), String> {
             seen.status,
             seen.verdict,
             seen.reason,
-            if seen.findings.is_empty() { "-".to_string() } else { seen.findings.join(", ") }
+            if seen.findings.is_empty() {
+                "-".to_string()
+            } else {
+                seen.findings.join(", ")
+            }
         );
     }
-    println!("\nthe provider was called {} times for {} requests", mock.total_calls(), steps.len());
+    println!(
+        "\nthe provider was called {} times for {} requests",
+        mock.total_calls(),
+        steps.len()
+    );
 
     let ledger: Value = ureq::get(&format!("http://{api}/ledger"))
         .set("authorization", &format!("Bearer {DEMO_KEY}"))

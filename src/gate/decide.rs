@@ -229,7 +229,12 @@ pub fn decide(policy: &Policy, input: &GateInput, state: &KeyState, now_ms: u64)
     decision
 }
 
-fn block(mut d: Decision, rule: Option<Rule>, band: Option<Band>, avoided: Option<u64>) -> Decision {
+fn block(
+    mut d: Decision,
+    rule: Option<Rule>,
+    band: Option<Band>,
+    avoided: Option<u64>,
+) -> Decision {
     d.verdict = Verdict::Block;
     d.rule = rule;
     d.band = band;

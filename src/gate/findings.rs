@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::rules::BudgetState;
 use super::windows::WindowCounts;
 use super::GateConfig;
-use crate::request::{Role, Route, RequestShape};
+use crate::request::{RequestShape, Role, Route};
 
 const CHARS_PER_ESTIMATED_TOKEN: u64 = 4;
 
@@ -99,21 +99,34 @@ pub fn findings(
 
     if counts.fingerprint_seen {
         if !shape.reproducible() {
-            out.push(finding(FindingCode::VariedOutputBlocksReuse, Some(prompt_chars)));
+            out.push(finding(
+                FindingCode::VariedOutputBlocksReuse,
+                Some(prompt_chars),
+            ));
         } else if !servable {
-            out.push(finding(FindingCode::RepeatingWithoutRecording, Some(prompt_chars)));
+            out.push(finding(
+                FindingCode::RepeatingWithoutRecording,
+                Some(prompt_chars),
+            ));
         }
     }
     let turns = shape.turns.len() as u64;
     if turns > t.old_turns {
         let keep = t.old_turns as usize;
-        let old: u64 = shape.turns[..shape.turns.len() - keep].iter().map(|x| x.chars).sum();
+        let old: u64 = shape.turns[..shape.turns.len() - keep]
+            .iter()
+            .map(|x| x.chars)
+            .sum();
         out.push(finding(FindingCode::CarryingOldTurns, Some(old)));
     }
     let history = turns.saturating_sub(1);
     if history >= t.unused_tools_min_history && !shape.tools.is_empty() {
         let called: HashSet<_> = shape.called_tool_hashes.iter().collect();
-        let unused: Vec<_> = shape.tools.iter().filter(|d| !called.contains(&d.name_hash)).collect();
+        let unused: Vec<_> = shape
+            .tools
+            .iter()
+            .filter(|d| !called.contains(&d.name_hash))
+            .collect();
         if !unused.is_empty() {
             let chars = unused.iter().map(|d| d.chars).sum();
             out.push(finding(FindingCode::UnusedToolDefinitions, Some(chars)));
@@ -124,7 +137,10 @@ pub fn findings(
         && !shape.cache_marked
         && shape.turns.iter().any(|x| x.role == Role::Assistant)
     {
-        out.push(finding(FindingCode::LargeSystemPromptResent, Some(shape.system_chars)));
+        out.push(finding(
+            FindingCode::LargeSystemPromptResent,
+            Some(shape.system_chars),
+        ));
     }
     if shape.max_tokens.is_none_or(|m| m >= t.output_ceiling) {
         out.push(finding(FindingCode::OutputCeilingAuthorised, None));
@@ -141,7 +157,8 @@ pub fn findings(
     }
     if let Some(b) = budget {
         let committed = u128::from(b.spend_nano) + u128::from(b.reserved_nano);
-        if committed * 100 >= u128::from(b.ceiling_nano) * u128::from(t.budget_nearly_gone_percent) {
+        if committed * 100 >= u128::from(b.ceiling_nano) * u128::from(t.budget_nearly_gone_percent)
+        {
             out.push(finding(FindingCode::BudgetNearlyGone, None));
         }
     }

@@ -253,7 +253,15 @@ impl GateConfig {
     pub fn validate(&self) -> Result<(), (&'static str, &'static str)> {
         let w = &self.weights;
         let weights = [
-            w.exposure, w.size, w.ask, w.depth, w.tools, w.loop_, w.burst, w.grind, w.novelty,
+            w.exposure,
+            w.size,
+            w.ask,
+            w.depth,
+            w.tools,
+            w.loop_,
+            w.burst,
+            w.grind,
+            w.novelty,
             w.unattended,
         ];
         if weights.iter().any(|x| !x.is_finite() || *x < 0.0) {

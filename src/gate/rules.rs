@@ -45,7 +45,10 @@ impl Rule {
     }
 
     pub fn is_runaway(self) -> bool {
-        matches!(self, Rule::RunawayLoop | Rule::RunawayLoopUnattended | Rule::RunawayBurst)
+        matches!(
+            self,
+            Rule::RunawayLoop | Rule::RunawayLoopUnattended | Rule::RunawayBurst
+        )
     }
 }
 
@@ -110,7 +113,8 @@ pub fn worst_case(shape: &RequestShape, prices: Option<&Prices>) -> WorstCase {
     let output = ceiling.map(|c| c.saturating_mul(shape.choices()));
     let cost = match (prices, output) {
         (Some(p), Some(out)) => Some(
-            super::tokens_cost_nano(input, p.input).saturating_add(super::tokens_cost_nano(out, p.output)),
+            super::tokens_cost_nano(input, p.input)
+                .saturating_add(super::tokens_cost_nano(out, p.output)),
         ),
         _ => None,
     };
@@ -146,14 +150,26 @@ mod tests {
         assert_eq!(runaway_rule(&counts(7, 7), true), Some(Rule::RunawayLoop));
         assert_eq!(runaway_rule(&counts(6, 6), true), None);
         assert_eq!(runaway_rule(&counts(8, 8), true), Some(Rule::RunawayLoop));
-        assert_eq!(runaway_rule(&counts(3, 3), false), Some(Rule::RunawayLoopUnattended));
+        assert_eq!(
+            runaway_rule(&counts(3, 3), false),
+            Some(Rule::RunawayLoopUnattended)
+        );
         assert_eq!(runaway_rule(&counts(2, 2), false), None);
         assert_eq!(runaway_rule(&counts(3, 3), true), None);
-        assert_eq!(runaway_rule(&counts(0, 119), true), Some(Rule::RunawayBurst));
+        assert_eq!(
+            runaway_rule(&counts(0, 119), true),
+            Some(Rule::RunawayBurst)
+        );
         assert_eq!(runaway_rule(&counts(0, 118), true), None);
         // Several hold: the loop rule is named first.
-        assert_eq!(runaway_rule(&counts(7, 200), false), Some(Rule::RunawayLoop));
-        assert_eq!(runaway_rule(&counts(3, 200), false), Some(Rule::RunawayLoopUnattended));
+        assert_eq!(
+            runaway_rule(&counts(7, 200), false),
+            Some(Rule::RunawayLoop)
+        );
+        assert_eq!(
+            runaway_rule(&counts(3, 200), false),
+            Some(Rule::RunawayLoopUnattended)
+        );
     }
 
     #[test]
@@ -173,6 +189,10 @@ mod tests {
         assert!(exceeds_remaining(&b, &wc(Some(501))));
         assert!(exceeds_remaining(&b, &wc(None)));
         assert!(!b.exhausted());
-        assert!(BudgetState { spend_nano: 1_000, ..b }.exhausted());
+        assert!(BudgetState {
+            spend_nano: 1_000,
+            ..b
+        }
+        .exhausted());
     }
 }

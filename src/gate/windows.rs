@@ -55,7 +55,9 @@ impl KeyWindows {
             requests: VecDeque::new(),
             identical: HashMap::new(),
             models: HashMap::new(),
-            seen: LruCache::new(NonZeroUsize::new(CAP_SEEN_FINGERPRINTS).unwrap_or(NonZeroUsize::MIN)),
+            seen: LruCache::new(
+                NonZeroUsize::new(CAP_SEEN_FINGERPRINTS).unwrap_or(NonZeroUsize::MIN),
+            ),
         }
     }
 }
@@ -66,7 +68,11 @@ fn within(now: u64, at: u64, len: u64) -> bool {
 
 fn count_within(times: &VecDeque<u64>, now: u64, len: u64) -> u64 {
     // Newest last; a clock that jumped back leaves later entries, which still count as recent.
-    times.iter().rev().take_while(|&&t| within(now, t, len)).count() as u64
+    times
+        .iter()
+        .rev()
+        .take_while(|&&t| within(now, t, len))
+        .count() as u64
 }
 
 fn push_capped(times: &mut VecDeque<u64>, now: u64, cap: usize) {
@@ -99,7 +105,10 @@ impl Windows {
                 .unwrap_or(0),
             earlier_key_minute: count_within(&w.requests, now, BURST_WINDOW_MS),
             earlier_key_hour: count_within(&w.requests, now, GRIND_WINDOW_MS),
-            model_seen: w.models.get(model).is_some_and(|&t| within(now, t, NOVELTY_WINDOW_MS)),
+            model_seen: w
+                .models
+                .get(model)
+                .is_some_and(|&t| within(now, t, NOVELTY_WINDOW_MS)),
             fingerprint_seen: w
                 .seen
                 .peek(fingerprint)
@@ -109,9 +118,16 @@ impl Windows {
 
     /// Count a request in every window, whatever its verdict.
     pub fn record(&mut self, key: &str, fingerprint: &Hash, model: &str, now: u64) {
-        let w = self.keys.entry(key.to_string()).or_insert_with(KeyWindows::new);
+        let w = self
+            .keys
+            .entry(key.to_string())
+            .or_insert_with(KeyWindows::new);
         push_capped(&mut w.requests, now, CAP_KEY_REQUESTS);
-        push_capped(w.identical.entry(*fingerprint).or_default(), now, CAP_IDENTICAL);
+        push_capped(
+            w.identical.entry(*fingerprint).or_default(),
+            now,
+            CAP_IDENTICAL,
+        );
         if w.models.len() >= CAP_MODELS && !w.models.contains_key(model) {
             w.models.retain(|_, t| within(now, *t, NOVELTY_WINDOW_MS));
         }
@@ -124,13 +140,21 @@ impl Windows {
 
     /// Drop everything that no window can see any more.
     fn evict(w: &mut KeyWindows, now: u64) {
-        while w.requests.front().is_some_and(|&t| !within(now, t, GRIND_WINDOW_MS)) {
+        while w
+            .requests
+            .front()
+            .is_some_and(|&t| !within(now, t, GRIND_WINDOW_MS))
+        {
             w.requests.pop_front();
         }
         // Sweeping every fingerprint on every request would cost O(n); sweep when the map has
         // doubled since the last sweep, which keeps the amortised cost constant.
         if w.identical.len() > 64 && w.identical.len().is_power_of_two() {
-            w.identical.retain(|_, times| times.back().is_some_and(|&t| within(now, t, LOOP_WINDOW_MS)));
+            w.identical.retain(|_, times| {
+                times
+                    .back()
+                    .is_some_and(|&t| within(now, t, LOOP_WINDOW_MS))
+            });
         }
         while let Some((_, &t)) = w.seen.peek_lru() {
             if within(now, t, REPEAT_WINDOW_MS) {
@@ -152,7 +176,12 @@ impl Windows {
     pub fn entries(&self) -> usize {
         self.keys
             .values()
-            .map(|w| w.requests.len() + w.identical.values().map(VecDeque::len).sum::<usize>() + w.models.len() + w.seen.len())
+            .map(|w| {
+                w.requests.len()
+                    + w.identical.values().map(VecDeque::len).sum::<usize>()
+                    + w.models.len()
+                    + w.seen.len()
+            })
             .sum()
     }
 }
@@ -169,14 +198,39 @@ mod tests {
     fn windows_are_half_open() {
         let mut w = Windows::new();
         w.record("k", &fp(1), "m", 1_000);
-        assert_eq!(w.observe("k", &fp(1), "m", 1_000 + LOOP_WINDOW_MS - 1).earlier_identical, 1);
-        assert_eq!(w.observe("k", &fp(1), "m", 1_000 + LOOP_WINDOW_MS).earlier_identical, 0);
-        assert_eq!(w.observe("k", &fp(1), "m", 1_000 + BURST_WINDOW_MS).earlier_key_minute, 0);
-        assert_eq!(w.observe("k", &fp(1), "m", 1_000 + BURST_WINDOW_MS).earlier_key_hour, 1);
-        assert!(w.observe("k", &fp(1), "m", 1_000 + NOVELTY_WINDOW_MS - 1).model_seen);
-        assert!(!w.observe("k", &fp(1), "m", 1_000 + NOVELTY_WINDOW_MS).model_seen);
+        assert_eq!(
+            w.observe("k", &fp(1), "m", 1_000 + LOOP_WINDOW_MS - 1)
+                .earlier_identical,
+            1
+        );
+        assert_eq!(
+            w.observe("k", &fp(1), "m", 1_000 + LOOP_WINDOW_MS)
+                .earlier_identical,
+            0
+        );
+        assert_eq!(
+            w.observe("k", &fp(1), "m", 1_000 + BURST_WINDOW_MS)
+                .earlier_key_minute,
+            0
+        );
+        assert_eq!(
+            w.observe("k", &fp(1), "m", 1_000 + BURST_WINDOW_MS)
+                .earlier_key_hour,
+            1
+        );
+        assert!(
+            w.observe("k", &fp(1), "m", 1_000 + NOVELTY_WINDOW_MS - 1)
+                .model_seen
+        );
+        assert!(
+            !w.observe("k", &fp(1), "m", 1_000 + NOVELTY_WINDOW_MS)
+                .model_seen
+        );
         assert!(!w.observe("k", &fp(1), "other", 1_000).model_seen);
-        assert_eq!(w.observe("other-key", &fp(1), "m", 1_000), WindowCounts::default());
+        assert_eq!(
+            w.observe("other-key", &fp(1), "m", 1_000),
+            WindowCounts::default()
+        );
     }
 
     #[test]

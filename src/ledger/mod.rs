@@ -383,14 +383,14 @@ impl Gatekeeper {
         }
         let mut expired_holds = Vec::new();
         for h in st.holds.values_mut() {
-            if h.expires_ms <= now_ms
-                && matches!(h.state, HoldState::Pending | HoldState::Approved)
+            if h.expires_ms <= now_ms && matches!(h.state, HoldState::Pending | HoldState::Approved)
             {
                 h.state = HoldState::Expired;
                 expired_holds.push(h.clone());
             }
         }
-        st.holds.retain(|_, h| h.state != HoldState::Expired && h.state != HoldState::Used);
+        st.holds
+            .retain(|_, h| h.state != HoldState::Expired && h.state != HoldState::Used);
         for h in expired_holds {
             self.store.submit(Event::Hold(h));
         }
@@ -479,7 +479,12 @@ impl Gatekeeper {
     }
 
     /// A person approves a CHALLENGE hold. `key_id`: the approving owner's key (None = admin).
-    pub fn approve_hold(&self, hold_id: &str, key_id: Option<&str>, now_ms: u64) -> Result<(), HoldError> {
+    pub fn approve_hold(
+        &self,
+        hold_id: &str,
+        key_id: Option<&str>,
+        now_ms: u64,
+    ) -> Result<(), HoldError> {
         let mut st = lock(&self.state);
         self.expire(&mut st, now_ms);
         let hold = st.holds.get_mut(hold_id).ok_or(HoldError::Unknown)?;
@@ -527,7 +532,12 @@ impl Gatekeeper {
         }
     }
 
-    pub fn set_budget(&self, key_id: &str, ceiling_nano: Option<u64>, period: BudgetPeriod) -> Result<(), StoreError> {
+    pub fn set_budget(
+        &self,
+        key_id: &str,
+        ceiling_nano: Option<u64>,
+        period: BudgetPeriod,
+    ) -> Result<(), StoreError> {
         let mut st = lock(&self.state);
         let b = st.budgets.get_mut(key_id).ok_or(StoreError::Unavailable)?;
         b.ceiling_nano = ceiling_nano;
@@ -555,7 +565,12 @@ impl Gatekeeper {
         self.store.flush()
     }
 
-    pub fn ledger(&self, key_id: Option<&str>, from: Option<&str>, to: Option<&str>) -> Result<(Vec<LedgerDay>, LedgerTotals), StoreError> {
+    pub fn ledger(
+        &self,
+        key_id: Option<&str>,
+        from: Option<&str>,
+        to: Option<&str>,
+    ) -> Result<(Vec<LedgerDay>, LedgerTotals), StoreError> {
         self.store.flush()?;
         self.store.ledger(key_id, from, to)
     }
@@ -571,7 +586,12 @@ impl Gatekeeper {
     }
 }
 
-fn decision_row(d: &Decision, decision_id: &str, wire: WireForm, reserved_nano: u64) -> DecisionRow {
+fn decision_row(
+    d: &Decision,
+    decision_id: &str,
+    wire: WireForm,
+    reserved_nano: u64,
+) -> DecisionRow {
     DecisionRow {
         decision_id: decision_id.to_string(),
         key_id: d.key_id.clone(),

@@ -5,15 +5,32 @@ use crate::store::sqlite::SqliteStore;
 use crate::store::{LedgerTotals, Store};
 
 fn usd(nano: u64) -> String {
-    format!("${}.{:06}", nano / 1_000_000_000, (nano % 1_000_000_000) / 1_000)
+    format!(
+        "${}.{:06}",
+        nano / 1_000_000_000,
+        (nano % 1_000_000_000) / 1_000
+    )
 }
 
 pub fn render(days: &[crate::store::LedgerDay], total: &LedgerTotals) -> String {
     let mut out = format!(
         "{:<12} {:>8} {:>6} {:>6} {:>9} {:>9} {:>6} {:>14} {:>18} {:>26} {:>18}\n",
-        "day", "requests", "SERVE", "ALLOW", "DOWNGRADE", "CHALLENGE", "BLOCK", "spend", "tokens_not_bought", "worst_case_tokens_avoided", "findings (est.)"
+        "day",
+        "requests",
+        "SERVE",
+        "ALLOW",
+        "DOWNGRADE",
+        "CHALLENGE",
+        "BLOCK",
+        "spend",
+        "tokens_not_bought",
+        "worst_case_tokens_avoided",
+        "findings (est.)"
     );
-    let rows = days.iter().map(|d| (d.day.as_str(), &d.totals)).chain([("total", total)]);
+    let rows = days
+        .iter()
+        .map(|d| (d.day.as_str(), &d.totals))
+        .chain([("total", total)]);
     for (day, t) in rows {
         let v = |name: &str| t.by_verdict.get(name).copied().unwrap_or(0);
         out.push_str(&format!(
@@ -41,7 +58,8 @@ pub fn print(config: &Config, key: Option<&str>) -> Result<(), String> {
             return Err("no key with this id in the config".into());
         }
     }
-    let store = SqliteStore::open(&config.data_dir, config.commit_interval_ms).map_err(|e| e.to_string())?;
+    let store = SqliteStore::open(&config.data_dir, config.commit_interval_ms)
+        .map_err(|e| e.to_string())?;
     let (days, total) = store.ledger(key, None, None).map_err(|e| e.to_string())?;
     println!("ledger for {}", key.unwrap_or("the fleet"));
     print!("{}", render(&days, &total));

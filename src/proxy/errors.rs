@@ -19,7 +19,12 @@ pub struct GateError {
 }
 
 impl GateError {
-    pub fn new(status: u16, kind: &'static str, code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(
+        status: u16,
+        kind: &'static str,
+        code: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
         Self {
             status,
             kind,
@@ -33,7 +38,8 @@ impl GateError {
     pub fn body(&self, route: Option<Route>) -> Bytes {
         let value = match route {
             Some(Route::AnthropicMessages) => {
-                let mut error = json!({"type": self.kind, "message": self.message, "code": self.code});
+                let mut error =
+                    json!({"type": self.kind, "message": self.message, "code": self.code});
                 if let Some(id) = &self.hold_id {
                     error["hold_id"] = json!(id);
                 }

@@ -10,6 +10,7 @@ use pingora::{ErrorType, Result};
 use serde_json::{Map, Value};
 
 use super::errors::GateError;
+use super::remote::RemoteGate;
 use super::usage::{json_usage, SseTap};
 use super::{now_ms, respond_error, ProviderPeer};
 use crate::gate::Usage;
@@ -34,13 +35,19 @@ const DROPPED_REQUEST_HEADERS: &[&str] = &[
     "x-tokensaver-hold",
 ];
 
-const DROPPED_RESPONSE_HEADERS: &[&str] = &["content-length", "transfer-encoding", "connection", "keep-alive"];
+const DROPPED_RESPONSE_HEADERS: &[&str] = &[
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+];
 
 pub(super) struct Forward<'a> {
     pub route: Route,
     pub provider: &'a ProviderPeer,
     pub connector: &'a Connector,
     pub gatekeeper: &'a Gatekeeper,
+    pub recorder: Recorder,
     pub key_id: &'a str,
     pub decision_id: &'a str,
     pub served_model: &'a str,
@@ -67,7 +74,8 @@ impl Forward<'_> {
     fn upstream_body(&mut self) -> (Bytes, bool) {
         let mut changed = false;
         if self.downgrade {
-            self.body.insert("model".into(), Value::String(self.served_model.to_string()));
+            self.body
+                .insert("model".into(), Value::String(self.served_model.to_string()));
             changed = true;
         }
         // Ask for usage on the caller's behalf; the extra chunk is stripped before it reaches a
@@ -79,7 +87,8 @@ impl Forward<'_> {
                 _ => Map::new(),
             };
             options.insert("include_usage".into(), Value::Bool(true));
-            self.body.insert("stream_options".into(), Value::Object(options));
+            self.body
+                .insert("stream_options".into(), Value::Object(options));
             changed = true;
         }
         let bytes = if changed {
@@ -92,8 +101,13 @@ impl Forward<'_> {
 
     fn upstream_header(&self, session: &Session, len: usize) -> Result<RequestHeader> {
         let req = session.req_header();
-        let path = req.uri.path_and_query().map(|p| p.as_str()).unwrap_or(self.route.path());
-        let mut header = RequestHeader::build("POST", path.as_bytes(), Some(req.headers.len() + 4))?;
+        let path = req
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or(self.route.path());
+        let mut header =
+            RequestHeader::build("POST", path.as_bytes(), Some(req.headers.len() + 4))?;
         for (name, value) in req.headers.iter() {
             if !DROPPED_REQUEST_HEADERS.contains(&name.as_str()) {
                 header.append_header(name.clone(), value.clone())?;
@@ -114,14 +128,28 @@ impl Forward<'_> {
             Ok(outcome) => (outcome, None),
             Err((outcome, err)) => (outcome, Some(err)),
         };
-        let wire = if self.stream { WireForm::Sse } else { WireForm::Json };
-        self.gatekeeper
-            .record_usage(self.key_id, self.decision_id, outcome.usage, self.served_model, wire, outcome.complete, now_ms(), false)
-            .ok();
+        let wire = if self.stream {
+            WireForm::Sse
+        } else {
+            WireForm::Json
+        };
+        self.recorder.record(
+            self.gatekeeper,
+            self.key_id,
+            self.decision_id,
+            outcome.usage,
+            self.served_model,
+            wire,
+            outcome.complete,
+        );
         let success = (200..300).contains(&outcome.status);
-        if let (true, true, true, Some(_), Some((content_type, bytes))) =
-            (self.reusable, outcome.complete, success, outcome.usage, outcome.answer)
-        {
+        if let (true, true, true, Some(_), Some((content_type, bytes))) = (
+            self.reusable,
+            outcome.complete,
+            success,
+            outcome.usage,
+            outcome.answer,
+        ) {
             self.gatekeeper.store_answer(
                 self.answer_key.clone(),
                 StoredAnswer {
@@ -133,11 +161,19 @@ impl Forward<'_> {
         match error {
             None => Ok(()),
             Some(Failure::BeforeHeader(err)) => {
-                self.gatekeeper.metrics.upstream_errors.with_label_values(&[err.code]).inc();
+                self.gatekeeper
+                    .metrics
+                    .upstream_errors
+                    .with_label_values(&[err.code])
+                    .inc();
                 respond_error(session, Some(self.route), &err, &self.receipt_headers).await
             }
             Some(Failure::MidStream) => {
-                self.gatekeeper.metrics.upstream_errors.with_label_values(&["mid_stream"]).inc();
+                self.gatekeeper
+                    .metrics
+                    .upstream_errors
+                    .with_label_values(&["mid_stream"])
+                    .inc();
                 // The header is out: end the downstream response abnormally so the client sees
                 // a broken answer, never a complete-looking one.
                 pingora::Error::e_explain(ErrorType::ReadError, "upstream answer broke off")
@@ -158,11 +194,21 @@ impl Forward<'_> {
             complete: false,
             answer: None,
         };
-        let bad_gateway = |code: &'static str, msg: &'static str| GateError::new(502, "api_error", code, msg);
-        let (mut upstream, _reused) = match self.connector.get_http_session(&self.provider.peer).await {
-            Ok(s) => s,
-            Err(_) => return Err((outcome, Failure::BeforeHeader(bad_gateway("upstream_connect", "could not connect to the provider")))),
-        };
+        let bad_gateway =
+            |code: &'static str, msg: &'static str| GateError::new(502, "api_error", code, msg);
+        let (mut upstream, _reused) =
+            match self.connector.get_http_session(&self.provider.peer).await {
+                Ok(s) => s,
+                Err(_) => {
+                    return Err((
+                        outcome,
+                        Failure::BeforeHeader(bad_gateway(
+                            "upstream_connect",
+                            "could not connect to the provider",
+                        )),
+                    ))
+                }
+            };
         let sent = async {
             upstream.write_request_header(Box::new(header)).await?;
             upstream.write_request_body(body, true).await?;
@@ -170,18 +216,38 @@ impl Forward<'_> {
         }
         .await;
         if sent.is_err() {
-            return Err((outcome, Failure::BeforeHeader(bad_gateway("upstream_write", "could not send the request to the provider"))));
+            return Err((
+                outcome,
+                Failure::BeforeHeader(bad_gateway(
+                    "upstream_write",
+                    "could not send the request to the provider",
+                )),
+            ));
         }
         if let Err(e) = upstream.read_response_header().await {
             let err = if is_timeout(&e) {
-                GateError::new(504, "api_error", "upstream_timeout", "the provider did not answer in time")
+                GateError::new(
+                    504,
+                    "api_error",
+                    "upstream_timeout",
+                    "the provider did not answer in time",
+                )
             } else {
-                bad_gateway("upstream_reset", "the provider closed the connection without answering")
+                bad_gateway(
+                    "upstream_reset",
+                    "the provider closed the connection without answering",
+                )
             };
             return Err((outcome, Failure::BeforeHeader(err)));
         }
         let Some(resp) = upstream.response_header() else {
-            return Err((outcome, Failure::BeforeHeader(bad_gateway("upstream_header", "the provider sent no response header"))));
+            return Err((
+                outcome,
+                Failure::BeforeHeader(bad_gateway(
+                    "upstream_header",
+                    "the provider sent no response header",
+                )),
+            ));
         };
         outcome.status = resp.status.as_u16();
         let content_type = resp
@@ -193,7 +259,15 @@ impl Forward<'_> {
         let is_sse = content_type.starts_with("text/event-stream");
         let mut down = match ResponseHeader::build(resp.status, Some(resp.headers.len() + 3)) {
             Ok(h) => h,
-            Err(_) => return Err((outcome, Failure::BeforeHeader(bad_gateway("upstream_header", "the provider sent an invalid header")))),
+            Err(_) => {
+                return Err((
+                    outcome,
+                    Failure::BeforeHeader(bad_gateway(
+                        "upstream_header",
+                        "the provider sent an invalid header",
+                    )),
+                ))
+            }
         };
         for (name, value) in resp.headers.iter() {
             if !DROPPED_RESPONSE_HEADERS.contains(&name.as_str()) {
@@ -205,7 +279,11 @@ impl Forward<'_> {
         for (name, value) in &self.receipt_headers {
             let _ = down.insert_header(*name, value.as_str());
         }
-        if session.write_response_header(Box::new(down), false).await.is_err() {
+        if session
+            .write_response_header(Box::new(down), false)
+            .await
+            .is_err()
+        {
             upstream.shutdown().await;
             return Err((outcome, Failure::MidStream));
         }
@@ -229,7 +307,9 @@ impl Forward<'_> {
                             chunk
                         }
                     };
-                    if !out.is_empty() && session.write_response_body(Some(out), false).await.is_err() {
+                    if !out.is_empty()
+                        && session.write_response_body(Some(out), false).await.is_err()
+                    {
                         upstream.shutdown().await;
                         outcome.usage = usage_so_far(self.route, &tap, &json_body);
                         return Err((outcome, Failure::MidStream));
@@ -240,7 +320,9 @@ impl Forward<'_> {
                     if let Some(t) = tap.as_mut() {
                         let rest = t.finish();
                         if !rest.is_empty() {
-                            let _ = session.write_response_body(Some(Bytes::from(rest)), false).await;
+                            let _ = session
+                                .write_response_body(Some(Bytes::from(rest)), false)
+                                .await;
                         }
                     }
                     upstream.shutdown().await;
@@ -260,16 +342,75 @@ impl Forward<'_> {
         if keep_answer && outcome.complete && kept.len() <= cap {
             outcome.answer = Some((content_type, kept));
         }
-        let tail = if rest.is_empty() { None } else { Some(Bytes::from(rest)) };
+        let tail = if rest.is_empty() {
+            None
+        } else {
+            Some(Bytes::from(rest))
+        };
         if session.write_response_body(tail, true).await.is_err() {
             return Err((outcome, Failure::MidStream));
         }
         if body_done {
             self.connector
-                .release_http_session(upstream, &self.provider.peer, self.provider.peer.options.idle_timeout)
+                .release_http_session(
+                    upstream,
+                    &self.provider.peer,
+                    self.provider.peer.options.idle_timeout,
+                )
                 .await;
         }
         Ok(outcome)
+    }
+}
+
+/// Where the provider's usage goes: the local ledger, or the central gate (digest mode).
+pub(super) enum Recorder {
+    Local,
+    Remote(RemoteGate),
+}
+
+impl Recorder {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn record(
+        &self,
+        gatekeeper: &Gatekeeper,
+        key_id: &str,
+        decision_id: &str,
+        usage: Option<Usage>,
+        served_model: &str,
+        wire: WireForm,
+        complete: bool,
+    ) {
+        match self {
+            Recorder::Local => {
+                let _ = gatekeeper.record_usage(
+                    key_id,
+                    decision_id,
+                    usage,
+                    served_model,
+                    wire,
+                    complete,
+                    now_ms(),
+                    false,
+                );
+            }
+            Recorder::Remote(remote) => {
+                let (remote, id, model) = (
+                    remote.clone(),
+                    decision_id.to_string(),
+                    served_model.to_string(),
+                );
+                // The client has its answer; the record travels in the background.
+                tokio::task::spawn_blocking(move || {
+                    if remote
+                        .record(&id, wire, &model, complete, usage.unwrap_or_default())
+                        .is_err()
+                    {
+                        tracing::warn!("could not record usage with the central gate");
+                    }
+                });
+            }
+        }
     }
 }
 

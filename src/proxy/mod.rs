@@ -10,6 +10,7 @@
 
 pub mod errors;
 mod forward;
+pub mod remote;
 pub mod usage;
 
 use std::net::ToSocketAddrs;
@@ -25,12 +26,13 @@ use pingora::proxy::{ProxyHttp, Session};
 use pingora::{Error, ErrorType, Result};
 
 use crate::auth;
-use crate::config::{Config, Upstream};
+use crate::config::{Config, KeyConfig, Upstream};
 use crate::gate::Verdict;
 use crate::ledger::{GateRequest, Gatekeeper, Mode};
-use crate::request::{self, Route, WireForm};
+use crate::request::{self, Digest, Route, WireForm};
 use crate::store::answers::AnswerKey;
 use errors::GateError;
+use remote::RemoteGate;
 
 /// Provider paths that are billable but not gated by this build: refused, so spend never
 /// bypasses the gate.
@@ -61,7 +63,9 @@ impl ProviderPeer {
         let addr = (upstream.host.as_str(), upstream.port)
             .to_socket_addrs()?
             .next()
-            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "upstream host has no address"))?;
+            .ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::NotFound, "upstream host has no address")
+            })?;
         // Resolved here, so `HttpPeer::new` gets an address and never looks one up itself.
         let mut peer = HttpPeer::new(addr, upstream.tls, upstream.host.clone());
         peer.options.connection_timeout = Some(Duration::from_secs(10));
@@ -93,7 +97,9 @@ impl ProviderPeer {
         header.remove_header("x-api-key");
         if let Some(cred) = &self.credential {
             match self.route {
-                Route::OpenAiChat => header.insert_header("authorization", format!("Bearer {cred}"))?,
+                Route::OpenAiChat => {
+                    header.insert_header("authorization", format!("Bearer {cred}"))?
+                }
                 Route::AnthropicMessages => header.insert_header("x-api-key", cred.as_str())?,
             }
         }
@@ -106,10 +112,12 @@ pub struct GateProxy {
     connector: Connector,
     openai: Option<ProviderPeer>,
     anthropic: Option<ProviderPeer>,
+    /// Digest mode: decisions come from a central gate.
+    remote: Option<RemoteGate>,
 }
 
 impl GateProxy {
-    pub fn new(gatekeeper: Arc<Gatekeeper>) -> std::io::Result<Self> {
+    pub fn new(gatekeeper: Arc<Gatekeeper>, remote: Option<RemoteGate>) -> std::io::Result<Self> {
         let config = gatekeeper.config.clone();
         let timeout = Duration::from_secs(config.upstream_timeout_secs);
         let openai = config
@@ -127,6 +135,7 @@ impl GateProxy {
             connector: Connector::new(None),
             openai,
             anthropic,
+            remote,
         })
     }
 
@@ -173,7 +182,12 @@ pub(crate) async fn respond(
     session.write_response_body(Some(body), true).await
 }
 
-pub(crate) async fn respond_error(session: &mut Session, route: Option<Route>, err: &GateError, extra: &[(&'static str, String)]) -> Result<()> {
+pub(crate) async fn respond_error(
+    session: &mut Session,
+    route: Option<Route>,
+    err: &GateError,
+    extra: &[(&'static str, String)],
+) -> Result<()> {
     let mut headers: Vec<(&'static str, String)> = extra.to_vec();
     if err.no_retry() {
         headers.push(("x-should-retry", "false".into()));
@@ -181,12 +195,26 @@ pub(crate) async fn respond_error(session: &mut Session, route: Option<Route>, e
     if let Some(id) = &err.hold_id {
         headers.push(("x-tokensaver-hold", id.clone()));
     }
-    respond(session, err.status, "application/json", err.body(route), &headers).await
+    respond(
+        session,
+        err.status,
+        "application/json",
+        err.body(route),
+        &headers,
+    )
+    .await
 }
 
 /// Read the whole request body, refusing more than `cap` bytes.
 async fn read_body(session: &mut Session, cap: usize) -> std::result::Result<Bytes, GateError> {
-    let too_large = || GateError::new(413, "invalid_request_error", "body_too_large", "request body exceeds the configured size cap");
+    let too_large = || {
+        GateError::new(
+            413,
+            "invalid_request_error",
+            "body_too_large",
+            "request body exceeds the configured size cap",
+        )
+    };
     if let Some(len) = session
         .req_header()
         .headers
@@ -209,20 +237,43 @@ async fn read_body(session: &mut Session, cap: usize) -> std::result::Result<Byt
             }
             Ok(None) => return Ok(body.freeze()),
             Err(_) => {
-                return Err(GateError::new(400, "invalid_request_error", "body_unreadable", "request body could not be read"))
+                return Err(GateError::new(
+                    400,
+                    "invalid_request_error",
+                    "body_unreadable",
+                    "request body could not be read",
+                ))
             }
         }
     }
+}
+
+/// A decision as the proxy enforces it, whichever gate made it (local, or central in digest
+/// mode).
+struct Enforce {
+    verdict: Verdict,
+    status: u16,
+    reason: String,
+    hold_id: Option<String>,
+    model_served: Option<String>,
+    decision_id: String,
+    receipt_headers: Vec<(&'static str, String)>,
 }
 
 impl GateProxy {
     async fn handle_gated(&self, session: &mut Session, route: Route) -> Result<()> {
         let config = self.config();
         let presented = auth::presented_key(&session.req_header().headers);
-        let (key, caller) = match auth::authenticate(config, presented) {
+        let identity = match &self.remote {
+            Some(remote) => remote_identity(remote, presented),
+            None => auth::authenticate(config, presented)
+                .map(|(key, caller)| (key.clone(), caller))
+                .map_err(|e| e.to_string()),
+        };
+        let (key, caller) = match identity {
             Ok(found) => found,
-            Err(e) => {
-                let err = GateError::new(401, "authentication_error", "invalid_api_key", e.to_string());
+            Err(message) => {
+                let err = GateError::new(401, "authentication_error", "invalid_api_key", message);
                 return respond_error(session, Some(route), &err, &[]).await;
             }
         };
@@ -239,7 +290,10 @@ impl GateProxy {
         };
         let shape = &parsed.shape;
         let headers = &session.req_header().headers;
-        let human = match headers.get("x-tokensaver-human").and_then(|v| v.to_str().ok()) {
+        let human = match headers
+            .get("x-tokensaver-human")
+            .and_then(|v| v.to_str().ok())
+        {
             Some("1") => Some(true),
             Some("0") => Some(false),
             _ => None,
@@ -254,72 +308,205 @@ impl GateProxy {
             wire: shape.wire_form(),
         };
         let stored = self.gatekeeper.answer(&answer_key);
-        let outcome = self.gatekeeper.gate(
-            &GateRequest {
-                key,
-                shape,
-                human,
-                held: stored.is_some(),
-                hold_id: hold_id.as_deref(),
-                now_ms: now_ms(),
-            },
-            Mode::Commit,
-        );
-        let d = &outcome.decision;
-        let receipt_headers = vec![
-            ("x-tokensaver-verdict", d.verdict.as_str().to_string()),
-            ("x-tokensaver-receipt", outcome.envelope.to_header_value()),
-        ];
+
+        let decided = match &self.remote {
+            None => {
+                let outcome = self.gatekeeper.gate(
+                    &GateRequest {
+                        key: &key,
+                        shape,
+                        human,
+                        held: stored.is_some(),
+                        hold_id: hold_id.as_deref(),
+                        now_ms: now_ms(),
+                    },
+                    Mode::Commit,
+                );
+                let d = &outcome.decision;
+                Enforce {
+                    verdict: d.verdict,
+                    status: d.status(),
+                    reason: d.reason().to_string(),
+                    hold_id: d.hold_id.clone(),
+                    model_served: d.model_served.clone(),
+                    receipt_headers: receipt_headers(d.verdict, &outcome.envelope),
+                    decision_id: outcome.decision_id,
+                }
+            }
+            Some(remote) => {
+                let mut digest = Digest::new(shape.clone());
+                digest.human = human;
+                digest.hold_id = hold_id.clone();
+                if stored.is_some() {
+                    digest.held.push(shape.wire_form());
+                }
+                let remote = remote.clone();
+                let answer = tokio::task::spawn_blocking(move || remote.gate(&digest)).await;
+                match answer {
+                    Ok(Ok(r)) => Enforce {
+                        verdict: r.verdict,
+                        status: r.status,
+                        receipt_headers: receipt_headers(r.verdict, &r.receipt),
+                        reason: r.reason,
+                        hold_id: r.hold_id,
+                        model_served: r.model_served,
+                        decision_id: r.decision_id,
+                    },
+                    _ => {
+                        // Fail closed: spend never bypasses the gate.
+                        let err = GateError::new(
+                            502,
+                            "api_error",
+                            "gate_unreachable",
+                            "the central gate did not decide this request",
+                        );
+                        return respond_error(session, Some(route), &err, &[]).await;
+                    }
+                }
+            }
+        };
+
         let wants_usage = wants_usage_chunk(&parsed.body);
-        match d.verdict {
+        match decided.verdict {
             Verdict::Serve => {
                 let Some(answer) = stored else {
-                    let err = GateError::new(500, "api_error", "answer_missing", "stored answer vanished");
-                    return respond_error(session, Some(route), &err, &receipt_headers).await;
+                    let err = GateError::new(
+                        500,
+                        "api_error",
+                        "answer_missing",
+                        "stored answer vanished",
+                    );
+                    return respond_error(session, Some(route), &err, &decided.receipt_headers)
+                        .await;
                 };
                 let body = if route == Route::OpenAiChat && shape.stream && !wants_usage {
                     Bytes::from(usage::strip_openai_usage_chunk(&answer.body))
                 } else {
                     answer.body.clone()
                 };
-                respond(session, 200, &answer.content_type, body, &receipt_headers).await
+                respond(
+                    session,
+                    200,
+                    &answer.content_type,
+                    body,
+                    &decided.receipt_headers,
+                )
+                .await
             }
             Verdict::Challenge => {
-                let mut err = GateError::new(409, "tokensaver_hold", d.reason(), "held for a person: approve the hold, then retry with the x-tokensaver-hold header");
-                err.hold_id = d.hold_id.clone();
-                respond_error(session, Some(route), &err, &receipt_headers).await
+                let mut err = GateError::new(409, "tokensaver_hold", "held_for_a_person", "held for a person: approve the hold, then retry with the x-tokensaver-hold header");
+                err.code = static_reason(&decided.reason);
+                err.hold_id = decided.hold_id.clone();
+                respond_error(session, Some(route), &err, &decided.receipt_headers).await
             }
             Verdict::Block => {
-                let err = GateError::new(d.status(), "tokensaver_block", d.reason(), block_message(d.status()));
-                respond_error(session, Some(route), &err, &receipt_headers).await
+                let err = GateError::new(
+                    decided.status,
+                    "tokensaver_block",
+                    static_reason(&decided.reason),
+                    block_message(decided.status),
+                );
+                respond_error(session, Some(route), &err, &decided.receipt_headers).await
             }
             Verdict::Allow | Verdict::Downgrade => {
+                let recorder = match &self.remote {
+                    Some(remote) => forward::Recorder::Remote(remote.clone()),
+                    None => forward::Recorder::Local,
+                };
+                let served_model = decided
+                    .model_served
+                    .clone()
+                    .unwrap_or_else(|| shape.model.clone());
                 let Some(provider) = self.provider(route) else {
-                    let err = GateError::new(502, "api_error", "no_upstream", "no upstream is configured for this provider");
-                    self.gatekeeper.record_usage(&key.id, &outcome.decision_id, None, &shape.model, shape.wire_form(), false, now_ms(), false).ok();
-                    return respond_error(session, Some(route), &err, &receipt_headers).await;
+                    let err = GateError::new(
+                        502,
+                        "api_error",
+                        "no_upstream",
+                        "no upstream is configured for this provider",
+                    );
+                    recorder.record(
+                        &self.gatekeeper,
+                        &key.id,
+                        &decided.decision_id,
+                        None,
+                        &served_model,
+                        shape.wire_form(),
+                        false,
+                    );
+                    return respond_error(session, Some(route), &err, &decided.receipt_headers)
+                        .await;
                 };
                 let job = forward::Forward {
                     route,
                     provider,
                     connector: &self.connector,
                     gatekeeper: &self.gatekeeper,
+                    recorder,
                     key_id: &key.id,
-                    decision_id: &outcome.decision_id,
-                    served_model: d.model_served.as_deref().unwrap_or(&shape.model),
+                    decision_id: &decided.decision_id,
+                    served_model: &served_model,
                     original: body,
                     body: parsed.body,
-                    downgrade: d.verdict == Verdict::Downgrade,
+                    downgrade: decided.verdict == Verdict::Downgrade,
                     stream: shape.stream,
                     wants_usage,
                     reusable: shape.reproducible(),
                     answer_key,
-                    receipt_headers,
+                    receipt_headers: decided.receipt_headers,
                 };
                 job.run(session).await
             }
         }
     }
+}
+
+fn receipt_headers(
+    verdict: Verdict,
+    envelope: &crate::receipt::Envelope,
+) -> Vec<(&'static str, String)> {
+    vec![
+        ("x-tokensaver-verdict", verdict.as_str().to_string()),
+        ("x-tokensaver-receipt", envelope.to_header_value()),
+    ]
+}
+
+/// The closed vocabulary of reasons, so an error body never carries a string from elsewhere.
+fn static_reason(reason: &str) -> &'static str {
+    use crate::gate::{Band, Rule};
+    Rule::ALL
+        .iter()
+        .map(|r| r.as_str())
+        .chain([Band::ScoreChallenge.as_str(), Band::ScoreBlock.as_str()])
+        .find(|r| *r == reason)
+        .unwrap_or("refused")
+}
+
+/// Digest mode: the SDK presents the same tokensaver key this instance was given.
+fn remote_identity(
+    remote: &RemoteGate,
+    presented: Option<&str>,
+) -> std::result::Result<(KeyConfig, auth::Caller), String> {
+    use subtle::ConstantTimeEq;
+    let presented = presented.ok_or_else(|| auth::AuthError::Missing.to_string())?;
+    let matches: bool = blake3::hash(presented.as_bytes())
+        .as_bytes()
+        .ct_eq(blake3::hash(remote.key.as_bytes()).as_bytes())
+        .into();
+    let parsed = auth::parse_key(presented)
+        .filter(|_| matches)
+        .ok_or_else(|| auth::AuthError::Invalid.to_string())?;
+    let key = KeyConfig {
+        id: parsed.id.to_string(),
+        secret_hash: auth::secret_hash(parsed.secret),
+        budget: None,
+        human_default: false,
+        owner_secret_hash: None,
+    };
+    let caller = auth::Caller {
+        key_id: key.id.clone(),
+        fingerprint_key: auth::fingerprint_key(parsed.secret),
+    };
+    Ok((key, caller))
 }
 
 fn block_message(status: u16) -> &'static str {
@@ -353,7 +540,12 @@ impl ProxyHttp for GateProxy {
             if method == http::Method::POST {
                 self.handle_gated(session, route).await?;
             } else {
-                let err = GateError::new(405, "invalid_request_error", "method_not_allowed", "this route takes POST");
+                let err = GateError::new(
+                    405,
+                    "invalid_request_error",
+                    "method_not_allowed",
+                    "this route takes POST",
+                );
                 respond_error(session, Some(route), &err, &[]).await?;
             }
             return Ok(true);
@@ -361,20 +553,34 @@ impl ProxyHttp for GateProxy {
         if path.starts_with("/v1/models") && method == http::Method::GET {
             let presented = auth::presented_key(&session.req_header().headers);
             if auth::authenticate(self.config(), presented).is_err() {
-                let err = GateError::new(401, "authentication_error", "invalid_api_key", "invalid tokensaver key");
+                let err = GateError::new(
+                    401,
+                    "authentication_error",
+                    "invalid_api_key",
+                    "invalid tokensaver key",
+                );
                 respond_error(session, None, &err, &[]).await?;
                 return Ok(true);
             }
             // Anthropic SDKs send x-api-key; OpenAI SDKs a bearer token.
             let anthropic = session.req_header().headers.contains_key("x-api-key");
-            let provider = if anthropic { self.anthropic.as_ref().or(self.openai.as_ref()) } else { self.openai.as_ref().or(self.anthropic.as_ref()) };
+            let provider = if anthropic {
+                self.anthropic.as_ref().or(self.openai.as_ref())
+            } else {
+                self.openai.as_ref().or(self.anthropic.as_ref())
+            };
             if let Some(p) = provider {
                 ctx.passthrough = Some(p.clone());
                 return Ok(false);
             }
         }
         let err = if UNGATED_BILLABLE.iter().any(|p| path.starts_with(p)) {
-            GateError::new(404, "not_found_error", "not_gated", "this provider path is not gated by this build, so it is not forwarded")
+            GateError::new(
+                404,
+                "not_found_error",
+                "not_gated",
+                "this provider path is not gated by this build, so it is not forwarded",
+            )
         } else {
             GateError::new(404, "not_found_error", "unknown_route", "unknown route")
         };
@@ -389,7 +595,12 @@ impl ProxyHttp for GateProxy {
         }
     }
 
-    async fn upstream_request_filter(&self, _session: &mut Session, upstream: &mut RequestHeader, ctx: &mut Ctx) -> Result<()> {
+    async fn upstream_request_filter(
+        &self,
+        _session: &mut Session,
+        upstream: &mut RequestHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
         if let Some(p) = &ctx.passthrough {
             upstream.insert_header("host", p.host_header.as_str())?;
             p.set_credential(upstream)?;

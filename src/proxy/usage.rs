@@ -139,7 +139,11 @@ impl SseTap {
             Route::AnthropicMessages => {
                 match value.get("type").and_then(Value::as_str) {
                     Some("message_start") => {
-                        if let Some(u) = value.get("message").and_then(|m| m.get("usage")).and_then(anthropic_usage) {
+                        if let Some(u) = value
+                            .get("message")
+                            .and_then(|m| m.get("usage"))
+                            .and_then(anthropic_usage)
+                        {
                             self.usage = Some(u);
                         }
                     }
@@ -201,7 +205,12 @@ mod tests {
         assert!(tap.finished);
         assert_eq!(
             tap.usage,
-            Some(Usage { input: 6, cache_write: 0, cache_read: 4, output: 3 })
+            Some(Usage {
+                input: 6,
+                cache_write: 0,
+                cache_read: 4,
+                output: 3
+            })
         );
         let text = String::from_utf8(out).unwrap();
         assert!(!text.contains("usage"));
@@ -215,7 +224,15 @@ mod tests {
         let out = tap.feed(stream);
         assert_eq!(out.len(), stream.len());
         assert!(!tap.finished);
-        assert_eq!(tap.usage, Some(Usage { input: 12, cache_write: 0, cache_read: 2, output: 7 }));
+        assert_eq!(
+            tap.usage,
+            Some(Usage {
+                input: 12,
+                cache_write: 0,
+                cache_read: 2,
+                output: 7
+            })
+        );
         tap.feed(b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
         assert!(tap.finished);
     }
@@ -223,9 +240,26 @@ mod tests {
     #[test]
     fn json_usage_both_providers() {
         let o = br#"{"usage":{"prompt_tokens":5,"completion_tokens":2}}"#;
-        assert_eq!(json_usage(Route::OpenAiChat, o), Some(Usage { input: 5, cache_write: 0, cache_read: 0, output: 2 }));
-        let a = br#"{"usage":{"input_tokens":5,"output_tokens":2,"cache_creation_input_tokens":3}}"#;
-        assert_eq!(json_usage(Route::AnthropicMessages, a), Some(Usage { input: 5, cache_write: 3, cache_read: 0, output: 2 }));
+        assert_eq!(
+            json_usage(Route::OpenAiChat, o),
+            Some(Usage {
+                input: 5,
+                cache_write: 0,
+                cache_read: 0,
+                output: 2
+            })
+        );
+        let a =
+            br#"{"usage":{"input_tokens":5,"output_tokens":2,"cache_creation_input_tokens":3}}"#;
+        assert_eq!(
+            json_usage(Route::AnthropicMessages, a),
+            Some(Usage {
+                input: 5,
+                cache_write: 3,
+                cache_read: 0,
+                output: 2
+            })
+        );
         assert_eq!(json_usage(Route::OpenAiChat, b"{}"), None);
     }
 }

@@ -75,7 +75,11 @@ pub(super) fn parts(body: &Map<String, Value>, canonical: &Canonical) -> Result<
                 }
                 total
             }
-            _ => return Err(err("content must be a string or an array of content blocks")),
+            _ => {
+                return Err(err(
+                    "content must be a string or an array of content blocks",
+                ))
+            }
         };
         turns.push(Turn {
             role,
@@ -131,7 +135,15 @@ fn block_chars(block: &Map<String, Value>) -> u64 {
                 .sum(),
             _ => 0,
         },
-        "thinking" => block.get("thinking").and_then(Value::as_str).map(chars).unwrap_or(0),
-        _ => block.get("text").and_then(Value::as_str).map(chars).unwrap_or(0),
+        "thinking" => block
+            .get("thinking")
+            .and_then(Value::as_str)
+            .map(chars)
+            .unwrap_or(0),
+        _ => block
+            .get("text")
+            .and_then(Value::as_str)
+            .map(chars)
+            .unwrap_or(0),
     }
 }

@@ -96,19 +96,28 @@ impl<'k> Canonical<'k> {
             write_json(&mut buf, &Value::String(name.clone()));
             buf.push(b':');
             match (name.as_str(), value) {
-                ("messages", Value::Array(items)) => write_elements(&mut buf, items, &mut message_ranges),
+                ("messages", Value::Array(items)) => {
+                    write_elements(&mut buf, items, &mut message_ranges)
+                }
                 ("tools", Value::Array(items)) => write_elements(&mut buf, items, &mut tool_ranges),
                 _ => write_json(&mut buf, value),
             }
         }
         buf.push(b'}');
 
-        let fingerprint = keyed(key, FINGERPRINT_DOMAIN, &[route.as_str().as_bytes(), b"\0", &buf]);
+        let fingerprint = keyed(
+            key,
+            FINGERPRINT_DOMAIN,
+            &[route.as_str().as_bytes(), b"\0", &buf],
+        );
         let message_hashes = message_ranges
             .iter()
             .map(|r| keyed(key, TURN_DOMAIN, &[&buf[r.clone()]]))
             .collect();
-        let tool_chars = tool_ranges.iter().map(|r| utf8_chars(&buf[r.clone()])).collect();
+        let tool_chars = tool_ranges
+            .iter()
+            .map(|r| utf8_chars(&buf[r.clone()]))
+            .collect();
         Canonical {
             key,
             fingerprint,

@@ -97,7 +97,9 @@ impl RequestShape {
     pub fn prompt_chars(&self) -> u64 {
         let turns: u64 = self.turns.iter().map(|t| t.chars).sum();
         let tools: u64 = self.tools.iter().map(|t| t.chars).sum();
-        self.system_chars.saturating_add(turns).saturating_add(tools)
+        self.system_chars
+            .saturating_add(turns)
+            .saturating_add(tools)
     }
 
     /// Reuse is allowed when the request asks for reproducible output (SPEC §2.6).
@@ -211,8 +213,9 @@ pub fn shape_of(
         fingerprint: canonical.fingerprint,
         model: common.model,
         max_tokens: match route {
-            Route::OpenAiChat => opt_u64(body, "max_completion_tokens")?
-                .or(opt_u64(body, "max_tokens")?),
+            Route::OpenAiChat => {
+                opt_u64(body, "max_completion_tokens")?.or(opt_u64(body, "max_tokens")?)
+            }
             Route::AnthropicMessages => opt_u64(body, "max_tokens")?,
         },
         temperature: common.temperature,
@@ -288,7 +291,10 @@ fn common_fields(body: &serde_json::Map<String, Value>) -> Result<Common, ShapeE
     })
 }
 
-fn opt_u64(body: &serde_json::Map<String, Value>, field: &'static str) -> Result<Option<u64>, ShapeError> {
+fn opt_u64(
+    body: &serde_json::Map<String, Value>,
+    field: &'static str,
+) -> Result<Option<u64>, ShapeError> {
     match body.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Number(n)) => n.as_u64().map(Some).ok_or(ShapeError::WrongType {

@@ -41,7 +41,11 @@ pub(super) fn parts(body: &Map<String, Value>, canonical: &Canonical) -> Result<
             "assistant" => Role::Assistant,
             "tool" => Role::Tool,
             "function" => Role::Function,
-            _ => return Err(err("role is not one of system, developer, user, assistant, tool")),
+            _ => {
+                return Err(err(
+                    "role is not one of system, developer, user, assistant, tool",
+                ))
+            }
         };
         let mut turn_chars = content_chars;
         let mut called = Vec::new();

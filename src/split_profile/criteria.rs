@@ -30,10 +30,7 @@ pub fn criteria_json() -> Value {
         .cloned()
         .unwrap_or(Value::Null);
     let seed_corpus = doc.get("corpus").cloned().unwrap_or(Value::Null);
-    let seed_tokenizer_id = doc
-        .pointer("/tokenizer/id")
-        .cloned()
-        .unwrap_or(Value::Null);
+    let seed_tokenizer_id = doc.pointer("/tokenizer/id").cloned().unwrap_or(Value::Null);
     let Some(map) = doc.as_object_mut() else {
         return doc;
     };
@@ -183,7 +180,17 @@ mod tests {
         assert!(c["deviations"].as_array().unwrap().len() >= 5);
         // untouched seed blocks are served as they are
         let seed: Value = serde_json::from_str(SEED_CRITERIA).unwrap();
-        for key in ["rounding", "serialisation_rule", "blocks", "custody", "forbidden", "price", "free_tier", "input_contract", "verdict_grammar"] {
+        for key in [
+            "rounding",
+            "serialisation_rule",
+            "blocks",
+            "custody",
+            "forbidden",
+            "price",
+            "free_tier",
+            "input_contract",
+            "verdict_grammar",
+        ] {
             assert_eq!(c[key], seed[key], "{key}");
         }
     }

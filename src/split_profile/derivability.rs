@@ -346,7 +346,10 @@ mod tests {
         let t = x[0] + x[1] + x[2];
         let f = |v: u64| -> u8 {
             // largest k/2 (k in 0..=2) with k/2 <= v/t  ⇔  k*t <= 2v
-            (0..=2u8).rev().find(|&k| u64::from(k) * t <= 2 * v).unwrap()
+            (0..=2u8)
+                .rev()
+                .find(|&k| u64::from(k) * t <= 2 * v)
+                .unwrap()
         };
         [f(x[0]), f(x[1]), f(x[2])]
     }
@@ -386,11 +389,17 @@ mod tests {
                 .collect()
         }
         /// The withholding class as a set of share classes, per the criteria's definition.
-        fn withheld_classes(&self, lex_sorted_box: impl Iterator<Item = [u64; 3]>) -> BTreeSet<[u8; 3]> {
+        fn withheld_classes(
+            &self,
+            lex_sorted_box: impl Iterator<Item = [u64; 3]>,
+        ) -> BTreeSet<[u8; 3]> {
             let unique = self.unique();
             let mut out: BTreeSet<[u8; 3]> = unique.iter().map(|u| floored(*u)).collect();
             if unique.len() == 1 && self.size >= 2 {
-                let y = lex_sorted_box.into_iter().find(|c| !unique.contains(c)).unwrap();
+                let y = lex_sorted_box
+                    .into_iter()
+                    .find(|c| !unique.contains(c))
+                    .unwrap();
                 out.insert(floored(y));
             }
             out
@@ -567,9 +576,7 @@ mod tests {
                 return;
             }
             let wc = brute.withheld_classes(lex_box(d));
-            let members = lex_box(d)
-                .filter(|x| wc.contains(&floored(*x)))
-                .count();
+            let members = lex_box(d).filter(|x| wc.contains(&floored(*x))).count();
             assert!(members != 1, "{d:?}");
         });
     }

@@ -140,9 +140,14 @@ pub fn parse_request(body: &[u8]) -> Result<Catalogue, Refusal> {
         return Err(Refusal::BodyOverCap);
     }
     let value = json::parse(body).map_err(|_| Refusal::NotJson)?;
-    let catalogue = match &value {
-        JsValue::Object(o) => o.get("catalogue").unwrap_or(&value),
-        _ => &value,
+    catalogue_from_value(&value)
+}
+
+/// Apply the input contract to a parsed request body (envelope or bare catalogue).
+pub fn catalogue_from_value(value: &JsValue) -> Result<Catalogue, Refusal> {
+    let catalogue = match value {
+        JsValue::Object(o) => o.get("catalogue").unwrap_or(value),
+        _ => value,
     };
     let entries = match catalogue {
         JsValue::Array(a) => &a.0,
@@ -250,8 +255,15 @@ pub struct Report {
 
 /// Shares of a whole from its counts, byte lengths and presence, with the rules' precedence:
 /// the empty rule first, then the derivability self-check.
-fn whole_shares(counts: [u64; 3], bytes: [u64; 3], present: [bool; 3], empty: NullReason) -> Shares {
-    let total = counts[0].saturating_add(counts[1]).saturating_add(counts[2]);
+fn whole_shares(
+    counts: [u64; 3],
+    bytes: [u64; 3],
+    present: [bool; 3],
+    empty: NullReason,
+) -> Shares {
+    let total = counts[0]
+        .saturating_add(counts[1])
+        .saturating_add(counts[2]);
     if total == 0 {
         return Shares::Null(empty);
     }
@@ -374,10 +386,18 @@ mod tests {
             (b"[{\"name\":null}]", Refusal::MalformedName),
             (b"[{\"name\":5,\"description\":5}]", Refusal::MalformedName),
             (b"[{\"description\":null}]", Refusal::MalformedDescription),
-            (b"[{\"name\":\"a\",\"description\":[\"x\"]}]", Refusal::MalformedDescription),
+            (
+                b"[{\"name\":\"a\",\"description\":[\"x\"]}]",
+                Refusal::MalformedDescription,
+            ),
         ];
         for (body, want) in cases {
-            assert_eq!(parse_request(body), Err(want), "{}", String::from_utf8_lossy(body));
+            assert_eq!(
+                parse_request(body),
+                Err(want),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
         }
         let many = format!("[{}{{}}]", "{},".repeat(200));
         assert_eq!(parse_request(many.as_bytes()), Err(Refusal::OverToolCap));
@@ -385,7 +405,10 @@ mod tests {
         assert_eq!(parse_request(max.as_bytes()).unwrap().tools.len(), 200);
         // over-cap tools is decided before entries are looked at
         let bad_many = format!("[{}1]", "{},".repeat(200));
-        assert_eq!(parse_request(bad_many.as_bytes()), Err(Refusal::OverToolCap));
+        assert_eq!(
+            parse_request(bad_many.as_bytes()),
+            Err(Refusal::OverToolCap)
+        );
         let mut at_cap = b"[{}]".to_vec();
         at_cap.resize(MAX_BODY_BYTES, b' ');
         assert!(parse_request(&at_cap).is_ok());
@@ -423,13 +446,31 @@ mod tests {
 
     #[test]
     fn small_wholes_are_withheld_and_large_ones_published() {
-        // name only, "a": one-candidate box → withheld
-        let r = profile(br#"[{"name":"a"}]"#, 0).unwrap();
+        // name only, "": a 2-byte part, one-candidate box → withheld
+        let r = profile(br#"[{"name":""}]"#, 0).unwrap();
         assert_eq!(shares_of(&r, 0), Shares::Null(NullReason::SharesWithheld));
         assert_eq!(r.catalogue, Shares::Null(NullReason::SharesWithheld));
-        // a longer name alone: box [1, L] → class (1,0,0) has L ≥ 2 members → published
-        let r = profile(br#"[{"name":"search_documents"}]"#, 0).unwrap();
-        assert_eq!(shares_of(&r, 0), Shares::Published([Share::One, Share::Zero, Share::Zero]));
+        // any other name alone: box [1, L ≥ 3] → class (1,0,0) has ≥ 2 members → published
+        for body in [
+            &br#"[{"name":"a"}]"#[..],
+            br#"[{"name":"search_documents"}]"#,
+        ] {
+            let r = profile(body, 0).unwrap();
+            assert_eq!(
+                shares_of(&r, 0),
+                Shares::Published([Share::One, Share::Zero, Share::Zero])
+            );
+        }
+        // name "" and schema 2 bytes: box {1} × {1,2}; [1,0,2] is box-unique → withheld,
+        // and so is [1,0,1] (the class of the smallest other candidate)
+        let r = profile(
+            br#"[{"name":"","inputSchema":{}},{"name":"","inputSchema":[]}]"#,
+            0,
+        )
+        .unwrap();
+        assert_eq!(shares_of(&r, 0), Shares::Null(NullReason::SharesWithheld));
+        // the catalogue: name bytes 4 → [1,4], schema bytes 4 → [1,4]: nothing box-unique
+        assert!(matches!(r.catalogue, Shares::Published(_)));
     }
 
     #[test]
@@ -440,6 +481,9 @@ mod tests {
         assert_eq!(r.groups.len(), 2);
         assert_eq!(r.groups[0].indices, vec![0, 2]);
         assert_eq!(r.groups[1].indices, vec![3, 5]);
-        assert_eq!(r.groups[1].names[1].as_ref().unwrap(), &JsString::from_str_lossless("f"));
+        assert_eq!(
+            r.groups[1].names[1].as_ref().unwrap(),
+            &JsString::from_str_lossless("f")
+        );
     }
 }

@@ -574,19 +574,17 @@ fn quote_into(units: &[u16], out: &mut String) {
             0x22 => out.push_str("\\\""),
             0x5c => out.push_str("\\\\"),
             0x00..=0x1f => push_u_escape(u, out),
-            0xd800..=0xdbff => {
-                match units.get(i + 1) {
-                    Some(&lo @ 0xdc00..=0xdfff) => {
-                        let cp = 0x10000 + ((u32::from(u) - 0xd800) << 10) + (u32::from(lo) - 0xdc00);
-                        match char::from_u32(cp) {
-                            Some(c) => out.push(c),
-                            None => push_u_escape(u, out),
-                        }
-                        i += 1;
+            0xd800..=0xdbff => match units.get(i + 1) {
+                Some(&lo @ 0xdc00..=0xdfff) => {
+                    let cp = 0x10000 + ((u32::from(u) - 0xd800) << 10) + (u32::from(lo) - 0xdc00);
+                    match char::from_u32(cp) {
+                        Some(c) => out.push(c),
+                        None => push_u_escape(u, out),
                     }
-                    _ => push_u_escape(u, out),
+                    i += 1;
                 }
-            }
+                _ => push_u_escape(u, out),
+            },
             0xdc00..=0xdfff => push_u_escape(u, out),
             _ => match char::from_u32(u32::from(u)) {
                 Some(c) => out.push(c),
@@ -726,7 +724,10 @@ mod tests {
             rt(r#"{"b":1,"2":0,"a":2,"1":0,"01":5,"-1":6,"4294967295":7,"4294967294":8}"#),
             r#"{"1":0,"2":0,"4294967294":8,"b":1,"a":2,"01":5,"-1":6,"4294967295":7}"#
         );
-        assert_eq!(rt(r#"{"x":{"y":[1,{"z":null}]}}"#), r#"{"x":{"y":[1,{"z":null}]}}"#);
+        assert_eq!(
+            rt(r#"{"x":{"y":[1,{"z":null}]}}"#),
+            r#"{"x":{"y":[1,{"z":null}]}}"#
+        );
         assert_eq!(rt(" {\t\"a\" :\r\n[ ] } "), r#"{"a":[]}"#);
         assert_eq!(rt(r#"{"__proto__":1}"#), r#"{"__proto__":1}"#);
         // duplicate key whose first value was an object: replaced in place

@@ -318,7 +318,11 @@ pub fn render_text(report: &Report) -> String {
 /// A refusal as text (the CLI's output for a refused input).
 pub fn render_refusal_text(refusal: Refusal) -> String {
     match refusal.cap() {
-        Some(cap) => format!("refused ({}): {} [cap {cap}]\n", refusal.rule(), refusal.message()),
+        Some(cap) => format!(
+            "refused ({}): {} [cap {cap}]\n",
+            refusal.rule(),
+            refusal.message()
+        ),
         None => format!("refused ({}): {}\n", refusal.rule(), refusal.message()),
     }
 }
@@ -341,7 +345,20 @@ mod tests {
         for days in 0..(600 * 366) {
             assert_eq!(civil_from_days(days), (y, m, d));
             let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-            let len = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+            let len = [
+                31,
+                if leap { 29 } else { 28 },
+                31,
+                30,
+                31,
+                30,
+                31,
+                31,
+                30,
+                31,
+                30,
+                31,
+            ];
             d += 1;
             if d > len[(m - 1) as usize] {
                 d = 1;
@@ -369,13 +386,15 @@ mod tests {
         let signer = ReceiptSigner::from_seed([3; 32]);
         let doc = signed_report(&r, &signer);
         let v: serde_json::Value = serde_json::from_slice(&doc).unwrap();
-        let env: crate::receipt::Envelope =
-            serde_json::from_value(v["signature"].clone()).unwrap();
+        let env: crate::receipt::Envelope = serde_json::from_value(v["signature"].clone()).unwrap();
         let signed = signer.verify(&env).unwrap();
         assert_eq!(signed, report_bytes(&r));
         let reparsed: serde_json::Value = serde_json::from_slice(&signed).unwrap();
         assert_eq!(reparsed, v["report"]);
-        assert_eq!(v["report"]["R-3"]["groups"][0]["indices"], serde_json::json!([0, 1]));
+        assert_eq!(
+            v["report"]["R-3"]["groups"][0]["indices"],
+            serde_json::json!([0, 1])
+        );
         let text = render_text(&r);
         assert!(text.starts_with("TOOL-CATALOGUE SPLIT PROFILE — tools: 2"));
         assert!(text.contains("\"write_file\""));

@@ -70,15 +70,19 @@ mod tests {
             );
             hasher.update(line.as_bytes());
         }
-        let hex: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        let hex: String = hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
         assert_eq!(hex, CL100K_DATA_SHA256);
     }
 
     /// Cargo.lock resolves tiktoken-rs to the version /criteria names.
     #[test]
     fn cargo_lock_has_the_named_tiktoken_rs_version() {
-        let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.lock"))
-            .unwrap();
+        let lock =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.lock")).unwrap();
         let entry = lock
             .split("[[package]]")
             .find(|p| p.contains("name = \"tiktoken-rs\""))
@@ -101,9 +105,9 @@ mod tests {
         };
         let mut checked = 0;
         for index in indexes.flatten() {
-            let file = index
-                .path()
-                .join(format!("tiktoken-rs-{TIKTOKEN_RS_VERSION}/assets/cl100k_base.tiktoken"));
+            let file = index.path().join(format!(
+                "tiktoken-rs-{TIKTOKEN_RS_VERSION}/assets/cl100k_base.tiktoken"
+            ));
             if let Ok(bytes) = std::fs::read(&file) {
                 let hex: String = Sha256::digest(&bytes)
                     .iter()

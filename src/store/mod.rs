@@ -114,7 +114,9 @@ pub enum Event {
         prices: Prices,
     },
     /// Delete the key's fingerprint records and blank the fingerprints in its ledger rows.
-    Forget { key_id: String },
+    Forget {
+        key_id: String,
+    },
 }
 
 /// What the gate rebuilds its memory from at start.

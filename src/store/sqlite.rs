@@ -49,8 +49,8 @@ use rusqlite::types::Type;
 use rusqlite::{params, Connection, Row, TransactionBehavior};
 
 use super::{
-    civil_from_days, period_start, DecisionRow, Event, HoldRow, HoldState, LedgerDay,
-    LedgerTotals, Snapshot, Store, StoreError,
+    civil_from_days, period_start, DecisionRow, Event, HoldRow, HoldState, LedgerDay, LedgerTotals,
+    Snapshot, Store, StoreError,
 };
 use crate::config::{BudgetPeriod, Prices};
 use crate::gate::{Usage, Verdict};
@@ -1129,8 +1129,7 @@ fn day_start_ms(day: &str) -> Result<i64, StoreError> {
     let well_formed = b.len() == 10
         && b[4] == b'-'
         && b[7] == b'-'
-        && b
-            .iter()
+        && b.iter()
             .enumerate()
             .all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit());
     if !well_formed {

@@ -1,0 +1,97 @@
+//! Digest mode: the local instance asks a central gate, sending only the digest.
+//!
+//! Prompts and answers never leave the caller's building: `POST /gate` carries the digest
+//! (counts and keyed hashes), `POST /record` carries the decision id, wire form, served model,
+//! completeness and the four usage parts. Answers are kept in this instance's own store.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::gate::{Usage, Verdict};
+use crate::receipt::Envelope;
+use crate::request::{Digest, WireForm};
+
+#[derive(Debug, Clone)]
+pub struct RemoteGate {
+    pub gate_url: String,
+    /// The tokensaver key: authenticates with the gate and keys the fingerprints.
+    pub key: String,
+    agent: ureq::Agent,
+}
+
+/// What the central gate answered.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RemoteDecision {
+    pub verdict: Verdict,
+    pub decision_id: String,
+    pub status: u16,
+    pub reason: String,
+    pub hold_id: Option<String>,
+    pub model_served: Option<String>,
+    pub receipt: Envelope,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RemoteError {
+    #[error("the central gate could not be reached")]
+    Unreachable,
+    #[error("the central gate refused the request")]
+    Refused(u16),
+    #[error("the central gate's answer was malformed")]
+    Malformed,
+}
+
+impl RemoteGate {
+    pub fn new(gate_url: &str, key: String) -> Self {
+        let agent = ureq::AgentBuilder::new()
+            .timeout(Duration::from_secs(30))
+            .build();
+        Self {
+            gate_url: gate_url.trim_end_matches('/').to_string(),
+            key,
+            agent,
+        }
+    }
+
+    fn post(&self, path: &str, body: String) -> Result<String, RemoteError> {
+        let resp = self
+            .agent
+            .post(&format!("{}{path}", self.gate_url))
+            .set("authorization", &format!("Bearer {}", self.key))
+            .set("content-type", "application/json")
+            .send_string(&body);
+        match resp {
+            Ok(r) => r.into_string().map_err(|_| RemoteError::Malformed),
+            Err(ureq::Error::Status(code, _)) => Err(RemoteError::Refused(code)),
+            Err(_) => Err(RemoteError::Unreachable),
+        }
+    }
+
+    /// `POST /gate` with the digest (blocking: call from `spawn_blocking`).
+    pub fn gate(&self, digest: &Digest) -> Result<RemoteDecision, RemoteError> {
+        let body = serde_json::to_string(digest).map_err(|_| RemoteError::Malformed)?;
+        let text = self.post("/gate", body)?;
+        serde_json::from_str(&text).map_err(|_| RemoteError::Malformed)
+    }
+
+    /// `POST /record`: the provider's usage for a forwarded decision.
+    pub fn record(
+        &self,
+        decision_id: &str,
+        wire: WireForm,
+        served_model: &str,
+        complete: bool,
+        usage: Usage,
+    ) -> Result<(), RemoteError> {
+        let body = json!({
+            "decision_id": decision_id,
+            "wire": wire,
+            "served_model": served_model,
+            "complete": complete,
+            "usage": usage,
+        });
+        self.post("/record", body.to_string()).map(|_| ())
+    }
+}
