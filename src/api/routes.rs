@@ -338,6 +338,7 @@ impl Api {
                 "unknown_decision",
                 "no forwarded decision with this id is awaiting usage for this key",
             ),
+            Err(RecordError::ModelMismatch) => ApiResponse::error(409, "model_mismatch", "served_model differs from the model the gate decided"),
             Err(RecordError::Storage) => ApiResponse::error(
                 503,
                 "storage_unavailable",

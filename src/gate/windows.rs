@@ -5,7 +5,6 @@
 //! below those caps, so capping bounds memory without changing any decision.
 
 use std::collections::{HashMap, VecDeque};
-use std::num::NonZeroUsize;
 
 use lru::LruCache;
 use serde::{Deserialize, Serialize};
@@ -55,9 +54,8 @@ impl KeyWindows {
             requests: VecDeque::new(),
             identical: HashMap::new(),
             models: HashMap::new(),
-            seen: LruCache::new(
-                NonZeroUsize::new(CAP_SEEN_FINGERPRINTS).unwrap_or(NonZeroUsize::MIN),
-            ),
+            // Unbounded + a manual cap: `LruCache::new(cap)` would preallocate `cap` slots per key.
+            seen: LruCache::unbounded(),
         }
     }
 }
@@ -135,6 +133,9 @@ impl Windows {
             w.models.insert(model.to_string(), now);
         }
         w.seen.put(*fingerprint, now);
+        if w.seen.len() > CAP_SEEN_FINGERPRINTS {
+            w.seen.pop_lru();
+        }
         Self::evict(w, now);
     }
 

@@ -58,6 +58,8 @@ pub enum RecordError {
     AlreadyRecorded,
     #[error("the ledger could not commit the record")]
     Storage,
+    #[error("the served model differs from the one the gate decided")]
+    ModelMismatch,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -97,6 +99,9 @@ impl KeyBudget {
 struct Reservation {
     key_id: String,
     fingerprint: Hash,
+    /// The model the decision sent the call to: usage is priced at this model, whatever a
+    /// digest client claims.
+    served_model: String,
     wire: WireForm,
     nano: u64,
     expires_ms: u64,
@@ -201,6 +206,10 @@ impl Gatekeeper {
                     Reservation {
                         key_id: row.key_id.clone(),
                         fingerprint: fp,
+                        served_model: row
+                            .model_served
+                            .clone()
+                            .unwrap_or_else(|| row.model_requested.clone()),
                         wire: row.wire,
                         nano: row.reserved_nano,
                         expires_ms: row.decided_at_ms + config.reservation_ttl_ms,
@@ -309,6 +318,10 @@ impl Gatekeeper {
                     Reservation {
                         key_id: key_id.to_string(),
                         fingerprint: shape.fingerprint,
+                        served_model: decision
+                            .model_served
+                            .clone()
+                            .unwrap_or_else(|| shape.model.clone()),
                         wire,
                         nano,
                         expires_ms: req.now_ms + self.config.reservation_ttl_ms,
@@ -410,11 +423,6 @@ impl Gatekeeper {
         now_ms: u64,
         wait: bool,
     ) -> Result<UsageRow, RecordError> {
-        let prices = self
-            .policy
-            .read()
-            .ok()
-            .and_then(|p| p.prices.get(served_model).copied());
         let mut st = lock(&self.state);
         let reservation = match st.reservations.get(decision_id) {
             Some(r) if r.key_id == key_id && r.wire == wire => st.reservations.remove(decision_id),
@@ -427,6 +435,16 @@ impl Gatekeeper {
                 _ => RecordError::UnknownDecision,
             });
         };
+        if reservation.served_model != served_model {
+            // A record must name the model the gate sent the call to; put the reservation back.
+            st.reservations.insert(decision_id.to_string(), reservation);
+            return Err(RecordError::ModelMismatch);
+        }
+        let prices = self
+            .policy
+            .read()
+            .ok()
+            .and_then(|p| p.prices.get(served_model).copied());
         let usage_or_zero = usage.unwrap_or_default();
         let spend = prices.map(|p| usage_or_zero.cost_nano(&p)).unwrap_or(0);
         st.add_spend(key_id, now_ms, spend);
