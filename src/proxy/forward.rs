@@ -67,6 +67,9 @@ struct Outcome {
     usage: Option<Usage>,
     complete: bool,
     answer: Option<(String, Vec<u8>)>,
+    /// The last bytes for the client, written once the answer is recorded and stored, so a
+    /// client that repeats at once finds it.
+    tail: Option<Bytes>,
 }
 
 impl Forward<'_> {
@@ -124,7 +127,7 @@ impl Forward<'_> {
         let (body, strip) = self.upstream_body();
         let header = self.upstream_header(session, body.len())?;
         let result = self.exchange(session, header, body, strip).await;
-        let (outcome, error) = match result {
+        let (mut outcome, error) = match result {
             Ok(outcome) => (outcome, None),
             Err((outcome, err)) => (outcome, Some(err)),
         };
@@ -148,7 +151,7 @@ impl Forward<'_> {
             outcome.complete,
             success,
             outcome.usage,
-            outcome.answer,
+            outcome.answer.take(),
         ) {
             self.gatekeeper.store_answer(
                 self.answer_key.clone(),
@@ -159,7 +162,12 @@ impl Forward<'_> {
             );
         }
         match error {
-            None => Ok(()),
+            None => {
+                if session.write_response_body(outcome.tail, true).await.is_err() {
+                    return pingora::Error::e_explain(ErrorType::WriteError, "client went away");
+                }
+                Ok(())
+            }
             Some(Failure::BeforeHeader(err)) => {
                 self.gatekeeper
                     .metrics
@@ -193,6 +201,7 @@ impl Forward<'_> {
             usage: None,
             complete: false,
             answer: None,
+            tail: None,
         };
         let bad_gateway =
             |code: &'static str, msg: &'static str| GateError::new(502, "api_error", code, msg);
@@ -209,6 +218,9 @@ impl Forward<'_> {
                     ))
                 }
             };
+        // Pingora's connector does not carry the peer's timeouts into a session it hands out.
+        upstream.set_read_timeout(self.provider.peer.options.read_timeout);
+        upstream.set_write_timeout(self.provider.peer.options.write_timeout);
         let sent = async {
             upstream.write_request_header(Box::new(header)).await?;
             upstream.write_request_body(body, true).await?;
@@ -342,14 +354,7 @@ impl Forward<'_> {
         if keep_answer && outcome.complete && kept.len() <= cap {
             outcome.answer = Some((content_type, kept));
         }
-        let tail = if rest.is_empty() {
-            None
-        } else {
-            Some(Bytes::from(rest))
-        };
-        if session.write_response_body(tail, true).await.is_err() {
-            return Err((outcome, Failure::MidStream));
-        }
+        outcome.tail = (!rest.is_empty()).then(|| Bytes::from(rest));
         if body_done {
             self.connector
                 .release_http_session(

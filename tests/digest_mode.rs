@@ -1,0 +1,172 @@
+//! Digest mode end to end: mock provider + central gate + a local client instance. The central
+//! gate must receive no prompt or answer text, and decide as the request path does.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use support::*;
+use tokensaver::demo::{free_port, wait_for_port};
+
+/// A TCP relay in front of the central gate that keeps every byte the client sends it.
+fn recording_relay(target: SocketAddr) -> (SocketAddr, Arc<Mutex<Vec<u8>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen: Arc<Mutex<Vec<u8>>> = Arc::default();
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(mut client) = client else { continue };
+            let Ok(mut upstream) = TcpStream::connect(target) else { continue };
+            let (mut c2, mut u2) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 16384];
+                while let Ok(n) = client.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    log.lock().unwrap().extend_from_slice(&buf[..n]);
+                    if upstream.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = upstream.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut u2, &mut c2);
+                let _ = c2.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    (addr, seen)
+}
+
+struct Client(Child, SocketAddr);
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_client(h: &Harness, gate: SocketAddr, key: &str) -> Client {
+    let dir = h.dir.path().join("client");
+    std::fs::create_dir_all(&dir).unwrap();
+    let proxy: SocketAddr = ([127, 0, 0, 1], free_port().unwrap()).into();
+    let config = format!(
+        "[listen]\nproxy = \"{proxy}\"\napi = \"127.0.0.1:{}\"\nadmin = \"127.0.0.1:{}\"\n\n[data]\ndir = \"{}\"\n\n\
+         [upstreams.openai]\nbase_url = \"{url}\"\ncredential_env = \"OPENAI_API_KEY\"\n\n\
+         [upstreams.anthropic]\nbase_url = \"{url}\"\ncredential_env = \"ANTHROPIC_API_KEY\"\n\n\
+         [client]\ngate_url = \"http://{gate}\"\ngate_key_env = \"TOKENSAVER_CLIENT_KEY\"\n",
+        free_port().unwrap(),
+        free_port().unwrap(),
+        dir.join("data").display(),
+        url = h.mock.base_url(),
+    );
+    let path = dir.join("client.toml");
+    std::fs::write(&path, config).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_tokensaver"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("OPENAI_API_KEY", PROVIDER_CREDENTIAL)
+        .env("ANTHROPIC_API_KEY", PROVIDER_CREDENTIAL)
+        .env("TOKENSAVER_CLIENT_KEY", key)
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_for_port(proxy, Duration::from_secs(20)), "client did not start");
+    Client(child, proxy)
+}
+
+fn post_to(addr: SocketAddr, path: &str, key: &str, body: &serde_json::Value, headers: &[(&str, &str)]) -> Resp {
+    let mut req = ureq::post(&format!("http://{addr}{path}"))
+        .set("authorization", &format!("Bearer {key}"))
+        .set("content-type", "application/json");
+    for (k, v) in headers {
+        req = req.set(k, v);
+    }
+    call(req, Some(body.to_string().as_bytes()))
+}
+
+#[test]
+fn the_central_gate_sees_no_text_and_decides_as_the_request_path() {
+    let h = Harness::default();
+    let (relay, seen) = recording_relay(h.api);
+    let client = start_client(&h, relay, KEY_A);
+
+    let marker = "zqxjmarkerprompt7731";
+    let session = [
+        ("plain", chat("gpt-4o", &format!("{marker} plain question"), json!({"max_tokens": 1500})), vec![]),
+        ("reproducible", chat("gpt-4o", &format!("{marker} reproducible"), json!({"temperature": 0, "max_tokens": 1500})), vec![]),
+        ("repeat", chat("gpt-4o", &format!("{marker} reproducible"), json!({"temperature": 0, "max_tokens": 1500})), vec![]),
+        ("small", chat("gpt-4o", &format!("{marker} tiny"), json!({"max_tokens": 20})), vec![HUMAN]),
+        ("loop 1", chat("gpt-4o", &format!("{marker} loop"), json!({"temperature": 1, "max_tokens": 1500})), vec![]),
+        ("loop 2", chat("gpt-4o", &format!("{marker} loop"), json!({"temperature": 1, "max_tokens": 1500})), vec![]),
+        ("loop 3", chat("gpt-4o", &format!("{marker} loop"), json!({"temperature": 1, "max_tokens": 1500})), vec![]),
+        ("loop 4", chat("gpt-4o", &format!("{marker} loop"), json!({"temperature": 1, "max_tokens": 1500})), vec![]),
+        ("stream", chat("gpt-4o", &format!("{marker} stream"), json!({"temperature": 0, "max_tokens": 1500, "stream": true})), vec![]),
+        ("stream again", chat("gpt-4o", &format!("{marker} stream"), json!({"temperature": 0, "max_tokens": 1500, "stream": true})), vec![]),
+    ];
+
+    let mut digest_answers = Vec::new();
+    for (name, body, headers) in &session {
+        let r = post_to(client.1, CHAT, KEY_A, body, headers);
+        assert!(r.transport_error.is_none(), "{name}: {:?}", r.transport_error);
+        digest_answers.push((r.status, r.verdict().map(str::to_string), r.receipt()));
+        settle();
+    }
+    let calls_after_digest = h.calls(CHAT);
+
+    // The same session on the request path, with key B (its own windows and store).
+    let mut request_answers = Vec::new();
+    for (_, body, headers) in &session {
+        let r = h.post(CHAT, KEY_B, body, headers);
+        request_answers.push((r.status, r.verdict().map(str::to_string), r.receipt()));
+        settle();
+    }
+
+    for (i, ((ds, dv, dr), (rs, rv, rr))) in digest_answers.iter().zip(&request_answers).enumerate() {
+        let name = session[i].0;
+        assert_eq!((ds, dv), (rs, rv), "{name}: digest and request paths disagree");
+        for field in ["reason", "rule", "band", "findings", "model_served", "score", "signals", "worst_case"] {
+            assert_eq!(dr[field], rr[field], "{name}: receipt field {field} differs");
+        }
+    }
+    let verdicts: Vec<_> = digest_answers.iter().map(|(_, v, _)| v.clone().unwrap_or_default()).collect();
+    assert_eq!(verdicts[2], "SERVE", "{verdicts:?}");
+    assert_eq!(verdicts[3], "DOWNGRADE", "{verdicts:?}");
+    assert_eq!(verdicts[7], "BLOCK", "{verdicts:?}");
+    assert_eq!(verdicts[9], "SERVE", "{verdicts:?}");
+    // SERVE and BLOCK never reached the provider: 10 requests, 7 upstream calls.
+    assert_eq!(calls_after_digest, 7);
+
+    // Receipts of the digest path verify at the gate.
+    let r = call(ureq::post(&h.api_url("/verify")), Some(serde_json::to_string(&digest_answers[0].2).unwrap().as_bytes()));
+    assert_eq!(r.status, 200);
+
+    // Every byte the client sent the gate: no prompt, no answer text.
+    let sent = seen.lock().unwrap().clone();
+    let sent = String::from_utf8_lossy(&sent);
+    assert!(sent.contains("POST /gate"), "the relay saw no gate traffic");
+    assert!(sent.contains("POST /record"), "the relay saw no usage records");
+    assert!(!sent.contains(marker), "the central gate received prompt text");
+    for req in h.mock.requests_to(CHAT) {
+        let reply = tokensaver::demo::provider::reply_for(&req.body).unwrap();
+        assert!(!sent.contains(&reply.text), "the central gate received answer text");
+    }
+
+    // The gate's ledger has the client's usage, recorded over /record.
+    settle();
+    let ledger = h.ledger(KEY_A);
+    assert!(ledger["total"]["usage"]["output"].as_u64().unwrap() > 0, "{ledger}");
+    assert!(ledger["total"]["tokens_not_bought"].as_u64().unwrap() > 0, "{ledger}");
+}

@@ -1,0 +1,368 @@
+//! Shared harness for the end-to-end tests: a temp config, the in-process mock provider, and the
+//! real `tokensaver serve` binary started against it (killed on drop).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokensaver::demo::provider::{MockProvider, ProviderOptions};
+use tokensaver::demo::{free_port, wait_for_port};
+
+pub const PROVIDER_CREDENTIAL: &str = "sk-test-provider-credential";
+pub const ADMIN_KEY: &str = "tsa_demo-admin-key-not-for-production";
+pub const ADMIN_HASH: &str = "ca9b790a34f739223b65bdd9124d2c340ee7ff59bc0140af9576813fb4cf82a8";
+pub const SECRET_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+pub const SECRET_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+pub const KEY_A: &str = "tsk_alpha_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+pub const KEY_B: &str = "tsk_beta_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+pub const CHAT: &str = "/v1/chat/completions";
+pub const MESSAGES: &str = "/v1/messages";
+
+/// Models priced in every test config.
+pub const MODELS: &[&str] = &[
+    "gpt-4o",
+    "gpt-4o-mini",
+    "claude-sonnet-4-5",
+    "claude-haiku-4-5",
+    "gpt-fault-500",
+    "gpt-fault-429",
+    "gpt-fault-reset",
+    "gpt-fault-slow",
+    "gpt-fault-truncated",
+    "claude-fault-reset",
+    "claude-fault-truncated",
+];
+
+#[derive(Clone, Debug)]
+pub struct Opts {
+    /// Budget ceilings in micro-USD (`None`: no ceiling).
+    pub budget_a: Option<u64>,
+    pub budget_b: Option<u64>,
+    pub upstream_timeout_secs: u64,
+    pub max_body_bytes: Option<usize>,
+    pub slow_ms: u64,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Opts {
+            budget_a: Some(100_000_000),
+            budget_b: Some(100_000_000),
+            upstream_timeout_secs: 30,
+            max_body_bytes: None,
+            slow_ms: 3000,
+        }
+    }
+}
+
+pub struct Harness {
+    pub mock: MockProvider,
+    pub dir: tempfile::TempDir,
+    pub opts: Opts,
+    pub proxy: SocketAddr,
+    pub api: SocketAddr,
+    pub admin: SocketAddr,
+    child: Option<Child>,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn key_block(id: &str, secret: &str, budget: Option<u64>) -> String {
+    let mut s = format!(
+        "[[keys]]\nid = \"{id}\"\nsecret_hash = \"{}\"\nhuman = false\n",
+        hex(&tokensaver::auth::secret_hash(secret))
+    );
+    if let Some(b) = budget {
+        s.push_str(&format!(
+            "budget = {{ ceiling_micro_usd = {b}, period = \"day\" }}\n"
+        ));
+    }
+    s.push('\n');
+    s
+}
+
+impl Harness {
+    pub fn start(opts: Opts) -> Harness {
+        let mock = MockProvider::start_background(ProviderOptions {
+            expected_credential: Some(PROVIDER_CREDENTIAL.into()),
+            slow_ms: opts.slow_ms,
+            ..Default::default()
+        })
+        .expect("mock provider");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut h = Harness {
+            mock,
+            dir,
+            opts,
+            proxy: ([127, 0, 0, 1], 0).into(),
+            api: ([127, 0, 0, 1], 0).into(),
+            admin: ([127, 0, 0, 1], 0).into(),
+            child: None,
+        };
+        h.launch();
+        h
+    }
+
+    pub fn default() -> Harness {
+        Harness::start(Opts::default())
+    }
+
+    fn config_path(&self) -> PathBuf {
+        self.dir.path().join("tokensaver.toml")
+    }
+
+    fn write_config(&self) {
+        let o = &self.opts;
+        let mut c = format!(
+            "[listen]\nproxy = \"{}\"\napi = \"{}\"\nadmin = \"{}\"\n\n[data]\ndir = \"{}\"\n\n",
+            self.proxy,
+            self.api,
+            self.admin,
+            self.dir.path().join("data").display()
+        );
+        for up in ["openai", "anthropic"] {
+            let env = if up == "openai" {
+                "OPENAI_API_KEY"
+            } else {
+                "ANTHROPIC_API_KEY"
+            };
+            c.push_str(&format!(
+                "[upstreams.{up}]\nbase_url = \"{}\"\ncredential_env = \"{env}\"\n\n",
+                self.mock.base_url()
+            ));
+        }
+        c.push_str(&format!("[admin]\nkey_hash = \"{ADMIN_HASH}\"\n\n"));
+        c.push_str(&key_block("alpha", SECRET_A, o.budget_a));
+        c.push_str(&key_block("beta", SECRET_B, o.budget_b));
+        for m in MODELS {
+            c.push_str(&format!(
+                "[prices.\"{m}\"]\ninput = 2_500_000\ncache_write = 2_500_000\ncache_read = 1_250_000\noutput = 10_000_000\nmax_output = 16_384\n\n"
+            ));
+        }
+        c.push_str("[downgrade]\n\"gpt-4o\" = \"gpt-4o-mini\"\n\"claude-sonnet-4-5\" = \"claude-haiku-4-5\"\n\n");
+        c.push_str(&format!(
+            "[limits]\nmax_body_bytes = {}\nupstream_timeout_secs = {}\ncommit_interval_ms = 5\n",
+            o.max_body_bytes.unwrap_or(8_388_608),
+            o.upstream_timeout_secs
+        ));
+        std::fs::write(self.config_path(), c).expect("write config");
+    }
+
+    fn launch(&mut self) {
+        self.proxy = ([127, 0, 0, 1], free_port().unwrap()).into();
+        self.api = ([127, 0, 0, 1], free_port().unwrap()).into();
+        self.admin = ([127, 0, 0, 1], free_port().unwrap()).into();
+        self.write_config();
+        let child = Command::new(env!("CARGO_BIN_EXE_tokensaver"))
+            .arg("serve")
+            .arg("--config")
+            .arg(self.config_path())
+            .env("OPENAI_API_KEY", PROVIDER_CREDENTIAL)
+            .env("ANTHROPIC_API_KEY", PROVIDER_CREDENTIAL)
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn tokensaver serve");
+        self.child = Some(child);
+        for addr in [self.proxy, self.api, self.admin] {
+            assert!(
+                wait_for_port(addr, Duration::from_secs(20)),
+                "tokensaver serve did not listen on {addr}"
+            );
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Stop the binary and start it again on the same data dir (new ports).
+    pub fn restart(&mut self) {
+        self.stop();
+        self.launch();
+    }
+
+    pub fn proxy_url(&self, path: &str) -> String {
+        format!("http://{}{}", self.proxy, path)
+    }
+    pub fn api_url(&self, path: &str) -> String {
+        format!("http://{}{}", self.api, path)
+    }
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{}", self.admin, path)
+    }
+
+    /// POST a JSON body to the proxy with a key (bearer) and extra headers.
+    pub fn post(&self, path: &str, key: &str, body: &Value, headers: &[(&str, &str)]) -> Resp {
+        self.post_raw(path, Some(key), body.to_string().as_bytes(), headers)
+    }
+
+    pub fn post_raw(
+        &self,
+        path: &str,
+        key: Option<&str>,
+        body: &[u8],
+        headers: &[(&str, &str)],
+    ) -> Resp {
+        let mut req = ureq::post(&self.proxy_url(path))
+            .timeout(Duration::from_secs(30))
+            .set("content-type", "application/json");
+        if let Some(k) = key {
+            req = req.set("authorization", &format!("Bearer {k}"));
+        }
+        for (k, v) in headers {
+            req = req.set(k, v);
+        }
+        Resp::from(req.send_bytes(body))
+    }
+
+    /// The key's ledger (`GET /ledger`).
+    pub fn ledger(&self, key: &str) -> Value {
+        let r = call(
+            ureq::get(&self.api_url("/ledger")).set("authorization", &format!("Bearer {key}")),
+            None,
+        );
+        assert_eq!(r.status, 200, "ledger: {}", r.text());
+        r.json()
+    }
+
+    pub fn approve(&self, hold_id: &str) -> Resp {
+        call(
+            ureq::post(&self.admin_url(&format!("/holds/{hold_id}/approve")))
+                .set("authorization", &format!("Bearer {ADMIN_KEY}")),
+            Some(b""),
+        )
+    }
+
+    pub fn calls(&self, path: &str) -> usize {
+        self.mock.calls(path)
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A response read whole (or the transport error, for broken answers).
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// Set when the transport failed (connection error, or the body broke off).
+    pub transport_error: Option<String>,
+}
+
+impl Resp {
+    pub fn from(r: Result<ureq::Response, ureq::Error>) -> Resp {
+        let resp = match r {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => {
+                return Resp {
+                    status: 0,
+                    headers: vec![],
+                    body: vec![],
+                    transport_error: Some(e.to_string()),
+                }
+            }
+        };
+        let status = resp.status();
+        let headers = resp
+            .headers_names()
+            .into_iter()
+            .filter_map(|n| resp.header(&n).map(|v| (n.clone(), v.to_string())))
+            .collect();
+        let mut body = Vec::new();
+        let err = std::io::Read::read_to_end(&mut resp.into_reader(), &mut body).err();
+        Resp {
+            status,
+            headers,
+            body,
+            transport_error: err.map(|e| e.to_string()),
+        }
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+
+    pub fn verdict(&self) -> Option<&str> {
+        self.header("x-tokensaver-verdict")
+    }
+
+    /// The decoded signed receipt body.
+    pub fn receipt(&self) -> Value {
+        let h = self.header("x-tokensaver-receipt").expect("receipt header");
+        let env = tokensaver::receipt::Envelope::from_header_value(h).expect("envelope");
+        serde_json::from_slice(&env.body_bytes().expect("body")).expect("receipt json")
+    }
+
+    /// The envelope as JSON (for `POST /verify`).
+    pub fn envelope_json(&self) -> String {
+        let h = self.header("x-tokensaver-receipt").expect("receipt header");
+        tokensaver::receipt::Envelope::from_header_value(h)
+            .expect("envelope")
+            .to_json()
+    }
+}
+
+/// Send a request with an optional body.
+pub fn call(req: ureq::Request, body: Option<&[u8]>) -> Resp {
+    let req = req.timeout(Duration::from_secs(30));
+    Resp::from(match body {
+        Some(b) => req.send_bytes(b),
+        None => req.call(),
+    })
+}
+
+pub fn chat(model: &str, text: &str, extra: Value) -> Value {
+    let mut body = json!({"model": model, "messages": [{"role": "user", "content": text}]});
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            b.insert(k.clone(), v.clone());
+        }
+    }
+    body
+}
+
+pub fn anthropic(model: &str, text: &str, extra: Value) -> Value {
+    let mut body =
+        json!({"model": model, "max_tokens": 200, "messages": [{"role": "user", "content": text}]});
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            b.insert(k.clone(), v.clone());
+        }
+    }
+    body
+}
+
+/// Give the engine a moment to record usage and store an answer after the response ended.
+pub fn settle() {
+    std::thread::sleep(Duration::from_millis(150));
+}
+
+pub const HUMAN: (&str, &str) = ("x-tokensaver-human", "1");
