@@ -36,6 +36,9 @@ pub fn wait_for_port(addr: SocketAddr, timeout: Duration) -> bool {
     false
 }
 
+/// One scripted request: its label, body, URL and extra headers.
+type Step<'a> = (String, Value, &'a str, Vec<(&'a str, &'a str)>);
+
 struct ChildGuard(Child);
 
 impl Drop for ChildGuard {
@@ -165,7 +168,7 @@ pub fn run(config_path: &Path) -> Result<(), String> {
     let chat_url = format!("http://{proxy}/v1/chat/completions");
     let messages_url = format!("http://{proxy}/v1/messages");
     let question = "Summarise the release notes for version 4.2 in three bullet points.";
-    let mut steps: Vec<(String, Value, &str, Vec<(&str, &str)>)> = vec![
+    let mut steps: Vec<Step> = vec![
         (
             "a normal call (sampled output)".into(),
             chat(

@@ -215,7 +215,7 @@ mod tests {
     fn days_and_periods() {
         assert_eq!(utc_day(0), "1970-01-01");
         // 2026-11-29T22:39:09Z
-        let t = 1795991949_000;
+        let t = 1_795_991_949_000;
         assert_eq!(utc_day(t), "2026-11-29");
         assert_eq!(utc_day(period_start(BudgetPeriod::Month, t)), "2026-11-01");
         assert_eq!(period_start(BudgetPeriod::Month, t) % 86_400_000, 0);
