@@ -277,6 +277,17 @@ impl GateProxy {
                 return respond_error(session, Some(route), &err, &[]).await;
             }
         };
+        let expects_continue = session
+            .req_header()
+            .headers
+            .get("expect")
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        if expects_continue {
+            // The gate reads the body before anything goes upstream, so it answers the
+            // client's `Expect` itself (curl otherwise waits a second before sending).
+            let cont = ResponseHeader::build(100, Some(0))?;
+            session.write_response_header(Box::new(cont), false).await?;
+        }
         let body = match read_body(session, config.max_body_bytes).await {
             Ok(body) => body,
             Err(err) => return respond_error(session, Some(route), &err, &[]).await,
