@@ -164,7 +164,7 @@ fn run(command: Command) -> Result<(), String> {
         }
         Command::Verify { file, config } => {
             let config = Config::load(&config).map_err(|e| e.to_string())?;
-            let signer = tokensaver::receipt::ReceiptSigner::load_or_create(&config.data_dir)
+            let signer = tokensaver::receipt::ReceiptSigner::load(&config.data_dir)
                 .map_err(|e| e.to_string())?;
             let input = read_input(&file)?;
             let text = String::from_utf8_lossy(&input);

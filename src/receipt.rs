@@ -126,6 +126,14 @@ impl ReceiptSigner {
         Ok(signer)
     }
 
+    /// Load an existing signing key (no key is created: a verifier must not invent one).
+    pub fn load(data_dir: &Path) -> Result<Self, ReceiptError> {
+        if !data_dir.join(SIGNING_KEY_FILE).exists() {
+            return Err(ReceiptError::KeyFile);
+        }
+        Self::load_or_create(data_dir)
+    }
+
     pub fn kid(&self) -> &str {
         &self.kid
     }
