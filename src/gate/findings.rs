@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::rules::BudgetState;
 use super::windows::WindowCounts;
 use super::GateConfig;
-use crate::request::{RequestShape, Role, Route};
+use crate::request::{saturating_sum, RequestShape, Role, Route};
 
 const CHARS_PER_ESTIMATED_TOKEN: u64 = 4;
 
@@ -113,10 +113,7 @@ pub fn findings(
     let turns = shape.turns.len() as u64;
     if turns > t.old_turns {
         let keep = t.old_turns as usize;
-        let old: u64 = shape.turns[..shape.turns.len() - keep]
-            .iter()
-            .map(|x| x.chars)
-            .sum();
+        let old = saturating_sum(shape.turns[..shape.turns.len() - keep].iter().map(|x| x.chars));
         out.push(finding(FindingCode::CarryingOldTurns, Some(old)));
     }
     let history = turns.saturating_sub(1);
@@ -128,7 +125,7 @@ pub fn findings(
             .filter(|d| !called.contains(&d.name_hash))
             .collect();
         if !unused.is_empty() {
-            let chars = unused.iter().map(|d| d.chars).sum();
+            let chars = saturating_sum(unused.iter().map(|d| d.chars));
             out.push(finding(FindingCode::UnusedToolDefinitions, Some(chars)));
         }
     }
@@ -151,7 +148,7 @@ pub fn findings(
         .iter()
         .filter(|x| !seen.insert(x.hash))
         .map(|x| x.chars)
-        .reduce(|a, b| a + b);
+        .reduce(u64::saturating_add);
     if let Some(chars) = duplicate_chars {
         out.push(finding(FindingCode::DuplicateTurnsInContext, Some(chars)));
     }

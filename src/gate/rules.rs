@@ -55,12 +55,12 @@ impl Rule {
 /// The first runaway rule that holds, in the order the receipt names them. The request being
 /// decided counts: the 8th identical request is the one with seven earlier ones.
 pub fn runaway_rule(counts: &WindowCounts, human: bool) -> Option<Rule> {
-    let identical = counts.earlier_identical + 1;
+    let identical = counts.earlier_identical.saturating_add(1);
     if identical >= LOOP_LIMIT {
         Some(Rule::RunawayLoop)
     } else if identical >= LOOP_UNATTENDED_LIMIT && !human {
         Some(Rule::RunawayLoopUnattended)
-    } else if counts.earlier_key_minute + 1 >= BURST_LIMIT {
+    } else if counts.earlier_key_minute.saturating_add(1) >= BURST_LIMIT {
         Some(Rule::RunawayBurst)
     } else {
         None

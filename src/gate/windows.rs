@@ -74,7 +74,10 @@ fn count_within(times: &VecDeque<u64>, now: u64, len: u64) -> u64 {
 }
 
 fn push_capped(times: &mut VecDeque<u64>, now: u64, cap: usize) {
-    times.push_back(now);
+    // Concurrent requests read their clocks independently, so a time can arrive slightly out
+    // of order: keep the list sorted (the insertion point is almost always the end).
+    let at = times.iter().rposition(|&t| t <= now).map_or(0, |i| i + 1);
+    times.insert(at, now);
     while times.len() > cap {
         times.pop_front();
     }
@@ -263,6 +266,16 @@ mod tests {
         assert_eq!(c.earlier_key_minute, 300);
         assert_eq!(c.earlier_identical, CAP_IDENTICAL as u64);
         assert!(c.fingerprint_seen);
+    }
+
+    #[test]
+    fn out_of_order_times_still_count_exactly() {
+        let mut w = Windows::new();
+        w.record("k", &fp(1), "m", 1_000);
+        w.record("k", &fp(1), "m", 999);
+        // 999 is 120 s old (outside), 1 000 is not.
+        assert_eq!(w.observe("k", &fp(1), "m", 120_999).earlier_identical, 1);
+        assert_eq!(w.observe("k", &fp(1), "m", 61_000 - 1).earlier_key_minute, 1);
     }
 
     #[test]

@@ -95,8 +95,9 @@ pub struct RequestShape {
 impl RequestShape {
     /// System + all turns + all tool definitions.
     pub fn prompt_chars(&self) -> u64 {
-        let turns: u64 = self.turns.iter().map(|t| t.chars).sum();
-        let tools: u64 = self.tools.iter().map(|t| t.chars).sum();
+        // A digest's counts are the caller's word: saturate rather than overflow.
+        let turns = saturating_sum(self.turns.iter().map(|t| t.chars));
+        let tools = saturating_sum(self.tools.iter().map(|t| t.chars));
         self.system_chars
             .saturating_add(turns)
             .saturating_add(tools)
@@ -328,4 +329,8 @@ pub(crate) fn history_calls(mut calls_per_turn: Vec<Vec<Hash>>) -> Vec<Hash> {
     called.sort_unstable();
     called.dedup();
     called
+}
+
+pub(crate) fn saturating_sum(values: impl Iterator<Item = u64>) -> u64 {
+    values.fold(0, u64::saturating_add)
 }
