@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod body;
 pub mod config;
 pub mod demo;
 pub mod gate;

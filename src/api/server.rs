@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 
@@ -53,25 +53,12 @@ impl ServeHttp for ApiApp {
 }
 
 async fn read_body(session: &mut ServerSession, cap: usize) -> Result<Bytes, ApiResponse> {
-    let too_large =
-        || ApiResponse::error(413, "body_too_large", "request body exceeds the size cap");
-    let mut body = BytesMut::new();
-    loop {
-        match session.read_request_body().await {
-            Ok(Some(chunk)) => {
-                if body.len() + chunk.len() > cap {
-                    return Err(too_large());
-                }
-                body.extend_from_slice(&chunk);
-            }
-            Ok(None) => return Ok(body.freeze()),
-            Err(_) => {
-                return Err(ApiResponse::error(
-                    400,
-                    "body_unreadable",
-                    "request body could not be read",
-                ))
-            }
+    crate::body::read_capped(session, cap).await.map_err(|e| match e {
+        crate::body::BodyError::TooLarge => {
+            ApiResponse::error(413, "body_too_large", "request body exceeds the size cap")
         }
-    }
+        crate::body::BodyError::Unreadable => {
+            ApiResponse::error(400, "body_unreadable", "request body could not be read")
+        }
+    })
 }

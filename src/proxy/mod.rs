@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use pingora::connectors::http::Connector;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::HttpPeer;
@@ -207,45 +207,22 @@ pub(crate) async fn respond_error(
 
 /// Read the whole request body, refusing more than `cap` bytes.
 async fn read_body(session: &mut Session, cap: usize) -> std::result::Result<Bytes, GateError> {
-    let too_large = || {
-        GateError::new(
-            413,
-            "invalid_request_error",
-            "body_too_large",
-            "request body exceeds the configured size cap",
-        )
-    };
-    if let Some(len) = session
-        .req_header()
-        .headers
-        .get("content-length")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok())
-    {
-        if len > cap {
-            return Err(too_large());
-        }
-    }
-    let mut body = BytesMut::new();
-    loop {
-        match session.read_request_body().await {
-            Ok(Some(chunk)) => {
-                if body.len() + chunk.len() > cap {
-                    return Err(too_large());
-                }
-                body.extend_from_slice(&chunk);
-            }
-            Ok(None) => return Ok(body.freeze()),
-            Err(_) => {
-                return Err(GateError::new(
-                    400,
-                    "invalid_request_error",
-                    "body_unreadable",
-                    "request body could not be read",
-                ))
-            }
-        }
-    }
+    crate::body::read_capped(session.as_downstream_mut(), cap)
+        .await
+        .map_err(|e| match e {
+            crate::body::BodyError::TooLarge => GateError::new(
+                413,
+                "invalid_request_error",
+                "body_too_large",
+                "request body exceeds the configured size cap",
+            ),
+            crate::body::BodyError::Unreadable => GateError::new(
+                400,
+                "invalid_request_error",
+                "body_unreadable",
+                "request body could not be read",
+            ),
+        })
 }
 
 /// A decision as the proxy enforces it, whichever gate made it (local, or central in digest

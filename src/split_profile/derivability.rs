@@ -246,11 +246,23 @@ fn count_class(b: &[PartRange; 3], class: Class) -> Count {
     }
 }
 
-/// Every share vector on the grid (impossible ones simply count zero).
-fn all_classes() -> impl Iterator<Item = Class> {
-    const S: [Share; 3] = [Share::Zero, Share::Half, Share::One];
-    (0..27).map(|n| [S[n / 9], S[(n / 3) % 3], S[n % 3]])
-}
+/// The ten share vectors a positive-total triple can have (a test checks no other occurs):
+/// one part the whole, two equal halves, one part at least half, or every part below half.
+const CLASSES: [Class; 10] = {
+    use Share::{Half as H, One as O, Zero as Z};
+    [
+        [O, Z, Z],
+        [Z, O, Z],
+        [Z, Z, O],
+        [H, H, Z],
+        [H, Z, H],
+        [Z, H, H],
+        [H, Z, Z],
+        [Z, H, Z],
+        [Z, Z, H],
+        [Z, Z, Z],
+    ]
+};
 
 /// The lexicographically smallest candidate of the box other than `u` (box of ≥ 2 candidates).
 fn lex_min_except(b: &[PartRange; 3], u: [u64; 3]) -> [u64; 3] {
@@ -286,7 +298,7 @@ pub fn withheld(b: &[PartRange; 3], truth: [u64; 3]) -> bool {
     let mut n_unique = 0;
     let mut last_unique = [0u64; 3];
     let mut own_count = Count::None;
-    for class in all_classes() {
+    for class in CLASSES {
         let c = count_class(b, class);
         if let Count::One(m) = c {
             n_unique += 1;
@@ -342,14 +354,17 @@ mod tests {
     }
 
     fn floored(x: [u64; 3]) -> [u8; 3] {
-        // independent of Share::floor_of: shares as multiples of 0.5, in halves
+        // independent of Share::floor_of: each share in halves, the largest k in 0..=2 with
+        // k/2 <= v/t, i.e. k*t <= 2v
         let t = x[0] + x[1] + x[2];
         let f = |v: u64| -> u8 {
-            // largest k/2 (k in 0..=2) with k/2 <= v/t  ⇔  k*t <= 2v
-            (0..=2u8)
-                .rev()
-                .find(|&k| u64::from(k) * t <= 2 * v)
-                .unwrap()
+            if 2 * t <= 2 * v {
+                2
+            } else if t <= 2 * v {
+                1
+            } else {
+                0
+            }
         };
         [f(x[0]), f(x[1]), f(x[2])]
     }
@@ -442,18 +457,22 @@ mod tests {
                 }
                 // schema present: grow the box one slab at a time
                 let mut brute = Brute::new();
-                let mut dc: Vec<u64> = Vec::new();
+                let mut in_dc = vec![false; n as usize + 1];
+                let mut d = [da.clone(), db.clone(), Vec::new()];
                 for lc in 1..=n {
                     let new = candidates(PartKind::Schema, true, lc);
-                    for &c in new.iter().filter(|c| !dc.contains(c)) {
+                    for &c in &new {
+                        if in_dc[c as usize] {
+                            continue;
+                        }
+                        in_dc[c as usize] = true;
                         for &a in &da {
                             for &b in &db {
                                 brute.add([a, b, c]);
                             }
                         }
                     }
-                    dc = new;
-                    let d = [da.clone(), db.clone(), dc.clone()];
+                    d[2] = new;
                     check([pa, pb, (true, lc)], &d, &brute);
                 }
             }
@@ -478,6 +497,22 @@ mod tests {
         assert_eq!(Share::floor_of(999_999, 1_000_000), Share::Half);
         assert_eq!(Share::floor_of(499_999, 999_999), Share::Zero);
         assert_eq!(Share::floor_of(500_000, 999_999), Share::Half);
+    }
+
+    #[test]
+    fn only_ten_share_vectors_occur() {
+        let mut seen = BTreeSet::new();
+        for a in 0..=30 {
+            for b in 0..=30 {
+                for c in 0..=30 {
+                    if let Some(class) = class_of([a, b, c]) {
+                        assert!(CLASSES.contains(&class), "{a} {b} {c}");
+                        seen.insert(class);
+                    }
+                }
+            }
+        }
+        assert_eq!(seen.len(), CLASSES.len());
     }
 
     #[test]

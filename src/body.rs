@@ -1,0 +1,37 @@
+//! Reading a whole request body, bounded: shared by the proxy and the API listeners.
+
+use bytes::{Bytes, BytesMut};
+use pingora::protocols::http::ServerSession;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyError {
+    /// Over the cap (by `Content-Length`, or by the bytes actually sent).
+    TooLarge,
+    /// The client's body could not be read (reset, bad framing).
+    Unreadable,
+}
+
+pub async fn read_capped(session: &mut ServerSession, cap: usize) -> Result<Bytes, BodyError> {
+    let declared = session
+        .req_header()
+        .headers
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|len| len > cap) {
+        return Err(BodyError::TooLarge);
+    }
+    let mut body = BytesMut::with_capacity(declared.unwrap_or(0));
+    loop {
+        match session.read_request_body().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > cap {
+                    return Err(BodyError::TooLarge);
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok(body.freeze()),
+            Err(_) => return Err(BodyError::Unreadable),
+        }
+    }
+}
