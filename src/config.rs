@@ -85,14 +85,22 @@ fn default_admin_addr() -> String {
 struct RawData {
     #[serde(default = "default_data_dir")]
     dir: PathBuf,
+    /// The economics evidence (methodology, sessions, recorded runs) `GET /economics` reads.
+    #[serde(default = "default_economics_dir")]
+    economics: PathBuf,
 }
 
 impl Default for RawData {
     fn default() -> Self {
         Self {
             dir: default_data_dir(),
+            economics: default_economics_dir(),
         }
     }
+}
+
+fn default_economics_dir() -> PathBuf {
+    PathBuf::from("../corpus/economics")
 }
 
 fn default_data_dir() -> PathBuf {
@@ -268,6 +276,7 @@ pub struct Config {
     pub api_addr: SocketAddr,
     pub admin_addr: SocketAddr,
     pub data_dir: PathBuf,
+    pub economics_dir: PathBuf,
     pub openai: Option<Upstream>,
     pub anthropic: Option<Upstream>,
     pub admin_key_hash: Option<[u8; 32]>,
@@ -292,9 +301,11 @@ impl Config {
         })?;
         let mut config = Self::parse(&text)?;
         // A relative data dir is relative to the config file, so `serve` works from anywhere.
-        if config.data_dir.is_relative() {
-            if let Some(parent) = path.parent() {
-                config.data_dir = parent.join(&config.data_dir);
+        if let Some(parent) = path.parent() {
+            for dir in [&mut config.data_dir, &mut config.economics_dir] {
+                if dir.is_relative() {
+                    *dir = parent.join(&*dir);
+                }
             }
         }
         Ok(config)
@@ -406,6 +417,7 @@ impl Config {
             api_addr,
             admin_addr,
             data_dir: raw.data.dir,
+            economics_dir: raw.data.economics,
             openai,
             anthropic,
             admin_key_hash,

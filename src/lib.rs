@@ -9,6 +9,7 @@ pub mod auth;
 pub mod body;
 pub mod config;
 pub mod demo;
+pub mod economics;
 pub mod gate;
 pub mod ledger;
 pub mod metrics;

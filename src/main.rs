@@ -79,6 +79,11 @@ enum Command {
         #[arg(long, default_value = "config/tokensaver.toml")]
         config: PathBuf,
     },
+    /// The evidence-grade savings report (paired runs, bootstrap intervals, publication rule).
+    Economics {
+        #[command(subcommand)]
+        command: EconomicsCommand,
+    },
     /// Validate a config file.
     CheckConfig { file: PathBuf },
     /// Run the deterministic local provider (tests and benchmarks).
@@ -100,6 +105,29 @@ enum KeyCommand {
     },
     /// Print a new admin key and the config lines that hold its hash.
     Admin,
+}
+
+#[derive(Subcommand)]
+enum EconomicsCommand {
+    /// Every metric with its class, interval and status, and the one statement the evidence allows.
+    Summary {
+        /// The evidence directory (default: the config's `[data] economics`).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        #[arg(long, default_value = "config/tokensaver.toml")]
+        config: PathBuf,
+        #[arg(long)]
+        suite: Option<String>,
+        #[arg(long)]
+        category: Option<String>,
+        #[arg(long)]
+        model: Option<String>,
+        #[arg(long)]
+        task: Option<String>,
+        /// Print the summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -222,6 +250,22 @@ fn run(command: Command) -> Result<(), String> {
                 Err(refusal) => {
                     return Err(sp::render_refusal_text(refusal).trim_end().to_string())
                 }
+            }
+            Ok(())
+        }
+        Command::Economics {
+            command: EconomicsCommand::Summary { dir, config, suite, category, model, task, json },
+        } => {
+            let dir = match dir {
+                Some(d) => d,
+                None => Config::load(&config).map_err(|e| e.to_string())?.economics_dir,
+            };
+            let query = tokensaver::economics::model::EconomicsQuery { suite, category, model, task };
+            let summary = tokensaver::economics::summary(&dir, &query, tokensaver::proxy::now_ms());
+            if json {
+                println!("{}", serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?);
+            } else {
+                print!("{}", tokensaver::economics::render_text(&summary));
             }
             Ok(())
         }

@@ -163,11 +163,7 @@ impl Api {
             });
         }
         if path == "/economics" {
-            return ApiResponse::error(
-                501,
-                "not_built",
-                "the economics report is not built in this version",
-            );
+            return only(&req.method, Method::GET, || self.economics(req));
         }
         not_found()
     }
@@ -432,6 +428,20 @@ impl Api {
             ),
             _ => ApiResponse::error(401, "invalid_owner_secret", "invalid owner secret"),
         }
+    }
+
+    /// `GET /economics?suite=&category=&model=&task=`: unknown parameters are refused.
+    fn economics(&self, req: &ApiRequest) -> ApiResponse {
+        let mut filters = serde_json::Map::new();
+        for pair in req.query.as_deref().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            filters.insert(k.to_string(), serde_json::Value::String(v.to_string()));
+        }
+        let Ok(query) = serde_json::from_value::<crate::economics::model::EconomicsQuery>(filters.into()) else {
+            return ApiResponse::error(400, "unknown_filter", "filters are suite, category, model and task");
+        };
+        let summary = crate::economics::summary(&self.gatekeeper.config.economics_dir, &query, now_ms());
+        ApiResponse::json(200, &summary)
     }
 
     fn put_budget(&self, req: &ApiRequest, key_id: &str) -> ApiResponse {
