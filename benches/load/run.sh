@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Load test: the mock provider directly, through a plain pingora pass-through, and through
+# tokensaver (ALLOW path and SERVE path), same load for each. See README.md.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+
+DURATION=${DURATION:-10s}        # per measured run
+CONNS=${CONNS:-32}
+WRK_THREADS=${WRK_THREADS:-2}
+PROXY_THREADS=${PROXY_THREADS:-2} # worker threads: pass-through and tokensaver alike
+N_ALLOW=${N_ALLOW:-1500}         # ALLOW keys (each key must stay < 120 requests / 60 s)
+N_SERVE=${N_SERVE:-800}         # SERVE keys (× PROMPTS pairs, each served ≤ 6 times)
+PROMPTS=${PROMPTS:-16}
+P_MOCK=${P_MOCK:-18801} P_PT=${P_PT:-18802} P_TS=${P_TS:-18803} P_API=${P_API:-18804} P_ADMIN=${P_ADMIN:-18805}
+ADMIN_KEY=tsa_demo-admin-key-not-for-production
+
+command -v wrk >/dev/null || { echo "installing wrk"; apt-get install -y wrk >/dev/null; }
+python3 -c 'import blake3' 2>/dev/null || pip install -q blake3
+
+if [ -z "${SKIP_BUILD:-}" ]; then
+  cargo build --release --bin tokensaver --example passthrough
+fi
+BIN=$ROOT/target/release/tokensaver
+PT=$ROOT/target/release/examples/passthrough
+
+WORK=$(mktemp -d /tmp/tokensaver-load.XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  sleep 0.3
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"
+}
+trap cleanup EXIT INT TERM
+
+python3 benches/load/gen.py config/tokensaver.toml "$WORK" $P_TS $P_API $P_ADMIN $P_MOCK $N_ALLOW $N_SERVE
+"$BIN" check-config "$WORK/config.toml" >/dev/null
+
+"$BIN" mock-provider --listen 127.0.0.1:$P_MOCK 2>"$WORK/mock.log" & PIDS+=($!)
+"$PT" 127.0.0.1:$P_PT 127.0.0.1:$P_MOCK $PROXY_THREADS 2>"$WORK/pt.log" & PIDS+=($!)
+RUST_LOG=warn "$BIN" serve --config "$WORK/config.toml" --threads $PROXY_THREADS 2>"$WORK/ts.log" & PIDS+=($!); TS_PID=$!
+
+wait_port() { for _ in $(seq 100); do (echo >/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 not up"; exit 1; }
+wait_port $P_MOCK; wait_port $P_PT; wait_port $P_TS
+
+# one request by hand: the verdict header must say ALLOW
+KEY1=$(head -1 "$WORK/keys_allow.txt")
+BODY="$(cat "$WORK/body_prefix.txt")probe$(cat "$WORK/body_suffix.txt")"
+echo "body: $(printf %s "$BODY" | wc -c) bytes"
+curl -s -o /dev/null -D - -H "Authorization: Bearer $KEY1" -H 'content-type: application/json' \
+  -H 'x-tokensaver-human: true' --data-binary "$BODY" http://127.0.0.1:$P_TS/v1/chat/completions \
+  | grep -i -E '^HTTP|x-tokensaver-verdict' | tr -d '\r'
+
+export LOAD_DIR=$WORK PROMPTS WRK_THREADS
+RESULTS=$WORK/results.txt; : >"$RESULTS"
+to_ms() { # wrk latency "812.00us" / "1.20ms" / "1.01s" → ms
+  awk -v v="$1" 'BEGIN{ if (v ~ /us$/) {sub(/us$/,"",v); print v/1000} else if (v ~ /ms$/) {sub(/ms$/,"",v); print v+0} else if (v ~ /s$/) {sub(/s$/,"",v); print v*1000} else print v }'
+}
+run() { # name port mode
+  local name=$1 port=$2 mode=$3 out=$WORK/wrk-$1.txt
+  LOAD_MODE=$mode timeout 60 wrk -t$WRK_THREADS -c$CONNS -d$DURATION --latency -s benches/load/chat.lua \
+    http://127.0.0.1:$port/v1/chat/completions >"$out" 2>&1 || true
+  if [ -n "${PERF:-}" ] && [ "$name" = "$PERF" ] && command -v perf >/dev/null; then
+    (sleep 2; perf record -F 499 -g -p $TS_PID -o "$WORK/perf.data" -- sleep 5 >/dev/null 2>&1) &
+  fi
+  local rps p50 p99 bad
+  rps=$(awk '/^Requests\/sec/{print $2}' "$out")
+  p50=$(to_ms "$(awk '$1=="50%"{print $2}' "$out")")
+  p99=$(to_ms "$(awk '$1=="99%"{print $2}' "$out")")
+  bad=$(awk '/Non-2xx/{print $NF}' "$out"); bad=${bad:-0}
+  local errs; errs=$(awk '/Socket errors/{print $0}' "$out")
+  printf '%-12s %10s %9s %9s %8s\n' "$name" "$rps" "$p50" "$p99" "$bad" | tee -a "$RESULTS"
+  [ -z "$errs" ] || echo "  ($errs)"
+}
+metrics() { curl -s -H "Authorization: Bearer $ADMIN_KEY" http://127.0.0.1:$P_ADMIN/metrics | grep '^tokensaver_requests_total' || true; }
+
+printf '%-12s %10s %9s %9s %8s\n' run req/s p50_ms p99_ms non2xx
+run direct       $P_MOCK allow
+run passthrough  $P_PT   allow
+run allow        $P_TS   allow
+echo "-- verdicts after ALLOW run:"; metrics
+# SERVE: one ALLOW per (key, prompt) stores the answer, then identical repeats are SERVEd
+# wrk keeps its clock running after the Lua stops every thread: size the run from the ALLOW rate
+PAIRS=$((N_SERVE * PROMPTS))
+WARM_SECS=$(awk -v n=$PAIRS -v r="$(awk '$1=="allow"{print $2}' "$RESULTS")" 'BEGIN{ s = (r > 0 ? n / r * 1.5 + 2 : 30); printf "%d", (s > 90 ? 90 : s) }')
+LOAD_MODE=warm timeout 120 wrk -t$WRK_THREADS -c$CONNS -d${WARM_SECS}s -s benches/load/chat.lua \
+  http://127.0.0.1:$P_TS/v1/chat/completions >"$WORK/wrk-warm.txt" 2>&1 || true
+echo "warm-up: $(awk '/requests in/{print $1" requests in "$4}' "$WORK/wrk-warm.txt")"
+run serve        $P_TS   serve
+echo "-- verdicts after SERVE run:"; metrics
+if [ -n "${PERF:-}" ] && [ -f "$WORK/perf.data" ]; then
+  perf report -i "$WORK/perf.data" --no-children --percent-limit 1.5 --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -30 >"$WORK/perf-top.txt" || true
+  echo "-- perf (tokensaver, $PERF run), self time:"; cat "$WORK/perf-top.txt"
+fi
+
+awk '
+  { rps[$1]=$2; p50[$1]=$3; p99[$1]=$4 }
+  END {
+    printf "\nALLOW / pass-through throughput:     %.3f  (target >= 0.85)\n", rps["allow"]/rps["passthrough"]
+    ap = p99["passthrough"]-p99["direct"]; aa = p99["allow"]-p99["direct"]
+    printf "added p99 vs direct: pass-through %.3f ms, tokensaver ALLOW %.3f ms, ratio %.2f  (target <= 1.25)\n", ap, aa, (ap>0 ? aa/ap : 0)
+    printf "SERVE vs direct mock: throughput %.2fx, p50 %.3f vs %.3f ms, p99 %.3f vs %.3f ms  (target: faster)\n", rps["serve"]/rps["direct"], p50["serve"], p50["direct"], p99["serve"], p99["direct"]
+  }' "$RESULTS"
+echo "(raw wrk output and logs: $WORK; KEEP_WORK=1 keeps it)"
