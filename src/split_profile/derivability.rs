@@ -374,7 +374,6 @@ mod tests {
         /// class (indexed by its shares in halves, base 3) → (count, first and last member added)
         classes: [(u64, [u64; 3], [u64; 3]); 27],
         size: u64,
-        first_two: Vec<[u64; 3]>,
     }
 
     impl Brute {
@@ -382,7 +381,6 @@ mod tests {
             Self {
                 classes: [(0, [0; 3], [0; 3]); 27],
                 size: 0,
-                first_two: Vec::new(),
             }
         }
         fn add(&mut self, x: [u64; 3]) {

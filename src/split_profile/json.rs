@@ -638,7 +638,7 @@ pub fn number_to_string(x: f64) -> String {
         s.push_str(&digits);
         s
     } else {
-        let exp_sign = if n - 1 >= 0 { "+" } else { "-" };
+        let exp_sign = if n > 0 { "+" } else { "-" };
         let exp_abs = (n - 1).abs();
         if k == 1 {
             format!("{digits}e{exp_sign}{exp_abs}")

@@ -122,6 +122,14 @@ fn tokenizer_value() -> JsValue {
         ("version", s(tokenizer::TIKTOKEN_RS_VERSION)),
         ("data_sha256", s(tokenizer::CL100K_DATA_SHA256)),
         (
+            "counting",
+            s(&format!(
+                "{} {} semantics",
+                tokenizer::REFERENCE_PACKAGE,
+                tokenizer::REFERENCE_VERSION
+            )),
+        ),
+        (
             "special_tokens",
             s("special-token spellings counted as ordinary text (empty allowed-special set)"),
         ),
@@ -279,8 +287,10 @@ pub fn render_text(report: &Report) -> String {
     out.push_str(&verdict_line(report));
     out.push('\n');
     out.push_str(&format!(
-        "criteria {CRITERIA_ID} revision {CRITERIA_REVISION} · op {OP} · tokenizer cl100k_base (tiktoken-rs {}) · house {}\n\n",
+        "criteria {CRITERIA_ID} revision {CRITERIA_REVISION} · op {OP} · tokenizer cl100k_base (tiktoken-rs {} data, {} {} counting) · house {}\n\n",
         tokenizer::TIKTOKEN_RS_VERSION,
+        tokenizer::REFERENCE_PACKAGE,
+        tokenizer::REFERENCE_VERSION,
         if report.house { "yes" } else { "no" }
     ));
     out.push_str("R-1 catalogue-wide split shares\n");

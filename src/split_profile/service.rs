@@ -200,16 +200,12 @@ impl SplitProfileService {
 /// The allowance key: BLAKE3 of the caller identity (body `caller` string, else peer address).
 fn caller_key(body: Option<&JsValue>, req: &ApiRequest) -> [u8; 32] {
     let mut hasher = blake3::Hasher::new_derive_key("tokensaver split-profile free allowance v1");
-    match body {
-        Some(JsValue::Object(o)) => match o.get("caller") {
-            Some(JsValue::String(s)) => {
-                hasher.update(b"caller\0");
-                hasher.update(s.to_json().as_bytes());
-                return *hasher.finalize().as_bytes();
-            }
-            _ => {}
-        },
-        _ => {}
+    if let Some(JsValue::Object(o)) = body {
+        if let Some(JsValue::String(s)) = o.get("caller") {
+            hasher.update(b"caller\0");
+            hasher.update(s.to_json().as_bytes());
+            return *hasher.finalize().as_bytes();
+        }
     }
     hasher.update(b"peer\0");
     match req.peer {
