@@ -281,6 +281,8 @@ pub struct Config {
     pub anthropic: Option<Upstream>,
     pub admin_key_hash: Option<[u8; 32]>,
     pub keys: Vec<KeyConfig>,
+    /// Key id → position in `keys`: the lookup every request makes.
+    key_index: std::collections::HashMap<String, usize>,
     pub prices: BTreeMap<String, Prices>,
     pub downgrade: BTreeMap<String, String>,
     pub gate: GateConfig,
@@ -412,7 +414,9 @@ impl Config {
             data_dir: c.data_dir,
         });
 
+        let key_index = keys.iter().enumerate().map(|(i, k)| (k.id.clone(), i)).collect();
         Ok(Config {
+            key_index,
             proxy_addr,
             api_addr,
             admin_addr,
@@ -436,7 +440,7 @@ impl Config {
     }
 
     pub fn key(&self, id: &str) -> Option<&KeyConfig> {
-        self.keys.iter().find(|k| k.id == id)
+        self.key_index.get(id).and_then(|&i| self.keys.get(i))
     }
 }
 

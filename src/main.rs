@@ -7,6 +7,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use tokensaver::config::Config;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use tokensaver::request::{self, Digest, Route};
 
 #[derive(Parser)]

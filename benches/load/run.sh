@@ -59,11 +59,14 @@ to_ms() { # wrk latency "812.00us" / "1.20ms" / "1.01s" → ms
 }
 run() { # name port mode
   local name=$1 port=$2 mode=$3 out=$WORK/wrk-$1.txt
+  # A profile is taken while the load runs (it costs the profiled run some throughput).
+  if [ -n "${PERF:-}" ] && [ "$name" = "$PERF" ] && command -v perf >/dev/null; then
+    (sleep 2; perf record -F 999 -g -p $TS_PID -o "$WORK/perf.data" -- sleep 4 >/dev/null 2>&1) &
+    PERF_PID=$!
+  fi
   LOAD_MODE=$mode timeout 60 wrk -t$WRK_THREADS -c$CONNS -d$DURATION --latency -s benches/load/chat.lua \
     http://127.0.0.1:$port/v1/chat/completions >"$out" 2>&1 || true
-  if [ -n "${PERF:-}" ] && [ "$name" = "$PERF" ] && command -v perf >/dev/null; then
-    (sleep 2; perf record -F 499 -g -p $TS_PID -o "$WORK/perf.data" -- sleep 5 >/dev/null 2>&1) &
-  fi
+  if [ -n "${PERF_PID:-}" ]; then wait "$PERF_PID" || true; PERF_PID=; fi
   local rps p50 p99 bad
   rps=$(awk '/^Requests\/sec/{print $2}' "$out")
   p50=$(to_ms "$(awk '$1=="50%"{print $2}' "$out")")

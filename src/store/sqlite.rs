@@ -42,7 +42,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TryRecvError};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -190,6 +190,8 @@ struct Stats {
 /// writer.
 pub struct SqliteStore {
     tx: Sender<Msg>,
+    /// The writer thread, unparked by anyone who waits on a commit.
+    writer_thread: std::thread::Thread,
     reader: Mutex<Connection>,
     writer: Mutex<Option<JoinHandle<()>>>,
     stats: Arc<Stats>,
@@ -232,6 +234,7 @@ impl SqliteStore {
 
         Ok(SqliteStore {
             tx,
+            writer_thread: handle.thread().clone(),
             reader: Mutex::new(reader),
             writer: Mutex::new(Some(handle)),
             stats,
@@ -273,6 +276,7 @@ impl SqliteStore {
         };
         // The writer drains every message queued before this one, then exits.
         let _ = self.tx.send(Msg::Shutdown);
+        self.writer_thread.unpark();
         handle.join().map_err(|_| StoreError::Unavailable)
     }
 
@@ -438,12 +442,14 @@ impl Store for SqliteStore {
     fn submit_and_wait(&self, event: Event) -> Result<(), StoreError> {
         let (ack, done) = mpsc::sync_channel(1);
         self.send(Msg::Event(Box::new(event), Some(ack)))?;
+        self.writer_thread.unpark();
         done.recv().map_err(|_| StoreError::Unavailable)?
     }
 
     fn flush(&self) -> Result<(), StoreError> {
         let (ack, done) = mpsc::sync_channel(1);
         self.send(Msg::Flush(ack))?;
+        self.writer_thread.unpark();
         done.recv().map_err(|_| StoreError::Unavailable)?
     }
 
@@ -678,14 +684,10 @@ impl Writer {
                 if waited >= self.linger {
                     break;
                 }
-                match self.rx.recv_timeout(self.linger - waited) {
-                    Ok(msg) => closing |= batch.push(msg),
-                    Err(RecvTimeoutError::Timeout) => break,
-                    Err(RecvTimeoutError::Disconnected) => {
-                        closing = true;
-                        break;
-                    }
-                }
+                // Park rather than block on the channel: a blocked receiver is woken by every
+                // fire-and-forget send (a context switch per request under load); a parked
+                // writer is woken only by the linger running out or by a waiter's unpark.
+                std::thread::park_timeout(self.linger - waited);
             }
             self.commit(batch);
         }
