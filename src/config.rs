@@ -414,7 +414,11 @@ impl Config {
             data_dir: c.data_dir,
         });
 
-        let key_index = keys.iter().enumerate().map(|(i, k)| (k.id.clone(), i)).collect();
+        let key_index = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.id.clone(), i))
+            .collect();
         Ok(Config {
             key_index,
             proxy_addr,

@@ -257,16 +257,37 @@ fn run(command: Command) -> Result<(), String> {
             Ok(())
         }
         Command::Economics {
-            command: EconomicsCommand::Summary { dir, config, suite, category, model, task, json },
+            command:
+                EconomicsCommand::Summary {
+                    dir,
+                    config,
+                    suite,
+                    category,
+                    model,
+                    task,
+                    json,
+                },
         } => {
             let dir = match dir {
                 Some(d) => d,
-                None => Config::load(&config).map_err(|e| e.to_string())?.economics_dir,
+                None => {
+                    Config::load(&config)
+                        .map_err(|e| e.to_string())?
+                        .economics_dir
+                }
             };
-            let query = tokensaver::economics::model::EconomicsQuery { suite, category, model, task };
+            let query = tokensaver::economics::model::EconomicsQuery {
+                suite,
+                category,
+                model,
+                task,
+            };
             let summary = tokensaver::economics::summary(&dir, &query, tokensaver::proxy::now_ms());
             if json {
-                println!("{}", serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?
+                );
             } else {
                 print!("{}", tokensaver::economics::render_text(&summary));
             }

@@ -24,7 +24,9 @@ fn recording_relay(target: SocketAddr) -> (SocketAddr, Arc<Mutex<Vec<u8>>>) {
     std::thread::spawn(move || {
         for client in listener.incoming() {
             let Ok(mut client) = client else { continue };
-            let Ok(mut upstream) = TcpStream::connect(target) else { continue };
+            let Ok(mut upstream) = TcpStream::connect(target) else {
+                continue;
+            };
             let (mut c2, mut u2) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
             let log = log.clone();
             std::thread::spawn(move || {
@@ -85,11 +87,20 @@ fn start_client(h: &Harness, gate: SocketAddr, key: &str) -> Client {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    assert!(wait_for_port(proxy, Duration::from_secs(20)), "client did not start");
+    assert!(
+        wait_for_port(proxy, Duration::from_secs(20)),
+        "client did not start"
+    );
     Client(child, proxy)
 }
 
-fn post_to(addr: SocketAddr, path: &str, key: &str, body: &serde_json::Value, headers: &[(&str, &str)]) -> Resp {
+fn post_to(
+    addr: SocketAddr,
+    path: &str,
+    key: &str,
+    body: &serde_json::Value,
+    headers: &[(&str, &str)],
+) -> Resp {
     let mut req = ureq::post(&format!("http://{addr}{path}"))
         .set("authorization", &format!("Bearer {key}"))
         .set("content-type", "application/json");
@@ -107,22 +118,106 @@ fn the_central_gate_sees_no_text_and_decides_as_the_request_path() {
 
     let marker = "zqxjmarkerprompt7731";
     let session = [
-        ("plain", chat("gpt-4o", &format!("{marker} plain question"), json!({"max_tokens": 1500})), vec![]),
-        ("reproducible", chat("gpt-4o", &format!("{marker} reproducible"), json!({"temperature": 0, "max_tokens": 1500})), vec![]),
-        ("repeat", chat("gpt-4o", &format!("{marker} reproducible"), json!({"temperature": 0, "max_tokens": 1500})), vec![]),
-        ("small", chat("gpt-4o", &format!("{marker} tiny"), json!({"max_tokens": 20})), vec![HUMAN]),
-        ("loop 1", chat("gpt-4o", &format!("{marker} loop"), json!({"temperature": 1, "max_tokens": 1500})), vec![]),
-        ("loop 2", chat("gpt-4o", &format!("{marker} loop"), json!({"temperature": 1, "max_tokens": 1500})), vec![]),
-        ("loop 3", chat("gpt-4o", &format!("{marker} loop"), json!({"temperature": 1, "max_tokens": 1500})), vec![]),
-        ("loop 4", chat("gpt-4o", &format!("{marker} loop"), json!({"temperature": 1, "max_tokens": 1500})), vec![]),
-        ("stream", chat("gpt-4o", &format!("{marker} stream"), json!({"temperature": 0, "max_tokens": 1500, "stream": true})), vec![]),
-        ("stream again", chat("gpt-4o", &format!("{marker} stream"), json!({"temperature": 0, "max_tokens": 1500, "stream": true})), vec![]),
+        (
+            "plain",
+            chat(
+                "gpt-4o",
+                &format!("{marker} plain question"),
+                json!({"max_tokens": 1500}),
+            ),
+            vec![],
+        ),
+        (
+            "reproducible",
+            chat(
+                "gpt-4o",
+                &format!("{marker} reproducible"),
+                json!({"temperature": 0, "max_tokens": 1500}),
+            ),
+            vec![],
+        ),
+        (
+            "repeat",
+            chat(
+                "gpt-4o",
+                &format!("{marker} reproducible"),
+                json!({"temperature": 0, "max_tokens": 1500}),
+            ),
+            vec![],
+        ),
+        (
+            "small",
+            chat(
+                "gpt-4o",
+                &format!("{marker} tiny"),
+                json!({"max_tokens": 20}),
+            ),
+            vec![HUMAN],
+        ),
+        (
+            "loop 1",
+            chat(
+                "gpt-4o",
+                &format!("{marker} loop"),
+                json!({"temperature": 1, "max_tokens": 1500}),
+            ),
+            vec![],
+        ),
+        (
+            "loop 2",
+            chat(
+                "gpt-4o",
+                &format!("{marker} loop"),
+                json!({"temperature": 1, "max_tokens": 1500}),
+            ),
+            vec![],
+        ),
+        (
+            "loop 3",
+            chat(
+                "gpt-4o",
+                &format!("{marker} loop"),
+                json!({"temperature": 1, "max_tokens": 1500}),
+            ),
+            vec![],
+        ),
+        (
+            "loop 4",
+            chat(
+                "gpt-4o",
+                &format!("{marker} loop"),
+                json!({"temperature": 1, "max_tokens": 1500}),
+            ),
+            vec![],
+        ),
+        (
+            "stream",
+            chat(
+                "gpt-4o",
+                &format!("{marker} stream"),
+                json!({"temperature": 0, "max_tokens": 1500, "stream": true}),
+            ),
+            vec![],
+        ),
+        (
+            "stream again",
+            chat(
+                "gpt-4o",
+                &format!("{marker} stream"),
+                json!({"temperature": 0, "max_tokens": 1500, "stream": true}),
+            ),
+            vec![],
+        ),
     ];
 
     let mut digest_answers = Vec::new();
     for (name, body, headers) in &session {
         let r = post_to(client.1, CHAT, KEY_A, body, headers);
-        assert!(r.transport_error.is_none(), "{name}: {:?}", r.transport_error);
+        assert!(
+            r.transport_error.is_none(),
+            "{name}: {:?}",
+            r.transport_error
+        );
         digest_answers.push((r.status, r.verdict().map(str::to_string), r.receipt()));
         settle();
     }
@@ -136,14 +231,34 @@ fn the_central_gate_sees_no_text_and_decides_as_the_request_path() {
         settle();
     }
 
-    for (i, ((ds, dv, dr), (rs, rv, rr))) in digest_answers.iter().zip(&request_answers).enumerate() {
+    for (i, ((ds, dv, dr), (rs, rv, rr))) in digest_answers.iter().zip(&request_answers).enumerate()
+    {
         let name = session[i].0;
-        assert_eq!((ds, dv), (rs, rv), "{name}: digest and request paths disagree");
-        for field in ["reason", "rule", "band", "findings", "model_served", "score", "signals", "worst_case"] {
-            assert_eq!(dr[field], rr[field], "{name}: receipt field {field} differs");
+        assert_eq!(
+            (ds, dv),
+            (rs, rv),
+            "{name}: digest and request paths disagree"
+        );
+        for field in [
+            "reason",
+            "rule",
+            "band",
+            "findings",
+            "model_served",
+            "score",
+            "signals",
+            "worst_case",
+        ] {
+            assert_eq!(
+                dr[field], rr[field],
+                "{name}: receipt field {field} differs"
+            );
         }
     }
-    let verdicts: Vec<_> = digest_answers.iter().map(|(_, v, _)| v.clone().unwrap_or_default()).collect();
+    let verdicts: Vec<_> = digest_answers
+        .iter()
+        .map(|(_, v, _)| v.clone().unwrap_or_default())
+        .collect();
     assert_eq!(verdicts[2], "SERVE", "{verdicts:?}");
     assert_eq!(verdicts[3], "DOWNGRADE", "{verdicts:?}");
     assert_eq!(verdicts[7], "BLOCK", "{verdicts:?}");
@@ -152,23 +267,45 @@ fn the_central_gate_sees_no_text_and_decides_as_the_request_path() {
     assert_eq!(calls_after_digest, 7);
 
     // Receipts of the digest path verify at the gate.
-    let r = call(ureq::post(&h.api_url("/verify")), Some(serde_json::to_string(&digest_answers[0].2).unwrap().as_bytes()));
+    let r = call(
+        ureq::post(&h.api_url("/verify")),
+        Some(
+            serde_json::to_string(&digest_answers[0].2)
+                .unwrap()
+                .as_bytes(),
+        ),
+    );
     assert_eq!(r.status, 200);
 
     // Every byte the client sent the gate: no prompt, no answer text.
     let sent = seen.lock().unwrap().clone();
     let sent = String::from_utf8_lossy(&sent);
     assert!(sent.contains("POST /gate"), "the relay saw no gate traffic");
-    assert!(sent.contains("POST /record"), "the relay saw no usage records");
-    assert!(!sent.contains(marker), "the central gate received prompt text");
+    assert!(
+        sent.contains("POST /record"),
+        "the relay saw no usage records"
+    );
+    assert!(
+        !sent.contains(marker),
+        "the central gate received prompt text"
+    );
     for req in h.mock.requests_to(CHAT) {
         let reply = tokensaver::demo::provider::reply_for(&req.body).unwrap();
-        assert!(!sent.contains(&reply.text), "the central gate received answer text");
+        assert!(
+            !sent.contains(&reply.text),
+            "the central gate received answer text"
+        );
     }
 
     // The gate's ledger has the client's usage, recorded over /record.
     settle();
     let ledger = h.ledger(KEY_A);
-    assert!(ledger["total"]["usage"]["output"].as_u64().unwrap() > 0, "{ledger}");
-    assert!(ledger["total"]["tokens_not_bought"].as_u64().unwrap() > 0, "{ledger}");
+    assert!(
+        ledger["total"]["usage"]["output"].as_u64().unwrap() > 0,
+        "{ledger}"
+    );
+    assert!(
+        ledger["total"]["tokens_not_bought"].as_u64().unwrap() > 0,
+        "{ledger}"
+    );
 }

@@ -35,12 +35,25 @@ fn sigkill_loses_no_acknowledged_usage_and_memory_comes_back() {
     // Phase 1: quiet traffic, then a SIGKILL well after the last commit interval (5 ms).
     let mut reported = 0;
     for i in 0..20 {
-        let r = h.post(CHAT, KEY_A, &chat("gpt-4o", &format!("durability prompt {i}"), json!({"max_tokens": 50})), &[HUMAN]);
+        let r = h.post(
+            CHAT,
+            KEY_A,
+            &chat(
+                "gpt-4o",
+                &format!("durability prompt {i}"),
+                json!({"max_tokens": 50}),
+            ),
+            &[HUMAN],
+        );
         assert_eq!(r.status, 200, "{}", r.text());
         reported += reported_tokens(&r);
     }
     // Three identical sampled requests: the 4th, unattended, must still be a loop after restart.
-    let looped = chat("gpt-4o", "looping agent", json!({"temperature": 1, "max_tokens": 30}));
+    let looped = chat(
+        "gpt-4o",
+        "looping agent",
+        json!({"temperature": 1, "max_tokens": 30}),
+    );
     for _ in 0..3 {
         let r = h.post(CHAT, KEY_A, &looped, &[]);
         assert_eq!(r.status, 200);
@@ -50,8 +63,15 @@ fn sigkill_loses_no_acknowledged_usage_and_memory_comes_back() {
     let spend_before = h.ledger(KEY_A)["total"]["spend_nano"].as_u64().unwrap();
     h.restart(); // SIGKILL + start on the same data dir
 
-    assert_eq!(ledger_tokens(&h, KEY_A), reported, "usage rows lost or invented across SIGKILL");
-    assert_eq!(h.ledger(KEY_A)["total"]["spend_nano"].as_u64().unwrap(), spend_before);
+    assert_eq!(
+        ledger_tokens(&h, KEY_A),
+        reported,
+        "usage rows lost or invented across SIGKILL"
+    );
+    assert_eq!(
+        h.ledger(KEY_A)["total"]["spend_nano"].as_u64().unwrap(),
+        spend_before
+    );
     let r = h.post(CHAT, KEY_A, &looped, &[]);
     assert_eq!(r.status, 429, "windows were not rebuilt: {}", r.text());
     assert_eq!(r.receipt()["rule"], "runaway_loop_unattended");
@@ -70,7 +90,11 @@ fn sigkill_loses_no_acknowledged_usage_and_memory_comes_back() {
                 let mut i = 0;
                 while Instant::now() < stop_at + Duration::from_secs(1) {
                     i += 1;
-                    let body = chat("gpt-4o", &format!("load w{w} i{i}"), json!({"max_tokens": 40}));
+                    let body = chat(
+                        "gpt-4o",
+                        &format!("load w{w} i{i}"),
+                        json!({"max_tokens": 40}),
+                    );
                     let r = call(
                         ureq::post(&proxy)
                             .set("authorization", &format!("Bearer {KEY_A}"))
@@ -78,7 +102,9 @@ fn sigkill_loses_no_acknowledged_usage_and_memory_comes_back() {
                         Some(body.to_string().as_bytes()),
                     );
                     if r.status == 200 && r.transport_error.is_none() {
-                        done.lock().unwrap().push((Instant::now(), reported_tokens(&r)));
+                        done.lock()
+                            .unwrap()
+                            .push((Instant::now(), reported_tokens(&r)));
                     }
                 }
             })
@@ -99,7 +125,10 @@ fn sigkill_loses_no_acknowledged_usage_and_memory_comes_back() {
     let all_received: u64 = done.iter().map(|(_, n)| n).sum();
     let after = ledger_tokens(&h, KEY_A) - before;
     assert!(acknowledged > 0, "the load produced no answers");
-    assert!(after >= acknowledged, "ledger lost committed usage: {after} < {acknowledged}");
+    assert!(
+        after >= acknowledged,
+        "ledger lost committed usage: {after} < {acknowledged}"
+    );
     // Answers completed after the restart also land; all of them came from the provider.
     let provider_total: u64 = h
         .mock
@@ -108,7 +137,10 @@ fn sigkill_loses_no_acknowledged_usage_and_memory_comes_back() {
         .filter_map(|r| tokensaver::demo::provider::expected_usage(&r.body).ok())
         .map(|u| u.total_tokens())
         .sum();
-    assert!(after <= all_received.max(provider_total), "ledger holds usage no provider reported");
+    assert!(
+        after <= all_received.max(provider_total),
+        "ledger holds usage no provider reported"
+    );
 }
 
 #[test]
@@ -125,7 +157,11 @@ fn fifty_concurrent_requests_never_overshoot_a_small_ceiling() {
         .map(|i| {
             let (barrier, proxy) = (barrier.clone(), proxy.clone());
             std::thread::spawn(move || {
-                let body = chat("gpt-4o", &format!("concurrent {i}"), json!({"max_tokens": 1000}));
+                let body = chat(
+                    "gpt-4o",
+                    &format!("concurrent {i}"),
+                    json!({"max_tokens": 1000}),
+                );
                 barrier.wait();
                 let r = call(
                     ureq::post(&proxy)
@@ -137,19 +173,26 @@ fn fifty_concurrent_requests_never_overshoot_a_small_ceiling() {
             })
         })
         .collect();
-    let results: Vec<(u16, Option<String>)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let results: Vec<(u16, Option<String>)> =
+        threads.into_iter().map(|t| t.join().unwrap()).collect();
     let forwarded = results
         .iter()
         .filter(|(_, v)| matches!(v.as_deref(), Some("ALLOW") | Some("DOWNGRADE")))
         .count();
     let refused = results.iter().filter(|(s, _)| *s == 402).count();
     assert!(forwarded >= 1, "nothing was admitted: {results:?}");
-    assert!(forwarded <= 5, "{forwarded} calls admitted against a ceiling for 5 worst cases");
+    assert!(
+        forwarded <= 5,
+        "{forwarded} calls admitted against a ceiling for 5 worst cases"
+    );
     assert_eq!(forwarded + refused, 50, "{results:?}");
     settle();
     let ledger = h.ledger(KEY_A);
     let spend = ledger["total"]["spend_nano"].as_u64().unwrap();
     assert!(spend <= 50_000 * 1000, "spend {spend} overshot the ceiling");
     let budget: &Value = &ledger["budget"];
-    assert_eq!(budget["reserved_nano"], 0, "reservations not settled: {budget}");
+    assert_eq!(
+        budget["reserved_nano"], 0,
+        "reservations not settled: {budget}"
+    );
 }

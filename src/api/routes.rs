@@ -334,7 +334,11 @@ impl Api {
                 "unknown_decision",
                 "no forwarded decision with this id is awaiting usage for this key",
             ),
-            Err(RecordError::ModelMismatch) => ApiResponse::error(409, "model_mismatch", "served_model differs from the model the gate decided"),
+            Err(RecordError::ModelMismatch) => ApiResponse::error(
+                409,
+                "model_mismatch",
+                "served_model differs from the model the gate decided",
+            ),
             Err(RecordError::Storage) => ApiResponse::error(
                 503,
                 "storage_unavailable",
@@ -433,14 +437,27 @@ impl Api {
     /// `GET /economics?suite=&category=&model=&task=`: unknown parameters are refused.
     fn economics(&self, req: &ApiRequest) -> ApiResponse {
         let mut filters = serde_json::Map::new();
-        for pair in req.query.as_deref().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        for pair in req
+            .query
+            .as_deref()
+            .unwrap_or("")
+            .split('&')
+            .filter(|p| !p.is_empty())
+        {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             filters.insert(k.to_string(), serde_json::Value::String(v.to_string()));
         }
-        let Ok(query) = serde_json::from_value::<crate::economics::model::EconomicsQuery>(filters.into()) else {
-            return ApiResponse::error(400, "unknown_filter", "filters are suite, category, model and task");
+        let Ok(query) =
+            serde_json::from_value::<crate::economics::model::EconomicsQuery>(filters.into())
+        else {
+            return ApiResponse::error(
+                400,
+                "unknown_filter",
+                "filters are suite, category, model and task",
+            );
         };
-        let summary = crate::economics::summary(&self.gatekeeper.config.economics_dir, &query, now_ms());
+        let summary =
+            crate::economics::summary(&self.gatekeeper.config.economics_dir, &query, now_ms());
         ApiResponse::json(200, &summary)
     }
 

@@ -53,12 +53,14 @@ impl ServeHttp for ApiApp {
 }
 
 async fn read_body(session: &mut ServerSession, cap: usize) -> Result<Bytes, ApiResponse> {
-    crate::body::read_capped(session, cap).await.map_err(|e| match e {
-        crate::body::BodyError::TooLarge => {
-            ApiResponse::error(413, "body_too_large", "request body exceeds the size cap")
-        }
-        crate::body::BodyError::Unreadable => {
-            ApiResponse::error(400, "body_unreadable", "request body could not be read")
-        }
-    })
+    crate::body::read_capped(session, cap)
+        .await
+        .map_err(|e| match e {
+            crate::body::BodyError::TooLarge => {
+                ApiResponse::error(413, "body_too_large", "request body exceeds the size cap")
+            }
+            crate::body::BodyError::Unreadable => {
+                ApiResponse::error(400, "body_unreadable", "request body could not be read")
+            }
+        })
 }

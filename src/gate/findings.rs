@@ -113,7 +113,11 @@ pub fn findings(
     let turns = shape.turns.len() as u64;
     if turns > t.old_turns {
         let keep = t.old_turns as usize;
-        let old = saturating_sum(shape.turns[..shape.turns.len() - keep].iter().map(|x| x.chars));
+        let old = saturating_sum(
+            shape.turns[..shape.turns.len() - keep]
+                .iter()
+                .map(|x| x.chars),
+        );
         out.push(finding(FindingCode::CarryingOldTurns, Some(old)));
     }
     let history = turns.saturating_sub(1);

@@ -275,7 +275,10 @@ mod tests {
         w.record("k", &fp(1), "m", 999);
         // 999 is 120 s old (outside), 1 000 is not.
         assert_eq!(w.observe("k", &fp(1), "m", 120_999).earlier_identical, 1);
-        assert_eq!(w.observe("k", &fp(1), "m", 61_000 - 1).earlier_key_minute, 1);
+        assert_eq!(
+            w.observe("k", &fp(1), "m", 61_000 - 1).earlier_key_minute,
+            1
+        );
     }
 
     #[test]

@@ -163,7 +163,11 @@ impl Forward<'_> {
         }
         match error {
             None => {
-                if session.write_response_body(outcome.tail, true).await.is_err() {
+                if session
+                    .write_response_body(outcome.tail, true)
+                    .await
+                    .is_err()
+                {
                     return pingora::Error::e_explain(ErrorType::WriteError, "client went away");
                 }
                 Ok(())
