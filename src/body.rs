@@ -11,7 +11,30 @@ pub enum BodyError {
     Unreadable,
 }
 
+/// How much of an oversized body is read and discarded before the 413 goes out: a client that
+/// sends its whole body before reading (most SDKs) then sees the 413, not a reset connection.
+/// Beyond this the connection is simply closed.
+const DRAIN_LIMIT: usize = 16 * 1024 * 1024;
+
 pub async fn read_capped(session: &mut ServerSession, cap: usize) -> Result<Bytes, BodyError> {
+    let result = read_within(session, cap).await;
+    if result == Err(BodyError::TooLarge) {
+        drain(session).await;
+    }
+    result
+}
+
+async fn drain(session: &mut ServerSession) {
+    let mut drained = 0usize;
+    while drained < DRAIN_LIMIT {
+        match session.read_request_body().await {
+            Ok(Some(chunk)) => drained += chunk.len(),
+            _ => break,
+        }
+    }
+}
+
+async fn read_within(session: &mut ServerSession, cap: usize) -> Result<Bytes, BodyError> {
     let declared = session
         .req_header()
         .headers

@@ -290,8 +290,16 @@ impl Forward<'_> {
                 let _ = down.append_header(name.clone(), value.clone());
             }
         }
-        // Chunked downstream: the answer may be re-framed (a stripped usage chunk).
-        let _ = down.insert_header("transfer-encoding", "chunked");
+        // A JSON answer passes with its length; a stream is chunked downstream, since it may be
+        // re-framed (a stripped usage chunk).
+        match resp.headers.get("content-length").filter(|_| !is_sse) {
+            Some(len) => {
+                let _ = down.insert_header("content-length", len.clone());
+            }
+            None => {
+                let _ = down.insert_header("transfer-encoding", "chunked");
+            }
+        }
         for (name, value) in &self.receipt_headers {
             let _ = down.insert_header(*name, value.as_str());
         }
