@@ -11,7 +11,9 @@ use super::http::{ApiRequest, ApiResponse};
 use crate::auth;
 use crate::config::{BudgetPeriod, KeyConfig, Prices};
 use crate::gate::Usage;
-use crate::ledger::{GateOutcome, GateRequest, Gatekeeper, HoldError, Mode, RecordError};
+use crate::ledger::{
+    GateOutcome, GateRequest, Gatekeeper, HoldError, Mode, RecordError, UsageReport,
+};
 use crate::proxy::now_ms;
 use crate::request::{self, Digest, Route, WireForm};
 
@@ -249,12 +251,8 @@ impl Api {
                             wire: p.shape.wire_form(),
                         })
                         .is_some();
-                    (
-                        p.shape,
-                        human_header(req),
-                        held,
-                        req.header("x-tokensaver-hold").map(str::to_string),
-                    )
+                    let (human, hold_id) = request::caller_headers(&req.headers);
+                    (p.shape, human, held, hold_id)
                 }
                 Err(e) => {
                     return ApiResponse::json(
@@ -310,16 +308,15 @@ impl Api {
         let Ok(rec) = serde_json::from_slice::<RecordBody>(&req.body) else {
             return bad_json();
         };
-        match self.gatekeeper.record_usage(
-            &key.id,
-            &rec.decision_id,
-            Some(rec.usage),
-            &rec.served_model,
-            rec.wire,
-            rec.complete,
-            now_ms(),
-            true,
-        ) {
+        let report = UsageReport {
+            key_id: key.id.clone(),
+            decision_id: rec.decision_id,
+            usage: Some(rec.usage),
+            served_model: rec.served_model,
+            wire: rec.wire,
+            complete: rec.complete,
+        };
+        match self.gatekeeper.record_usage(&report, now_ms(), true) {
             Ok(row) => ApiResponse::json(
                 200,
                 &json!({"recorded": true, "spend_nano": row.spend_nano}),
@@ -543,14 +540,6 @@ fn hold_result(r: Result<(), HoldError>) -> ApiResponse {
         Err(HoldError::NotPending) => {
             ApiResponse::error(409, "hold_not_pending", "the hold is not pending")
         }
-    }
-}
-
-fn human_header(req: &ApiRequest) -> Option<bool> {
-    match req.header("x-tokensaver-human") {
-        Some("1") => Some(true),
-        Some("0") => Some(false),
-        _ => None,
     }
 }
 

@@ -50,6 +50,20 @@ pub struct GateOutcome {
     pub decision_id: String,
 }
 
+/// What the provider reported for a forwarded decision: the proxy's own record, or a digest
+/// client's `POST /record`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageReport {
+    pub key_id: String,
+    pub decision_id: String,
+    /// `None`: the provider reported no usage.
+    pub usage: Option<Usage>,
+    pub served_model: String,
+    pub wire: WireForm,
+    /// The answer ended properly (a broken stream is recorded, never stored).
+    pub complete: bool,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum RecordError {
     #[error("no forwarded decision with this id is awaiting usage for this key")]
@@ -411,18 +425,18 @@ impl Gatekeeper {
 
     /// Settle a forwarded decision with the usage the provider reported (`None`: it reported
     /// none — the reservation is released and nothing is charged or invented).
-    #[allow(clippy::too_many_arguments)]
     pub fn record_usage(
         &self,
-        key_id: &str,
-        decision_id: &str,
-        usage: Option<Usage>,
-        served_model: &str,
-        wire: WireForm,
-        complete: bool,
+        report: &UsageReport,
         now_ms: u64,
         wait: bool,
     ) -> Result<UsageRow, RecordError> {
+        let (key_id, decision_id, served_model) = (
+            report.key_id.as_str(),
+            report.decision_id.as_str(),
+            report.served_model.as_str(),
+        );
+        let (usage, wire, complete) = (report.usage, report.wire, report.complete);
         let mut st = lock(&self.state);
         let reservation = match st.reservations.get(decision_id) {
             Some(r) if r.key_id == key_id && r.wire == wire => st.reservations.remove(decision_id),
@@ -484,8 +498,7 @@ impl Gatekeeper {
         Ok(row)
     }
 
-    /// Whether an answer to this request may be stored: reusable, forwarded, and its
-    /// reservation still open.
+    /// The answer held for this key, fingerprint and wire form, if any.
     pub fn answer(&self, key: &AnswerKey) -> Option<Arc<StoredAnswer>> {
         lock(&self.answers).get(key)
     }

@@ -14,7 +14,7 @@ use super::remote::RemoteGate;
 use super::usage::{json_usage, SseTap};
 use super::{now_ms, respond_error, ProviderPeer};
 use crate::gate::Usage;
-use crate::ledger::Gatekeeper;
+use crate::ledger::{Gatekeeper, UsageReport};
 use crate::request::{Route, WireForm};
 use crate::store::answers::{AnswerKey, StoredAnswer};
 
@@ -136,15 +136,15 @@ impl Forward<'_> {
         } else {
             WireForm::Json
         };
-        self.recorder.record(
-            self.gatekeeper,
-            self.key_id,
-            self.decision_id,
-            outcome.usage,
-            self.served_model,
+        let report = UsageReport {
+            key_id: self.key_id.to_string(),
+            decision_id: self.decision_id.to_string(),
+            usage: outcome.usage,
+            served_model: self.served_model.to_string(),
             wire,
-            outcome.complete,
-        );
+            complete: outcome.complete,
+        };
+        self.recorder.record(self.gatekeeper, report);
         let success = (200..300).contains(&outcome.status);
         if let (true, true, true, Some(_), Some((content_type, bytes))) = (
             self.reusable,
@@ -387,42 +387,16 @@ pub(super) enum Recorder {
 }
 
 impl Recorder {
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn record(
-        &self,
-        gatekeeper: &Gatekeeper,
-        key_id: &str,
-        decision_id: &str,
-        usage: Option<Usage>,
-        served_model: &str,
-        wire: WireForm,
-        complete: bool,
-    ) {
+    pub(super) fn record(&self, gatekeeper: &Gatekeeper, report: UsageReport) {
         match self {
             Recorder::Local => {
-                let _ = gatekeeper.record_usage(
-                    key_id,
-                    decision_id,
-                    usage,
-                    served_model,
-                    wire,
-                    complete,
-                    now_ms(),
-                    false,
-                );
+                let _ = gatekeeper.record_usage(&report, now_ms(), false);
             }
             Recorder::Remote(remote) => {
-                let (remote, id, model) = (
-                    remote.clone(),
-                    decision_id.to_string(),
-                    served_model.to_string(),
-                );
+                let remote = remote.clone();
                 // The client has its answer; the record travels in the background.
                 tokio::task::spawn_blocking(move || {
-                    if remote
-                        .record(&id, wire, &model, complete, usage.unwrap_or_default())
-                        .is_err()
-                    {
+                    if remote.record(&report).is_err() {
                         tracing::warn!("could not record usage with the central gate");
                     }
                 });

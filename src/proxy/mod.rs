@@ -278,18 +278,7 @@ impl GateProxy {
         };
         let shape = &parsed.shape;
         let headers = &session.req_header().headers;
-        let human = match headers
-            .get("x-tokensaver-human")
-            .and_then(|v| v.to_str().ok())
-        {
-            Some("1") => Some(true),
-            Some("0") => Some(false),
-            _ => None,
-        };
-        let hold_id = headers
-            .get("x-tokensaver-hold")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
+        let (human, hold_id) = request::caller_headers(headers);
         let answer_key = AnswerKey {
             key_id: key.id.clone(),
             fingerprint: shape.fingerprint,
@@ -414,12 +403,14 @@ impl GateProxy {
                     );
                     recorder.record(
                         &self.gatekeeper,
-                        &key.id,
-                        &decided.decision_id,
-                        None,
-                        &served_model,
-                        shape.wire_form(),
-                        false,
+                        crate::ledger::UsageReport {
+                            key_id: key.id.clone(),
+                            decision_id: decided.decision_id.clone(),
+                            usage: None,
+                            served_model: served_model.clone(),
+                            wire: shape.wire_form(),
+                            complete: false,
+                        },
                     );
                     return respond_error(session, Some(route), &err, &decided.receipt_headers)
                         .await;

@@ -9,9 +9,10 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::gate::{Usage, Verdict};
+use crate::gate::Verdict;
+use crate::ledger::UsageReport;
 use crate::receipt::Envelope;
-use crate::request::{Digest, WireForm};
+use crate::request::Digest;
 
 #[derive(Debug, Clone)]
 pub struct RemoteGate {
@@ -76,21 +77,15 @@ impl RemoteGate {
         serde_json::from_str(&text).map_err(|_| RemoteError::Malformed)
     }
 
-    /// `POST /record`: the provider's usage for a forwarded decision.
-    pub fn record(
-        &self,
-        decision_id: &str,
-        wire: WireForm,
-        served_model: &str,
-        complete: bool,
-        usage: Usage,
-    ) -> Result<(), RemoteError> {
+    /// `POST /record`: the provider's usage for a forwarded decision (no usage reported is
+    /// recorded as zero usage: nothing invented, the reservation released).
+    pub fn record(&self, report: &UsageReport) -> Result<(), RemoteError> {
         let body = json!({
-            "decision_id": decision_id,
-            "wire": wire,
-            "served_model": served_model,
-            "complete": complete,
-            "usage": usage,
+            "decision_id": report.decision_id,
+            "wire": report.wire,
+            "served_model": report.served_model,
+            "complete": report.complete,
+            "usage": report.usage.unwrap_or_default(),
         });
         self.post("/record", body.to_string()).map(|_| ())
     }

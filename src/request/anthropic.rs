@@ -3,7 +3,7 @@
 use serde_json::{Map, Value};
 
 use super::canonical::{compact_json_chars, tool_name_hash, Canonical};
-use super::{chars, Parts, Role, ShapeError, ToolDef, Turn};
+use super::{chars, Parts, Role, ShapeError, Turn};
 
 pub(super) fn parts(body: &Map<String, Value>, canonical: &Canonical) -> Result<Parts, ShapeError> {
     let key = canonical.key;
@@ -89,29 +89,7 @@ pub(super) fn parts(body: &Map<String, Value>, canonical: &Canonical) -> Result<
         calls_per_turn.push(called);
     }
 
-    let tools = match body.get("tools") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(items)) => items
-            .iter()
-            .enumerate()
-            .map(|(index, tool)| match tool.get("name") {
-                Some(Value::String(name)) => Ok(ToolDef {
-                    name_hash: tool_name_hash(key, name),
-                    chars: canonical.tool_chars[index],
-                }),
-                _ => Err(ShapeError::Tool {
-                    index,
-                    problem: "a tool definition needs a name",
-                }),
-            })
-            .collect::<Result<_, _>>()?,
-        Some(_) => {
-            return Err(ShapeError::WrongType {
-                field: "tools",
-                expected: "an array",
-            })
-        }
-    };
+    let tools = super::tool_defs(body, canonical, |tool| tool.get("name"))?;
 
     Ok(Parts {
         system_chars,

@@ -334,3 +334,52 @@ pub(crate) fn history_calls(mut calls_per_turn: Vec<Vec<Hash>>) -> Vec<Hash> {
 pub(crate) fn saturating_sum(values: impl Iterator<Item = u64>) -> u64 {
     values.fold(0, u64::saturating_add)
 }
+
+/// The request's tool definitions: each needs a name (found by `name_of`, which differs by
+/// provider); its size is the characters of its compact JSON.
+pub(crate) fn tool_defs(
+    body: &serde_json::Map<String, Value>,
+    canonical: &canonical::Canonical,
+    name_of: impl Fn(&Value) -> Option<&Value>,
+) -> Result<Vec<ToolDef>, ShapeError> {
+    let items = match body.get("tools") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items,
+        Some(_) => {
+            return Err(ShapeError::WrongType {
+                field: "tools",
+                expected: "an array",
+            })
+        }
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(index, tool)| match name_of(tool) {
+            Some(Value::String(name)) => Ok(ToolDef {
+                name_hash: canonical::tool_name_hash(canonical.key, name),
+                chars: canonical.tool_chars[index],
+            }),
+            _ => Err(ShapeError::Tool {
+                index,
+                problem: "a tool definition needs a name",
+            }),
+        })
+        .collect()
+}
+
+/// What the caller says beside the body: `x-tokensaver-human` (`1` a person attends, `0` none,
+/// absent: the key's default) and `x-tokensaver-hold` (retrying an approved hold).
+pub fn caller_headers(headers: &http::HeaderMap) -> (Option<bool>, Option<String>) {
+    let header = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &http::HeaderValue| v.to_str().ok())
+    };
+    let human = match header("x-tokensaver-human") {
+        Some("1") => Some(true),
+        Some("0") => Some(false),
+        _ => None,
+    };
+    (human, header("x-tokensaver-hold").map(str::to_string))
+}

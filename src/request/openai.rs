@@ -3,7 +3,7 @@
 use serde_json::{Map, Value};
 
 use super::canonical::{compact_json_chars, tool_name_hash, Canonical};
-use super::{chars, Parts, Role, ShapeError, ToolDef, Turn};
+use super::{chars, Parts, Role, ShapeError, Turn};
 
 pub(super) fn parts(body: &Map<String, Value>, canonical: &Canonical) -> Result<Parts, ShapeError> {
     let messages = match body.get("messages") {
@@ -79,36 +79,14 @@ pub(super) fn parts(body: &Map<String, Value>, canonical: &Canonical) -> Result<
         calls_per_turn.push(called);
     }
 
-    let tools = match body.get("tools") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(items)) => items
-            .iter()
-            .enumerate()
-            .map(|(index, tool)| {
-                let name = tool
-                    .get("function")
-                    .or_else(|| tool.get("custom"))
-                    .and_then(|f| f.get("name"))
-                    .or_else(|| tool.get("name"));
-                match name {
-                    Some(Value::String(name)) => Ok(ToolDef {
-                        name_hash: tool_name_hash(key, name),
-                        chars: canonical.tool_chars[index],
-                    }),
-                    _ => Err(ShapeError::Tool {
-                        index,
-                        problem: "a tool definition needs a name",
-                    }),
-                }
-            })
-            .collect::<Result<_, _>>()?,
-        Some(_) => {
-            return Err(ShapeError::WrongType {
-                field: "tools",
-                expected: "an array",
-            })
-        }
-    };
+    // OpenAI: `{type: function, function: {name}}`, `{type: custom, custom: {name}}`, or a
+    // top-level name.
+    let tools = super::tool_defs(body, canonical, |tool| {
+        tool.get("function")
+            .or_else(|| tool.get("custom"))
+            .and_then(|f| f.get("name"))
+            .or_else(|| tool.get("name"))
+    })?;
 
     Ok(Parts {
         system_chars,
