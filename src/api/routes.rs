@@ -213,55 +213,63 @@ impl Api {
 
     /// A request body (`?route=openai_chat|anthropic_messages`, default OpenAI) or a digest.
     fn estimate(&self, req: &ApiRequest, key: &KeyConfig, caller: auth::Caller) -> ApiResponse {
-        let looks_like_digest = serde_json::from_slice::<serde_json::Value>(&req.body)
-            .ok()
-            .is_some_and(|v| v.get("v").is_some() && v.get("request").is_some());
-        let (shape, human, held, hold_id) = if looks_like_digest {
-            match Digest::parse(&req.body) {
-                Ok(d) => {
-                    let held = d.holds(d.request.wire_form());
-                    (d.request, d.human, held, d.hold_id)
-                }
-                Err(e) => {
-                    return ApiResponse::json(
-                        400,
-                        &json!({"error": {"code": "invalid_digest", "message": e.to_string()}}),
-                    )
-                }
-            }
-        } else {
-            let route = match req.query_param("route") {
-                None | Some("openai_chat") => Route::OpenAiChat,
-                Some("anthropic_messages") => Route::AnthropicMessages,
-                Some(_) => {
-                    return ApiResponse::error(
-                        400,
-                        "unknown_route",
-                        "route must be openai_chat or anthropic_messages",
-                    )
-                }
-            };
-            match request::parse(route, &req.body, &caller.fingerprint_key) {
-                Ok(p) => {
-                    let held = self
-                        .gatekeeper
-                        .answer(&crate::store::answers::AnswerKey {
-                            key_id: key.id.clone(),
-                            fingerprint: p.shape.fingerprint,
-                            wire: p.shape.wire_form(),
-                        })
-                        .is_some();
-                    let (human, hold_id) = request::caller_headers(&req.headers);
-                    (p.shape, human, held, hold_id)
-                }
-                Err(e) => {
-                    return ApiResponse::json(
-                        400,
-                        &json!({"error": {"code": e.code(), "message": e.to_string()}}),
-                    )
-                }
+        // One parse: a digest (`v` and `request`) or a provider request body.
+        let object = match request::parse_object(&req.body) {
+            Ok(object) => object,
+            Err(e) => {
+                return ApiResponse::json(
+                    400,
+                    &json!({"error": {"code": e.code(), "message": e.to_string()}}),
+                )
             }
         };
+        let (shape, human, held, hold_id) =
+            if object.contains_key("v") && object.contains_key("request") {
+                match Digest::from_value(serde_json::Value::Object(object)) {
+                    Ok(d) => {
+                        let held = d.holds(d.request.wire_form());
+                        (d.request, d.human, held, d.hold_id)
+                    }
+                    Err(e) => {
+                        return ApiResponse::json(
+                            400,
+                            &json!({"error": {"code": "invalid_digest", "message": e.to_string()}}),
+                        )
+                    }
+                }
+            } else {
+                let route = match req.query_param("route") {
+                    None | Some("openai_chat") => Route::OpenAiChat,
+                    Some("anthropic_messages") => Route::AnthropicMessages,
+                    Some(_) => {
+                        return ApiResponse::error(
+                            400,
+                            "unknown_route",
+                            "route must be openai_chat or anthropic_messages",
+                        )
+                    }
+                };
+                match request::shape_of(route, &object, &caller.fingerprint_key) {
+                    Ok(shape) => {
+                        let held = self
+                            .gatekeeper
+                            .answer(&crate::store::answers::AnswerKey {
+                                key_id: key.id.clone(),
+                                fingerprint: shape.fingerprint,
+                                wire: shape.wire_form(),
+                            })
+                            .is_some();
+                        let (human, hold_id) = request::caller_headers(&req.headers);
+                        (shape, human, held, hold_id)
+                    }
+                    Err(e) => {
+                        return ApiResponse::json(
+                            400,
+                            &json!({"error": {"code": e.code(), "message": e.to_string()}}),
+                        )
+                    }
+                }
+            };
         let outcome = self.gatekeeper.gate(
             &GateRequest {
                 key,

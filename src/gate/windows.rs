@@ -119,10 +119,13 @@ impl Windows {
 
     /// Count a request in every window, whatever its verdict.
     pub fn record(&mut self, key: &str, fingerprint: &Hash, model: &str, now: u64) {
-        let w = self
-            .keys
-            .entry(key.to_string())
-            .or_insert_with(KeyWindows::new);
+        // Allocate the key's name only the first time it is seen.
+        if !self.keys.contains_key(key) {
+            self.keys.insert(key.to_string(), KeyWindows::new());
+        }
+        let Some(w) = self.keys.get_mut(key) else {
+            return;
+        };
         push_capped(&mut w.requests, now, CAP_KEY_REQUESTS);
         push_capped(
             w.identical.entry(*fingerprint).or_default(),

@@ -65,6 +65,11 @@ impl Digest {
     pub fn parse(bytes: &[u8]) -> Result<Self, DigestError> {
         let value: serde_json::Value =
             serde_json::from_slice(bytes).map_err(|_| DigestError::NotJson)?;
+        Self::from_value(value)
+    }
+
+    /// A digest from JSON already parsed; an unknown version is refused.
+    pub fn from_value(value: serde_json::Value) -> Result<Self, DigestError> {
         if value.get("v").and_then(serde_json::Value::as_u64) != Some(u64::from(DIGEST_VERSION)) {
             return Err(DigestError::UnknownVersion);
         }
