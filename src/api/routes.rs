@@ -12,7 +12,7 @@ use crate::auth;
 use crate::config::{BudgetPeriod, KeyConfig, Prices};
 use crate::gate::Usage;
 use crate::ledger::{
-    GateOutcome, GateRequest, Gatekeeper, HoldError, Mode, RecordError, UsageReport,
+    GateOutcome, GateRequest, Gatekeeper, HoldError, Mode, RecordError, RecordSource, UsageReport,
 };
 use crate::proxy::now_ms;
 use crate::request::{self, Digest, Route, WireForm};
@@ -324,7 +324,10 @@ impl Api {
             wire: rec.wire,
             complete: rec.complete,
         };
-        match self.gatekeeper.record_usage(&report, now_ms(), true) {
+        match self
+            .gatekeeper
+            .record_usage(&report, now_ms(), RecordSource::Digest)
+        {
             Ok(row) => ApiResponse::json(
                 200,
                 &json!({"recorded": true, "spend_nano": row.spend_nano}),

@@ -50,6 +50,17 @@ pub struct GateOutcome {
     pub decision_id: String,
 }
 
+/// Who reports usage, which decides how durably it is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordSource {
+    /// The proxy itself, after relaying the answer: queued for the next group commit. The
+    /// recorded usage that makes the answer servable stays in memory, like the answer.
+    Proxy,
+    /// A digest client's `POST /record`: committed before it is acknowledged, and the recorded
+    /// usage persisted, since the client's own store outlives a restart of the gate.
+    Digest,
+}
+
 /// What the provider reported for a forwarded decision: the proxy's own record, or a digest
 /// client's `POST /record`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -382,10 +393,12 @@ impl Gatekeeper {
                 .inc_by(t);
         }
         let findings: u64 = d.findings.iter().filter_map(|f| f.tokens).sum();
-        self.metrics
-            .tokens
-            .with_label_values(&["findings_tokens"])
-            .inc_by(findings);
+        if findings > 0 {
+            self.metrics
+                .tokens
+                .with_label_values(&["findings_tokens"])
+                .inc_by(findings);
+        }
     }
 
     /// Charge reservations past their TTL at their worst case; expire holds (their worst case
@@ -429,7 +442,7 @@ impl Gatekeeper {
         &self,
         report: &UsageReport,
         now_ms: u64,
-        wait: bool,
+        source: RecordSource,
     ) -> Result<UsageRow, RecordError> {
         let (key_id, decision_id, served_model) = (
             report.key_id.as_str(),
@@ -485,10 +498,10 @@ impl Gatekeeper {
             usage: usage_or_zero,
             spend_nano: spend,
         };
-        if let Some(e) = recorded_event {
+        if let (Some(e), RecordSource::Digest) = (recorded_event, source) {
             self.store.submit(e);
         }
-        if wait {
+        if source == RecordSource::Digest {
             self.store
                 .submit_and_wait(Event::Usage(row.clone()))
                 .map_err(|_| RecordError::Storage)?;

@@ -14,7 +14,7 @@ use super::remote::RemoteGate;
 use super::usage::{json_usage, SseTap};
 use super::{now_ms, respond_error, ProviderPeer};
 use crate::gate::Usage;
-use crate::ledger::{Gatekeeper, UsageReport};
+use crate::ledger::{Gatekeeper, RecordSource, UsageReport};
 use crate::request::{Route, WireForm};
 use crate::store::answers::{AnswerKey, StoredAnswer};
 
@@ -390,7 +390,7 @@ impl Recorder {
     pub(super) fn record(&self, gatekeeper: &Gatekeeper, report: UsageReport) {
         match self {
             Recorder::Local => {
-                let _ = gatekeeper.record_usage(&report, now_ms(), false);
+                let _ = gatekeeper.record_usage(&report, now_ms(), RecordSource::Proxy);
             }
             Recorder::Remote(remote) => {
                 let remote = remote.clone();
