@@ -450,6 +450,13 @@ impl Gatekeeper {
             report.served_model.as_str(),
         );
         let (usage, wire, complete) = (report.usage, report.wire, report.complete);
+        // Prices first: `gate` holds the policy while it takes the state lock, so taking the
+        // policy under the state lock here could deadlock behind a waiting `PUT /prices`.
+        let prices = self
+            .policy
+            .read()
+            .ok()
+            .and_then(|p| p.prices.get(served_model).copied());
         let mut st = lock(&self.state);
         let reservation = match st.reservations.get(decision_id) {
             Some(r) if r.key_id == key_id && r.wire == wire => st.reservations.remove(decision_id),
@@ -467,11 +474,6 @@ impl Gatekeeper {
             st.reservations.insert(decision_id.to_string(), reservation);
             return Err(RecordError::ModelMismatch);
         }
-        let prices = self
-            .policy
-            .read()
-            .ok()
-            .and_then(|p| p.prices.get(served_model).copied());
         let usage_or_zero = usage.unwrap_or_default();
         let spend = prices.map(|p| usage_or_zero.cost_nano(&p)).unwrap_or(0);
         st.add_spend(key_id, now_ms, spend);
