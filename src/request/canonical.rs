@@ -93,7 +93,7 @@ impl<'k> Canonical<'k> {
                 buf.push(b',');
             }
             first = false;
-            write_json(&mut buf, &Value::String(name.clone()));
+            let _ = serde_json::to_writer(&mut buf, name.as_str());
             buf.push(b':');
             match (name.as_str(), value) {
                 ("messages", Value::Array(items)) => {
