@@ -16,6 +16,7 @@
 //! Admin listener (default 127.0.0.1:8789; admin key on every route but `/metrics`):
 //! - `PUT  /budget/{key_id}`, `PUT /prices`, `POST /holds/{id}/approve`
 //! - `GET  /metrics`               Prometheus exposition; never content
+//! - `GET  /economics`             the evidence-grade savings report (`?suite=&category=&model=&task=`)
 //! - `GET  /split-profile/criteria`, `POST /split-profile/{precheck,check,budget,catalogue,audit}`
 
 pub mod http;
