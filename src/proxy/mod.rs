@@ -29,7 +29,7 @@ use crate::auth;
 use crate::config::{Config, KeyConfig, Upstream};
 use crate::gate::Verdict;
 use crate::ledger::{GateRequest, Gatekeeper, Mode};
-use crate::request::{self, Digest, Route, WireForm};
+use crate::request::{self, Digest, Route};
 use crate::store::answers::AnswerKey;
 use errors::GateError;
 use remote::RemoteGate;
@@ -585,12 +585,5 @@ impl ProxyHttp for GateProxy {
             p.set_credential(upstream)?;
         }
         Ok(())
-    }
-}
-
-pub fn wire_content_type(wire: WireForm) -> &'static str {
-    match wire {
-        WireForm::Json => "application/json",
-        WireForm::Sse => "text/event-stream",
     }
 }
