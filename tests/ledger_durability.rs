@@ -146,9 +146,12 @@ fn sigkill_loses_no_acknowledged_usage_and_memory_comes_back() {
 #[test]
 fn fifty_concurrent_requests_never_overshoot_a_small_ceiling() {
     // Each call's worst case: input ⌈chars/3⌉ at $2.50/M + 1000 output at $10/M ≈ $0.01.
-    // A $0.05 ceiling admits at most 5 concurrent reservations.
+    // A $0.05 ceiling admits at most 5 concurrent reservations. The provider takes 3 s to
+    // answer, so every admitted call is still in flight (its reservation open) while the
+    // others are decided; a settled call would free its reservation and let more in.
     let h = Harness::start(Opts {
         budget_a: Some(50_000),
+        slow_ms: 3_000,
         ..Opts::default()
     });
     let barrier = Arc::new(Barrier::new(50));
@@ -158,7 +161,7 @@ fn fifty_concurrent_requests_never_overshoot_a_small_ceiling() {
             let (barrier, proxy) = (barrier.clone(), proxy.clone());
             std::thread::spawn(move || {
                 let body = chat(
-                    "gpt-4o",
+                    "gpt-fault-slow",
                     &format!("concurrent {i}"),
                     json!({"max_tokens": 1000}),
                 );
@@ -183,7 +186,7 @@ fn fifty_concurrent_requests_never_overshoot_a_small_ceiling() {
     assert!(forwarded >= 1, "nothing was admitted: {results:?}");
     assert!(
         forwarded <= 5,
-        "{forwarded} calls admitted against a ceiling for 5 worst cases"
+        "{forwarded} calls admitted at once against a ceiling for 5 worst cases"
     );
     assert_eq!(forwarded + refused, 50, "{results:?}");
     settle();
