@@ -82,3 +82,31 @@ fn malformed_bodies_are_400_without_echo_or_record() {
     let l = h.ledger(KEY_A);
     assert_eq!(l["total"]["requests"], 0, "{l}");
 }
+
+#[test]
+fn an_answer_larger_than_the_store_is_relayed_but_never_stored() {
+    let h = Harness::start(Opts {
+        answer_store_bytes: Some(64),
+        ..Opts::default()
+    });
+    let body = chat(
+        "gpt-4o",
+        "store me if you can",
+        serde_json::json!({"temperature": 0, "max_tokens": 50}),
+    );
+    let first = h.post(CHAT, KEY_A, &body, &[HUMAN]);
+    assert_eq!(first.status, 200);
+    assert!(
+        first.body.len() > 64,
+        "the answer must exceed the store for this test"
+    );
+    settle();
+    let again = h.post(CHAT, KEY_A, &body, &[HUMAN]);
+    assert_eq!(again.status, 200);
+    assert_ne!(
+        again.verdict(),
+        Some("SERVE"),
+        "a partial or oversized answer was stored"
+    );
+    assert_eq!(h.calls(CHAT), 2);
+}

@@ -315,13 +315,21 @@ impl Forward<'_> {
         let success = (200..300).contains(&outcome.status);
         let keep_answer = self.reusable && success;
         let cap = self.gatekeeper.config.answer_store_bytes;
+        // The stream as received (a JSON answer is kept in `json_body`, which usage needs
+        // anyway). An answer larger than the store is relayed but never kept: no partial answer.
         let mut kept: Vec<u8> = Vec::new();
+        let mut kept_whole = keep_answer;
         let mut tap = is_sse.then(|| SseTap::new(self.route, strip));
         let mut json_body: Vec<u8> = Vec::new();
         loop {
             match upstream.read_response_body().await {
                 Ok(Some(chunk)) => {
-                    if keep_answer && kept.len() + chunk.len() <= cap {
+                    let held = if is_sse { kept.len() } else { json_body.len() };
+                    if kept_whole && held + chunk.len() > cap {
+                        kept_whole = false;
+                        kept = Vec::new();
+                    }
+                    if kept_whole && is_sse {
                         kept.extend_from_slice(&chunk);
                     }
                     let out = match tap.as_mut() {
@@ -363,8 +371,9 @@ impl Forward<'_> {
                 Some(t) => t.finished,
                 None => outcome.usage.is_some() || !success,
             };
-        if keep_answer && outcome.complete && kept.len() <= cap {
-            outcome.answer = Some((content_type, kept));
+        if kept_whole && outcome.complete {
+            let answer = if is_sse { kept } else { json_body };
+            outcome.answer = Some((content_type, answer));
         }
         outcome.tail = (!rest.is_empty()).then(|| Bytes::from(rest));
         if body_done {

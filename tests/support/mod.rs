@@ -43,6 +43,7 @@ pub struct Opts {
     pub budget_b: Option<u64>,
     pub upstream_timeout_secs: u64,
     pub max_body_bytes: Option<usize>,
+    pub answer_store_bytes: Option<usize>,
     pub slow_ms: u64,
 }
 
@@ -53,6 +54,7 @@ impl Default for Opts {
             budget_b: Some(100_000_000),
             upstream_timeout_secs: 30,
             max_body_bytes: None,
+            answer_store_bytes: None,
             slow_ms: 3000,
         }
     }
@@ -146,9 +148,10 @@ impl Harness {
         }
         c.push_str("[downgrade]\n\"gpt-4o\" = \"gpt-4o-mini\"\n\"claude-sonnet-4-5\" = \"claude-haiku-4-5\"\n\n");
         c.push_str(&format!(
-            "[limits]\nmax_body_bytes = {}\nupstream_timeout_secs = {}\ncommit_interval_ms = 5\n",
+            "[limits]\nmax_body_bytes = {}\nupstream_timeout_secs = {}\ncommit_interval_ms = 5\nanswer_store_bytes = {}\n",
             o.max_body_bytes.unwrap_or(8_388_608),
-            o.upstream_timeout_secs
+            o.upstream_timeout_secs,
+            o.answer_store_bytes.unwrap_or(268_435_456)
         ));
         std::fs::write(self.config_path(), c).expect("write config");
     }
