@@ -20,3 +20,12 @@ pub mod server;
 pub mod spec_card;
 pub mod split_profile;
 pub mod store;
+
+/// The wall clock in unix milliseconds, read by the I/O shells only: the decision logic takes
+/// the time as an argument.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

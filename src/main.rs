@@ -244,7 +244,7 @@ fn run(command: Command) -> Result<(), String> {
                 .map_err(|e| e.to_string())?,
             };
             use tokensaver::split_profile as sp;
-            match sp::profile(&input, tokensaver::proxy::now_ms()) {
+            match sp::profile(&input, tokensaver::now_ms()) {
                 Ok(report) if json => println!(
                     "{}",
                     String::from_utf8_lossy(&sp::signed_report(&report, &signer))
@@ -282,7 +282,7 @@ fn run(command: Command) -> Result<(), String> {
                 model,
                 task,
             };
-            let summary = tokensaver::economics::summary(&dir, &query, tokensaver::proxy::now_ms());
+            let summary = tokensaver::economics::summary(&dir, &query, tokensaver::now_ms());
             if json {
                 println!(
                     "{}",

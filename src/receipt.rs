@@ -51,11 +51,6 @@ impl Envelope {
         B64.decode(&self.body).map_err(|_| VerifyError::Encoding)
     }
 
-    /// The decision id: BLAKE3 (hex) of the signed body bytes.
-    pub fn decision_id(&self) -> Result<String, VerifyError> {
-        Ok(decision_id(&self.body_bytes()?))
-    }
-
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
     }

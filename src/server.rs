@@ -13,7 +13,8 @@ use crate::api::server::ApiApp;
 use crate::api::{Api, Listener};
 use crate::config::Config;
 use crate::ledger::Gatekeeper;
-use crate::proxy::{now_ms, GateProxy};
+use crate::now_ms;
+use crate::proxy::GateProxy;
 use crate::receipt::ReceiptSigner;
 use crate::store::sqlite::SqliteStore;
 

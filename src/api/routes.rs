@@ -10,11 +10,11 @@ use serde_json::json;
 use super::http::{ApiRequest, ApiResponse};
 use crate::auth;
 use crate::config::{BudgetPeriod, KeyConfig, Prices};
-use crate::gate::Usage;
+use crate::gate::{Usage, Verdict};
 use crate::ledger::{
     GateOutcome, GateRequest, Gatekeeper, HoldError, Mode, RecordError, RecordSource, UsageReport,
 };
-use crate::proxy::now_ms;
+use crate::now_ms;
 use crate::request::{self, Digest, Route, WireForm};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -377,15 +377,14 @@ impl Api {
                 .map(|d| (d.day.as_str(), &d.totals))
                 .chain([("total", &total)]);
             for (day, t) in rows {
-                let v = |name: &str| t.by_verdict.get(name).copied().unwrap_or(0);
                 csv.push_str(&format!(
                     "{day},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                     t.requests,
-                    v("SERVE"),
-                    v("ALLOW"),
-                    v("DOWNGRADE"),
-                    v("CHALLENGE"),
-                    v("BLOCK"),
+                    t.count(Verdict::Serve),
+                    t.count(Verdict::Allow),
+                    t.count(Verdict::Downgrade),
+                    t.count(Verdict::Challenge),
+                    t.count(Verdict::Block),
                     t.spend_nano,
                     t.usage.input,
                     t.usage.cache_write,

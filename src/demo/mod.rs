@@ -167,7 +167,11 @@ pub fn run(config_path: &Path) -> Result<(), String> {
     );
     let chat_url = format!("http://{proxy}/v1/chat/completions");
     let messages_url = format!("http://{proxy}/v1/messages");
-    let question = "Summarise the release notes for version 4.2 in three bullet points.";
+    let reproducible = chat(
+        "gpt-4o",
+        "Summarise the release notes for version 4.2 in three bullet points.",
+        json!({"temperature": 0, "max_tokens": 1500}),
+    );
     let mut steps: Vec<Step> = vec![
         (
             "a normal call (sampled output)".into(),
@@ -181,21 +185,13 @@ pub fn run(config_path: &Path) -> Result<(), String> {
         ),
         (
             "a temperature-0 call".into(),
-            chat(
-                "gpt-4o",
-                question,
-                json!({"temperature": 0, "max_tokens": 1500}),
-            ),
+            reproducible.clone(),
             &chat_url,
             vec![],
         ),
         (
             "the same temperature-0 call again".into(),
-            chat(
-                "gpt-4o",
-                question,
-                json!({"temperature": 0, "max_tokens": 1500}),
-            ),
+            reproducible,
             &chat_url,
             vec![],
         ),

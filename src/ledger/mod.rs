@@ -140,7 +140,12 @@ struct State {
     reservations: HashMap<String, Reservation>,
     holds: HashMap<String, HoldRow>,
     recorded: HashMap<(String, Hash, WireForm), Usage>,
+    /// Expiry sweeps every open reservation and hold; once a second is enough for TTLs of
+    /// minutes, and keeps the sweep off most requests.
+    next_sweep_ms: u64,
 }
+
+const SWEEP_INTERVAL_MS: u64 = 1_000;
 
 impl State {
     fn budget_state(&self, key_id: &str, now_ms: u64) -> Option<BudgetState> {
@@ -404,6 +409,10 @@ impl Gatekeeper {
     /// Charge reservations past their TTL at their worst case; expire holds (their worst case
     /// counts as avoided).
     fn expire(&self, st: &mut State, now_ms: u64) {
+        if now_ms < st.next_sweep_ms {
+            return;
+        }
+        st.next_sweep_ms = now_ms.saturating_add(SWEEP_INTERVAL_MS);
         let expired: Vec<String> = st
             .reservations
             .iter()

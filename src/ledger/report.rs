@@ -1,6 +1,7 @@
 //! `tokensaver ledger`: the ledger as a terminal table, by tier, never merged.
 
 use crate::config::Config;
+use crate::gate::Verdict;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{LedgerTotals, Store};
 
@@ -32,16 +33,15 @@ pub fn render(days: &[crate::store::LedgerDay], total: &LedgerTotals) -> String 
         .map(|d| (d.day.as_str(), &d.totals))
         .chain([("total", total)]);
     for (day, t) in rows {
-        let v = |name: &str| t.by_verdict.get(name).copied().unwrap_or(0);
         out.push_str(&format!(
             "{:<12} {:>8} {:>6} {:>6} {:>9} {:>9} {:>6} {:>14} {:>18} {:>26} {:>18}\n",
             day,
             t.requests,
-            v("SERVE"),
-            v("ALLOW"),
-            v("DOWNGRADE"),
-            v("CHALLENGE"),
-            v("BLOCK"),
+            t.count(Verdict::Serve),
+            t.count(Verdict::Allow),
+            t.count(Verdict::Downgrade),
+            t.count(Verdict::Challenge),
+            t.count(Verdict::Block),
             usd(t.spend_nano),
             t.tokens_not_bought,
             t.worst_case_tokens_avoided,

@@ -12,9 +12,10 @@ use serde_json::{Map, Value};
 use super::errors::GateError;
 use super::remote::RemoteGate;
 use super::usage::{json_usage, SseTap};
-use super::{now_ms, respond_error, ProviderPeer};
+use super::{respond_error, ProviderPeer};
 use crate::gate::Usage;
 use crate::ledger::{Gatekeeper, RecordSource, UsageReport};
+use crate::now_ms;
 use crate::request::{Route, WireForm};
 use crate::store::answers::{AnswerKey, StoredAnswer};
 

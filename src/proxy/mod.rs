@@ -29,6 +29,7 @@ use crate::auth;
 use crate::config::{Config, KeyConfig, Upstream};
 use crate::gate::Verdict;
 use crate::ledger::{GateRequest, Gatekeeper, Mode};
+use crate::now_ms;
 use crate::request::{self, Digest, Route};
 use crate::store::answers::AnswerKey;
 use errors::GateError;
@@ -155,13 +156,6 @@ impl GateProxy {
 #[derive(Default)]
 pub struct Ctx {
     passthrough: Option<ProviderPeer>,
-}
-
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// Write a complete response the gate produced itself.

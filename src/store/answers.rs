@@ -81,14 +81,6 @@ impl AnswerStore {
     pub fn bytes(&self) -> usize {
         self.bytes
     }
-
-    pub fn len(&self) -> usize {
-        self.lru.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.lru.is_empty()
-    }
 }
 
 #[cfg(test)]

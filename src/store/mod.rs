@@ -146,6 +146,13 @@ pub struct LedgerTotals {
     pub findings_tokens_estimated: u64,
 }
 
+impl LedgerTotals {
+    /// Requests with this verdict (0 when none).
+    pub fn count(&self, verdict: Verdict) -> u64 {
+        self.by_verdict.get(verdict.as_str()).copied().unwrap_or(0)
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LedgerDay {
     /// UTC day, `YYYY-MM-DD`.
