@@ -134,6 +134,19 @@ pub fn new_key(id: &str) -> Option<(String, String)> {
     Some((key, line))
 }
 
+/// A fresh owner secret for a key (the person who approves its CHALLENGE holds) and the
+/// config line holding its hash, to add to that key's `[[keys]]` table.
+pub fn new_owner_secret() -> (String, String) {
+    let mut secret = [0u8; 24];
+    rand::rngs::OsRng.fill_bytes(&mut secret);
+    let secret = hex_encode(&secret);
+    let line = format!(
+        "owner_secret_hash = \"{}\"\n",
+        hex_encode(&owner_hash(&secret))
+    );
+    (secret, line)
+}
+
 pub fn new_admin_key() -> (String, String) {
     let mut secret = [0u8; 24];
     rand::rngs::OsRng.fill_bytes(&mut secret);

@@ -108,6 +108,8 @@ enum KeyCommand {
     },
     /// Print a new admin key and the config lines that hold its hash.
     Admin,
+    /// Print a new owner secret (approves the key's holds) and the line for its `[[keys]]` table.
+    Owner,
 }
 
 #[derive(Subcommand)]
@@ -219,6 +221,16 @@ fn run(command: Command) -> Result<(), String> {
                 .ok_or("key ids are 1-64 characters of a-z, A-Z, 0-9 or '-'")?;
             println!(
                 "key (give it to the caller; it is not stored): {key}\n\nconfig lines:\n{line}"
+            );
+            Ok(())
+        }
+        Command::Key {
+            command: KeyCommand::Owner,
+        } => {
+            let (secret, line) = tokensaver::auth::new_owner_secret();
+            println!(
+                "owner secret (for the person who approves holds; send it as \
+                 x-tokensaver-owner: <key_id>:<secret>): {secret}\n\nadd to the key's [[keys]] table:\n{line}"
             );
             Ok(())
         }

@@ -261,3 +261,37 @@ fn anthropic_allow_uses_x_api_key_upstream() {
     assert_eq!(seen.header("anthropic-version"), Some("2023-06-01"));
     assert_eq!(r.json()["type"], "message");
 }
+
+#[test]
+fn the_keys_owner_approves_its_hold_on_the_api_listener() {
+    let h = Harness::start(Opts {
+        budget_a: Some(10_000),
+        ..Opts::default()
+    });
+    let body = chat(
+        "gpt-4o",
+        "Write a long report.",
+        json!({"max_tokens": 10_000}),
+    );
+    let r = h.post(CHAT, KEY_A, &body, &[HUMAN]);
+    assert_eq!(r.status, 409, "{}", r.text());
+    let hold = r
+        .header("x-tokensaver-hold")
+        .expect("hold header")
+        .to_string();
+    let approve = |owner: &str| {
+        call(
+            ureq::post(&h.api_url(&format!("/holds/{hold}/approve")))
+                .set("x-tokensaver-owner", owner),
+            Some(b""),
+        )
+    };
+    // The wrong secret, and another key's name, are refused; the owner's secret approves.
+    assert_eq!(approve("alpha:not-the-secret").status, 401);
+    assert_eq!(approve(&format!("beta:{OWNER_SECRET_A}")).status, 401);
+    let ok = approve(&format!("alpha:{OWNER_SECRET_A}"));
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    let r = h.post(CHAT, KEY_A, &body, &[HUMAN, ("x-tokensaver-hold", &hold)]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(h.calls(CHAT), 1);
+}

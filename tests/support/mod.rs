@@ -17,6 +17,8 @@ pub const ADMIN_HASH: &str = "ca9b790a34f739223b65bdd9124d2c340ee7ff59bc0140af95
 pub const SECRET_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 pub const SECRET_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
 pub const KEY_A: &str = "tsk_alpha_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+/// Key alpha's owner: the person who may approve its holds on the API listener.
+pub const OWNER_SECRET_A: &str = "owner-of-alpha-0123456789";
 pub const KEY_B: &str = "tsk_beta_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
 pub const CHAT: &str = "/v1/chat/completions";
 pub const MESSAGES: &str = "/v1/messages";
@@ -140,6 +142,15 @@ impl Harness {
         }
         c.push_str(&format!("[admin]\nkey_hash = \"{ADMIN_HASH}\"\n\n"));
         c.push_str(&key_block("alpha", SECRET_A, o.budget_a));
+        // Key tables run until the next header: the owner line belongs to alpha.
+        let c_len = c.len() - 1;
+        c.insert_str(
+            c_len,
+            &format!(
+                "owner_secret_hash = \"{}\"\n",
+                hex(&tokensaver::auth::owner_hash(OWNER_SECRET_A))
+            ),
+        );
         c.push_str(&key_block("beta", SECRET_B, o.budget_b));
         for m in MODELS {
             c.push_str(&format!(
