@@ -294,6 +294,16 @@ fn criterion_mean(group: &str, func: &str, len: usize) -> Option<f64> {
 
 fn main() {
     let cases = cases();
+    // `GATE_BODIES=DIR` writes the benchmark's request bodies there, for other tools.
+    if let Some(dir) = std::env::var_os("GATE_BODIES") {
+        for case in &cases {
+            let path = std::path::Path::new(&dir).join(format!("{}.json", case.name));
+            if let Err(e) = std::fs::write(&path, &case.bytes) {
+                eprintln!("{}: {e}", path.display());
+            }
+        }
+        return;
+    }
     let policy = policy();
     for case in &cases {
         // The bench must measure the ALLOW path on a valid request.

@@ -225,7 +225,7 @@ impl Api {
         };
         let (shape, human, held, hold_id) =
             if object.contains_key("v") && object.contains_key("request") {
-                match Digest::from_value(serde_json::Value::Object(object)) {
+                match Digest::parse(&req.body) {
                     Ok(d) => {
                         let held = d.holds(d.request.wire_form());
                         (d.request, d.human, held, d.hold_id)
@@ -249,7 +249,7 @@ impl Api {
                         )
                     }
                 };
-                match request::shape_of(route, &object, &caller.fingerprint_key) {
+                match request::shape_of(route, &object, &caller.fingerprint_key, req.body.len()) {
                     Ok(shape) => {
                         let held = self
                             .gatekeeper

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use pingora::connectors::http::Connector;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::proxy::Session;
-use pingora::{ErrorType, Result};
+use pingora::{Error, ErrorType, Result};
 use serde_json::{Map, Value};
 
 use super::errors::GateError;
@@ -53,7 +53,6 @@ pub(super) struct Forward<'a> {
     pub decision_id: &'a str,
     pub served_model: &'a str,
     pub original: Bytes,
-    pub body: Map<String, Value>,
     pub downgrade: bool,
     pub stream: bool,
     pub wants_usage: bool,
@@ -74,33 +73,34 @@ struct Outcome {
 }
 
 impl Forward<'_> {
-    /// The body to send upstream: the caller's exact bytes unless the gate must change it.
-    fn upstream_body(&mut self) -> (Bytes, bool) {
-        let mut changed = false;
-        if self.downgrade {
-            self.body
-                .insert("model".into(), Value::String(self.served_model.to_string()));
-            changed = true;
-        }
+    /// The body to send upstream: the caller's exact bytes unless the gate must change it
+    /// (DOWNGRADE's model; the usage chunk asked for on the caller's behalf). Only those rarer
+    /// paths parse the body again, into a map that can be edited.
+    fn upstream_body(&self) -> Result<(Bytes, bool)> {
         // Ask for usage on the caller's behalf; the extra chunk is stripped before it reaches a
         // client that did not ask for it.
         let strip = self.route == Route::OpenAiChat && self.stream && !self.wants_usage;
+        if !self.downgrade && !strip {
+            return Ok((self.original.clone(), false));
+        }
+        // The gate parsed these bytes as a JSON object already, with the same parser.
+        let Ok(mut body) = serde_json::from_slice::<Map<String, Value>>(&self.original) else {
+            return Error::e_explain(ErrorType::InternalError, "request body re-parse failed");
+        };
+        if self.downgrade {
+            body.insert("model".into(), Value::String(self.served_model.to_string()));
+        }
         if strip {
-            let mut options = match self.body.get("stream_options") {
+            let mut options = match body.get("stream_options") {
                 Some(Value::Object(o)) => o.clone(),
                 _ => Map::new(),
             };
             options.insert("include_usage".into(), Value::Bool(true));
-            self.body
-                .insert("stream_options".into(), Value::Object(options));
-            changed = true;
+            body.insert("stream_options".into(), Value::Object(options));
         }
-        let bytes = if changed {
-            Bytes::from(serde_json::to_vec(&self.body).unwrap_or_default())
-        } else {
-            self.original.clone()
-        };
-        (bytes, strip)
+        let bytes = serde_json::to_vec(&body)
+            .or_else(|_| Error::e_explain(ErrorType::InternalError, "request body rewrite"))?;
+        Ok((Bytes::from(bytes), strip))
     }
 
     fn upstream_header(&self, session: &Session, len: usize) -> Result<RequestHeader> {
@@ -124,28 +124,43 @@ impl Forward<'_> {
         Ok(header)
     }
 
-    pub(super) async fn run(mut self, session: &mut Session) -> Result<()> {
-        let (body, strip) = self.upstream_body();
-        let header = self.upstream_header(session, body.len())?;
+    fn report(&self, usage: Option<Usage>, complete: bool) -> UsageReport {
+        UsageReport {
+            key_id: self.key_id.to_string(),
+            decision_id: self.decision_id.to_string(),
+            usage,
+            served_model: self.served_model.to_string(),
+            wire: if self.stream {
+                WireForm::Sse
+            } else {
+                WireForm::Json
+            },
+            complete,
+        }
+    }
+
+    pub(super) async fn run(self, session: &mut Session) -> Result<()> {
+        let prepared = self.upstream_body().and_then(|(body, strip)| {
+            Ok((self.upstream_header(session, body.len())?, body, strip))
+        });
+        let (header, body, strip) = match prepared {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                // Nothing went upstream: the decision's reservation is released.
+                self.recorder
+                    .record(self.gatekeeper, self.report(None, false));
+                return Err(e);
+            }
+        };
         let result = self.exchange(session, header, body, strip).await;
         let (mut outcome, error) = match result {
             Ok(outcome) => (outcome, None),
             Err((outcome, err)) => (outcome, Some(err)),
         };
-        let wire = if self.stream {
-            WireForm::Sse
-        } else {
-            WireForm::Json
-        };
-        let report = UsageReport {
-            key_id: self.key_id.to_string(),
-            decision_id: self.decision_id.to_string(),
-            usage: outcome.usage,
-            served_model: self.served_model.to_string(),
-            wire,
-            complete: outcome.complete,
-        };
-        self.recorder.record(self.gatekeeper, report);
+        self.recorder.record(
+            self.gatekeeper,
+            self.report(outcome.usage, outcome.complete),
+        );
         let success = (200..300).contains(&outcome.status);
         if let (true, true, true, Some(_), Some((content_type, bytes))) = (
             self.reusable,

@@ -337,7 +337,7 @@ impl GateProxy {
             }
         };
 
-        let wants_usage = wants_usage_chunk(&parsed.body);
+        let wants_usage = parsed.include_usage;
         match decided.verdict {
             Verdict::Serve => {
                 let Some(answer) = stored else {
@@ -419,7 +419,6 @@ impl GateProxy {
                     decision_id: &decided.decision_id,
                     served_model: &served_model,
                     original: body,
-                    body: parsed.body,
                     downgrade: decided.verdict == Verdict::Downgrade,
                     stream: shape.stream,
                     wants_usage,
@@ -488,14 +487,6 @@ fn block_message(status: u16) -> &'static str {
         402 => "refused by a budget rule: the key's budget cannot cover this call",
         _ => "refused: the request's score is in the BLOCK band",
     }
-}
-
-/// Whether an OpenAI client asked for the usage chunk of a stream.
-fn wants_usage_chunk(body: &serde_json::Map<String, serde_json::Value>) -> bool {
-    body.get("stream_options")
-        .and_then(|o| o.get("include_usage"))
-        .and_then(serde_json::Value::as_bool)
-        .unwrap_or(false)
 }
 
 #[async_trait]

@@ -1,20 +1,20 @@
 //! Anthropic `messages` bodies → the shape's parts.
 
-use serde_json::{Map, Value};
+use super::json::{Json, Object, Str};
 
 use super::canonical::{compact_json_chars, tool_name_hash, Canonical};
-use super::{chars, Parts, Role, ShapeError, Turn};
+use super::{Parts, Role, ShapeError, Turn};
 
-pub(super) fn parts(body: &Map<String, Value>, canonical: &Canonical) -> Result<Parts, ShapeError> {
+pub(super) fn parts(body: &Object, canonical: &Canonical) -> Result<Parts, ShapeError> {
     let key = canonical.key;
     let system_chars = match body.get("system") {
-        None | Some(Value::Null) => 0,
-        Some(Value::String(s)) => chars(s),
-        Some(Value::Array(blocks)) => {
+        None | Some(Json::Null) => 0,
+        Some(Json::String(s)) => s.chars(),
+        Some(Json::Array(blocks)) => {
             let mut total = 0;
             for block in blocks {
                 match block.get("text") {
-                    Some(Value::String(s)) => total += chars(s),
+                    Some(Json::String(s)) => total += s.chars(),
                     _ => {
                         return Err(ShapeError::WrongType {
                             field: "system",
@@ -34,7 +34,7 @@ pub(super) fn parts(body: &Map<String, Value>, canonical: &Canonical) -> Result<
     };
 
     let messages = match body.get("messages") {
-        Some(Value::Array(items)) => items,
+        Some(Json::Array(items)) => items,
         None => return Err(ShapeError::Missing("messages")),
         Some(_) => {
             return Err(ShapeError::WrongType {
@@ -47,29 +47,29 @@ pub(super) fn parts(body: &Map<String, Value>, canonical: &Canonical) -> Result<
     let mut calls_per_turn = Vec::with_capacity(messages.len());
     for (index, message) in messages.iter().enumerate() {
         let err = |problem| ShapeError::Message { index, problem };
-        let Value::Object(message) = message else {
+        let Json::Object(message) = message else {
             return Err(err("must be an object"));
         };
         let role = match message.get("role") {
-            Some(Value::String(r)) if r == "user" => Role::User,
-            Some(Value::String(r)) if r == "assistant" => Role::Assistant,
+            Some(Json::String(r)) if r.is("user") => Role::User,
+            Some(Json::String(r)) if r.is("assistant") => Role::Assistant,
             _ => return Err(err("role must be \"user\" or \"assistant\"")),
         };
         let mut called = Vec::new();
         let turn_chars = match message.get("content") {
-            Some(Value::String(s)) => chars(s),
-            Some(Value::Array(blocks)) => {
+            Some(Json::String(s)) => s.chars(),
+            Some(Json::Array(blocks)) => {
                 let mut total = 0;
                 for block in blocks {
-                    let Value::Object(block) = block else {
+                    let Json::Object(block) = block else {
                         return Err(err("content blocks must be objects"));
                     };
                     total += block_chars(block);
-                    if let (Some(Value::String(kind)), Some(Value::String(name))) =
+                    if let (Some(Json::String(kind)), Some(Json::String(name))) =
                         (block.get("type"), block.get("name"))
                     {
-                        if kind == "tool_use" || kind == "server_tool_use" {
-                            called.push(tool_name_hash(key, name));
+                        if kind.is("tool_use") || kind.is("server_tool_use") {
+                            called.push(tool_name_hash(key, &name.to_cow()));
                         }
                     }
                 }
@@ -84,7 +84,7 @@ pub(super) fn parts(body: &Map<String, Value>, canonical: &Canonical) -> Result<
         turns.push(Turn {
             role,
             chars: turn_chars,
-            hash: canonical.message_hashes[index],
+            hash: canonical.message_hash(index),
         });
         calls_per_turn.push(called);
     }
@@ -100,28 +100,32 @@ pub(super) fn parts(body: &Map<String, Value>, canonical: &Canonical) -> Result<
 }
 
 /// Characters of one content block: text, tool inputs and tool results count; media does not.
-fn block_chars(block: &Map<String, Value>) -> u64 {
-    let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
-    match kind {
+fn block_chars(block: &Object) -> u64 {
+    let kind = block
+        .get("type")
+        .and_then(Json::as_string)
+        .map(Str::to_cow)
+        .unwrap_or_default();
+    match kind.as_ref() {
         "tool_use" | "server_tool_use" => block.get("input").map(compact_json_chars).unwrap_or(0),
         "tool_result" => match block.get("content") {
-            Some(Value::String(s)) => chars(s),
-            Some(Value::Array(parts)) => parts
+            Some(Json::String(s)) => s.chars(),
+            Some(Json::Array(parts)) => parts
                 .iter()
-                .filter_map(|p| p.get("text").and_then(Value::as_str))
-                .map(chars)
+                .filter_map(|p| p.get("text").and_then(Json::as_string))
+                .map(Str::chars)
                 .sum(),
             _ => 0,
         },
         "thinking" => block
             .get("thinking")
-            .and_then(Value::as_str)
-            .map(chars)
+            .and_then(Json::as_string)
+            .map(Str::chars)
             .unwrap_or(0),
         _ => block
             .get("text")
-            .and_then(Value::as_str)
-            .map(chars)
+            .and_then(Json::as_string)
+            .map(Str::chars)
             .unwrap_or(0),
     }
 }

@@ -8,8 +8,8 @@
 use std::fmt;
 use std::ops::Range;
 
+use super::json::{self, Json, Object};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_json::{Map, Value};
 
 use super::Route;
 
@@ -70,22 +70,31 @@ pub fn tool_name_hash(key: &[u8; 32], name: &str) -> Hash {
     keyed(key, TOOL_NAME_DOMAIN, &[name.as_bytes()])
 }
 
-/// The fingerprint, plus each message's turn hash and each tool definition's size.
+/// The fingerprint, each tool definition's size, and the turn hashes on demand.
 pub struct Canonical<'k> {
     pub key: &'k [u8; 32],
     pub fingerprint: Hash,
-    pub message_hashes: Vec<Hash>,
     pub tool_chars: Vec<u64>,
+    /// The fingerprint's input: domain, route, then the canonical body.
+    buf: Vec<u8>,
+    message_ranges: Vec<Range<usize>>,
 }
 
 impl<'k> Canonical<'k> {
-    pub fn of(route: Route, body: &Map<String, Value>, key: &'k [u8; 32]) -> Self {
-        let mut buf = Vec::with_capacity(4096);
+    pub fn of(route: Route, body: &Object, key: &'k [u8; 32], size_hint: usize) -> Self {
+        let mut buf = Vec::with_capacity(size_hint + 64);
+        // The prefix goes in the same buffer so that BLAKE3 gets the whole input in one
+        // update: after a separate small update its chunk counter would be unaligned and it
+        // could not hash the following chunks in parallel.
+        buf.extend_from_slice(FINGERPRINT_DOMAIN);
+        buf.extend_from_slice(route.as_str().as_bytes());
+        buf.push(0);
         let mut message_ranges = Vec::new();
         let mut tool_ranges = Vec::new();
         buf.push(b'{');
         let mut first = true;
-        for (name, value) in body {
+        for (member, value) in body.members() {
+            let name = member.as_ref();
             if name == "stream" || name == "stream_options" {
                 continue;
             }
@@ -93,27 +102,21 @@ impl<'k> Canonical<'k> {
                 buf.push(b',');
             }
             first = false;
-            let _ = serde_json::to_writer(&mut buf, name.as_str());
+            json::write_key(&mut buf, member);
             buf.push(b':');
-            match (name.as_str(), value) {
-                ("messages", Value::Array(items)) => {
+            match (name, value) {
+                ("messages", Json::Array(items)) => {
                     write_elements(&mut buf, items, &mut message_ranges)
                 }
-                ("tools", Value::Array(items)) => write_elements(&mut buf, items, &mut tool_ranges),
-                _ => write_json(&mut buf, value),
+                ("tools", Json::Array(items)) => write_elements(&mut buf, items, &mut tool_ranges),
+                _ => json::write_compact(&mut buf, value),
             }
         }
         buf.push(b'}');
 
-        let fingerprint = keyed(
-            key,
-            FINGERPRINT_DOMAIN,
-            &[route.as_str().as_bytes(), b"\0", &buf],
-        );
-        let message_hashes = message_ranges
-            .iter()
-            .map(|r| keyed(key, TURN_DOMAIN, &[&buf[r.clone()]]))
-            .collect();
+        let mut hasher = blake3::Hasher::new_keyed(key);
+        hasher.update(&buf);
+        let fingerprint = Hash(*hasher.finalize().as_bytes());
         let tool_chars = tool_ranges
             .iter()
             .map(|r| utf8_chars(&buf[r.clone()]))
@@ -121,28 +124,31 @@ impl<'k> Canonical<'k> {
         Canonical {
             key,
             fingerprint,
-            message_hashes,
             tool_chars,
+            buf,
+            message_ranges,
         }
+    }
+
+    /// The turn hash of `messages[index]`: computed only for messages that are turns (a
+    /// system prompt is not).
+    pub fn message_hash(&self, index: usize) -> Hash {
+        let range = self.message_ranges.get(index).cloned().unwrap_or_default();
+        keyed(self.key, TURN_DOMAIN, &[&self.buf[range]])
     }
 }
 
-fn write_elements(buf: &mut Vec<u8>, items: &[Value], ranges: &mut Vec<Range<usize>>) {
+fn write_elements(buf: &mut Vec<u8>, items: &[Json], ranges: &mut Vec<Range<usize>>) {
     buf.push(b'[');
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
             buf.push(b',');
         }
         let start = buf.len();
-        write_json(buf, item);
+        json::write_compact(buf, item);
         ranges.push(start..buf.len());
     }
     buf.push(b']');
-}
-
-fn write_json(buf: &mut Vec<u8>, value: &Value) {
-    // Writing a `Value` into a Vec cannot fail: its keys are strings and Vec writes are total.
-    let _ = serde_json::to_writer(buf, value);
 }
 
 /// Unicode scalar values in valid UTF-8: every byte that is not a continuation byte.
@@ -151,21 +157,21 @@ pub fn utf8_chars(bytes: &[u8]) -> u64 {
 }
 
 /// Characters of a value's compact JSON, without keeping the text.
-pub fn compact_json_chars(value: &Value) -> u64 {
+pub fn compact_json_chars(value: &Json) -> u64 {
     match value {
-        Value::String(s) => super::chars(s),
+        Json::String(s) => s.chars(),
         _ => {
             let mut buf = Vec::new();
-            write_json(&mut buf, value);
+            json::write_compact(&mut buf, value);
             utf8_chars(&buf)
         }
     }
 }
 
-/// Whether an object key occurs anywhere in the value (iterative: no recursion on depth).
-pub fn contains_key(body: &Map<String, Value>, wanted: &str) -> bool {
-    let mut stack: Vec<&Value> = Vec::new();
-    for (k, v) in body {
+/// Whether an object key occurs anywhere in the body (iterative: no recursion on depth).
+pub fn contains_key(body: &Object, wanted: &str) -> bool {
+    let mut stack: Vec<&Json> = Vec::new();
+    for (k, v) in body.iter() {
         if k == wanted {
             return true;
         }
@@ -173,15 +179,15 @@ pub fn contains_key(body: &Map<String, Value>, wanted: &str) -> bool {
     }
     while let Some(value) = stack.pop() {
         match value {
-            Value::Object(map) => {
-                for (k, v) in map {
+            Json::Object(map) => {
+                for (k, v) in map.iter() {
                     if k == wanted {
                         return true;
                     }
                     stack.push(v);
                 }
             }
-            Value::Array(items) => stack.extend(items.iter()),
+            Json::Array(items) => stack.extend(items.iter()),
             _ => {}
         }
     }

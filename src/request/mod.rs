@@ -6,10 +6,12 @@
 mod anthropic;
 mod canonical;
 pub mod digest;
+pub mod json;
 mod openai;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+
+use json::{Json, Object};
 
 pub use canonical::Hash;
 pub use digest::{Digest, DigestError, WireForm};
@@ -164,46 +166,51 @@ impl ShapeError {
     }
 }
 
-/// A parsed request: the shape, and the body as JSON for the proxy to forward or rewrite.
+/// A parsed request: the shape, and what the proxy needs to know of the body beside it.
 #[derive(Debug, Clone)]
 pub struct ParsedRequest {
     pub shape: RequestShape,
-    pub body: serde_json::Map<String, Value>,
+    /// OpenAI `stream_options.include_usage`: the client asked for the usage chunk.
+    pub include_usage: bool,
 }
 
 /// Parse a provider request body and derive its shape. `key` is the caller's fingerprint key.
 pub fn parse(route: Route, bytes: &[u8], key: &[u8; 32]) -> Result<ParsedRequest, ShapeError> {
     let body = parse_object(bytes)?;
-    let shape = shape_of(route, &body, key)?;
-    Ok(ParsedRequest { shape, body })
+    let shape = shape_of(route, &body, key, bytes.len())?;
+    let include_usage = body
+        .get("stream_options")
+        .and_then(|o| o.get("include_usage"))
+        .and_then(Json::as_bool)
+        .unwrap_or(false);
+    Ok(ParsedRequest {
+        shape,
+        include_usage,
+    })
 }
 
-pub fn parse_object(bytes: &[u8]) -> Result<serde_json::Map<String, Value>, ShapeError> {
+/// Parse a body that must be a JSON object, into the borrowed tree the shape is read from.
+pub fn parse_object(bytes: &[u8]) -> Result<Object<'_>, ShapeError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(ShapeError::Empty);
     }
-    match serde_json::from_slice::<Value>(bytes) {
-        Ok(Value::Object(map)) => Ok(map),
+    match json::parse(bytes) {
+        Ok(Json::Object(object)) => Ok(object),
         Ok(_) => Err(ShapeError::NotObject),
-        Err(e) => {
-            if std::str::from_utf8(bytes).is_err() {
-                Err(ShapeError::NotUtf8)
-            } else {
-                Err(ShapeError::NotJson {
-                    line: e.line(),
-                    column: e.column(),
-                })
-            }
-        }
+        Err(json::JsonError::NotUtf8) => Err(ShapeError::NotUtf8),
+        Err(json::JsonError::Syntax { line, column }) => Err(ShapeError::NotJson { line, column }),
     }
 }
 
+/// The shape of a parsed body; `size_hint` is the body's length (the canonical form is no
+/// longer, give or take escapes).
 pub fn shape_of(
     route: Route,
-    body: &serde_json::Map<String, Value>,
+    body: &Object,
     key: &[u8; 32],
+    size_hint: usize,
 ) -> Result<RequestShape, ShapeError> {
-    let canonical = canonical::Canonical::of(route, body, key);
+    let canonical = canonical::Canonical::of(route, body, key, size_hint);
     let common = common_fields(body)?;
     let parts = match route {
         Route::OpenAiChat => openai::parts(body, &canonical)?,
@@ -239,10 +246,10 @@ struct Common {
     stream: bool,
 }
 
-fn common_fields(body: &serde_json::Map<String, Value>) -> Result<Common, ShapeError> {
+fn common_fields(body: &Object) -> Result<Common, ShapeError> {
     let model = match body.get("model") {
-        Some(Value::String(m)) if !m.is_empty() => m.clone(),
-        Some(Value::String(_)) | None => return Err(ShapeError::Missing("model")),
+        Some(Json::String(m)) if m.chars() > 0 => m.to_cow().into_owned(),
+        Some(Json::String(_)) | None => return Err(ShapeError::Missing("model")),
         Some(_) => {
             return Err(ShapeError::WrongType {
                 field: "model",
@@ -251,8 +258,8 @@ fn common_fields(body: &serde_json::Map<String, Value>) -> Result<Common, ShapeE
         }
     };
     let temperature = match body.get("temperature") {
-        None | Some(Value::Null) => None,
-        Some(Value::Number(n)) => n.as_f64(),
+        None | Some(Json::Null) => None,
+        Some(Json::Number(n)) => n.as_f64(),
         Some(_) => {
             return Err(ShapeError::WrongType {
                 field: "temperature",
@@ -261,8 +268,8 @@ fn common_fields(body: &serde_json::Map<String, Value>) -> Result<Common, ShapeE
         }
     };
     let seed = match body.get("seed") {
-        None | Some(Value::Null) => None,
-        Some(Value::Number(n)) => Some(n.as_i64().ok_or(ShapeError::WrongType {
+        None | Some(Json::Null) => None,
+        Some(Json::Number(n)) => Some(n.as_i64().ok_or(ShapeError::WrongType {
             field: "seed",
             expected: "an integer within 64 bits",
         })?),
@@ -274,8 +281,8 @@ fn common_fields(body: &serde_json::Map<String, Value>) -> Result<Common, ShapeE
         }
     };
     let stream = match body.get("stream") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
+        None | Some(Json::Null) => false,
+        Some(Json::Bool(b)) => *b,
         Some(_) => {
             return Err(ShapeError::WrongType {
                 field: "stream",
@@ -292,13 +299,10 @@ fn common_fields(body: &serde_json::Map<String, Value>) -> Result<Common, ShapeE
     })
 }
 
-fn opt_u64(
-    body: &serde_json::Map<String, Value>,
-    field: &'static str,
-) -> Result<Option<u64>, ShapeError> {
+fn opt_u64(body: &Object, field: &'static str) -> Result<Option<u64>, ShapeError> {
     match body.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => n.as_u64().map(Some).ok_or(ShapeError::WrongType {
+        None | Some(Json::Null) => Ok(None),
+        Some(Json::Number(n)) => n.as_u64().map(Some).ok_or(ShapeError::WrongType {
             field,
             expected: "a non-negative integer within 64 bits",
         }),
@@ -317,11 +321,6 @@ pub(crate) struct Parts {
     pub called_tool_hashes: Vec<Hash>,
 }
 
-/// Unicode scalar values in a string.
-pub(crate) fn chars(s: &str) -> u64 {
-    s.chars().count() as u64
-}
-
 /// Tool names called in the history: every turn but the newest.
 pub(crate) fn history_calls(mut calls_per_turn: Vec<Vec<Hash>>) -> Vec<Hash> {
     calls_per_turn.pop();
@@ -337,14 +336,14 @@ pub(crate) fn saturating_sum(values: impl Iterator<Item = u64>) -> u64 {
 
 /// The request's tool definitions: each needs a name (found by `name_of`, which differs by
 /// provider); its size is the characters of its compact JSON.
-pub(crate) fn tool_defs(
-    body: &serde_json::Map<String, Value>,
+pub(crate) fn tool_defs<'b>(
+    body: &'b Object,
     canonical: &canonical::Canonical,
-    name_of: impl Fn(&Value) -> Option<&Value>,
+    name_of: impl Fn(&'b Json<'b>) -> Option<&'b Json<'b>>,
 ) -> Result<Vec<ToolDef>, ShapeError> {
     let items = match body.get("tools") {
-        None | Some(Value::Null) => return Ok(Vec::new()),
-        Some(Value::Array(items)) => items,
+        None | Some(Json::Null) => return Ok(Vec::new()),
+        Some(Json::Array(items)) => items,
         Some(_) => {
             return Err(ShapeError::WrongType {
                 field: "tools",
@@ -356,8 +355,8 @@ pub(crate) fn tool_defs(
         .iter()
         .enumerate()
         .map(|(index, tool)| match name_of(tool) {
-            Some(Value::String(name)) => Ok(ToolDef {
-                name_hash: canonical::tool_name_hash(canonical.key, name),
+            Some(Json::String(name)) => Ok(ToolDef {
+                name_hash: canonical::tool_name_hash(canonical.key, &name.to_cow()),
                 chars: canonical.tool_chars[index],
             }),
             _ => Err(ShapeError::Tool {

@@ -1,13 +1,13 @@
 //! OpenAI `chat/completions` bodies → the shape's parts.
 
-use serde_json::{Map, Value};
+use super::json::{Json, Object};
 
 use super::canonical::{compact_json_chars, tool_name_hash, Canonical};
-use super::{chars, Parts, Role, ShapeError, Turn};
+use super::{Parts, Role, ShapeError, Turn};
 
-pub(super) fn parts(body: &Map<String, Value>, canonical: &Canonical) -> Result<Parts, ShapeError> {
+pub(super) fn parts(body: &Object, canonical: &Canonical) -> Result<Parts, ShapeError> {
     let messages = match body.get("messages") {
-        Some(Value::Array(items)) => items,
+        Some(Json::Array(items)) => items,
         None => return Err(ShapeError::Missing("messages")),
         Some(_) => {
             return Err(ShapeError::WrongType {
@@ -22,17 +22,17 @@ pub(super) fn parts(body: &Map<String, Value>, canonical: &Canonical) -> Result<
     let mut calls_per_turn: Vec<Vec<super::Hash>> = Vec::with_capacity(messages.len());
     for (index, message) in messages.iter().enumerate() {
         let err = |problem| ShapeError::Message { index, problem };
-        let Value::Object(message) = message else {
+        let Json::Object(message) = message else {
             return Err(err("must be an object"));
         };
         let role = match message.get("role") {
-            Some(Value::String(role)) => role.as_str(),
+            Some(Json::String(role)) => role.to_cow(),
             _ => return Err(err("role must be a string")),
         };
         let content_chars = content_chars(message.get("content")).ok_or(err(
             "content must be a string, an array of content parts, or null",
         ))?;
-        let role = match role {
+        let role = match role.as_ref() {
             "system" | "developer" => {
                 system_chars += content_chars;
                 continue;
@@ -50,7 +50,7 @@ pub(super) fn parts(body: &Map<String, Value>, canonical: &Canonical) -> Result<
         let mut turn_chars = content_chars;
         let mut called = Vec::new();
         if let Some(calls) = message.get("tool_calls") {
-            let Value::Array(calls) = calls else {
+            let Json::Array(calls) = calls else {
                 return Err(err("tool_calls must be an array"));
             };
             for call in calls {
@@ -58,23 +58,23 @@ pub(super) fn parts(body: &Map<String, Value>, canonical: &Canonical) -> Result<
                 let (name, arguments) = function
                     .map(|f| (f.get("name"), f.get("arguments").or_else(|| f.get("input"))))
                     .unwrap_or((None, None));
-                let Some(Value::String(name)) = name else {
+                let Some(Json::String(name)) = name else {
                     return Err(err("tool_calls entries need a function name"));
                 };
-                called.push(tool_name_hash(key, name));
+                called.push(tool_name_hash(key, &name.to_cow()));
                 turn_chars += arguments.map(compact_json_chars).unwrap_or(0);
             }
         }
-        if let Some(Value::Object(call)) = message.get("function_call") {
-            if let Some(Value::String(name)) = call.get("name") {
-                called.push(tool_name_hash(key, name));
+        if let Some(Json::Object(call)) = message.get("function_call") {
+            if let Some(Json::String(name)) = call.get("name") {
+                called.push(tool_name_hash(key, &name.to_cow()));
             }
             turn_chars += call.get("arguments").map(compact_json_chars).unwrap_or(0);
         }
         turns.push(Turn {
             role,
             chars: turn_chars,
-            hash: canonical.message_hashes[index],
+            hash: canonical.message_hash(index),
         });
         calls_per_turn.push(called);
     }
@@ -97,19 +97,19 @@ pub(super) fn parts(body: &Map<String, Value>, canonical: &Canonical) -> Result<
 }
 
 /// Characters of a message's content: text parts count, media parts count nothing.
-fn content_chars(content: Option<&Value>) -> Option<u64> {
+fn content_chars(content: Option<&Json>) -> Option<u64> {
     match content {
-        None | Some(Value::Null) => Some(0),
-        Some(Value::String(s)) => Some(chars(s)),
-        Some(Value::Array(parts)) => {
+        None | Some(Json::Null) => Some(0),
+        Some(Json::String(s)) => Some(s.chars()),
+        Some(Json::Array(parts)) => {
             let mut total = 0;
             for part in parts {
                 match part {
-                    Value::String(s) => total += chars(s),
-                    Value::Object(p) => {
+                    Json::String(s) => total += s.chars(),
+                    Json::Object(p) => {
                         for field in ["text", "refusal"] {
-                            if let Some(Value::String(s)) = p.get(field) {
-                                total += chars(s);
+                            if let Some(Json::String(s)) = p.get(field) {
+                                total += s.chars();
                             }
                         }
                     }
