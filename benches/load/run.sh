@@ -61,7 +61,7 @@ run() { # name port mode
   local name=$1 port=$2 mode=$3 out=$WORK/wrk-$1.txt
   # A profile is taken while the load runs (it costs the profiled run some throughput).
   if [ -n "${PERF:-}" ] && [ "$name" = "$PERF" ] && command -v perf >/dev/null; then
-    (sleep 2; perf record -F 999 -g -p $TS_PID -o "$WORK/perf.data" -- sleep 4 >/dev/null 2>&1) &
+    (sleep 2; perf record -F 999 ${PERF_ARGS:--g} -p $TS_PID -o "$WORK/perf.data" -- sleep 4 >/dev/null 2>&1) &
     PERF_PID=$!
   fi
   LOAD_MODE=$mode timeout 60 wrk -t$WRK_THREADS -c$CONNS -d$DURATION --latency -s benches/load/chat.lua \

@@ -313,7 +313,6 @@ impl Gatekeeper {
         drop(policy);
 
         let body = decision.receipt_body();
-        let envelope = self.signer.sign(&body);
         let decision_id = crate::receipt::decision_id(&body);
 
         if mode == Mode::Commit {
@@ -369,7 +368,12 @@ impl Gatekeeper {
                 self.store.submit(e);
             }
             self.count(&decision);
+        } else {
+            drop(st);
         }
+        // Signing is the slowest step of a decision and needs no shared state: it runs after
+        // the state lock is released, so concurrent requests do not queue behind it.
+        let envelope = self.signer.sign(&body);
         self.metrics
             .decision_seconds
             .observe(started.elapsed().as_secs_f64());
