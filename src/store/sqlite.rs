@@ -47,12 +47,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rusqlite::types::Type;
-use rusqlite::{params, Connection, Row, TransactionBehavior};
+use rusqlite::types::{ToSqlOutput, Type, ValueRef};
+use rusqlite::ToSql;
+use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 
 use super::{
     civil_from_days, period_start, DecisionRow, Event, HoldRow, HoldState, LedgerDay, LedgerTotals,
-    Snapshot, Store, StoreError,
+    Snapshot, Store, StoreError, UsageRow,
 };
 use crate::config::{BudgetPeriod, Prices};
 use crate::gate::{Usage, Verdict};
@@ -164,11 +165,91 @@ const MIGRATIONS: &[&str] = &[
         max_output  INTEGER NOT NULL
     );
     "#,
+    // 2: cheaper writes of the ALLOW path (decision + usage).
+    // - Decision ids and decision fingerprints of 64 lowercase hex digits (all the gate makes)
+    //   are stored as their 32 bytes, anything else as the text it is (see `Hex32`).
+    // - A usage row is unique per decision by the decision's row id (`usage.decision`, close
+    //   to the end of its index) instead of by the random decision id; a usage stored before
+    //   its decision (`decision` NULL) is unique by decision id. See `insert_usage`.
+    // - `decisions.open` = 1 now means "may be open": loads also check for the usage and
+    //   expiry rows (`settled!`), so the writer clears it without a savepoint (see `settle`).
+    r#"
+    UPDATE decisions SET decision_id = unhex(decision_id)
+        WHERE typeof(decision_id) = 'text' AND length(decision_id) = 64
+          AND decision_id NOT GLOB '*[^0-9a-f]*';
+    UPDATE decisions SET fingerprint = unhex(fingerprint)
+        WHERE typeof(fingerprint) = 'text' AND length(fingerprint) = 64
+          AND fingerprint NOT GLOB '*[^0-9a-f]*';
+    UPDATE usage SET decision_id = unhex(decision_id)
+        WHERE typeof(decision_id) = 'text' AND length(decision_id) = 64
+          AND decision_id NOT GLOB '*[^0-9a-f]*';
+    UPDATE reservation_expiries SET decision_id = unhex(decision_id)
+        WHERE typeof(decision_id) = 'text' AND length(decision_id) = 64
+          AND decision_id NOT GLOB '*[^0-9a-f]*';
+
+    CREATE TABLE usage_v2 (
+        id           INTEGER PRIMARY KEY,
+        decision_id  BLOB    NOT NULL,
+        decision     INTEGER,
+        key_id       TEXT    NOT NULL,
+        at_ms        INTEGER NOT NULL,
+        served_model TEXT    NOT NULL,
+        wire         TEXT    NOT NULL CHECK (wire IN ('json', 'sse')),
+        complete     INTEGER NOT NULL,
+        input        INTEGER NOT NULL,
+        cache_write  INTEGER NOT NULL,
+        cache_read   INTEGER NOT NULL,
+        output       INTEGER NOT NULL,
+        spend_nano   INTEGER NOT NULL
+    );
+    INSERT INTO usage_v2 (id, decision_id, decision, key_id, at_ms, served_model, wire,
+                          complete, input, cache_write, cache_read, output, spend_nano)
+        SELECT u.id, u.decision_id,
+               (SELECT d.id FROM decisions AS d WHERE d.decision_id = u.decision_id),
+               u.key_id, u.at_ms, u.served_model, u.wire, u.complete, u.input, u.cache_write,
+               u.cache_read, u.output, u.spend_nano
+        FROM usage AS u;
+    DROP TABLE usage;
+    ALTER TABLE usage_v2 RENAME TO usage;
+    CREATE UNIQUE INDEX usage_decision ON usage (decision);
+    CREATE UNIQUE INDEX usage_early ON usage (decision_id) WHERE decision IS NULL;
+    CREATE INDEX usage_key_time ON usage (key_id, at_ms);
+    "#,
 ];
 
-const DECISION_COLUMNS: &str = "decision_id, key_id, fingerprint, verdict, reason, score, \
-     model_requested, model_served, wire, decided_at_ms, reserved_nano, worst_case_tokens, \
-     tokens_not_bought, worst_case_tokens_avoided, findings_tokens, hold_id";
+macro_rules! decision_columns {
+    () => {
+        "decision_id, key_id, fingerprint, verdict, reason, score, model_requested, \
+         model_served, wire, decided_at_ms, reserved_nano, worst_case_tokens, \
+         tokens_not_bought, worst_case_tokens_avoided, findings_tokens, hold_id"
+    };
+}
+const DECISION_COLUMNS: &str = decision_columns!();
+/// Built once: the statement cache is keyed by the SQL text.
+const INSERT_DECISION: &str = concat!(
+    "INSERT INTO decisions (",
+    decision_columns!(),
+    ", open) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+);
+/// Whether decision `d` is settled: it has a usage row (stored after it, or before it) or an
+/// expiry charge.
+macro_rules! settled {
+    () => {
+        "(EXISTS (SELECT 1 FROM usage AS u WHERE u.decision = d.id) \
+          OR EXISTS (SELECT 1 FROM usage AS u \
+                     WHERE u.decision IS NULL AND u.decision_id = d.decision_id) \
+          OR EXISTS (SELECT 1 FROM reservation_expiries AS e \
+                     WHERE e.decision_id = d.decision_id))"
+    };
+}
+/// `open = 1` marks a decision that *may* hold an open reservation (see [`settle`]).
+const SELECT_OPEN: &str = concat!(
+    "SELECT ",
+    decision_columns!(),
+    " FROM decisions AS d WHERE open = 1 AND NOT ",
+    settled!(),
+    " ORDER BY decided_at_ms, id"
+);
 
 type Ack = SyncSender<Result<(), StoreError>>;
 
@@ -211,6 +292,7 @@ impl SqliteStore {
         let mut conn = Connection::open(&path).map_err(sql_error)?;
         configure_writer(&conn)?;
         migrate(&mut conn)?;
+        clear_settled_marks(&conn)?;
 
         let reader = Connection::open(&path).map_err(sql_error)?;
         reader.busy_timeout(BUSY_TIMEOUT).map_err(sql_error)?;
@@ -322,11 +404,7 @@ impl Store for SqliteStore {
                 .and_then(Iterator::collect)
                 .map_err(sql_error)?;
 
-            let sql = format!(
-                "SELECT {DECISION_COLUMNS} FROM decisions WHERE open = 1 \
-                 ORDER BY decided_at_ms, id"
-            );
-            let mut stmt = tx.prepare_cached(&sql).map_err(sql_error)?;
+            let mut stmt = tx.prepare_cached(SELECT_OPEN).map_err(sql_error)?;
             snap.open_reservations = stmt
                 .query_map([], decision_from_row)
                 .and_then(Iterator::collect)
@@ -577,9 +655,13 @@ impl Store for SqliteStore {
 
     fn usage_recorded(&self, decision_id: &str) -> Result<bool, StoreError> {
         self.read(|tx| {
-            tx.prepare_cached("SELECT EXISTS (SELECT 1 FROM usage WHERE decision_id = ?1)")
-                .and_then(|mut s| s.query_row([decision_id], |r| r.get(0)))
-                .map_err(sql_error)
+            tx.prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM usage WHERE decision = \
+                                (SELECT id FROM decisions WHERE decision_id = ?1)) \
+                     OR EXISTS (SELECT 1 FROM usage WHERE decision IS NULL AND decision_id = ?1)",
+            )
+            .and_then(|mut s| s.query_row([Hex32::of(decision_id)], |r| r.get(0)))
+            .map_err(sql_error)
         })
     }
 }
@@ -763,9 +845,9 @@ impl Writer {
 ///
 /// An event of several statements runs in a savepoint so that it is applied whole or not at
 /// all; a single statement is atomic by itself (SQLite undoes a failed statement alone), so
-/// the common events (decisions) skip the savepoint's cost (about a third of the insert
-/// rate). Should SQLite roll back the whole transaction on an error (I/O error, disk full),
-/// the batch fails as a whole.
+/// the common events (decisions, usage) skip the savepoint's cost (about a third of the
+/// insert rate). Should SQLite roll back the whole transaction on an error (I/O error, disk
+/// full), the batch fails as a whole.
 fn write_batch(
     conn: &mut Connection,
     events: &[(Box<Event>, Option<Ack>)],
@@ -795,32 +877,30 @@ fn write_batch(
     Ok(results)
 }
 
-/// Whether [`apply`] writes the event with one statement.
+/// Whether [`apply`] writes the event with one statement (usage and expiries: one row, and
+/// a [`settle`] that needs no atomicity with it).
 fn single_statement(event: &Event) -> bool {
     match event {
         Event::Decision(_)
+        | Event::Usage(_)
+        | Event::ReservationExpired { .. }
         | Event::Hold(_)
         | Event::Recorded { .. }
         | Event::BudgetSet { .. }
         | Event::PricesSet { .. } => true,
-        Event::Usage(_) | Event::ReservationExpired { .. } | Event::Forget { .. } => false,
+        Event::Forget { .. } => false,
     }
 }
 
 fn apply(conn: &Connection, event: &Event) -> rusqlite::Result<()> {
     match event {
         Event::Decision(d) => {
-            let sql = format!(
-                "INSERT INTO decisions ({DECISION_COLUMNS}, open) VALUES \
-                 (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, \
-                  ?4 IN ('ALLOW', 'DOWNGRADE') AND ?11 > 0 \
-                  AND NOT EXISTS (SELECT 1 FROM usage WHERE decision_id = ?1) \
-                  AND NOT EXISTS (SELECT 1 FROM reservation_expiries WHERE decision_id = ?1))"
-            );
-            conn.prepare_cached(&sql)?.execute(params![
-                d.decision_id,
+            // A usage or expiry written before its decision is accounted for at load.
+            let open = d.verdict.forwards() && d.reserved_nano > 0;
+            conn.prepare_cached(INSERT_DECISION)?.execute(params![
+                Hex32::of(&d.decision_id),
                 d.key_id,
-                d.fingerprint,
+                d.fingerprint.as_deref().map(Hex32::of),
                 d.verdict.as_str(),
                 d.reason,
                 // NaN would be stored as NULL; it reads back as NaN.
@@ -835,29 +915,10 @@ fn apply(conn: &Connection, event: &Event) -> rusqlite::Result<()> {
                 to_i64(d.worst_case_tokens_avoided),
                 to_i64(d.findings_tokens),
                 d.hold_id,
+                open,
             ])?;
         }
-        Event::Usage(u) => {
-            conn.prepare_cached(
-                "INSERT INTO usage (decision_id, key_id, at_ms, served_model, wire, complete, \
-                 input, cache_write, cache_read, output, spend_nano) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-            )?
-            .execute(params![
-                u.decision_id,
-                u.key_id,
-                to_i64(u.at_ms),
-                u.served_model,
-                u.wire.as_str(),
-                u.complete,
-                to_i64(u.usage.input),
-                to_i64(u.usage.cache_write),
-                to_i64(u.usage.cache_read),
-                to_i64(u.usage.output),
-                to_i64(u.spend_nano),
-            ])?;
-            settle(conn, &u.decision_id)?;
-        }
+        Event::Usage(u) => insert_usage(conn, u)?,
         Event::ReservationExpired {
             decision_id,
             key_id,
@@ -870,12 +931,15 @@ fn apply(conn: &Connection, event: &Event) -> rusqlite::Result<()> {
                  VALUES (?1, ?2, ?3, ?4) ON CONFLICT (decision_id) DO NOTHING",
             )?
             .execute(params![
-                decision_id,
+                Hex32::of(decision_id),
                 key_id,
                 to_i64(*at_ms),
                 to_i64(*charged_nano)
             ])?;
-            settle(conn, decision_id)?;
+            let result = conn
+                .prepare_cached("UPDATE decisions SET open = 0 WHERE decision_id = ?1 AND open = 1")
+                .and_then(|mut s| s.execute([Hex32::of(decision_id)]));
+            settle(conn, result)?;
         }
         Event::Hold(h) => {
             // The latest state wins. The fingerprint is set when the hold is created and never
@@ -968,11 +1032,73 @@ fn apply(conn: &Connection, event: &Event) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// The decision's reservation is settled (by usage or by its expiry charge).
-fn settle(conn: &Connection, decision_id: &str) -> rusqlite::Result<()> {
-    conn.prepare_cached("UPDATE decisions SET open = 0 WHERE decision_id = ?1 AND open = 1")?
-        .execute([decision_id])?;
+/// Writes a usage row, at most one per decision id (see migration 2): keyed by the decision's
+/// row when the decision is stored (always so from the gate, the cheap case), else by the
+/// decision id.
+fn insert_usage(conn: &Connection, u: &UsageRow) -> rusqlite::Result<()> {
+    let id = Hex32::of(&u.decision_id);
+    let decision: Option<(i64, bool)> = conn
+        .prepare_cached("SELECT id, open FROM decisions WHERE decision_id = ?1")?
+        .query_row([&id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    if decision.is_some() {
+        // A usage stored before its decision counts too.
+        let early: bool = conn
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM usage WHERE decision IS NULL AND decision_id = ?1)",
+            )?
+            .query_row([&id], |r| r.get(0))?;
+        if early {
+            return Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE),
+                None,
+            ));
+        }
+    }
+    // The unique indexes reject a second row for the same decision.
+    conn.prepare_cached(
+        "INSERT INTO usage (decision_id, decision, key_id, at_ms, served_model, wire, complete, \
+         input, cache_write, cache_read, output, spend_nano) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+    )?
+    .execute(params![
+        id,
+        decision.map(|(row, _)| row),
+        u.key_id,
+        to_i64(u.at_ms),
+        u.served_model,
+        u.wire.as_str(),
+        u.complete,
+        to_i64(u.usage.input),
+        to_i64(u.usage.cache_write),
+        to_i64(u.usage.cache_read),
+        to_i64(u.usage.output),
+        to_i64(u.spend_nano),
+    ])?;
+    if let Some((row, true)) = decision {
+        let result = conn
+            .prepare_cached("UPDATE decisions SET open = 0 WHERE id = ?1")
+            .and_then(|mut s| s.execute([row]));
+        settle(conn, result)?;
+    }
     Ok(())
+}
+
+/// The outcome of clearing a decision's `open` mark once its usage or expiry row is written.
+/// The mark only keeps the set that [`SELECT_OPEN`] checks small: that query also checks for
+/// the usage and expiry rows, so a mark left set (this update failed, or the usage came
+/// before its decision) never rebuilds a settled reservation. Hence no savepoint around the
+/// event: its one row is written atomically by its own statement. An error that ended the
+/// transaction is still returned (the batch fails).
+fn settle(conn: &Connection, result: rusqlite::Result<usize>) -> rusqlite::Result<()> {
+    match result {
+        Err(e) if conn.is_autocommit() => Err(e),
+        Err(e) => {
+            tracing::warn!(error = %error_kind(&e), "store: open mark not cleared");
+            Ok(())
+        }
+        Ok(_) => Ok(()),
+    }
 }
 
 /// What a waiter is told when the database rejected its event.
@@ -1038,6 +1164,22 @@ fn configure_writer(conn: &Connection) -> Result<(), StoreError> {
         .map_err(sql_error)
 }
 
+/// Clears the `open` marks left on settled decisions (see [`settle`]), so that they are not
+/// checked again at every load.
+fn clear_settled_marks(conn: &Connection) -> Result<(), StoreError> {
+    conn.execute(
+        concat!(
+            "UPDATE decisions SET open = 0 WHERE id IN (SELECT id FROM decisions AS d \
+             WHERE open = 1 AND ",
+            settled!(),
+            ")"
+        ),
+        [],
+    )
+    .map(drop)
+    .map_err(sql_error)
+}
+
 /// Applies the pending migrations, each in its own transaction together with the new
 /// `user_version`. The version is read inside the (immediate, write-locked) transaction, so
 /// two processes opening the same file at once cannot both apply a step.
@@ -1100,6 +1242,63 @@ fn get_sum(row: &Row<'_>, idx: usize) -> rusqlite::Result<u64> {
     let high = u128::from(get_u64(row, idx)?);
     let low = u128::from(get_u64(row, idx + 1)?);
     Ok(u64::try_from((high << 32) + low).unwrap_or(u64::MAX))
+}
+
+/// A decision id or fingerprint as stored: the 32 bytes of 64 lowercase hex digits, else the
+/// text itself. Only lowercase converts, so distinct strings stay distinct values (a unique
+/// index over them rejects exactly what it rejected as text).
+enum Hex32<'a> {
+    Bytes([u8; 32]),
+    Text(&'a str),
+}
+
+impl<'a> Hex32<'a> {
+    fn of(s: &'a str) -> Hex32<'a> {
+        fn digit(c: u8) -> Option<u8> {
+            match c {
+                b'0'..=b'9' => Some(c - b'0'),
+                b'a'..=b'f' => Some(c - b'a' + 10),
+                _ => None,
+            }
+        }
+        let b = s.as_bytes();
+        if b.len() != 64 {
+            return Hex32::Text(s);
+        }
+        let mut out = [0u8; 32];
+        for (o, pair) in out.iter_mut().zip(b.chunks_exact(2)) {
+            match (digit(pair[0]), digit(pair[1])) {
+                (Some(h), Some(l)) => *o = h << 4 | l,
+                _ => return Hex32::Text(s),
+            }
+        }
+        Hex32::Bytes(out)
+    }
+}
+
+impl ToSql for Hex32<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(match self {
+            Hex32::Bytes(b) => ToSqlOutput::Borrowed(ValueRef::Blob(b)),
+            Hex32::Text(s) => ToSqlOutput::Borrowed(ValueRef::Text(s.as_bytes())),
+        })
+    }
+}
+
+/// A column written as [`Hex32`], as the string it was.
+fn hex32_from(row: &Row<'_>, idx: usize) -> rusqlite::Result<String> {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    match row.get_ref(idx)? {
+        ValueRef::Blob(b) if b.len() == 32 => Ok(b
+            .iter()
+            .flat_map(|x| [DIGITS[usize::from(x >> 4)], DIGITS[usize::from(x & 15)]])
+            .map(char::from)
+            .collect()),
+        ValueRef::Text(t) => std::str::from_utf8(t)
+            .map(str::to_owned)
+            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(idx, Type::Text, Box::new(e))),
+        _ => Err(bad_value(idx)),
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -1167,9 +1366,12 @@ fn usage_from(row: &Row<'_>, first: usize) -> rusqlite::Result<Usage> {
 /// A row selected with [`DECISION_COLUMNS`].
 fn decision_from_row(r: &Row<'_>) -> rusqlite::Result<DecisionRow> {
     Ok(DecisionRow {
-        decision_id: r.get(0)?,
+        decision_id: hex32_from(r, 0)?,
         key_id: r.get(1)?,
-        fingerprint: r.get(2)?,
+        fingerprint: match r.get_ref(2)? {
+            ValueRef::Null => None,
+            _ => Some(hex32_from(r, 2)?),
+        },
         verdict: verdict_from(r, 3)?,
         reason: r.get(4)?,
         score: r.get::<_, Option<f64>>(5)?.unwrap_or(f64::NAN),
@@ -1243,4 +1445,137 @@ fn error_kind(e: &rusqlite::Error) -> String {
 
 fn sql_error(e: rusqlite::Error) -> StoreError {
     StoreError::Sqlite(error_kind(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use crate::gate::Usage;
+
+    const T0: u64 = 1_795_991_949_000;
+
+    fn hex(tag: &str) -> String {
+        blake3::hash(tag.as_bytes()).to_hex().to_string()
+    }
+
+    fn usage(id: &str) -> UsageRow {
+        UsageRow {
+            decision_id: id.to_owned(),
+            key_id: "a".to_owned(),
+            at_ms: T0 + 5,
+            served_model: "m".to_owned(),
+            wire: WireForm::Json,
+            complete: true,
+            usage: Usage::default(),
+            spend_nano: 7,
+        }
+    }
+
+    /// A database written by schema version 1 opens, and keeps every guarantee: ids read back
+    /// as written, one usage per decision, open reservations rebuilt.
+    #[test]
+    fn a_version_1_database_migrates() {
+        let dir = tempfile::tempdir().unwrap();
+        let (open_id, settled_id, early_id) = (hex("open"), hex("settled"), hex("early"));
+        let fp = hex("fp");
+        {
+            let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+            conn.execute_batch(MIGRATIONS[0]).unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+            let decision = "INSERT INTO decisions (decision_id, key_id, fingerprint, verdict, \
+                 reason, score, model_requested, wire, decided_at_ms, reserved_nano, \
+                 tokens_not_bought, worst_case_tokens_avoided, findings_tokens, open) \
+                 VALUES (?1, 'a', ?2, 'ALLOW', 'band', 0.5, 'm', 'json', ?3, 10, 0, 0, 0, ?4)";
+            for (id, at, open) in [
+                (open_id.as_str(), T0, 1),
+                (settled_id.as_str(), T0 + 1, 0),
+                ("legacy", T0 + 2, 1),
+            ] {
+                conn.execute(decision, params![id, fp, to_i64(at), open])
+                    .unwrap();
+            }
+            let usage = "INSERT INTO usage (decision_id, key_id, at_ms, served_model, wire, \
+                 complete, input, cache_write, cache_read, output, spend_nano) \
+                 VALUES (?1, 'a', ?2, 'm', 'json', 1, 0, 0, 0, 0, 7)";
+            for id in [settled_id.as_str(), early_id.as_str()] {
+                conn.execute(usage, params![id, to_i64(T0 + 3)]).unwrap();
+            }
+        }
+
+        let store = SqliteStore::open(dir.path(), 5).unwrap();
+        let snap = store.load(T0 + 10).unwrap();
+        let ids: Vec<&str> = snap
+            .recent_decisions
+            .iter()
+            .map(|d| d.decision_id.as_str())
+            .collect();
+        assert_eq!(ids, [open_id.as_str(), settled_id.as_str(), "legacy"]);
+        assert_eq!(
+            snap.recent_decisions[0].fingerprint.as_deref(),
+            Some(fp.as_str())
+        );
+        let open: Vec<&str> = snap
+            .open_reservations
+            .iter()
+            .map(|d| d.decision_id.as_str())
+            .collect();
+        assert_eq!(open, [open_id.as_str(), "legacy"]);
+        for id in [&settled_id, &early_id] {
+            assert!(store.usage_recorded(id).unwrap());
+            assert!(store.submit_and_wait(Event::Usage(usage(id))).is_err());
+        }
+        assert!(!store.usage_recorded(&open_id).unwrap());
+
+        // The early usage's decision arrives now: it is not open, and takes no second usage.
+        let mut early = snap.recent_decisions[0].clone();
+        early.decision_id = early_id.clone();
+        store.submit_and_wait(Event::Decision(early)).unwrap();
+        assert!(store
+            .submit_and_wait(Event::Usage(usage(&early_id)))
+            .is_err());
+        for id in [open_id.as_str(), "legacy"] {
+            store.submit_and_wait(Event::Usage(usage(id))).unwrap();
+            assert!(store.submit_and_wait(Event::Usage(usage(id))).is_err());
+        }
+        let snap = store.load(T0 + 10).unwrap();
+        assert!(snap.open_reservations.is_empty());
+        assert_eq!(snap.recent_decisions.len(), 4);
+        let (_, total) = store.ledger(Some("a"), None, None).unwrap();
+        assert_eq!(total.spend_nano, 4 * 7);
+        drop(store);
+        // The early decision's mark stays set until the next open clears it.
+        drop(SqliteStore::open(dir.path(), 5).unwrap());
+
+        let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        let kinds: Vec<String> = conn
+            .prepare("SELECT typeof(decision_id) FROM decisions ORDER BY id")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(kinds, ["blob", "blob", "text", "blob"]);
+        let marked: u64 = conn
+            .query_row("SELECT COUNT(*) FROM decisions WHERE open = 1", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(marked, 0);
+    }
+
+    #[test]
+    fn hex32_is_canonical() {
+        let h = hex("x");
+        assert!(matches!(Hex32::of(&h), Hex32::Bytes(_)));
+        for text in [
+            h.to_uppercase(),
+            h[1..].to_owned(),
+            format!("{h}0"),
+            "d1".into(),
+        ] {
+            assert!(matches!(Hex32::of(&text), Hex32::Text(_)), "{text}");
+        }
+    }
 }

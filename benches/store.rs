@@ -1,0 +1,166 @@
+//! Writer cost of the ALLOW path in the SQLite store: one `Event::Decision` and one
+//! `Event::Usage` per request, submitted fire-and-forget as the proxy does.
+//!
+//! The database is first filled with `PREFILL` pairs so the indexes have a realistic depth.
+//! Each sample then submits its pairs, `PAIRS_PER_COMMIT` per commit (the batch size under
+//! load), and waits for each commit and its fsync. Criterion reports the wall time per pair;
+//! the writer thread's CPU time per pair (what the proxy pays) is printed after it.
+//!
+//! `cargo bench --bench store` (a few seconds; `-- zzz` skips criterion and prints only the
+//! writer's CPU time).
+#![allow(clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, SamplingMode, Throughput};
+
+use tokensaver::gate::{Usage, Verdict};
+use tokensaver::request::WireForm;
+use tokensaver::store::sqlite::SqliteStore;
+use tokensaver::store::{DecisionRow, Event, Store, UsageRow};
+
+const NOW_MS: u64 = 1_790_000_000_000;
+const KEYS: u64 = 4_000;
+const PREFILL: u64 = 20_000;
+/// What arrives in one commit interval (20 ms) at a few thousand requests per second.
+const PAIRS_PER_COMMIT: usize = 128;
+const ROUNDS: usize = 7;
+const ROUND_PAIRS: u64 = 5_000;
+
+/// Distinct random-looking 64-hex ids, as `receipt::decision_id` makes them.
+fn hex_id(tag: &str, i: u64) -> String {
+    blake3::hash(format!("{tag}{i}").as_bytes())
+        .to_hex()
+        .to_string()
+}
+
+fn pair(i: u64) -> (Event, Event) {
+    let decision_id = hex_id("decision", i);
+    let key_id = format!("tsk_load_{:05}", i % KEYS);
+    let at = NOW_MS + i;
+    let decision = DecisionRow {
+        decision_id: decision_id.clone(),
+        key_id: key_id.clone(),
+        fingerprint: Some(hex_id("fingerprint", i)),
+        verdict: Verdict::Allow,
+        reason: "band:allow".to_owned(),
+        score: 0.12,
+        model_requested: "gpt-4o".to_owned(),
+        model_served: Some("gpt-4o".to_owned()),
+        wire: WireForm::Json,
+        decided_at_ms: at,
+        reserved_nano: 164_000_000,
+        worst_case_tokens: Some(16_884),
+        tokens_not_bought: 0,
+        worst_case_tokens_avoided: 0,
+        findings_tokens: 0,
+        hold_id: None,
+    };
+    let usage = UsageRow {
+        decision_id,
+        key_id,
+        at_ms: at + 40,
+        served_model: "gpt-4o".to_owned(),
+        wire: WireForm::Json,
+        complete: true,
+        usage: Usage {
+            input: 500,
+            cache_write: 0,
+            cache_read: 0,
+            output: 120,
+        },
+        spend_nano: 2_450_000,
+    };
+    (Event::Decision(decision), Event::Usage(usage))
+}
+
+/// Pairs `from..from + n`, built ahead so that building them is not timed.
+fn pairs(from: &mut u64, n: u64) -> Vec<(Event, Event)> {
+    let out = (*from..*from + n).map(pair).collect();
+    *from += n;
+    out
+}
+
+/// Submits the pairs, waiting for a commit every `PAIRS_PER_COMMIT` (a flush makes the writer
+/// commit at once).
+fn write(store: &SqliteStore, events: Vec<(Event, Event)>) {
+    for (i, (d, u)) in events.into_iter().enumerate() {
+        store.submit(d);
+        store.submit(u);
+        if (i + 1) % PAIRS_PER_COMMIT == 0 {
+            store.flush().expect("flush");
+        }
+    }
+    store.flush().expect("flush");
+}
+
+/// CPU time (ns) of the store's writer thread so far, from `/proc` (0 where unavailable).
+fn writer_cpu_ns() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    for task in tasks.flatten() {
+        let path = task.path();
+        let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        // Thread names are cut to 15 bytes.
+        if comm.trim_end() == "tokensaver-stor" {
+            let stat = std::fs::read_to_string(path.join("schedstat")).unwrap_or_default();
+            return stat
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+        }
+    }
+    0
+}
+
+fn bench(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = SqliteStore::open(dir.path(), 20).expect("open");
+    let mut next = 0;
+    write(&store, pairs(&mut next, PREFILL));
+
+    let mut g = c.benchmark_group("store");
+    g.sampling_mode(SamplingMode::Flat)
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3))
+        .throughput(Throughput::Elements(1));
+    // One iteration is one (decision + usage) pair.
+    g.bench_function("decision_usage_pair", |b| {
+        b.iter_custom(|iters| {
+            let events = pairs(&mut next, iters);
+            let start = Instant::now();
+            write(&store, events);
+            start.elapsed()
+        })
+    });
+    g.finish();
+
+    // The writer thread's own CPU time, without the fsync waits of the wall time above.
+    let mut per_pair = Vec::new();
+    for _ in 0..ROUNDS {
+        let events = pairs(&mut next, ROUND_PAIRS);
+        let cpu = writer_cpu_ns();
+        write(&store, events);
+        let spent = writer_cpu_ns().saturating_sub(cpu);
+        per_pair.push(spent as f64 / 1e3 / ROUND_PAIRS as f64);
+    }
+    per_pair.sort_by(f64::total_cmp);
+    eprintln!(
+        "store: writer CPU per pair: median {:.1} µs (min {:.1}, max {:.1}) over {ROUNDS} \
+         rounds of {ROUND_PAIRS}, {PAIRS_PER_COMMIT} pairs per commit; {next} pairs in the \
+         database, {} commits",
+        per_pair[ROUNDS / 2],
+        per_pair[0],
+        per_pair[ROUNDS - 1],
+        store.commits()
+    );
+}
+
+fn main() {
+    let mut c = Criterion::default().configure_from_args();
+    bench(&mut c);
+    c.final_summary();
+}
