@@ -37,8 +37,8 @@ trap cleanup EXIT INT TERM
 python3 benches/load/gen.py config/tokensaver.toml "$WORK" $P_TS $P_API $P_ADMIN $P_MOCK $N_ALLOW $N_SERVE
 "$BIN" check-config "$WORK/config.toml" >/dev/null
 
-"$BIN" mock-provider --listen 127.0.0.1:$P_MOCK 2>"$WORK/mock.log" & PIDS+=($!)
-"$PT" 127.0.0.1:$P_PT 127.0.0.1:$P_MOCK $PROXY_THREADS 2>"$WORK/pt.log" & PIDS+=($!)
+"$BIN" mock-provider --listen 127.0.0.1:$P_MOCK 2>"$WORK/mock.log" & PIDS+=($!); MOCK_PID=$!
+"$PT" 127.0.0.1:$P_PT 127.0.0.1:$P_MOCK $PROXY_THREADS 2>"$WORK/pt.log" & PIDS+=($!); PT_PID=$!
 RUST_LOG=warn "$BIN" serve --config "$WORK/config.toml" --threads $PROXY_THREADS 2>"$WORK/ts.log" & PIDS+=($!); TS_PID=$!
 
 wait_port() { for _ in $(seq 100); do (echo >/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 not up"; exit 1; }
@@ -57,8 +57,16 @@ RESULTS=$WORK/results.txt; : >"$RESULTS"
 to_ms() { # wrk latency "812.00us" / "1.20ms" / "1.01s" → ms
   awk -v v="$1" 'BEGIN{ if (v ~ /us$/) {sub(/us$/,"",v); print v/1000} else if (v ~ /ms$/) {sub(/ms$/,"",v); print v+0} else if (v ~ /s$/) {sub(/s$/,"",v); print v*1000} else print v }'
 }
+# CPU time (user + system, all threads) a process has used, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
 run() { # name port mode
   local name=$1 port=$2 mode=$3 out=$WORK/wrk-$1.txt
+  # The process that serves this run (its CPU per request is the figure that does not depend
+  # on how the two cores were shared with wrk and the mock).
+  local pid=$TS_PID
+  case $name in direct) pid=$MOCK_PID ;; passthrough) pid=$PT_PID ;; esac
+  local ticks0; ticks0=$(cpu_ticks "$pid")
   # A profile is taken while the load runs (it costs the profiled run some throughput).
   if [ -n "${PERF:-}" ] && [ "$name" = "$PERF" ] && command -v perf >/dev/null; then
     (sleep 2; perf record -F 999 ${PERF_ARGS:--g} -p $TS_PID -o "$WORK/perf.data" -- sleep 4 >/dev/null 2>&1) &
@@ -67,18 +75,20 @@ run() { # name port mode
   LOAD_MODE=$mode timeout 60 wrk -t$WRK_THREADS -c$CONNS -d$DURATION --latency -s benches/load/chat.lua \
     http://127.0.0.1:$port/v1/chat/completions >"$out" 2>&1 || true
   if [ -n "${PERF_PID:-}" ]; then wait "$PERF_PID" || true; PERF_PID=; fi
-  local rps p50 p99 bad
+  local ticks1; ticks1=$(cpu_ticks "$pid")
+  local rps p50 p99 bad cpu
   rps=$(awk '/^Requests\/sec/{print $2}' "$out")
+  cpu=$(awk -v t=$((ticks1 - ticks0)) -v us=$TICK_US '/requests in/{n=$1} END{ if (n > 0) printf "%.0f", t * us / n; else print "?" }' "$out")
   p50=$(to_ms "$(awk '$1=="50%"{print $2}' "$out")")
   p99=$(to_ms "$(awk '$1=="99%"{print $2}' "$out")")
   bad=$(awk '/Non-2xx/{print $NF}' "$out"); bad=${bad:-0}
   local errs; errs=$(awk '/Socket errors/{print $0}' "$out")
-  printf '%-12s %10s %9s %9s %8s\n' "$name" "$rps" "$p50" "$p99" "$bad" | tee -a "$RESULTS"
+  printf '%-12s %10s %9s %9s %8s %12s\n' "$name" "$rps" "$p50" "$p99" "$bad" "$cpu" | tee -a "$RESULTS"
   [ -z "$errs" ] || echo "  ($errs)"
 }
 metrics() { curl -s -H "Authorization: Bearer $ADMIN_KEY" http://127.0.0.1:$P_ADMIN/metrics | grep '^tokensaver_requests_total' || true; }
 
-printf '%-12s %10s %9s %9s %8s\n' run req/s p50_ms p99_ms non2xx
+printf '%-12s %10s %9s %9s %8s %12s\n' run req/s p50_ms p99_ms non2xx cpu_us/req
 run direct       $P_MOCK allow
 run passthrough  $P_PT   allow
 run allow        $P_TS   allow
@@ -98,11 +108,12 @@ if [ -n "${PERF:-}" ] && [ -f "$WORK/perf.data" ]; then
 fi
 
 awk '
-  { rps[$1]=$2; p50[$1]=$3; p99[$1]=$4 }
+  { rps[$1]=$2; p50[$1]=$3; p99[$1]=$4; cpu[$1]=$6 }
   END {
     printf "\nALLOW / pass-through throughput:     %.3f  (target >= 0.85)\n", rps["allow"]/rps["passthrough"]
     ap = p99["passthrough"]-p99["direct"]; aa = p99["allow"]-p99["direct"]
     printf "added p99 vs direct: pass-through %.3f ms, tokensaver ALLOW %.3f ms, ratio %.2f  (target <= 1.25)\n", ap, aa, (ap>0 ? aa/ap : 0)
+    printf "CPU per request: pass-through %s us, tokensaver ALLOW %s us, SERVE %s us, mock %s us\n", cpu["passthrough"], cpu["allow"], cpu["serve"], cpu["direct"]
     printf "SERVE vs direct mock: throughput %.2fx, p50 %.3f vs %.3f ms, p99 %.3f vs %.3f ms  (target: faster)\n", rps["serve"]/rps["direct"], p50["serve"], p50["direct"], p99["serve"], p99["direct"]
   }' "$RESULTS"
 echo "(raw wrk output and logs: $WORK; KEEP_WORK=1 keeps it)"
