@@ -65,12 +65,10 @@ fn within(now: u64, at: u64, len: u64) -> bool {
 }
 
 fn count_within(times: &VecDeque<u64>, now: u64, len: u64) -> u64 {
-    // Newest last; a clock that jumped back leaves later entries, which still count as recent.
-    times
-        .iter()
-        .rev()
-        .take_while(|&&t| within(now, t, len))
-        .count() as u64
+    // Sorted, newest last, so the entries inside the window are a suffix: found by binary
+    // search. A clock that jumped back leaves later entries, which still count as recent.
+    let first_inside = times.partition_point(|&t| !within(now, t, len));
+    (times.len() - first_inside) as u64
 }
 
 fn push_capped(times: &mut VecDeque<u64>, now: u64, cap: usize) {

@@ -13,8 +13,12 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::Route;
 
+// Domain separation under the one fingerprint key. The fingerprint and tool-name inputs start
+// with their tag; a turn's input starts with its canonical message (`{`), so its tag goes at
+// the end: no input of one kind can equal an input of another, and the message starts at
+// BLAKE3 chunk 0, which lets a long message's chunks be hashed in parallel.
 const FINGERPRINT_DOMAIN: &[u8] = b"tokensaver fingerprint v1\0";
-const TURN_DOMAIN: &[u8] = b"tokensaver turn v1\0";
+const TURN_DOMAIN_SUFFIX: &[u8] = b"\0tokensaver turn v1";
 const TOOL_NAME_DOMAIN: &[u8] = b"tokensaver tool name v1\0";
 
 /// A 32-byte BLAKE3 output, shown and serialised as 64 lowercase hex digits.
@@ -75,6 +79,8 @@ pub struct Canonical<'k> {
     pub key: &'k [u8; 32],
     pub fingerprint: Hash,
     pub tool_chars: Vec<u64>,
+    /// A `cache_control` key anywhere in the body (noted while writing the canonical form).
+    pub cache_marked: bool,
     /// The fingerprint's input: domain, route, then the canonical body.
     buf: Vec<u8>,
     message_ranges: Vec<Range<usize>>,
@@ -91,11 +97,17 @@ impl<'k> Canonical<'k> {
         buf.push(0);
         let mut message_ranges = Vec::new();
         let mut tool_ranges = Vec::new();
+        let mut probe = json::KeyProbe {
+            wanted: "cache_control",
+            found: false,
+        };
         buf.push(b'{');
         let mut first = true;
         for (member, value) in body.members() {
             let name = member.as_ref();
+            probe.found |= name == probe.wanted;
             if name == "stream" || name == "stream_options" {
+                json::write_value(&mut Vec::new(), value, &mut probe);
                 continue;
             }
             if !first {
@@ -106,10 +118,12 @@ impl<'k> Canonical<'k> {
             buf.push(b':');
             match (name, value) {
                 ("messages", Json::Array(items)) => {
-                    write_elements(&mut buf, items, &mut message_ranges)
+                    write_elements(&mut buf, items, &mut message_ranges, &mut probe)
                 }
-                ("tools", Json::Array(items)) => write_elements(&mut buf, items, &mut tool_ranges),
-                _ => json::write_compact(&mut buf, value),
+                ("tools", Json::Array(items)) => {
+                    write_elements(&mut buf, items, &mut tool_ranges, &mut probe)
+                }
+                _ => json::write_value(&mut buf, value, &mut probe),
             }
         }
         buf.push(b'}');
@@ -125,6 +139,7 @@ impl<'k> Canonical<'k> {
             key,
             fingerprint,
             tool_chars,
+            cache_marked: probe.found,
             buf,
             message_ranges,
         }
@@ -134,18 +149,26 @@ impl<'k> Canonical<'k> {
     /// system prompt is not).
     pub fn message_hash(&self, index: usize) -> Hash {
         let range = self.message_ranges.get(index).cloned().unwrap_or_default();
-        keyed(self.key, TURN_DOMAIN, &[&self.buf[range]])
+        let mut hasher = blake3::Hasher::new_keyed(self.key);
+        hasher.update(&self.buf[range]);
+        hasher.update(TURN_DOMAIN_SUFFIX);
+        Hash(*hasher.finalize().as_bytes())
     }
 }
 
-fn write_elements(buf: &mut Vec<u8>, items: &[Json], ranges: &mut Vec<Range<usize>>) {
+fn write_elements(
+    buf: &mut Vec<u8>,
+    items: &[Json],
+    ranges: &mut Vec<Range<usize>>,
+    probe: &mut json::KeyProbe,
+) {
     buf.push(b'[');
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
             buf.push(b',');
         }
         let start = buf.len();
-        json::write_compact(buf, item);
+        json::write_value(buf, item, probe);
         ranges.push(start..buf.len());
     }
     buf.push(b']');
@@ -168,28 +191,46 @@ pub fn compact_json_chars(value: &Json) -> u64 {
     }
 }
 
-/// Whether an object key occurs anywhere in the body (iterative: no recursion on depth).
-pub fn contains_key(body: &Object, wanted: &str) -> bool {
-    let mut stack: Vec<&Json> = Vec::new();
-    for (k, v) in body.iter() {
-        if k == wanted {
-            return true;
-        }
-        stack.push(v);
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::parse_object;
+
+    fn marked(body: &str) -> bool {
+        let object = parse_object(body.as_bytes()).unwrap();
+        Canonical::of(Route::AnthropicMessages, &object, &[1; 32], body.len()).cache_marked
     }
-    while let Some(value) = stack.pop() {
-        match value {
-            Json::Object(map) => {
-                for (k, v) in map.iter() {
-                    if k == wanted {
-                        return true;
-                    }
-                    stack.push(v);
-                }
-            }
-            Json::Array(items) => stack.extend(items.iter()),
-            _ => {}
-        }
+
+    #[test]
+    fn cache_control_is_found_at_any_depth_and_only_as_a_key() {
+        assert!(marked(r#"{"cache_control":{"type":"ephemeral"}}"#));
+        assert!(marked(
+            r#"{"messages":[{"role":"user","content":[{"type":"text","text":"x","cache_control":{}}]}]}"#
+        ));
+        assert!(marked(r#"{"tools":[{"name":"t","cache_control":{}}]}"#));
+        assert!(marked(r#"{"stream_options":{"cache_control":1}}"#));
+        assert!(marked(r#"{"a":[[{"b":{"cache_control":null}}]]}"#));
+        assert!(!marked(
+            r#"{"messages":[{"role":"user","content":"cache_control"}]}"#
+        ));
+        assert!(!marked(r#"{"cache_control_x":1,"x":["cache_control"]}"#));
     }
-    false
+
+    #[test]
+    fn the_fingerprint_ignores_wire_form_fields_and_key_order() {
+        let fp = |body: &str| {
+            let object = parse_object(body.as_bytes()).unwrap();
+            Canonical::of(Route::OpenAiChat, &object, &[1; 32], body.len()).fingerprint
+        };
+        let a = fp(r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#);
+        let b = fp(
+            r#"{ "messages":[{"content":"hi","role":"user"}], "stream":true,
+                       "stream_options":{"include_usage":true}, "model":"m" }"#,
+        );
+        assert_eq!(a, b);
+        assert_ne!(
+            a,
+            fp(r#"{"model":"m","messages":[{"role":"user","content":"hi!"}]}"#)
+        );
+    }
 }

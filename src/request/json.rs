@@ -183,7 +183,7 @@ pub enum JsonError {
 
 /// Parse a whole body.
 pub fn parse(bytes: &[u8]) -> Result<Json<'_>, JsonError> {
-    let text = std::str::from_utf8(bytes).map_err(|_| JsonError::NotUtf8)?;
+    let text = simdutf8::basic::from_utf8(bytes).map_err(|_| JsonError::NotUtf8)?;
     let mut reader = Reader { text, pos: 0 };
     let result = reader.value(0).and_then(|value| {
         reader.skip_ws();
@@ -261,7 +261,7 @@ impl<'a> Reader<'a> {
             return Err(self.pos);
         }
         self.pos += 1; // [
-        let mut items = Vec::new();
+        let mut items = Vec::with_capacity(4);
         self.skip_ws();
         if self.peek() == Some(b']') {
             self.pos += 1;
@@ -286,7 +286,7 @@ impl<'a> Reader<'a> {
             return Err(self.pos);
         }
         self.pos += 1; // {
-        let mut members = Vec::new();
+        let mut members = Vec::with_capacity(4);
         self.skip_ws();
         if self.peek() == Some(b'}') {
             self.pos += 1;
@@ -405,7 +405,9 @@ impl<'a> Reader<'a> {
 }
 
 /// Index of the next byte at or after `i` that ends a run of plain string bytes: a quote, a
-/// backslash or a control character. Eight bytes at a time.
+/// backslash or a control character. Eight bytes at a time (SWAR): each test below can flag a
+/// byte falsely only above a byte it flags rightly (a borrow runs upward), so the lowest
+/// flagged byte is exact.
 fn skip_plain(bytes: &[u8], mut i: usize) -> usize {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
@@ -414,12 +416,11 @@ fn skip_plain(bytes: &[u8], mut i: usize) -> usize {
         let mut word = [0u8; 8];
         word.copy_from_slice(chunk);
         let v = u64::from_le_bytes(word);
-        // A byte < 0x20 (exact for thresholds ≤ 0x80), a '"', a '\\'.
-        let special = (v.wrapping_sub(ONES * 0x20) & !v & HIGH)
+        let special = (v.wrapping_sub(ONES * 0x20) & !v & HIGH) // < 0x20
             | has_zero(v ^ (ONES * u64::from(b'"')))
             | has_zero(v ^ (ONES * u64::from(b'\\')));
         if special != 0 {
-            break;
+            return i + (special.trailing_zeros() / 8) as usize;
         }
         i += 8;
     }
@@ -522,6 +523,18 @@ fn decode_escape(bytes: &[u8], i: usize) -> (char, usize) {
 /// `serde_json::to_writer` writes for the equivalent `Value`. Depth is bounded by
 /// [`MAX_DEPTH`], so the recursion is too.
 pub fn write_compact(buf: &mut Vec<u8>, value: &Json) {
+    write_value(buf, value, &mut KeyProbe::default());
+}
+
+/// Looks out for one object key while a value is written (one walk instead of two).
+#[derive(Default)]
+pub struct KeyProbe {
+    pub wanted: &'static str,
+    pub found: bool,
+}
+
+/// [`write_compact`], noting whether `probe.wanted` is a key anywhere in the value.
+pub fn write_value(buf: &mut Vec<u8>, value: &Json, probe: &mut KeyProbe) {
     match value {
         Json::Null => buf.extend_from_slice(b"null"),
         Json::Bool(true) => buf.extend_from_slice(b"true"),
@@ -538,7 +551,7 @@ pub fn write_compact(buf: &mut Vec<u8>, value: &Json) {
                 if i > 0 {
                     buf.push(b',');
                 }
-                write_compact(buf, item);
+                write_value(buf, item, probe);
             }
             buf.push(b']');
         }
@@ -548,9 +561,10 @@ pub fn write_compact(buf: &mut Vec<u8>, value: &Json) {
                 if i > 0 {
                     buf.push(b',');
                 }
+                probe.found |= key == probe.wanted;
                 write_key(buf, key);
                 buf.push(b':');
-                write_compact(buf, value);
+                write_value(buf, value, probe);
             }
             buf.push(b'}');
         }

@@ -230,7 +230,7 @@ pub fn shape_of(
         seed: common.seed,
         n: common.n,
         stream: common.stream,
-        cache_marked: canonical::contains_key(body, "cache_control"),
+        cache_marked: canonical.cache_marked,
         system_chars: parts.system_chars,
         turns: parts.turns,
         tools: parts.tools,
