@@ -217,7 +217,13 @@ fn write_private(path: &Path, contents: &str) -> Result<(), ReceiptError> {
 }
 
 pub fn hex_encode(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xF)]));
+    }
+    out
 }
 
 pub fn parse_hex32(text: &str) -> Option<[u8; 32]> {
@@ -235,6 +241,16 @@ pub fn parse_hex32(text: &str) -> Option<[u8; 32]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_round_trips() {
+        assert_eq!(hex_encode(&[0x00, 0x0f, 0xa0, 0xff, 0x5c]), "000fa0ff5c");
+        let bytes: [u8; 32] = std::array::from_fn(|i| (i * 37) as u8);
+        let hex = hex_encode(&bytes);
+        let expected: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, expected);
+        assert_eq!(parse_hex32(&hex), Some(bytes));
+    }
 
     #[test]
     fn sign_then_verify_round_trips_and_tampering_fails() {
