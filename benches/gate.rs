@@ -244,6 +244,21 @@ fn bench(c: &mut Criterion, cases: &[Case], policy: &Policy) {
                     gate::decide(policy, &input, &state, NOW_MS)
                 })
             });
+            // Not part of the gate's ratio: the receipt the proxy signs after deciding, for
+            // the load figures (README, Performance).
+            let input = GateInput {
+                key_id: "bench",
+                shape: &parsed.shape,
+                human: true,
+                held: false,
+                held_usage: None,
+                approved_hold: false,
+            };
+            let body = gate::decide(policy, &input, &state, NOW_MS).receipt_body();
+            let signer = tokensaver::receipt::ReceiptSigner::from_seed([9; 32]);
+            g.bench_function(BenchmarkId::new("receipt_sign", case.bytes.len()), |b| {
+                b.iter(|| signer.sign(black_box(&body)))
+            });
         }
         g.finish();
     }
