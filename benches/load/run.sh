@@ -69,7 +69,7 @@ run() { # name port mode
   local ticks0; ticks0=$(cpu_ticks "$pid")
   # A profile is taken while the load runs (it costs the profiled run some throughput).
   if [ -n "${PERF:-}" ] && [ "$name" = "$PERF" ] && command -v perf >/dev/null; then
-    (sleep 2; perf record -F 999 ${PERF_ARGS:--g} -p $TS_PID -o "$WORK/perf.data" -- sleep 4 >/dev/null 2>&1) &
+    (sleep 2; perf record -F 999 ${PERF_ARGS:--g} -p $pid -o "$WORK/perf.data" -- sleep 4 >/dev/null 2>&1) &
     PERF_PID=$!
   fi
   LOAD_MODE=$mode timeout 60 wrk -t$WRK_THREADS -c$CONNS -d$DURATION --latency -s benches/load/chat.lua \
@@ -104,7 +104,7 @@ run serve        $P_TS   serve
 echo "-- verdicts after SERVE run:"; metrics
 if [ -n "${PERF:-}" ] && [ -f "$WORK/perf.data" ]; then
   perf report -i "$WORK/perf.data" --no-children --percent-limit 1.5 --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -30 >"$WORK/perf-top.txt" || true
-  echo "-- perf (tokensaver, $PERF run), self time:"; cat "$WORK/perf-top.txt"
+  echo "-- perf (process serving the $PERF run), self time:"; cat "$WORK/perf-top.txt"
 fi
 
 awk '
