@@ -357,25 +357,14 @@ impl<'a> Reader<'a> {
         let int_start = i;
         match bytes.get(i) {
             Some(b'0') => i += 1,
-            Some(b'1'..=b'9') => {
-                while bytes.get(i).is_some_and(u8::is_ascii_digit) {
-                    i += 1;
-                }
-            }
+            Some(b'1'..=b'9') => i = skip_digits(bytes, i),
             _ => return Err(i),
         }
         let int_digits = i - int_start;
         let mut plain = true;
         if bytes.get(i) == Some(&b'.') {
             plain = false;
-            i += 1;
-            let digits = i;
-            while bytes.get(i).is_some_and(u8::is_ascii_digit) {
-                i += 1;
-            }
-            if i == digits {
-                return Err(i);
-            }
+            i = some_digits(bytes, i + 1)?;
         }
         if let Some(b'e' | b'E') = bytes.get(i) {
             plain = false;
@@ -383,13 +372,7 @@ impl<'a> Reader<'a> {
             if let Some(b'+' | b'-') = bytes.get(i) {
                 i += 1;
             }
-            let digits = i;
-            while bytes.get(i).is_some_and(u8::is_ascii_digit) {
-                i += 1;
-            }
-            if i == digits {
-                return Err(i);
-            }
+            i = some_digits(bytes, i)?;
         }
         self.pos = i;
         let literal = &self.text[start..i];
@@ -401,6 +384,22 @@ impl<'a> Reader<'a> {
         serde_json::from_str::<Number>(literal)
             .map(Num::Parsed)
             .map_err(|_| start)
+    }
+}
+
+/// The end of the run of ASCII digits starting at `i`.
+fn skip_digits(bytes: &[u8], mut i: usize) -> usize {
+    while bytes.get(i).is_some_and(u8::is_ascii_digit) {
+        i += 1;
+    }
+    i
+}
+
+/// The end of a run of at least one ASCII digit starting at `i`.
+fn some_digits(bytes: &[u8], i: usize) -> Scan<usize> {
+    match skip_digits(bytes, i) {
+        end if end > i => Ok(end),
+        _ => Err(i),
     }
 }
 
