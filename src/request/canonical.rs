@@ -217,6 +217,24 @@ mod tests {
     }
 
     #[test]
+    fn escape_spellings_of_the_same_text_are_the_same_request() {
+        let shape = |body: &str| {
+            crate::request::parse(Route::OpenAiChat, body.as_bytes(), &[1; 32])
+                .unwrap()
+                .shape
+        };
+        let escaped = shape(
+            r#"{"model":"m","messages":[{"role":"user","content":"caf\u00E9 \/ \"q\" \ud83d\ude00"}]}"#,
+        );
+        let plain =
+            shape(r#"{"model":"m","messages":[{"role":"user","content":"café / \"q\" 😀"}]}"#);
+        assert_eq!(escaped.fingerprint, plain.fingerprint);
+        assert_eq!(escaped.turns, plain.turns);
+        // c a f é ␠ / ␠ " q " ␠ 😀
+        assert_eq!(plain.turns[0].chars, 12);
+    }
+
+    #[test]
     fn the_fingerprint_ignores_wire_form_fields_and_key_order() {
         let fp = |body: &str| {
             let object = parse_object(body.as_bytes()).unwrap();
