@@ -12,7 +12,9 @@
 //! (independent of criterion's output files), next to criterion's own estimates when found.
 //! Targets: ≤ 2× (issue), ≤ 1.5× (spec).
 //!
-//! `cargo bench --bench gate` (about a minute).
+//! `cargo bench --bench gate` (about a minute), with the system allocator in both arms;
+//! `cargo bench --bench gate_mimalloc` runs the same with mimalloc, the `tokensaver` binary's
+//! allocator (the bare parse allocates far more than the gate, so it gains more from it).
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -205,10 +207,10 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-fn bench(c: &mut Criterion, cases: &[Case], policy: &Policy) {
+fn bench(c: &mut Criterion, cases: &[Case], policy: &Policy, label: &str) {
     for case in cases {
         let windows = windows_with_history(&case.bytes);
-        let mut g = c.benchmark_group(format!("gate_{}", case.name));
+        let mut g = c.benchmark_group(format!("{label}_{}", case.name));
         g.throughput(Throughput::Bytes(case.bytes.len() as u64));
         g.bench_with_input(
             BenchmarkId::new("parse_value", case.bytes.len()),
@@ -307,7 +309,14 @@ fn criterion_mean(group: &str, func: &str, len: usize) -> Option<f64> {
     v["mean"]["point_estimate"].as_f64()
 }
 
+// Also compiled as a module of `gate_mimalloc.rs`, where `run` is the entry point.
+#[allow(dead_code)]
 fn main() {
+    run("gate");
+}
+
+/// The whole benchmark; `label` names its criterion groups (`{label}_8KB`, …).
+pub fn run(label: &str) {
     let cases = cases();
     // `GATE_BODIES=DIR` writes the benchmark's request bodies there, for other tools.
     if let Some(dir) = std::env::var_os("GATE_BODIES") {
@@ -343,7 +352,7 @@ fn main() {
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))
         .sample_size(30);
-    bench(&mut c, &cases, &policy);
+    bench(&mut c, &cases, &policy, label);
     c.final_summary();
 
     println!();
@@ -356,11 +365,11 @@ fn main() {
         let (parse_ns, gate_ns) = ab_ratio(case, &policy);
         let crit = match (
             criterion_mean(
-                &format!("gate_{}", case.name),
+                &format!("{label}_{}", case.name),
                 "parse_value",
                 case.bytes.len(),
             ),
-            criterion_mean(&format!("gate_{}", case.name), "gate", case.bytes.len()),
+            criterion_mean(&format!("{label}_{}", case.name), "gate", case.bytes.len()),
         ) {
             (Some(p), Some(g)) => format!("{:.2}×", g / p),
             _ => "n/a".to_string(),
