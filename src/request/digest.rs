@@ -62,21 +62,66 @@ impl Digest {
         }
     }
 
+    /// Parse a digest; an unknown version is refused. One typed read on the way to `Ok`; only
+    /// a refusal reads the bytes again, to say which kind it is.
     pub fn parse(bytes: &[u8]) -> Result<Self, DigestError> {
-        let value: serde_json::Value =
-            serde_json::from_slice(bytes).map_err(|_| DigestError::NotJson)?;
-        Self::from_value(value)
+        match serde_json::from_slice::<Digest>(bytes) {
+            Ok(digest) if digest.v == DIGEST_VERSION => Ok(digest),
+            Ok(_) => Err(DigestError::UnknownVersion),
+            Err(_) => Err(Self::refusal(bytes)),
+        }
     }
 
-    /// A digest from JSON already parsed; an unknown version is refused.
-    pub fn from_value(value: serde_json::Value) -> Result<Self, DigestError> {
-        if value.get("v").and_then(serde_json::Value::as_u64) != Some(u64::from(DIGEST_VERSION)) {
-            return Err(DigestError::UnknownVersion);
+    fn refusal(bytes: &[u8]) -> DigestError {
+        let Ok(value) = serde_json::from_slice::<serde_json::Value>(bytes) else {
+            return DigestError::NotJson;
+        };
+        if value.get("v").and_then(serde_json::Value::as_u64) == Some(u64::from(DIGEST_VERSION)) {
+            DigestError::Schema
+        } else {
+            DigestError::UnknownVersion
         }
-        serde_json::from_value(value).map_err(|_| DigestError::Schema)
     }
 
     pub fn holds(&self, form: WireForm) -> bool {
         self.held.contains(&form)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::{parse, Route};
+
+    #[test]
+    fn a_digest_round_trips_and_each_refusal_says_why() {
+        let body = br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+        let shape = parse(Route::OpenAiChat, body, &[3; 32]).unwrap().shape;
+        let mut digest = Digest::new(shape);
+        digest.held.push(WireForm::Json);
+        let bytes = serde_json::to_vec(&digest).unwrap();
+        assert_eq!(Digest::parse(&bytes), Ok(digest.clone()));
+
+        let mut v2: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        v2["v"] = 2.into();
+        assert_eq!(
+            Digest::parse(&serde_json::to_vec(&v2).unwrap()),
+            Err(DigestError::UnknownVersion)
+        );
+        for (text, expected) in [
+            (&b"nope"[..], DigestError::NotJson),
+            (b"[1]", DigestError::UnknownVersion),
+            (br#"{"v":"1","request":{}}"#, DigestError::UnknownVersion),
+            (br#"{"v":2,"other":true}"#, DigestError::UnknownVersion),
+            (br#"{"v":1,"request":{}}"#, DigestError::Schema),
+            (br#"{"v":1,"request":{},"extra":1}"#, DigestError::Schema),
+        ] {
+            assert_eq!(
+                Digest::parse(text),
+                Err(expected),
+                "{}",
+                String::from_utf8_lossy(text)
+            );
+        }
     }
 }
