@@ -10,7 +10,7 @@ use serde_json::json;
 use super::http::{ApiRequest, ApiResponse};
 use crate::auth;
 use crate::config::{BudgetPeriod, KeyConfig, Prices};
-use crate::gate::{Usage, Verdict};
+use crate::gate::Usage;
 use crate::ledger::{
     GateOutcome, GateRequest, Gatekeeper, HoldError, Mode, RecordError, RecordSource, UsageReport,
 };
@@ -371,30 +371,7 @@ impl Api {
             }
         };
         if req.query_param("format") == Some("csv") {
-            let mut csv = String::from("day,requests,serve,allow,downgrade,challenge,block,spend_nano,input,cache_write,cache_read,output,tokens_not_bought,worst_case_tokens_avoided,findings_tokens_estimated\n");
-            let rows = days
-                .iter()
-                .map(|d| (d.day.as_str(), &d.totals))
-                .chain([("total", &total)]);
-            for (day, t) in rows {
-                csv.push_str(&format!(
-                    "{day},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-                    t.requests,
-                    t.count(Verdict::Serve),
-                    t.count(Verdict::Allow),
-                    t.count(Verdict::Downgrade),
-                    t.count(Verdict::Challenge),
-                    t.count(Verdict::Block),
-                    t.spend_nano,
-                    t.usage.input,
-                    t.usage.cache_write,
-                    t.usage.cache_read,
-                    t.usage.output,
-                    t.tokens_not_bought,
-                    t.worst_case_tokens_avoided,
-                    t.findings_tokens_estimated
-                ));
-            }
+            let csv = crate::ledger::report::csv(&days, &total);
             return ApiResponse::text(200, "text/csv", csv);
         }
         ApiResponse::json(
