@@ -71,14 +71,11 @@ fn broken(r: &Resp) -> bool {
     r.transport_error.is_some() || !r.text().contains("[DONE]")
 }
 
-#[test]
-fn fault_reset_stream_is_broken_and_not_stored() {
-    let h = Harness::default();
-    let body = chat(
-        "gpt-fault-reset",
-        "reset me",
-        json!({"stream": true, "temperature": 0}),
-    );
+/// The same reproducible streamed call twice against a fault model: both answers break off,
+/// neither is served from store (nothing was kept), both reached the provider, and no usage was
+/// invented.
+fn assert_broken_twice_and_nothing_kept(h: &Harness, model: &str, prompt: &str) {
+    let body = chat(model, prompt, json!({"stream": true, "temperature": 0}));
     for i in 0..2 {
         let r = h.post(CHAT, KEY_A, &body, &[HUMAN]);
         assert!(broken(&r), "try {i} looked complete: {}", r.text());
@@ -86,25 +83,19 @@ fn fault_reset_stream_is_broken_and_not_stored() {
         settle();
     }
     assert_eq!(h.calls(CHAT), 2);
-    assert_zero_usage(&usage(&h));
+    assert_zero_usage(&usage(h));
+}
+
+#[test]
+fn fault_reset_stream_is_broken_and_not_stored() {
+    let h = Harness::default();
+    assert_broken_twice_and_nothing_kept(&h, "gpt-fault-reset", "reset me");
 }
 
 #[test]
 fn fault_truncated_streams_are_incomplete_and_not_stored() {
     let h = Harness::default();
-    let body = chat(
-        "gpt-fault-truncated",
-        "truncate me",
-        json!({"stream": true, "temperature": 0}),
-    );
-    for i in 0..2 {
-        let r = h.post(CHAT, KEY_A, &body, &[HUMAN]);
-        assert!(broken(&r), "try {i} looked complete: {}", r.text());
-        assert_ne!(r.verdict(), Some("SERVE"));
-        settle();
-    }
-    assert_eq!(h.calls(CHAT), 2);
-    assert_zero_usage(&usage(&h));
+    assert_broken_twice_and_nothing_kept(&h, "gpt-fault-truncated", "truncate me");
 
     // Non-streamed truncation: the client must not get a complete-looking JSON answer.
     let body = chat(

@@ -3,7 +3,7 @@
 
 mod support;
 
-use serde_json::json;
+use serde_json::{json, Value};
 use support::*;
 
 #[test]
@@ -58,27 +58,29 @@ fn downgrade_rewrites_model_and_receipt_names_both() {
     assert_eq!(r.json()["model"], "gpt-4o-mini");
 }
 
-#[test]
-fn challenge_hold_approve_and_retry_once() {
-    // $0.01 ceiling: max_tokens 10 000 on gpt-4o could cost $0.10 → exceeds_remaining_budget,
-    // held for the person who declared themselves.
+/// Key A with a $0.01 ceiling, and a call held for the person who declared themselves:
+/// max_tokens 10 000 on gpt-4o could cost $0.10 (exceeds_remaining_budget). Returns the
+/// harness, the body, the 409 and its hold id.
+fn held_call(prompt: &str) -> (Harness, Value, Resp, String) {
     let h = Harness::start(Opts {
         budget_a: Some(10_000),
         ..Opts::default()
     });
-    let body = chat(
-        "gpt-4o",
-        "Write a long essay.",
-        json!({"max_tokens": 10_000}),
-    );
+    let body = chat("gpt-4o", prompt, json!({"max_tokens": 10_000}));
     let r = h.post(CHAT, KEY_A, &body, &[HUMAN]);
     assert_eq!(r.status, 409, "{}", r.text());
-    assert_eq!(r.verdict(), Some("CHALLENGE"));
-    assert_eq!(r.header("x-should-retry"), Some("false"));
     let hold = r
         .header("x-tokensaver-hold")
         .expect("hold header")
         .to_string();
+    (h, body, r, hold)
+}
+
+#[test]
+fn challenge_hold_approve_and_retry_once() {
+    let (h, body, r, hold) = held_call("Write a long essay.");
+    assert_eq!(r.verdict(), Some("CHALLENGE"));
+    assert_eq!(r.header("x-should-retry"), Some("false"));
     let err = r.json();
     assert_eq!(err["error"]["hold_id"], hold.as_str());
     assert_eq!(err["error"]["type"], "tokensaver_hold");
@@ -103,18 +105,7 @@ fn challenge_hold_approve_and_retry_once() {
 
 #[test]
 fn approve_needs_admin_key_on_admin_listener() {
-    let h = Harness::start(Opts {
-        budget_a: Some(10_000),
-        ..Opts::default()
-    });
-    let body = chat(
-        "gpt-4o",
-        "Write a long essay.",
-        json!({"max_tokens": 10_000}),
-    );
-    let r = h.post(CHAT, KEY_A, &body, &[HUMAN]);
-    assert_eq!(r.status, 409);
-    let hold = r.header("x-tokensaver-hold").unwrap().to_string();
+    let (h, _, _, hold) = held_call("Write a long essay.");
     // The automation's own key cannot approve.
     let r = call(
         ureq::post(&h.admin_url(&format!("/holds/{hold}/approve")))
@@ -264,21 +255,7 @@ fn anthropic_allow_uses_x_api_key_upstream() {
 
 #[test]
 fn the_keys_owner_approves_its_hold_on_the_api_listener() {
-    let h = Harness::start(Opts {
-        budget_a: Some(10_000),
-        ..Opts::default()
-    });
-    let body = chat(
-        "gpt-4o",
-        "Write a long report.",
-        json!({"max_tokens": 10_000}),
-    );
-    let r = h.post(CHAT, KEY_A, &body, &[HUMAN]);
-    assert_eq!(r.status, 409, "{}", r.text());
-    let hold = r
-        .header("x-tokensaver-hold")
-        .expect("hold header")
-        .to_string();
+    let (h, body, _, hold) = held_call("Write a long report.");
     let approve = |owner: &str| {
         call(
             ureq::post(&h.api_url(&format!("/holds/{hold}/approve")))
