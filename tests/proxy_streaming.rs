@@ -67,6 +67,41 @@ fn openai_stream_without_include_usage_hides_chunk_but_ledger_records() {
 }
 
 #[test]
+fn asking_for_usage_upstream_adds_one_member_to_the_callers_body() {
+    let h = Harness::default();
+    let body = chat(
+        "gpt-4o-mini",
+        "Stream me a third answer.",
+        json!({"stream": true, "temperature": 0.5}),
+    );
+    let r = h.post(CHAT, KEY_A, &body, &[HUMAN]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let mut seen = h.mock.last_request().unwrap().body_json().unwrap();
+    let added = seen.as_object_mut().unwrap().remove("stream_options");
+    assert_eq!(added, Some(json!({"include_usage": true})));
+    assert_eq!(seen, body);
+}
+
+#[test]
+fn openai_stream_options_without_usage_are_kept_and_usage_asked_for() {
+    // The caller's other stream options are merged with the one the proxy adds.
+    let h = Harness::default();
+    let body = chat(
+        "gpt-4o-mini",
+        "Stream me another short answer.",
+        json!({"stream": true, "temperature": 0.5,
+               "stream_options": {"include_usage": false, "include_obfuscation": false}}),
+    );
+    let r = h.post(CHAT, KEY_A, &body, &[HUMAN]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(!has_usage_chunk(&r.body), "{}", r.text());
+    let seen = h.mock.last_request().unwrap().body_json().unwrap();
+    assert_eq!(seen["stream_options"]["include_usage"], true);
+    assert_eq!(seen["stream_options"]["include_obfuscation"], false);
+    assert_eq!(seen["messages"], body["messages"]);
+}
+
+#[test]
 fn openai_stream_with_include_usage_shows_chunk() {
     let h = Harness::default();
     let body = chat(

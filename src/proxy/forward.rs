@@ -56,10 +56,14 @@ pub(super) struct Forward<'a> {
     pub downgrade: bool,
     pub stream: bool,
     pub wants_usage: bool,
+    pub has_stream_options: bool,
     pub reusable: bool,
     pub answer_key: AnswerKey,
     pub receipt_headers: Vec<(&'static str, String)>,
 }
+
+/// The member that asks an OpenAI stream for its usage chunk.
+const USAGE_OPTION: &[u8] = b",\"stream_options\":{\"include_usage\":true}";
 
 /// How the upstream exchange ended.
 struct Outcome {
@@ -74,8 +78,7 @@ struct Outcome {
 
 impl Forward<'_> {
     /// The body to send upstream: the caller's exact bytes unless the gate must change it
-    /// (DOWNGRADE's model; the usage chunk asked for on the caller's behalf). Only those rarer
-    /// paths parse the body again, into a map that can be edited.
+    /// (DOWNGRADE's model; the usage chunk asked for on the caller's behalf).
     fn upstream_body(&self) -> Result<(Bytes, bool)> {
         // Ask for usage on the caller's behalf; the extra chunk is stripped before it reaches a
         // client that did not ask for it.
@@ -83,7 +86,19 @@ impl Forward<'_> {
         if !self.downgrade && !strip {
             return Ok((self.original.clone(), false));
         }
-        // The gate parsed these bytes as a JSON object already, with the same parser.
+        if !self.downgrade && !self.has_stream_options {
+            // The usual streamed SDK call: one member added to the caller's bytes. The gate read
+            // them as a non-empty JSON object (a model is required), so the last `}` closes it.
+            if let Some(close) = self.original.iter().rposition(|&b| b == b'}') {
+                let mut bytes = Vec::with_capacity(self.original.len() + USAGE_OPTION.len());
+                bytes.extend_from_slice(&self.original[..close]);
+                bytes.extend_from_slice(USAGE_OPTION);
+                bytes.extend_from_slice(&self.original[close..]);
+                return Ok((Bytes::from(bytes), true));
+            }
+        }
+        // Rarer: a model to replace, or options to merge into: edit a map of the body, which
+        // the gate has read as a JSON object (serde_json accepts the same language).
         let Ok(mut body) = serde_json::from_slice::<Map<String, Value>>(&self.original) else {
             return Error::e_explain(ErrorType::InternalError, "request body re-parse failed");
         };

@@ -422,6 +422,7 @@ impl GateProxy {
                     downgrade: decided.verdict == Verdict::Downgrade,
                     stream: shape.stream,
                     wants_usage,
+                    has_stream_options: parsed.has_stream_options,
                     reusable: shape.reproducible(),
                     answer_key,
                     receipt_headers: decided.receipt_headers,

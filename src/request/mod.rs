@@ -172,20 +172,22 @@ pub struct ParsedRequest {
     pub shape: RequestShape,
     /// OpenAI `stream_options.include_usage`: the client asked for the usage chunk.
     pub include_usage: bool,
+    /// The body has a top-level `stream_options`.
+    pub has_stream_options: bool,
 }
 
 /// Parse a provider request body and derive its shape. `key` is the caller's fingerprint key.
 pub fn parse(route: Route, bytes: &[u8], key: &[u8; 32]) -> Result<ParsedRequest, ShapeError> {
     let body = parse_object(bytes)?;
     let shape = shape_of(route, &body, key, bytes.len())?;
-    let include_usage = body
-        .get("stream_options")
-        .and_then(|o| o.get("include_usage"))
-        .and_then(Json::as_bool)
-        .unwrap_or(false);
+    let stream_options = body.get("stream_options");
     Ok(ParsedRequest {
         shape,
-        include_usage,
+        include_usage: stream_options
+            .and_then(|o| o.get("include_usage"))
+            .and_then(Json::as_bool)
+            .unwrap_or(false),
+        has_stream_options: stream_options.is_some(),
     })
 }
 
