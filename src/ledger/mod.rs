@@ -139,7 +139,9 @@ struct State {
     budgets: HashMap<String, KeyBudget>,
     reservations: HashMap<String, Reservation>,
     holds: HashMap<String, HoldRow>,
-    recorded: HashMap<(String, Hash, WireForm), Usage>,
+    /// Recorded usage per key, then per (fingerprint, wire form): looked up per request
+    /// without building an owned key, forgotten per key in one step.
+    recorded: HashMap<String, HashMap<(Hash, WireForm), Usage>>,
     /// Expiry sweeps every open reservation and hold; once a second is enough for TTLs of
     /// minutes, and keeps the sweep off most requests.
     next_sweep_ms: u64,
@@ -253,7 +255,11 @@ impl Gatekeeper {
         }
         for (key_id, fp, wire, usage) in &snapshot.recorded {
             if let Some(fp) = Hash::from_hex(fp) {
-                state.recorded.insert((key_id.clone(), fp, *wire), *usage);
+                state
+                    .recorded
+                    .entry(key_id.clone())
+                    .or_default()
+                    .insert((fp, *wire), *usage);
             }
         }
         Ok(Self {
@@ -287,7 +293,8 @@ impl Gatekeeper {
             .observe(key_id, &shape.fingerprint, &shape.model, req.now_ms);
         let held_usage = st
             .recorded
-            .get(&(key_id.to_string(), shape.fingerprint, wire))
+            .get(key_id)
+            .and_then(|by_request| by_request.get(&(shape.fingerprint, wire)))
             .copied();
         let approved_hold = req.hold_id.is_some_and(|id| {
             st.holds.get(id).is_some_and(|h| {
@@ -493,7 +500,9 @@ impl Gatekeeper {
         let mut recorded_event = None;
         if let (Some(u), true, true) = (usage, complete, reservation.reusable) {
             st.recorded
-                .insert((key_id.to_string(), reservation.fingerprint, wire), u);
+                .entry(key_id.to_string())
+                .or_default()
+                .insert((reservation.fingerprint, wire), u);
             recorded_event = Some(Event::Recorded {
                 key_id: key_id.to_string(),
                 fingerprint: reservation.fingerprint.to_hex(),
@@ -567,7 +576,7 @@ impl Gatekeeper {
     pub fn forget(&self, key_id: &str) -> Result<(), StoreError> {
         lock(&self.answers).forget(key_id);
         let mut st = lock(&self.state);
-        st.recorded.retain(|(k, _, _), _| k != key_id);
+        st.recorded.remove(key_id);
         st.windows.forget_fingerprints(key_id);
         drop(st);
         self.store.submit_and_wait(Event::Forget {
