@@ -2,12 +2,14 @@
 //! normalised to the four parts. Also the SSE event splitter that lets the proxy strip the
 //! usage chunk it asked for on a client's behalf.
 
-use serde_json::Value;
-
 use crate::gate::Usage;
+use crate::request::json::{self, Json};
 use crate::request::Route;
 
-fn num(v: &Value, path: &[&str]) -> u64 {
+// Answers and stream events are read with the gate's borrowed JSON reader: only `usage` and
+// a few tags are looked at, so the answer text is never copied out.
+
+fn num(v: &Json, path: &[&str]) -> u64 {
     let mut cur = v;
     for p in path {
         match cur.get(p) {
@@ -20,8 +22,8 @@ fn num(v: &Value, path: &[&str]) -> u64 {
 
 /// Usage from an OpenAI `usage` object. `cached_tokens` is cache read; the rest of the prompt
 /// is uncached input.
-pub fn openai_usage(usage: &Value) -> Option<Usage> {
-    if !usage.is_object() {
+pub fn openai_usage(usage: &Json) -> Option<Usage> {
+    if !matches!(usage, Json::Object(_)) {
         return None;
     }
     let prompt = num(usage, &["prompt_tokens"]);
@@ -35,8 +37,8 @@ pub fn openai_usage(usage: &Value) -> Option<Usage> {
 }
 
 /// Usage from an Anthropic `usage` object.
-pub fn anthropic_usage(usage: &Value) -> Option<Usage> {
-    if !usage.is_object() {
+pub fn anthropic_usage(usage: &Json) -> Option<Usage> {
+    if !matches!(usage, Json::Object(_)) {
         return None;
     }
     Some(Usage {
@@ -49,7 +51,7 @@ pub fn anthropic_usage(usage: &Value) -> Option<Usage> {
 
 /// Usage from a complete JSON answer.
 pub fn json_usage(route: Route, body: &[u8]) -> Option<Usage> {
-    let value: Value = serde_json::from_slice(body).ok()?;
+    let value = json::parse(body).ok()?;
     let usage = value.get("usage")?;
     match route {
         Route::OpenAiChat => openai_usage(usage),
@@ -119,17 +121,15 @@ impl SseTap {
             self.finished = true;
             return true;
         }
-        let Ok(value) = serde_json::from_str::<Value>(&data) else {
+        let Ok(value) = json::parse(data.as_bytes()) else {
             return true;
         };
         match self.route {
             Route::OpenAiChat => {
                 if let Some(u) = value.get("usage").and_then(openai_usage) {
                     self.usage = Some(u);
-                    let only_usage = value
-                        .get("choices")
-                        .and_then(Value::as_array)
-                        .is_some_and(|c| c.is_empty());
+                    let only_usage =
+                        matches!(value.get("choices"), Some(Json::Array(c)) if c.is_empty());
                     if self.strip_usage_chunk && only_usage {
                         return false;
                     }
@@ -137,7 +137,11 @@ impl SseTap {
                 true
             }
             Route::AnthropicMessages => {
-                match value.get("type").and_then(Value::as_str) {
+                let kind = value
+                    .get("type")
+                    .and_then(Json::as_string)
+                    .map(|t| t.to_cow());
+                match kind.as_deref() {
                     Some("message_start") => {
                         if let Some(u) = value
                             .get("message")
@@ -151,10 +155,10 @@ impl SseTap {
                         if let Some(delta) = value.get("usage") {
                             let mut u = self.usage.unwrap_or_default();
                             // message_delta's counts are cumulative: take the latest.
-                            if let Some(out) = delta.get("output_tokens").and_then(Value::as_u64) {
+                            if let Some(out) = delta.get("output_tokens").and_then(Json::as_u64) {
                                 u.output = out;
                             }
-                            if let Some(inp) = delta.get("input_tokens").and_then(Value::as_u64) {
+                            if let Some(inp) = delta.get("input_tokens").and_then(Json::as_u64) {
                                 u.input = inp;
                             }
                             self.usage = Some(u);
