@@ -1254,25 +1254,11 @@ enum Hex32<'a> {
 
 impl<'a> Hex32<'a> {
     fn of(s: &'a str) -> Hex32<'a> {
-        fn digit(c: u8) -> Option<u8> {
-            match c {
-                b'0'..=b'9' => Some(c - b'0'),
-                b'a'..=b'f' => Some(c - b'a' + 10),
-                _ => None,
-            }
+        let lowercase_hex = s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'));
+        match crate::receipt::parse_hex32(s) {
+            Some(bytes) if lowercase_hex => Hex32::Bytes(bytes),
+            _ => Hex32::Text(s),
         }
-        let b = s.as_bytes();
-        if b.len() != 64 {
-            return Hex32::Text(s);
-        }
-        let mut out = [0u8; 32];
-        for (o, pair) in out.iter_mut().zip(b.chunks_exact(2)) {
-            match (digit(pair[0]), digit(pair[1])) {
-                (Some(h), Some(l)) => *o = h << 4 | l,
-                _ => return Hex32::Text(s),
-            }
-        }
-        Hex32::Bytes(out)
     }
 }
 
@@ -1287,13 +1273,8 @@ impl ToSql for Hex32<'_> {
 
 /// A column written as [`Hex32`], as the string it was.
 fn hex32_from(row: &Row<'_>, idx: usize) -> rusqlite::Result<String> {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     match row.get_ref(idx)? {
-        ValueRef::Blob(b) if b.len() == 32 => Ok(b
-            .iter()
-            .flat_map(|x| [DIGITS[usize::from(x >> 4)], DIGITS[usize::from(x & 15)]])
-            .map(char::from)
-            .collect()),
+        ValueRef::Blob(b) if b.len() == 32 => Ok(crate::receipt::hex_encode(b)),
         ValueRef::Text(t) => std::str::from_utf8(t)
             .map(str::to_owned)
             .map_err(|e| rusqlite::Error::FromSqlConversionFailure(idx, Type::Text, Box::new(e))),
