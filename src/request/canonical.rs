@@ -60,9 +60,9 @@ impl<'de> Deserialize<'de> for Hash {
     }
 }
 
-fn keyed(key: &[u8; 32], domain: &[u8], parts: &[&[u8]]) -> Hash {
+/// Keyed BLAKE3 of the parts in order (the domain tag is one of them).
+fn keyed(key: &[u8; 32], parts: &[&[u8]]) -> Hash {
     let mut hasher = blake3::Hasher::new_keyed(key);
-    hasher.update(domain);
     for part in parts {
         hasher.update(part);
     }
@@ -71,7 +71,7 @@ fn keyed(key: &[u8; 32], domain: &[u8], parts: &[&[u8]]) -> Hash {
 
 /// Keyed hash of a tool name, as defined and as called.
 pub fn tool_name_hash(key: &[u8; 32], name: &str) -> Hash {
-    keyed(key, TOOL_NAME_DOMAIN, &[name.as_bytes()])
+    keyed(key, &[TOOL_NAME_DOMAIN, name.as_bytes()])
 }
 
 /// The fingerprint, each tool definition's size, and the turn hashes on demand.
@@ -128,9 +128,7 @@ impl<'k> Canonical<'k> {
         }
         buf.push(b'}');
 
-        let mut hasher = blake3::Hasher::new_keyed(key);
-        hasher.update(&buf);
-        let fingerprint = Hash(*hasher.finalize().as_bytes());
+        let fingerprint = keyed(key, &[&buf]);
         let tool_chars = tool_ranges
             .iter()
             .map(|r| utf8_chars(&buf[r.clone()]))
@@ -149,10 +147,7 @@ impl<'k> Canonical<'k> {
     /// system prompt is not).
     pub fn message_hash(&self, index: usize) -> Hash {
         let range = self.message_ranges.get(index).cloned().unwrap_or_default();
-        let mut hasher = blake3::Hasher::new_keyed(self.key);
-        hasher.update(&self.buf[range]);
-        hasher.update(TURN_DOMAIN_SUFFIX);
-        Hash(*hasher.finalize().as_bytes())
+        keyed(self.key, &[&self.buf[range], TURN_DOMAIN_SUFFIX])
     }
 }
 
