@@ -55,6 +55,7 @@ fn pair(i: u64) -> (Event, Event) {
         worst_case_tokens_avoided: 0,
         findings_tokens: 0,
         hold_id: None,
+        step_fingerprint: None,
     };
     let usage = UsageRow {
         decision_id,

@@ -43,6 +43,9 @@ struct RawConfig {
     downgrade: BTreeMap<String, String>,
     #[serde(default)]
     gate: GateConfig,
+    /// Named scoring profiles a key may use (`[profiles.agent]`).
+    #[serde(default)]
+    profiles: BTreeMap<String, RawProfile>,
     #[serde(default)]
     limits: RawLimits,
     #[serde(default)]
@@ -138,6 +141,26 @@ struct RawKey {
     #[serde(default)]
     human: bool,
     owner_secret_hash: Option<String>,
+    /// A `[profiles.NAME]` this key is scored with; absent: the `[gate.saturation]` defaults.
+    profile: Option<String>,
+}
+
+/// A scoring profile: where the spend signals saturate for a kind of traffic. Weights, bands,
+/// the waste signals (loop, burst, grind) and every hard rule stay the seed's: a profile says
+/// what a normal request of this kind looks like, never how much a runaway may do.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProfile {
+    saturation: SpendSaturation,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpendSaturation {
+    pub size: u64,
+    pub ask: u64,
+    pub depth: u64,
+    pub tools: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -252,6 +275,8 @@ pub struct KeyConfig {
     pub budget: Option<Budget>,
     pub human_default: bool,
     pub owner_secret_hash: Option<[u8; 32]>,
+    /// The scoring profile's name and its spend saturation points.
+    pub profile: Option<(String, SpendSaturation)>,
 }
 
 #[derive(Debug, Clone)]
@@ -371,6 +396,18 @@ impl Config {
             if keys.iter().any(|k: &KeyConfig| k.id == key.id) {
                 return Err(field(format!("keys[{i}].id"), "duplicate key id"));
             }
+            let profile = match key.profile {
+                None => None,
+                Some(name) => {
+                    let Some(p) = raw.profiles.get(&name) else {
+                        return Err(field(
+                            format!("keys[{i}].profile"),
+                            "names no [profiles.NAME] section",
+                        ));
+                    };
+                    Some((name, p.saturation))
+                }
+            };
             let budget = key.budget.map(|b| Budget {
                 ceiling_nano: b.ceiling_micro_usd.saturating_mul(1000),
                 period: b.period,
@@ -385,6 +422,7 @@ impl Config {
                 id: key.id,
                 budget,
                 human_default: key.human,
+                profile,
             });
         }
 
@@ -404,6 +442,15 @@ impl Config {
         raw.gate
             .validate()
             .map_err(|(f, why)| field(format!("gate.{f}"), why))?;
+        for (name, p) in &raw.profiles {
+            let s = &p.saturation;
+            if [s.size, s.ask, s.depth, s.tools].contains(&0) {
+                return Err(field(
+                    format!("profiles.{name}.saturation"),
+                    "every saturation point must be at least 1",
+                ));
+            }
+        }
 
         if raw.limits.max_body_bytes == 0 {
             return Err(field("limits.max_body_bytes", "must be at least 1"));

@@ -34,7 +34,7 @@ pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value
                 "rules": {
                     "budget_exhausted": "spend has reached the key's ceiling",
                     "exceeds_remaining_budget": format!("this one call could cost more than the budget left. Output uses the exact ceiling you set (x n); input is estimated at one token per {} characters, so this rule is deliberately cautious. Held for a person when a human is declared, refused when one is not.", rules::CHARS_PER_INPUT_TOKEN),
-                    "runaway_loop": format!("the same request {} times in 120 seconds", rules::LOOP_LIMIT),
+                    "runaway_loop": format!("the same request {} times in 120 seconds (the same fingerprint, or the same step fingerprint: an agent repeating the same tool call and getting the same result)", rules::LOOP_LIMIT),
                     "runaway_loop_unattended": format!("the same request {} times in 120 seconds with no human declared", rules::LOOP_UNATTENDED_LIMIT),
                     "runaway_burst": format!("{} requests from one key in 60 seconds", rules::BURST_LIMIT),
                 }
@@ -53,6 +53,7 @@ pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value
                     "grind": {"weight": w.grind, "saturates_at": s.grind},
                     "novelty": {"weight": w.novelty},
                 },
+                "profiles": profiles(config),
                 "spend_weight_total": round(spend_total),
                 "waste_weight_total": round(waste_total),
                 "base_weights_sum_to": round(spend_total + waste_total),
@@ -83,6 +84,16 @@ pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value
             "request": "send the provider request body. This platform sees your prompt.",
             "digest": "send only a fingerprint and counts. Your prompts and answers never leave your building, the decision is identical, and the receipt is the same. The downloaded client uses this path by default.",
         },
+        "identity": {
+            "fingerprint": "keyed BLAKE3 over the route and the body's canonical JSON (keys sorted, no whitespace), without the fields below",
+            "step_fingerprint": "keyed BLAKE3 over route, model, system, tools and the tail from the newest assistant turn on: its tool calls (names and arguments, not its text or thinking) and the turns after it, without per-call ids, item status and cache_control; equals the fingerprint when there is no assistant turn",
+            "fields_that_never_change_the_answer": {
+                "openai_chat": crate::request::ignored_fields(crate::request::Route::OpenAiChat),
+                "openai_responses": crate::request::ignored_fields(crate::request::Route::OpenAiResponses),
+                "anthropic_messages": crate::request::ignored_fields(crate::request::Route::AnthropicMessages),
+            },
+            "never_served_from_store": "Responses requests that depend on provider-side state: previous_response_id, conversation, background",
+        },
         "honest_limits": [
             "Matching is exact. A reworded prompt is a different request and goes to the model.",
             "Savings totals use only token counts the provider itself reported. Nothing in a total is estimated.",
@@ -90,11 +101,14 @@ pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value
             "Token figures inside findings are estimated from character counts and are marked as estimates. They never enter a total.",
             "A stored answer is returned unchanged. This module does not judge whether it is still correct.",
             "No model is called to reach any decision here.",
-            "Media parts (images, audio, files) count as turns but add no characters.",
+            "Media parts (images, audio, files) count as turns but add no characters; encrypted reasoning items count none either.",
+            "The identity leaves out fields that name the caller or its session (user, metadata, safety_identifier, prompt_cache_key): two sessions that send the same request share a stored answer within one key.",
             "In digest mode, counts and usage are reported by the client; lengths and parameters (model, max_tokens, ...) still leave the building, content does not.",
             "Spend is kept in integer nano-USD; each usage part is priced per million tokens and rounded up per call.",
         ],
         "routes": {
+            "gated": ["POST /v1/chat/completions", "POST /v1/responses", "POST /v1/messages"],
+            "passed_through_after_the_key_check": ["GET /v1/models", "GET|DELETE /v1/responses/{id}", "GET /v1/responses/{id}/input_items", "POST /v1/responses/{id}/cancel", "POST /v1/messages/count_tokens"],
             "public": ["spec", "stats", "verify"],
             "keyed": ["estimate", "gate", "record", "ledger", "budget", "prices", "forget"],
             "admin_listener": ["budget/{key_id}", "prices", "holds/{id}/approve", "metrics", "split-profile/*"],
@@ -106,6 +120,22 @@ pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value
         },
         "receipt_keys": keys,
     })
+}
+
+/// The scoring profiles keys use: where their spend signals saturate (no key ids: /spec is
+/// public).
+fn profiles(config: &Config) -> Value {
+    let mut out = serde_json::Map::new();
+    for (name, spend) in config.keys.iter().filter_map(|k| k.profile.as_ref()) {
+        out.insert(
+            name.clone(),
+            json!({
+                "spend_signals_saturate_at": spend,
+                "unchanged": "weights, bands, the waste signals (loop, burst, grind), novelty, unattended and every hard rule",
+            }),
+        );
+    }
+    Value::Object(out)
 }
 
 fn verdict_meaning(v: Verdict) -> &'static str {

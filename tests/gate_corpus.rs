@@ -218,6 +218,7 @@ fn policy_for(defaults: &Defaults, case: &Case) -> Result<Policy, String> {
         gate,
         prices,
         downgrade,
+        ..Policy::default()
     })
 }
 

@@ -40,6 +40,7 @@ fn decision(id: &str, key: &str, verdict: Verdict, at: u64) -> DecisionRow {
         worst_case_tokens_avoided: if verdict == Verdict::Block { 700 } else { 0 },
         findings_tokens: 3,
         hold_id: None,
+        step_fingerprint: None,
     }
 }
 

@@ -8,7 +8,7 @@ use super::findings::{findings, Finding};
 use super::rules::{self, BudgetState, Rule, WorstCase};
 use super::score::{self, Signals};
 use super::windows::WindowCounts;
-use super::{Band, GateConfig, Usage, Verdict};
+use super::{Band, GateConfig, Saturation, Usage, Verdict};
 use crate::config::Prices;
 use crate::request::{Hash, RequestShape};
 
@@ -18,15 +18,40 @@ pub struct Policy {
     pub gate: GateConfig,
     pub prices: BTreeMap<String, Prices>,
     pub downgrade: BTreeMap<String, String>,
+    /// Key id → the saturation points of its scoring profile, for keys that have one.
+    pub key_saturation: BTreeMap<String, Saturation>,
 }
 
 impl Policy {
     pub fn from_config(config: &crate::config::Config) -> Self {
+        let key_saturation = config
+            .keys
+            .iter()
+            .filter_map(|key| {
+                let (_, spend) = key.profile.as_ref()?;
+                let saturation = Saturation {
+                    size: spend.size,
+                    ask: spend.ask,
+                    depth: spend.depth,
+                    tools: spend.tools,
+                    ..config.gate.saturation.clone()
+                };
+                Some((key.id.clone(), saturation))
+            })
+            .collect();
         Policy {
             gate: config.gate.clone(),
             prices: config.prices.clone(),
             downgrade: config.downgrade.clone(),
+            key_saturation,
         }
+    }
+
+    /// The saturation points a key is scored with: its profile's, else the gate's.
+    pub fn saturation_for(&self, key_id: &str) -> &Saturation {
+        self.key_saturation
+            .get(key_id)
+            .unwrap_or(&self.gate.saturation)
     }
 }
 
@@ -163,7 +188,15 @@ pub fn decide(policy: &Policy, input: &GateInput, state: &KeyState, now_ms: u64)
     let prices = policy.prices.get(&shape.model);
     let budget = state.budget.as_ref();
     let worst = rules::worst_case(shape, prices);
-    let signals = score::signals(cfg, shape, &state.counts, budget, &worst, input.human);
+    let saturation = policy.saturation_for(input.key_id);
+    let signals = score::signals(
+        saturation,
+        shape,
+        &state.counts,
+        budget,
+        &worst,
+        input.human,
+    );
     let score = score::score(cfg, &signals);
     let servable = input.held && input.held_usage.is_some() && shape.reproducible();
     let findings = findings(cfg, shape, &state.counts, servable, budget);
@@ -262,5 +295,57 @@ fn earned_downgrade<'p>(policy: &'p Policy, shape: &RequestShape, score: f64) ->
         policy.downgrade.get(&shape.model).map(String::as_str)
     } else {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::{parse, Route};
+
+    #[test]
+    fn a_profile_moves_only_the_spend_saturation_of_its_key() {
+        let tools: Vec<String> = (0..24)
+            .map(|i| format!(r#"{{"name":"t{i}","input_schema":{{}}}}"#))
+            .collect();
+        let body = format!(
+            r#"{{"model":"m","max_tokens":32000,"tools":[{}],"messages":[{{"role":"user","content":"hi"}}]}}"#,
+            tools.join(",")
+        );
+        let shape = parse(Route::AnthropicMessages, body.as_bytes(), &[1; 32])
+            .unwrap()
+            .shape;
+        let mut policy = Policy::default();
+        policy.key_saturation.insert(
+            "agent".into(),
+            Saturation {
+                size: 1_000_000,
+                ask: 128_000,
+                depth: 400,
+                tools: 128,
+                ..Saturation::default()
+            },
+        );
+        let decide_for = |key_id| {
+            let input = GateInput {
+                key_id,
+                shape: &shape,
+                human: false,
+                held: false,
+                held_usage: None,
+                approved_hold: false,
+            };
+            decide(&policy, &input, &KeyState::default(), 0)
+        };
+        let plain = decide_for("plain");
+        let agent = decide_for("agent");
+        assert_eq!(plain.signals.tools, 1.0);
+        assert_eq!(plain.signals.ask, 1.0);
+        assert_eq!(agent.signals.tools, 24.0 / 128.0);
+        assert_eq!(agent.signals.ask, 0.25);
+        assert!(agent.score < plain.score);
+        // The waste signals and the unattended term are the seed's for every key.
+        assert_eq!(agent.signals.unattended, plain.signals.unattended);
+        assert_eq!(agent.signals.novelty, plain.signals.novelty);
     }
 }

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::rules::{BudgetState, WorstCase};
 use super::windows::WindowCounts;
-use super::GateConfig;
+use super::{GateConfig, Saturation};
 use crate::request::RequestShape;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -30,14 +30,13 @@ fn ratio(count: u64, saturation: u64) -> f64 {
 }
 
 pub fn signals(
-    cfg: &GateConfig,
+    s: &Saturation,
     shape: &RequestShape,
     counts: &WindowCounts,
     budget: Option<&BudgetState>,
     worst: &WorstCase,
     human: bool,
 ) -> Signals {
-    let s = &cfg.saturation;
     let exposure = match budget {
         None => 0.0,
         Some(b) => {

@@ -29,7 +29,8 @@ const CAP_MODELS: usize = 1024;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WindowCounts {
-    /// Earlier identical requests (same key and fingerprint) in the last 120 s.
+    /// Earlier identical requests in the last 120 s: same key, and the same fingerprint or
+    /// the same step fingerprint (SPEC §2.3).
     pub earlier_identical: u64,
     /// Earlier requests from the key in the last 60 s.
     pub earlier_key_minute: u64,
@@ -43,7 +44,11 @@ pub struct WindowCounts {
 
 struct KeyWindows {
     requests: VecDeque<u64>,
+    /// By fingerprint, by step fingerprint, and by both: a request matches when either is
+    /// equal, so the count is |fp| + |step| − |both|.
     identical: HashMap<Hash, VecDeque<u64>>,
+    steps: HashMap<Hash, VecDeque<u64>>,
+    both: HashMap<(Hash, Hash), VecDeque<u64>>,
     models: HashMap<String, u64>,
     seen: LruCache<Hash, u64>,
 }
@@ -53,6 +58,8 @@ impl KeyWindows {
         Self {
             requests: VecDeque::new(),
             identical: HashMap::new(),
+            steps: HashMap::new(),
+            both: HashMap::new(),
             models: HashMap::new(),
             // Unbounded + a manual cap: `LruCache::new(cap)` would preallocate `cap` slots per key.
             seen: LruCache::unbounded(),
@@ -91,17 +98,33 @@ impl Windows {
         Self::default()
     }
 
-    /// Read the counts for a request without moving any window (`POST /estimate`).
+    /// [`Windows::observe_step`] for a request whose step fingerprint is its fingerprint.
     pub fn observe(&self, key: &str, fingerprint: &Hash, model: &str, now: u64) -> WindowCounts {
+        self.observe_step(key, fingerprint, fingerprint, model, now)
+    }
+
+    /// Read the counts for a request without moving any window (`POST /estimate`).
+    pub fn observe_step(
+        &self,
+        key: &str,
+        fingerprint: &Hash,
+        step: &Hash,
+        model: &str,
+        now: u64,
+    ) -> WindowCounts {
         let Some(w) = self.keys.get(key) else {
             return WindowCounts::default();
         };
+        let loop_count = |times: Option<&VecDeque<u64>>| {
+            times.map_or(0, |t| count_within(t, now, LOOP_WINDOW_MS))
+        };
+        let same_fingerprint = loop_count(w.identical.get(fingerprint));
+        let same_step = loop_count(w.steps.get(step));
+        let same_both = loop_count(w.both.get(&(*fingerprint, *step)));
         WindowCounts {
-            earlier_identical: w
-                .identical
-                .get(fingerprint)
-                .map(|t| count_within(t, now, LOOP_WINDOW_MS))
-                .unwrap_or(0),
+            // Each list is capped alike and `both` is a subset of either, so this never
+            // undercounts below the smaller cap.
+            earlier_identical: same_fingerprint + same_step.saturating_sub(same_both),
             earlier_key_minute: count_within(&w.requests, now, BURST_WINDOW_MS),
             earlier_key_hour: count_within(&w.requests, now, GRIND_WINDOW_MS),
             model_seen: w
@@ -115,8 +138,20 @@ impl Windows {
         }
     }
 
-    /// Count a request in every window, whatever its verdict.
+    /// [`Windows::record_step`] for a request whose step fingerprint is its fingerprint.
     pub fn record(&mut self, key: &str, fingerprint: &Hash, model: &str, now: u64) {
+        self.record_step(key, fingerprint, fingerprint, model, now)
+    }
+
+    /// Count a request in every window, whatever its verdict.
+    pub fn record_step(
+        &mut self,
+        key: &str,
+        fingerprint: &Hash,
+        step: &Hash,
+        model: &str,
+        now: u64,
+    ) {
         // Allocate the key's name only the first time it is seen.
         if !self.keys.contains_key(key) {
             self.keys.insert(key.to_string(), KeyWindows::new());
@@ -127,6 +162,12 @@ impl Windows {
         push_capped(&mut w.requests, now, CAP_KEY_REQUESTS);
         push_capped(
             w.identical.entry(*fingerprint).or_default(),
+            now,
+            CAP_IDENTICAL,
+        );
+        push_capped(w.steps.entry(*step).or_default(), now, CAP_IDENTICAL);
+        push_capped(
+            w.both.entry((*fingerprint, *step)).or_default(),
             now,
             CAP_IDENTICAL,
         );
@@ -154,12 +195,19 @@ impl Windows {
         }
         // Sweeping every fingerprint on every request would cost O(n); sweep when the map has
         // doubled since the last sweep, which keeps the amortised cost constant.
+        let recent = |times: &VecDeque<u64>| {
+            times
+                .back()
+                .is_some_and(|&t| within(now, t, LOOP_WINDOW_MS))
+        };
         if w.identical.len() > 64 && w.identical.len().is_power_of_two() {
-            w.identical.retain(|_, times| {
-                times
-                    .back()
-                    .is_some_and(|&t| within(now, t, LOOP_WINDOW_MS))
-            });
+            w.identical.retain(|_, times| recent(times));
+        }
+        if w.steps.len() > 64 && w.steps.len().is_power_of_two() {
+            w.steps.retain(|_, times| recent(times));
+        }
+        if w.both.len() > 64 && w.both.len().is_power_of_two() {
+            w.both.retain(|_, times| recent(times));
         }
         while let Some((_, &t)) = w.seen.peek_lru() {
             if within(now, t, REPEAT_WINDOW_MS) {
@@ -184,6 +232,8 @@ impl Windows {
             .map(|w| {
                 w.requests.len()
                     + w.identical.values().map(VecDeque::len).sum::<usize>()
+                    + w.steps.values().map(VecDeque::len).sum::<usize>()
+                    + w.both.values().map(VecDeque::len).sum::<usize>()
                     + w.models.len()
                     + w.seen.len()
             })
@@ -279,6 +329,41 @@ mod tests {
         assert_eq!(
             w.observe("k", &fp(1), "m", 61_000 - 1).earlier_key_minute,
             1
+        );
+    }
+
+    #[test]
+    fn a_request_is_identical_by_fingerprint_or_by_step_and_counted_once() {
+        let mut w = Windows::new();
+        // A stuck agent: every request has a new fingerprint and the same step.
+        for i in 0..5 {
+            w.record_step("k", &fp(10 + i), &fp(1), "m", 1_000 + u64::from(i));
+        }
+        assert_eq!(
+            w.observe_step("k", &fp(99), &fp(1), "m", 2_000)
+                .earlier_identical,
+            5
+        );
+        // A retry storm of one body: same fingerprint, same step.
+        for _ in 0..3 {
+            w.record_step("k", &fp(50), &fp(51), "m", 1_500);
+        }
+        assert_eq!(
+            w.observe_step("k", &fp(50), &fp(51), "m", 2_000)
+                .earlier_identical,
+            3
+        );
+        // Matching by both is not counted twice; matching by either adds up.
+        assert_eq!(
+            w.observe_step("k", &fp(50), &fp(1), "m", 2_000)
+                .earlier_identical,
+            8
+        );
+        // A session that makes progress: nothing earlier matches.
+        assert_eq!(
+            w.observe_step("k", &fp(60), &fp(61), "m", 2_000)
+                .earlier_identical,
+            0
         );
     }
 

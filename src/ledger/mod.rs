@@ -226,9 +226,18 @@ impl Gatekeeper {
         }
         for row in &snapshot.recent_decisions {
             if let Some(fp) = row.fingerprint.as_deref().and_then(Hash::from_hex) {
-                state
-                    .windows
-                    .record(&row.key_id, &fp, &row.model_requested, row.decided_at_ms);
+                let step = row
+                    .step_fingerprint
+                    .as_deref()
+                    .and_then(Hash::from_hex)
+                    .unwrap_or(fp);
+                state.windows.record_step(
+                    &row.key_id,
+                    &fp,
+                    &step,
+                    &row.model_requested,
+                    row.decided_at_ms,
+                );
             }
         }
         for row in &snapshot.open_reservations {
@@ -273,6 +282,12 @@ impl Gatekeeper {
         })
     }
 
+    /// Whether the price table knows `model`.
+    pub fn has_price(&self, model: &str) -> bool {
+        let policy = self.policy.read().unwrap_or_else(|p| p.into_inner());
+        policy.prices.contains_key(model)
+    }
+
     pub fn policy(&self) -> Policy {
         self.policy.read().map(|p| p.clone()).unwrap_or_default()
     }
@@ -288,9 +303,13 @@ impl Gatekeeper {
         let mut st = lock(&self.state);
         self.expire(&mut st, req.now_ms);
 
-        let counts = st
-            .windows
-            .observe(key_id, &shape.fingerprint, &shape.model, req.now_ms);
+        let counts = st.windows.observe_step(
+            key_id,
+            &shape.fingerprint,
+            &shape.step_fingerprint,
+            &shape.model,
+            req.now_ms,
+        );
         let held_usage = st
             .recorded
             .get(key_id)
@@ -323,8 +342,13 @@ impl Gatekeeper {
         let decision_id = crate::receipt::decision_id(&body);
 
         if mode == Mode::Commit {
-            st.windows
-                .record(key_id, &shape.fingerprint, &shape.model, req.now_ms);
+            st.windows.record_step(
+                key_id,
+                &shape.fingerprint,
+                &shape.step_fingerprint,
+                &shape.model,
+                req.now_ms,
+            );
             let mut events = Vec::new();
             if approved_hold {
                 if let Some(id) = req.hold_id {
@@ -369,7 +393,8 @@ impl Gatekeeper {
                 0
             };
             drop(st);
-            let row = decision_row(&decision, &decision_id, wire, reserved);
+            let mut row = decision_row(&decision, &decision_id, wire, reserved);
+            row.step_fingerprint = Some(shape.step_fingerprint.to_hex());
             self.store.submit(Event::Decision(row));
             for e in events {
                 self.store.submit(e);
@@ -681,5 +706,6 @@ fn decision_row(
         },
         findings_tokens: d.findings.iter().filter_map(|f| f.tokens).sum(),
         hold_id: d.hold_id.clone(),
+        step_fingerprint: None,
     }
 }

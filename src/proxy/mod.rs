@@ -30,7 +30,7 @@ use crate::config::{Config, KeyConfig, Upstream};
 use crate::gate::Verdict;
 use crate::ledger::{GateRequest, Gatekeeper, Mode};
 use crate::now_ms;
-use crate::request::{self, Digest, Route};
+use crate::request::{self, Digest, Provider, Route};
 use crate::store::answers::AnswerKey;
 use errors::GateError;
 use remote::RemoteGate;
@@ -38,10 +38,8 @@ use remote::RemoteGate;
 /// Provider paths that are billable but not gated by this build: refused, so spend never
 /// bypasses the gate.
 const UNGATED_BILLABLE: &[&str] = &[
-    "/v1/responses",
     "/v1/completions",
     "/v1/embeddings",
-    "/v1/messages/count_tokens",
     "/v1/messages/batches",
     "/v1/batches",
     "/v1/images/generations",
@@ -97,11 +95,11 @@ impl ProviderPeer {
         header.remove_header("authorization");
         header.remove_header("x-api-key");
         if let Some(cred) = &self.credential {
-            match self.route {
-                Route::OpenAiChat => {
+            match self.route.provider() {
+                Provider::OpenAi => {
                     header.insert_header("authorization", format!("Bearer {cred}"))?
                 }
-                Route::AnthropicMessages => header.insert_header("x-api-key", cred.as_str())?,
+                Provider::Anthropic => header.insert_header("x-api-key", cred.as_str())?,
             }
         }
         Ok(())
@@ -141,9 +139,13 @@ impl GateProxy {
     }
 
     fn provider(&self, route: Route) -> Option<&ProviderPeer> {
-        match route {
-            Route::OpenAiChat => self.openai.as_ref(),
-            Route::AnthropicMessages => self.anthropic.as_ref(),
+        self.provider_of(route.provider())
+    }
+
+    fn provider_of(&self, provider: Provider) -> Option<&ProviderPeer> {
+        match provider {
+            Provider::OpenAi => self.openai.as_ref(),
+            Provider::Anthropic => self.anthropic.as_ref(),
         }
     }
 
@@ -338,6 +340,15 @@ impl GateProxy {
         };
 
         let wants_usage = parsed.include_usage;
+        // A hold keeps its approval text; a refusal for want of a price says so.
+        let unpriced = decided.verdict == Verdict::Block
+            && decided.reason == crate::gate::Rule::ExceedsRemainingBudget.as_str()
+            && self.remote.is_none()
+            && !self.gatekeeper.has_price(&shape.model);
+        if unpriced {
+            let err = GateError::unpriced_model(decided.status, "tokensaver_block", &shape.model);
+            return respond_error(session, Some(route), &err, &decided.receipt_headers).await;
+        }
         match decided.verdict {
             Verdict::Serve => {
                 let Some(answer) = stored else {
@@ -474,12 +485,31 @@ fn remote_identity(
         budget: None,
         human_default: false,
         owner_secret_hash: None,
+        profile: None,
     };
     let caller = auth::Caller {
         key_id: key.id.clone(),
         fingerprint_key: auth::fingerprint_key(parsed.secret),
     };
     Ok((key, caller))
+}
+
+/// Provider routes that cost nothing and are passed through after the key check: reading,
+/// deleting or cancelling a stored response, and counting a prompt's tokens.
+fn not_billable(method: &http::Method, path: &str) -> Option<Provider> {
+    if method == http::Method::POST && path == "/v1/messages/count_tokens" {
+        return Some(Provider::Anthropic);
+    }
+    let rest = path.strip_prefix("/v1/responses/")?;
+    let (id, tail) = rest.split_once('/').unwrap_or((rest, ""));
+    if id.is_empty() || tail.contains('/') {
+        return None;
+    }
+    let allowed = matches!(
+        (method.as_str(), tail),
+        ("GET" | "DELETE", "") | ("GET", "input_items") | ("POST", "cancel")
+    );
+    allowed.then_some(Provider::OpenAi)
 }
 
 fn block_message(status: u16) -> &'static str {
@@ -515,7 +545,19 @@ impl ProxyHttp for GateProxy {
             }
             return Ok(true);
         }
-        if path.starts_with("/v1/models") && method == http::Method::GET {
+        let passthrough = if path.starts_with("/v1/models") && method == http::Method::GET {
+            // Anthropic SDKs send x-api-key; OpenAI SDKs a bearer token.
+            let anthropic = session.req_header().headers.contains_key("x-api-key");
+            let (first, second) = if anthropic {
+                (Provider::Anthropic, Provider::OpenAi)
+            } else {
+                (Provider::OpenAi, Provider::Anthropic)
+            };
+            Some(self.provider_of(first).or(self.provider_of(second)))
+        } else {
+            not_billable(&method, &path).map(|provider| self.provider_of(provider))
+        };
+        if let Some(provider) = passthrough {
             let presented = auth::presented_key(&session.req_header().headers);
             if auth::authenticate(self.config(), presented).is_err() {
                 let err = GateError::new(
@@ -527,13 +569,6 @@ impl ProxyHttp for GateProxy {
                 respond_error(session, None, &err, &[]).await?;
                 return Ok(true);
             }
-            // Anthropic SDKs send x-api-key; OpenAI SDKs a bearer token.
-            let anthropic = session.req_header().headers.contains_key("x-api-key");
-            let provider = if anthropic {
-                self.anthropic.as_ref().or(self.openai.as_ref())
-            } else {
-                self.openai.as_ref().or(self.anthropic.as_ref())
-            };
             if let Some(p) = provider {
                 ctx.passthrough = Some(p.clone());
                 return Ok(false);

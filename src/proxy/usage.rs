@@ -49,6 +49,22 @@ pub fn anthropic_usage(usage: &Json) -> Option<Usage> {
     })
 }
 
+/// Usage from a Responses `usage` object: `input_tokens` includes the cached ones
+/// (`input_tokens_details.cached_tokens`, cache read); `output_tokens` includes reasoning.
+pub fn responses_usage(usage: &Json) -> Option<Usage> {
+    if !matches!(usage, Json::Object(_)) {
+        return None;
+    }
+    let input = num(usage, &["input_tokens"]);
+    let cached = num(usage, &["input_tokens_details", "cached_tokens"]);
+    Some(Usage {
+        input: input.saturating_sub(cached),
+        cache_write: 0,
+        cache_read: cached,
+        output: num(usage, &["output_tokens"]),
+    })
+}
+
 /// Usage from a complete JSON answer.
 pub fn json_usage(route: Route, body: &[u8]) -> Option<Usage> {
     let value = json::parse(body).ok()?;
@@ -56,6 +72,7 @@ pub fn json_usage(route: Route, body: &[u8]) -> Option<Usage> {
     match route {
         Route::OpenAiChat => openai_usage(usage),
         Route::AnthropicMessages => anthropic_usage(usage),
+        Route::OpenAiResponses => responses_usage(usage),
     }
 }
 
@@ -161,11 +178,45 @@ impl SseTap {
                             if let Some(inp) = delta.get("input_tokens").and_then(Json::as_u64) {
                                 u.input = inp;
                             }
+                            // Late cache figures win too, as the official SDK reads them.
+                            if let Some(w) = delta
+                                .get("cache_creation_input_tokens")
+                                .and_then(Json::as_u64)
+                            {
+                                u.cache_write = w;
+                            }
+                            if let Some(r) =
+                                delta.get("cache_read_input_tokens").and_then(Json::as_u64)
+                            {
+                                u.cache_read = r;
+                            }
                             self.usage = Some(u);
                         }
                     }
                     Some("message_stop") => self.finished = true,
                     _ => {}
+                }
+                true
+            }
+            Route::OpenAiResponses => {
+                // The stream ends with one terminal event that carries the whole response and
+                // its usage; there is no `[DONE]`. `response.incomplete` is a finished answer
+                // cut by its ceiling; `response.failed` and `error` are not answers.
+                let kind = value.get("type").and_then(Json::as_string);
+                let terminal = kind.is_some_and(|k| {
+                    k.is("response.completed")
+                        || k.is("response.incomplete")
+                        || k.is("response.failed")
+                });
+                if terminal {
+                    if let Some(u) = value
+                        .get("response")
+                        .and_then(|r| r.get("usage"))
+                        .and_then(responses_usage)
+                    {
+                        self.usage = Some(u);
+                    }
+                    self.finished = !kind.is_some_and(|k| k.is("response.failed"));
                 }
                 true
             }
@@ -265,5 +316,49 @@ mod tests {
             })
         );
         assert_eq!(json_usage(Route::OpenAiChat, b"{}"), None);
+    }
+
+    #[test]
+    fn responses_usage_from_json_and_the_terminal_event() {
+        let body = br#"{"id":"resp_1","usage":{"input_tokens":100,"input_tokens_details":{"cached_tokens":40},"output_tokens":30,"output_tokens_details":{"reasoning_tokens":12},"total_tokens":130}}"#;
+        let expected = Usage {
+            input: 60,
+            cache_write: 0,
+            cache_read: 40,
+            output: 30,
+        };
+        assert_eq!(json_usage(Route::OpenAiResponses, body), Some(expected));
+
+        let mut tap = SseTap::new(Route::OpenAiResponses, false);
+        let events = b"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"usage\":null}}\n\nevent: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"hi\"}\n\n";
+        assert_eq!(tap.feed(events), events.to_vec());
+        assert!(!tap.finished);
+        assert_eq!(tap.usage, None);
+        let done = b"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":100,\"input_tokens_details\":{\"cached_tokens\":40},\"output_tokens\":30}}}\n\n";
+        tap.feed(done);
+        assert!(tap.finished);
+        assert_eq!(tap.usage, Some(expected));
+
+        // A failed response carries usage but is no answer: never complete.
+        let mut failed = SseTap::new(Route::OpenAiResponses, false);
+        failed.feed(b"data: {\"type\":\"response.failed\",\"response\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n");
+        assert!(!failed.finished);
+        assert_eq!(failed.usage.map(|u| u.total()), Some(6));
+    }
+
+    #[test]
+    fn anthropic_late_message_delta_cache_figures_win() {
+        let mut tap = SseTap::new(Route::AnthropicMessages, false);
+        tap.feed(b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":10,\"cache_creation_input_tokens\":3068,\"cache_read_input_tokens\":0,\"output_tokens\":1}}}\n\n");
+        tap.feed(b"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"input_tokens\":10,\"cache_creation_input_tokens\":3337,\"cache_read_input_tokens\":6289,\"output_tokens\":50}}\n\n");
+        assert_eq!(
+            tap.usage,
+            Some(Usage {
+                input: 10,
+                cache_write: 3337,
+                cache_read: 6289,
+                output: 50
+            })
+        );
     }
 }

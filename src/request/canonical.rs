@@ -21,6 +21,39 @@ const FINGERPRINT_DOMAIN: &[u8] = b"tokensaver fingerprint v1\0";
 const TURN_DOMAIN_SUFFIX: &[u8] = b"\0tokensaver turn v1";
 const TOOL_NAME_DOMAIN: &[u8] = b"tokensaver tool name v1\0";
 
+/// Top-level fields that never change the answer, left out of the canonical form (and so of
+/// both fingerprints) so that a rerun in a new client session has the same identity. Each
+/// names the caller, its session or a caching hint: `user`, `safety_identifier` and
+/// `metadata` identify the end user or session (Claude Code's `metadata.user_id` carries its
+/// session id); `prompt_cache_key` and `prompt_cache_retention` steer the provider's prompt
+/// cache (Codex sets the key to its session id); chat's `store` keeps a copy for the
+/// caller's dashboard. `stream` and `stream_options` change the wire form only.
+/// Responses `store` is kept: it decides whether the answer can be chained later.
+pub fn ignored_fields(route: Route) -> &'static [&'static str] {
+    match route {
+        Route::OpenAiChat => &[
+            "metadata",
+            "prompt_cache_key",
+            "prompt_cache_retention",
+            "safety_identifier",
+            "store",
+            "stream",
+            "stream_options",
+            "user",
+        ],
+        Route::OpenAiResponses => &[
+            "metadata",
+            "prompt_cache_key",
+            "prompt_cache_retention",
+            "safety_identifier",
+            "stream",
+            "stream_options",
+            "user",
+        ],
+        Route::AnthropicMessages => &["metadata", "stream", "stream_options"],
+    }
+}
+
 /// A 32-byte BLAKE3 output, shown and serialised as 64 lowercase hex digits.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct Hash(pub [u8; 32]);
@@ -61,7 +94,7 @@ impl<'de> Deserialize<'de> for Hash {
 }
 
 /// Keyed BLAKE3 of the parts in order (the domain tag is one of them).
-fn keyed(key: &[u8; 32], parts: &[&[u8]]) -> Hash {
+pub(super) fn keyed(key: &[u8; 32], parts: &[&[u8]]) -> Hash {
     let mut hasher = blake3::Hasher::new_keyed(key);
     for part in parts {
         hasher.update(part);
@@ -103,10 +136,16 @@ impl<'k> Canonical<'k> {
         };
         buf.push(b'{');
         let mut first = true;
+        let ignored = ignored_fields(route);
+        // The turns: chat and messages bodies list them in `messages`, Responses in `input`.
+        let turns_field = match route {
+            Route::OpenAiResponses => "input",
+            Route::OpenAiChat | Route::AnthropicMessages => "messages",
+        };
         for (member, value) in body.members() {
             let name = member.as_ref();
             probe.found |= name == probe.wanted;
-            if name == "stream" || name == "stream_options" {
+            if ignored.contains(&name) {
                 json::write_value(&mut Vec::new(), value, &mut probe);
                 continue;
             }
@@ -117,7 +156,7 @@ impl<'k> Canonical<'k> {
             json::write_key(&mut buf, member);
             buf.push(b':');
             match (name, value) {
-                ("messages", Json::Array(items)) => {
+                (field, Json::Array(items)) if field == turns_field => {
                     write_elements(&mut buf, items, &mut message_ranges, &mut probe)
                 }
                 ("tools", Json::Array(items)) => {
@@ -141,6 +180,12 @@ impl<'k> Canonical<'k> {
             buf,
             message_ranges,
         }
+    }
+
+    /// The turn hash of a message given as its canonical JSON (a Responses `input` string is
+    /// hashed as the user message it stands for).
+    pub fn turn_hash_of(&self, canonical_message: &[u8]) -> Hash {
+        keyed(self.key, &[canonical_message, TURN_DOMAIN_SUFFIX])
     }
 
     /// The turn hash of `messages[index]`: computed only for messages that are turns (a

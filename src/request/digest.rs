@@ -5,7 +5,10 @@ use serde::{Deserialize, Serialize};
 
 use super::RequestShape;
 
-pub const DIGEST_VERSION: u32 = 1;
+/// v2 adds the step fingerprint (and the Responses route). A v1 digest is still read: its
+/// step fingerprint is its fingerprint, as it was for the v1 gate.
+pub const DIGEST_VERSION: u32 = 2;
+const READABLE_VERSIONS: [u32; 2] = [1, 2];
 
 /// The wire form of an answer: a JSON body or a server-sent-event stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -45,9 +48,9 @@ pub struct Digest {
 pub enum DigestError {
     #[error("digest is not valid JSON")]
     NotJson,
-    #[error("digest version is missing or not supported (this build reads v1)")]
+    #[error("digest version is missing or not supported (this build reads v1 and v2)")]
     UnknownVersion,
-    #[error("digest does not match the v1 schema")]
+    #[error("digest does not match the schema of its version")]
     Schema,
 }
 
@@ -66,7 +69,18 @@ impl Digest {
     /// a refusal reads the bytes again, to say which kind it is.
     pub fn parse(bytes: &[u8]) -> Result<Self, DigestError> {
         match serde_json::from_slice::<Digest>(bytes) {
-            Ok(digest) if digest.v == DIGEST_VERSION => Ok(digest),
+            Ok(mut digest) if digest.v == 1 => {
+                digest.request.step_fingerprint = digest.request.fingerprint;
+                Ok(digest)
+            }
+            // v2 requires the step fingerprint (absent reads as the zero hash).
+            Ok(digest) if digest.v == 2 => {
+                if digest.request.step_fingerprint == super::Hash::default() {
+                    Err(DigestError::Schema)
+                } else {
+                    Ok(digest)
+                }
+            }
             Ok(_) => Err(DigestError::UnknownVersion),
             Err(_) => Err(Self::refusal(bytes)),
         }
@@ -76,7 +90,8 @@ impl Digest {
         let Ok(value) = serde_json::from_slice::<serde_json::Value>(bytes) else {
             return DigestError::NotJson;
         };
-        if value.get("v").and_then(serde_json::Value::as_u64) == Some(u64::from(DIGEST_VERSION)) {
+        let version = value.get("v").and_then(serde_json::Value::as_u64);
+        if version.is_some_and(|v| READABLE_VERSIONS.iter().any(|r| u64::from(*r) == v)) {
             DigestError::Schema
         } else {
             DigestError::UnknownVersion
@@ -102,17 +117,30 @@ mod tests {
         let bytes = serde_json::to_vec(&digest).unwrap();
         assert_eq!(Digest::parse(&bytes), Ok(digest.clone()));
 
-        let mut v2: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-        v2["v"] = 2.into();
+        let mut v3: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        v3["v"] = 3.into();
         assert_eq!(
-            Digest::parse(&serde_json::to_vec(&v2).unwrap()),
+            Digest::parse(&serde_json::to_vec(&v3).unwrap()),
             Err(DigestError::UnknownVersion)
         );
+        // v2 needs the step fingerprint; v1 never had one and reads it as the fingerprint.
+        let mut no_step: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        no_step["request"]
+            .as_object_mut()
+            .unwrap()
+            .remove("step_fingerprint");
+        assert_eq!(
+            Digest::parse(&serde_json::to_vec(&no_step).unwrap()),
+            Err(DigestError::Schema)
+        );
+        no_step["v"] = 1.into();
+        let v1 = Digest::parse(&serde_json::to_vec(&no_step).unwrap()).unwrap();
+        assert_eq!(v1.request.step_fingerprint, v1.request.fingerprint);
         for (text, expected) in [
             (&b"nope"[..], DigestError::NotJson),
             (b"[1]", DigestError::UnknownVersion),
             (br#"{"v":"1","request":{}}"#, DigestError::UnknownVersion),
-            (br#"{"v":2,"other":true}"#, DigestError::UnknownVersion),
+            (br#"{"v":3,"other":true}"#, DigestError::UnknownVersion),
             (br#"{"v":1,"request":{}}"#, DigestError::Schema),
             (br#"{"v":1,"request":{},"extra":1}"#, DigestError::Schema),
         ] {

@@ -577,6 +577,39 @@ pub fn write_value(buf: &mut Vec<u8>, value: &Json, probe: &mut KeyProbe) {
     }
 }
 
+/// [`write_compact`] leaving out, at every depth, the members whose key is in `dropped`.
+pub fn write_without_keys(buf: &mut Vec<u8>, value: &Json, dropped: &[&str]) {
+    match value {
+        Json::Array(items) => {
+            buf.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    buf.push(b',');
+                }
+                write_without_keys(buf, item, dropped);
+            }
+            buf.push(b']');
+        }
+        Json::Object(object) => {
+            buf.push(b'{');
+            let kept = object
+                .members
+                .iter()
+                .filter(|(key, _)| !dropped.contains(&key.as_ref()));
+            for (i, (key, value)) in kept.enumerate() {
+                if i > 0 {
+                    buf.push(b',');
+                }
+                write_key(buf, key);
+                buf.push(b':');
+                write_without_keys(buf, value, dropped);
+            }
+            buf.push(b'}');
+        }
+        scalar => write_compact(buf, scalar),
+    }
+}
+
 fn write_string(buf: &mut Vec<u8>, s: &Str) {
     if s.canonical {
         buf.reserve(s.raw.len() + 2);

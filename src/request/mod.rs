@@ -8,12 +8,14 @@ mod canonical;
 pub mod digest;
 pub mod json;
 mod openai;
+mod responses;
+mod step;
 
 use serde::{Deserialize, Serialize};
 
 use json::{Json, Object};
 
-pub use canonical::Hash;
+pub use canonical::{ignored_fields, Hash};
 pub use digest::{Digest, DigestError, WireForm};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -22,6 +24,8 @@ pub enum Route {
     OpenAiChat,
     #[serde(rename = "anthropic_messages")]
     AnthropicMessages,
+    #[serde(rename = "openai_responses")]
+    OpenAiResponses,
 }
 
 impl Route {
@@ -29,6 +33,7 @@ impl Route {
         match self {
             Route::OpenAiChat => "openai_chat",
             Route::AnthropicMessages => "anthropic_messages",
+            Route::OpenAiResponses => "openai_responses",
         }
     }
 
@@ -36,6 +41,15 @@ impl Route {
         match self {
             Route::OpenAiChat => "/v1/chat/completions",
             Route::AnthropicMessages => "/v1/messages",
+            Route::OpenAiResponses => "/v1/responses",
+        }
+    }
+
+    /// Which provider serves the route.
+    pub fn provider(self) -> Provider {
+        match self {
+            Route::OpenAiChat | Route::OpenAiResponses => Provider::OpenAi,
+            Route::AnthropicMessages => Provider::Anthropic,
         }
     }
 
@@ -43,9 +57,17 @@ impl Route {
         match path {
             "/v1/chat/completions" | "/chat/completions" => Some(Route::OpenAiChat),
             "/v1/messages" => Some(Route::AnthropicMessages),
+            "/v1/responses" | "/responses" => Some(Route::OpenAiResponses),
             _ => None,
         }
     }
+}
+
+/// The two provider families: where credentials go and which error shape a caller expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Provider {
+    OpenAi,
+    Anthropic,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,6 +102,15 @@ pub struct ToolDef {
 pub struct RequestShape {
     pub route: Route,
     pub fingerprint: Hash,
+    /// Keyed hash of the request without its growing middle (SPEC §2.1): route, model,
+    /// system, tools, and the tail from the newest assistant turn on. Equals `fingerprint`
+    /// when there is no assistant turn. Absent in a v1 digest, where it is the fingerprint.
+    #[serde(default)]
+    pub step_fingerprint: Hash,
+    /// The answer depends on state the provider keeps (Responses `previous_response_id`,
+    /// `conversation`, `background`): never served from the store.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub provider_state: bool,
     pub model: String,
     pub max_tokens: Option<u64>,
     pub temperature: Option<f64>,
@@ -108,7 +139,7 @@ impl RequestShape {
     /// Reuse is allowed when the request asks for reproducible output (SPEC §2.6).
     pub fn reproducible(&self) -> bool {
         let deterministic = self.temperature == Some(0.0) || self.seed.is_some();
-        deterministic && matches!(self.n, None | Some(1))
+        deterministic && matches!(self.n, None | Some(1)) && !self.provider_state
     }
 
     /// The wire form an answer to this request takes.
@@ -146,6 +177,8 @@ pub enum ShapeError {
     },
     #[error("messages[{index}]: {problem}")]
     Message { index: usize, problem: &'static str },
+    #[error("input[{index}]: {problem}")]
+    Item { index: usize, problem: &'static str },
     #[error("tools[{index}]: {problem}")]
     Tool { index: usize, problem: &'static str },
 }
@@ -161,6 +194,7 @@ impl ShapeError {
             ShapeError::Missing(_) => "missing_field",
             ShapeError::WrongType { .. } => "wrong_type",
             ShapeError::Message { .. } => "invalid_message",
+            ShapeError::Item { .. } => "invalid_input_item",
             ShapeError::Tool { .. } => "invalid_tool",
         }
     }
@@ -217,16 +251,22 @@ pub fn shape_of(
     let parts = match route {
         Route::OpenAiChat => openai::parts(body, &canonical)?,
         Route::AnthropicMessages => anthropic::parts(body, &canonical)?,
+        Route::OpenAiResponses => responses::parts(body, &canonical)?,
     };
+    let step_fingerprint =
+        step::step_fingerprint(route, body, key).unwrap_or(canonical.fingerprint);
     Ok(RequestShape {
         route,
         fingerprint: canonical.fingerprint,
+        step_fingerprint,
+        provider_state: route == Route::OpenAiResponses && responses::provider_state(body),
         model: common.model,
         max_tokens: match route {
             Route::OpenAiChat => {
                 opt_u64(body, "max_completion_tokens")?.or(opt_u64(body, "max_tokens")?)
             }
             Route::AnthropicMessages => opt_u64(body, "max_tokens")?,
+            Route::OpenAiResponses => opt_u64(body, "max_output_tokens")?,
         },
         temperature: common.temperature,
         seed: common.seed,

@@ -48,6 +48,9 @@ pub struct DecisionRow {
     /// Σ estimated token figures of the findings (reported apart, never totalled with savings).
     pub findings_tokens: u64,
     pub hold_id: Option<String>,
+    /// The step fingerprint (SPEC §2.1), for rebuilding the loop windows; blanked by
+    /// `POST /forget` with the fingerprint. `None` in rows written before it existed.
+    pub step_fingerprint: Option<String>,
 }
 
 /// Provider-reported usage for a forwarded decision, and the spend it settles.

@@ -215,13 +215,18 @@ const MIGRATIONS: &[&str] = &[
     CREATE UNIQUE INDEX usage_early ON usage (decision_id) WHERE decision IS NULL;
     CREATE INDEX usage_key_time ON usage (key_id, at_ms);
     "#,
+    // 3: the step fingerprint, so the loop windows rebuilt at start match by it too.
+    r#"
+    ALTER TABLE decisions ADD COLUMN step_fingerprint BLOB;
+    "#,
 ];
 
 macro_rules! decision_columns {
     () => {
         "decision_id, key_id, fingerprint, verdict, reason, score, model_requested, \
          model_served, wire, decided_at_ms, reserved_nano, worst_case_tokens, \
-         tokens_not_bought, worst_case_tokens_avoided, findings_tokens, hold_id"
+         tokens_not_bought, worst_case_tokens_avoided, findings_tokens, hold_id, \
+         step_fingerprint"
     };
 }
 const DECISION_COLUMNS: &str = decision_columns!();
@@ -229,7 +234,8 @@ const DECISION_COLUMNS: &str = decision_columns!();
 const INSERT_DECISION: &str = concat!(
     "INSERT INTO decisions (",
     decision_columns!(),
-    ", open) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+    ", open) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
+     ?18)"
 );
 /// Whether decision `d` is settled: it has a usage row (stored after it, or before it) or an
 /// expiry charge.
@@ -915,6 +921,7 @@ fn apply(conn: &Connection, event: &Event) -> rusqlite::Result<()> {
                 to_i64(d.worst_case_tokens_avoided),
                 to_i64(d.findings_tokens),
                 d.hold_id,
+                d.step_fingerprint.as_deref().map(Hex32::of),
                 open,
             ])?;
         }
@@ -1019,7 +1026,7 @@ fn apply(conn: &Connection, event: &Event) -> rusqlite::Result<()> {
             conn.prepare_cached("DELETE FROM recorded WHERE key_id = ?1")?
                 .execute([key_id])?;
             conn.prepare_cached(
-                "UPDATE decisions SET fingerprint = NULL \
+                "UPDATE decisions SET fingerprint = NULL, step_fingerprint = NULL \
                  WHERE key_id = ?1 AND fingerprint IS NOT NULL",
             )?
             .execute([key_id])?;
@@ -1366,6 +1373,10 @@ fn decision_from_row(r: &Row<'_>) -> rusqlite::Result<DecisionRow> {
         worst_case_tokens_avoided: get_u64(r, 13)?,
         findings_tokens: get_u64(r, 14)?,
         hold_id: r.get(15)?,
+        step_fingerprint: match r.get_ref(16)? {
+            ValueRef::Null => None,
+            _ => Some(hex32_from(r, 16)?),
+        },
     })
 }
 
