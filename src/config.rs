@@ -354,7 +354,7 @@ impl Config {
         Self::validate(raw)
     }
 
-    fn validate(raw: RawConfig) -> Result<Self, ConfigError> {
+    fn validate(mut raw: RawConfig) -> Result<Self, ConfigError> {
         let addr = |name: &str, value: &str| {
             value.parse::<SocketAddr>().map_err(|_| {
                 field(
@@ -426,6 +426,10 @@ impl Config {
             });
         }
 
+        // The built-in table first; the config's entries replace it model by model.
+        let mut prices = builtin_prices()?;
+        prices.extend(std::mem::take(&mut raw.prices));
+        raw.prices = prices;
         for (model, p) in &raw.prices {
             if p.max_output == 0 {
                 return Err(field(
@@ -495,6 +499,21 @@ impl Config {
     }
 }
 
+/// The dated price table compiled into the binary (`config/prices-builtin.toml`).
+pub const BUILTIN_PRICES: &str = include_str!("../config/prices-builtin.toml");
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PriceTable {
+    prices: BTreeMap<String, Prices>,
+}
+
+pub fn builtin_prices() -> Result<BTreeMap<String, Prices>, ConfigError> {
+    toml::from_str::<PriceTable>(BUILTIN_PRICES)
+        .map(|t| t.prices)
+        .map_err(|_| field("prices (built-in table)", "does not parse"))
+}
+
 fn parse_upstream(name: &str, raw: RawUpstream) -> Result<Upstream, ConfigError> {
     let (tls, rest) = if let Some(rest) = raw.base_url.strip_prefix("https://") {
         (true, rest)
@@ -537,4 +556,55 @@ fn parse_upstream(name: &str, raw: RawUpstream) -> Result<Upstream, ConfigError>
 fn parse_hash(name: &str, hex: &str) -> Result<[u8; 32], ConfigError> {
     crate::receipt::parse_hex32(hex)
         .ok_or_else(|| field(name, "must be 64 hex digits (see `tokensaver key new`)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_builtin_price_table_parses_and_covers_the_clients_default_models() {
+        let table = builtin_prices().unwrap();
+        // Claude Code's main and background models, Codex's and the Agents SDK's defaults.
+        for model in [
+            "claude-opus-5-5",
+            "claude-haiku-5-5",
+            "gpt-6.2-sol",
+            "gpt-5.6-luna",
+        ] {
+            assert!(table.contains_key(model), "{model}");
+        }
+        assert!(table.values().all(|p| p.max_output > 0 && p.output > 0));
+    }
+
+    #[test]
+    fn a_config_price_replaces_the_builtin_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "[prices.\"gpt-6.2-sol\"]\ninput = 1\ncache_write = 1\ncache_read = 1\noutput = 1\nmax_output = 7\n",
+        )
+        .unwrap();
+        let config = Config::load(&path).unwrap();
+        assert_eq!(config.prices["gpt-6.2-sol"].max_output, 7);
+        assert!(config.prices.contains_key("claude-opus-5-5"));
+    }
+
+    #[test]
+    fn a_key_profile_must_name_a_profile_section() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        let key = "[[keys]]\nid = \"a\"\nsecret_hash = \"f9cc4b2f3d7a9f1f1d7c7338443dcd576d66d74c1f928b3dc50997719044bb91\"\nprofile = \"agent\"\n";
+        std::fs::write(&path, key).unwrap();
+        let err = Config::load(&path).unwrap_err().to_string();
+        assert!(err.contains("keys[0].profile"), "{err}");
+        let with_profile = format!(
+            "{key}[profiles.agent.saturation]\nsize = 1000000\nask = 128000\ndepth = 400\ntools = 128\n"
+        );
+        std::fs::write(&path, with_profile).unwrap();
+        let config = Config::load(&path).unwrap();
+        let (name, spend) = config.keys[0].profile.clone().unwrap();
+        assert_eq!((name.as_str(), spend.tools), ("agent", 128));
+    }
 }
