@@ -96,8 +96,9 @@ pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value
         ],
         "routes": {
             "public": ["spec", "stats", "verify"],
-            "keyed": ["estimate", "gate", "record", "ledger", "budget", "prices", "forget"],
-            "admin_listener": ["budget/{key_id}", "prices", "holds/{id}/approve", "metrics", "split-profile/*"],
+            "keyed": ["estimate", "gate", "record", "ledger", "budget", "prices", "forget", "holds"],
+            "key_owner": ["holds", "holds/{id}/approve", "holds/{id}/deny"],
+            "admin_listener": ["budget/{key_id}", "prices", "holds", "holds/{id}/approve", "holds/{id}/deny", "metrics", "split-profile/*"],
         },
         "listeners": {
             "proxy": config.proxy_addr.to_string(),
