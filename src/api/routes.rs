@@ -315,7 +315,17 @@ impl Api {
             },
             Mode::Commit,
         );
-        ApiResponse::json(200, &gate_answer(&outcome))
+        let mut answer = gate_answer(&outcome);
+        if outcome.decision.hold_id.is_some() {
+            // What the client's 409 says: the same closed-form text as the proxy's.
+            let ttl = self.gatekeeper.config.hold_ttl_ms;
+            answer["hold_ttl_ms"] = json!(ttl);
+            answer["message"] = json!(crate::proxy::errors::hold_message(
+                outcome.decision.hold_id.as_deref(),
+                Some(ttl)
+            ));
+        }
+        ApiResponse::json(200, &answer)
     }
 
     fn record(&self, req: &ApiRequest, key: &KeyConfig) -> ApiResponse {
