@@ -26,6 +26,7 @@
 //! - `GET  /split-profile/criteria`, `POST /split-profile/{precheck,check,budget,catalogue,audit}`
 
 mod holds;
+pub mod holds_client;
 pub mod http;
 mod routes;
 pub mod server;
