@@ -290,3 +290,58 @@ fn an_approval_with_attend_minutes_scores_the_key_as_attended() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.receipt()["attending_lease"], hold.as_str());
 }
+
+#[test]
+fn a_key_sees_only_its_own_holds_and_its_owner_decides_them_on_the_api_listener() {
+    let h = harness();
+    let (_, hold) = held(&h, &agent_body("owner"));
+    let list = |auth: (&str, &str)| call(ureq::get(&h.api_url("/holds")).set(auth.0, auth.1), None);
+    let mine = list(("authorization", &format!("Bearer {KEY_A}")));
+    assert_eq!(mine.status, 200, "{}", mine.text());
+    let holds = mine.json()["holds"].clone();
+    assert_eq!(holds.as_array().unwrap().len(), 1);
+    assert_eq!(holds[0]["hold_id"], hold.as_str());
+    assert_eq!(holds[0]["reason"], "score_challenge");
+    assert_eq!(holds[0]["fingerprint_prefix"].as_str().unwrap().len(), 16);
+    let theirs = list(("authorization", &format!("Bearer {KEY_B}")));
+    assert_eq!(theirs.json()["holds"], json!([]));
+    let owner = format!("alpha:{OWNER_SECRET_A}");
+    assert_eq!(list(("x-tokensaver-owner", &owner)).json()["holds"], holds);
+    // The admin key does not open the API listener's hold routes; the admin listener's need it.
+    assert_eq!(
+        list(("authorization", &format!("Bearer {ADMIN_KEY}"))).status,
+        401
+    );
+    let admin_list = call(
+        ureq::get(&h.admin_url("/holds")).set("authorization", &format!("Bearer {KEY_A}")),
+        None,
+    );
+    assert_eq!(admin_list.status, 401);
+
+    let decide = |action: &str, owner: &str, body: &[u8]| {
+        call(
+            ureq::post(&h.api_url(&format!("/holds/{hold}/{action}")))
+                .set("x-tokensaver-owner", owner),
+            Some(body),
+        )
+    };
+    // The automation's own key cannot decide; a lease is bounded.
+    let by_key = call(
+        ureq::post(&h.api_url(&format!("/holds/{hold}/deny")))
+            .set("authorization", &format!("Bearer {KEY_A}")),
+        Some(b""),
+    );
+    assert_eq!(by_key.status, 401);
+    let too_long = decide("approve", &owner, br#"{"attend_minutes": 1441}"#);
+    assert_eq!(too_long.status, 400, "{}", too_long.text());
+    assert_eq!(too_long.json()["error"]["code"], "invalid_attend_minutes");
+    let denied = decide("deny", &owner, b"");
+    assert_eq!(denied.status, 200, "{}", denied.text());
+    assert_eq!(denied.json()["state"], "denied");
+    assert_eq!(decide("approve", &owner, b"").status, 404);
+    // Counted as avoided, like an expired hold.
+    let avoided = h.ledger(KEY_A)["total"]["worst_case_tokens_avoided"]
+        .as_u64()
+        .unwrap();
+    assert!(avoided > 0);
+}
