@@ -118,19 +118,25 @@ pub fn presented_key(headers: &http::HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
-/// A fresh key: `(full key, config line holding its hash)`.
-pub fn new_key(id: &str) -> Option<(String, String)> {
-    if !valid_key_id(id) {
+/// A fresh key: `(full key, config lines holding its hash and, if given, its scoring
+/// profile)`.
+pub fn new_key(id: &str, profile: Option<&str>) -> Option<(String, String)> {
+    if !valid_key_id(id) || profile.is_some_and(|p| !valid_key_id(p)) {
         return None;
     }
     let mut secret = [0u8; 24];
     rand::rngs::OsRng.fill_bytes(&mut secret);
     let secret = hex_encode(&secret);
     let key = format!("tsk_{id}_{secret}");
-    let line = format!(
+    let mut line = format!(
         "[[keys]]\nid = \"{id}\"\nsecret_hash = \"{}\"\n",
         hex_encode(&secret_hash(&secret))
     );
+    if let Some(profile) = profile {
+        line.push_str(&format!(
+            "profile = \"{profile}\"   # needs [profiles.{profile}] in the config\n"
+        ));
+    }
     Some((key, line))
 }
 

@@ -87,6 +87,12 @@ enum Command {
         #[command(subcommand)]
         command: EconomicsCommand,
     },
+    /// CHALLENGE holds: list them, approve one (optionally attending the key), deny one.
+    /// Talks to the running server's admin listener (the config's `[listen] admin`).
+    Holds {
+        #[command(subcommand)]
+        command: HoldsCommand,
+    },
     /// Validate a config file.
     CheckConfig { file: PathBuf },
     /// Run the deterministic local provider (tests and benchmarks).
@@ -105,11 +111,102 @@ enum KeyCommand {
     New {
         #[arg(long)]
         id: String,
+        /// The scoring profile the key uses (`none` for the gate's defaults). Agent traffic
+        /// — Claude Code, Codex, the Agents SDK — is what the gate governs, so new keys get
+        /// the `agent` profile the example config ships.
+        #[arg(long, default_value = "agent")]
+        profile: String,
     },
     /// Print a new admin key and the config lines that hold its hash.
     Admin,
     /// Print a new owner secret (approves the key's holds) and the line for its `[[keys]]` table.
     Owner,
+}
+
+/// Where the running server is and how to authenticate with it.
+#[derive(clap::Args)]
+struct AdminArgs {
+    #[arg(long, default_value = "config/tokensaver.toml")]
+    config: PathBuf,
+    /// The server's admin key (else $TOKENSAVER_ADMIN_KEY).
+    #[arg(long, env = "TOKENSAVER_ADMIN_KEY", hide_env_values = true)]
+    admin_key: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum HoldsCommand {
+    /// Pending and approved (not yet used) holds, and the attending leases that run.
+    List {
+        #[command(flatten)]
+        admin: AdminArgs,
+        /// Only this key's holds.
+        #[arg(long)]
+        key: Option<String>,
+        /// Print the server's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a hold: the key's next identical request passes once, no header needed.
+    Approve {
+        /// The hold id (from the 409, or `tokensaver holds list`).
+        id: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+        /// Also attend the key for N minutes (1-1440): its requests that declare no
+        /// x-tokensaver-human are scored as attended meanwhile.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1440))]
+        attend_minutes: Option<u64>,
+    },
+    /// Deny a pending hold: its worst case counts as avoided.
+    Deny {
+        id: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+}
+
+impl AdminArgs {
+    fn client(self) -> Result<tokensaver::api::holds_client::AdminClient, String> {
+        let config = Config::load(&self.config).map_err(|e| e.to_string())?;
+        let key = self
+            .admin_key
+            .filter(|k| !k.trim().is_empty())
+            .ok_or("the admin key is needed: --admin-key KEY or TOKENSAVER_ADMIN_KEY")?;
+        Ok(tokensaver::api::holds_client::AdminClient::new(
+            config.admin_addr,
+            key.trim().to_string(),
+        ))
+    }
+}
+
+fn holds(command: HoldsCommand) -> Result<(), String> {
+    use tokensaver::api::holds_client::{render_decided, render_list};
+    match command {
+        HoldsCommand::List { admin, key, json } => {
+            let answer = admin.client()?.list(key.as_deref())?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&answer).map_err(|e| e.to_string())?
+                );
+            } else {
+                print!("{}", render_list(&answer));
+            }
+        }
+        HoldsCommand::Approve {
+            id,
+            admin,
+            attend_minutes,
+        } => {
+            let answer = admin.client()?.approve(&id, attend_minutes)?;
+            print!("{}", render_decided(&answer, tokensaver::now_ms()));
+        }
+        HoldsCommand::Deny { id, admin } => {
+            let answer = admin.client()?.deny(&id)?;
+            print!("{}", render_decided(&answer, tokensaver::now_ms()));
+        }
+    }
+    Ok(())
 }
 
 #[derive(Subcommand)]
@@ -215,10 +312,11 @@ fn run(command: Command) -> Result<(), String> {
             Ok(())
         }
         Command::Key {
-            command: KeyCommand::New { id },
+            command: KeyCommand::New { id, profile },
         } => {
-            let (key, line) = tokensaver::auth::new_key(&id)
-                .ok_or("key ids are 1-64 characters of a-z, A-Z, 0-9 or '-'")?;
+            let profile = (profile != "none").then_some(profile.as_str());
+            let (key, line) = tokensaver::auth::new_key(&id, profile)
+                .ok_or("key ids and profile names are 1-64 characters of a-z, A-Z, 0-9 or '-'")?;
             println!(
                 "key (give it to the caller; it is not stored): {key}\n\nconfig lines:\n{line}"
             );
@@ -305,6 +403,7 @@ fn run(command: Command) -> Result<(), String> {
             }
             Ok(())
         }
+        Command::Holds { command } => holds(command),
         Command::CheckConfig { file } => {
             let config = Config::load(&file).map_err(|e| e.to_string())?;
             println!(

@@ -2,7 +2,8 @@
 //! store size. Labels are closed vocabularies (verdicts, rule ids); never request content.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
 };
 
 pub struct Metrics {
@@ -12,6 +13,9 @@ pub struct Metrics {
     pub tokens: IntCounterVec,
     pub answer_store_bytes: IntGauge,
     pub upstream_errors: IntCounterVec,
+    /// Re-sends of a request whose hold is pending: answered with the original CHALLENGE,
+    /// not counted in `requests` (SPEC §2.3).
+    pub hold_resends: IntCounter,
 }
 
 impl Metrics {
@@ -55,6 +59,14 @@ impl Metrics {
             &["kind"],
         )
         .expect("valid metric");
+        let hold_resends = IntCounter::new(
+            "tokensaver_hold_resends_total",
+            "Re-sends of a request whose hold is pending (answered with the same CHALLENGE)",
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(hold_resends.clone()))
+            .expect("unique metric");
         for c in [&requests, &tokens, &upstream_errors] {
             registry
                 .register(Box::new(c.clone()))
@@ -73,6 +85,7 @@ impl Metrics {
             tokens,
             answer_store_bytes,
             upstream_errors,
+            hold_resends,
         }
     }
 

@@ -110,8 +110,9 @@ pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value
             "gated": ["POST /v1/chat/completions", "POST /v1/responses", "POST /v1/messages"],
             "passed_through_after_the_key_check": ["GET /v1/models", "GET|DELETE /v1/responses/{id}", "GET /v1/responses/{id}/input_items", "POST /v1/responses/{id}/cancel", "POST /v1/messages/count_tokens"],
             "public": ["spec", "stats", "verify"],
-            "keyed": ["estimate", "gate", "record", "ledger", "budget", "prices", "forget"],
-            "admin_listener": ["budget/{key_id}", "prices", "holds/{id}/approve", "metrics", "split-profile/*"],
+            "keyed": ["estimate", "gate", "record", "ledger", "budget", "prices", "forget", "holds"],
+            "key_owner": ["holds", "holds/{id}/approve", "holds/{id}/deny"],
+            "admin_listener": ["budget/{key_id}", "prices", "holds", "holds/{id}/approve", "holds/{id}/deny", "metrics", "split-profile/*"],
         },
         "listeners": {
             "proxy": config.proxy_addr.to_string(),

@@ -48,6 +48,11 @@ fn reported_usage(body: &[u8]) -> (u64, u64, u64) {
     (input - cached, cached, u["output_tokens"].as_u64().unwrap())
 }
 
+/// Sent to the provider: ALLOW, or DOWNGRADE for a small call with a person attending.
+fn forwarded(r: &Resp) -> bool {
+    matches!(r.verdict(), Some("ALLOW" | "DOWNGRADE"))
+}
+
 fn ledger_usage(h: &Harness, key: &str) -> (u64, u64, u64) {
     settle();
     let u = h.ledger(key)["total"]["usage"].clone();
@@ -65,7 +70,7 @@ fn a_responses_call_is_gated_forwarded_and_its_usage_recorded() {
     );
     let r = h.post(RESPONSES, KEY_A, &body, &[HUMAN]);
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(r.verdict(), Some("ALLOW"));
+    assert!(forwarded(&r), "{:?}", r.verdict());
     assert_eq!(r.json()["object"], "response");
     assert_eq!(h.calls(RESPONSES), 1);
     assert_eq!(ledger_usage(&h, KEY_A), reported_usage(&r.body));
@@ -104,7 +109,7 @@ fn a_reproducible_responses_repeat_is_served_in_its_own_wire_form() {
             json!({"temperature": 0, "stream": stream}),
         );
         let first = h.post(RESPONSES, KEY_A, &body, &[HUMAN]);
-        assert_eq!(first.verdict(), Some("ALLOW"), "{}", first.text());
+        assert!(forwarded(&first), "{}", first.text());
         settle();
         let second = h.post(RESPONSES, KEY_A, &body, &[HUMAN]);
         assert_eq!(second.verdict(), Some("SERVE"), "{}", second.text());
@@ -127,7 +132,7 @@ fn a_continuation_of_provider_state_is_never_served() {
     );
     for _ in 0..2 {
         let r = h.post(RESPONSES, KEY_A, &body, &[HUMAN]);
-        assert_eq!(r.verdict(), Some("ALLOW"), "{}", r.text());
+        assert!(forwarded(&r), "{}", r.text());
         settle();
     }
     assert_eq!(h.calls(RESPONSES), 2);
@@ -190,7 +195,7 @@ fn a_query_string_on_a_gated_route_is_kept_upstream() {
     let body = anthropic("claude-sonnet-4-5", "Hello with beta.", json!({}));
     let r = h.post("/v1/messages?beta=true", KEY_A, &body, &[HUMAN]);
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(r.verdict(), Some("ALLOW"));
+    assert!(forwarded(&r), "{:?}", r.verdict());
     let seen = h.mock.last_request().unwrap();
     assert_eq!(seen.target, "/v1/messages?beta=true");
 }
@@ -206,7 +211,7 @@ fn a_new_session_of_the_same_request_is_served_despite_its_session_fields() {
         )
     };
     let first = h.post(MESSAGES, KEY_A, &session("one"), &[HUMAN]);
-    assert_eq!(first.verdict(), Some("ALLOW"), "{}", first.text());
+    assert!(forwarded(&first), "{}", first.text());
     settle();
     let rerun = h.post(MESSAGES, KEY_A, &session("two"), &[HUMAN]);
     assert_eq!(rerun.verdict(), Some("SERVE"), "{}", rerun.text());
@@ -219,10 +224,12 @@ fn a_new_session_of_the_same_request_is_served_despite_its_session_fields() {
             json!({"temperature": 0, "user": id, "prompt_cache_key": id, "safety_identifier": id, "metadata": {"s": id}}),
         )
     };
-    assert_eq!(
-        h.post(CHAT, KEY_A, &chat_session("a"), &[HUMAN]).verdict(),
-        Some("ALLOW")
-    );
+    assert!(forwarded(&h.post(
+        CHAT,
+        KEY_A,
+        &chat_session("a"),
+        &[HUMAN]
+    )));
     settle();
     assert_eq!(
         h.post(CHAT, KEY_A, &chat_session("b"), &[HUMAN]).verdict(),

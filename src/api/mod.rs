@@ -11,14 +11,22 @@
 //! - `GET  /budget`                keyed: ceiling, period, spend, reserved, left
 //! - `GET  /prices`                keyed: per-model prices and max output
 //! - `POST /forget`                keyed: delete stored answers and fingerprint records of the key
-//! - `POST /holds/{id}/approve`    the key's owner secret (`x-tokensaver-owner`) approves its hold
+//! - `GET  /holds`                 the key (or its owner secret): its own pending and approved holds, and its attending lease
+//! - `POST /holds/{id}/approve`    the key's owner secret (`x-tokensaver-owner`) approves its hold; body `{"attend_minutes": N}` (1..=1440) optional
+//! - `POST /holds/{id}/deny`       the key's owner secret denies its hold (its worst case counts as avoided)
 //!
 //! Admin listener (default 127.0.0.1:8789; admin key on every route but `/metrics`):
-//! - `PUT  /budget/{key_id}`, `PUT /prices`, `POST /holds/{id}/approve`
+//! - `PUT  /budget/{key_id}`       set a key's ceiling and period
+//! - `PUT  /prices`                set per-model prices
+//! - `GET  /holds`                 every key's pending and approved-unused holds (`?key=ID` for one key) and running leases; never content
+//! - `POST /holds/{id}/approve`    approve a hold: the key's next identical request passes once; body `{"attend_minutes": N}` optional
+//! - `POST /holds/{id}/deny`       deny a pending hold
 //! - `GET  /metrics`               Prometheus exposition; never content
 //! - `GET  /economics`             the evidence-grade savings report (`?suite=&category=&model=&task=`)
 //! - `GET  /split-profile/criteria`, `POST /split-profile/{precheck,check,budget,catalogue,audit}`
 
+mod holds;
+pub mod holds_client;
 pub mod http;
 mod routes;
 pub mod server;

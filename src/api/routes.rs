@@ -7,12 +7,13 @@ use http::Method;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::holds::{self, HoldRoute};
 use super::http::{ApiRequest, ApiResponse};
 use crate::auth;
 use crate::config::{BudgetPeriod, KeyConfig, Prices};
 use crate::gate::Usage;
 use crate::ledger::{
-    GateOutcome, GateRequest, Gatekeeper, HoldError, Mode, RecordError, RecordSource, UsageReport,
+    GateOutcome, GateRequest, Gatekeeper, Mode, RecordError, RecordSource, UsageReport,
 };
 use crate::now_ms;
 use crate::request::{self, Digest, Route, WireForm};
@@ -124,8 +125,8 @@ impl Api {
                 })
             }),
             "/forget" => only(m, Method::POST, || self.keyed(req, |k, _| self.forget(k))),
-            _ => match hold_route(path) {
-                Some(id) => only(m, Method::POST, || self.owner_approve(req, id)),
+            _ => match HoldRoute::parse(path) {
+                Some(route) => only(m, route.method(), || self.owner_holds(req, route)),
                 None => not_found(),
             },
         }
@@ -159,9 +160,14 @@ impl Api {
         if let Some(key_id) = path.strip_prefix("/budget/") {
             return only(&req.method, Method::PUT, || self.put_budget(req, key_id));
         }
-        if let Some(id) = hold_route(path) {
-            return only(&req.method, Method::POST, || {
-                hold_result(self.gatekeeper.approve_hold(id, None, now_ms()))
+        if let Some(route) = HoldRoute::parse(path) {
+            return only(&req.method, route.method(), || {
+                // The admin sees every key's holds, or one key's with `?key=ID`.
+                let key = match route {
+                    HoldRoute::List => req.query_param("key").filter(|k| !k.is_empty()),
+                    _ => None,
+                };
+                holds::decide(&self.gatekeeper, req, route, key, now_ms())
             });
         }
         if path == "/economics" {
@@ -309,7 +315,17 @@ impl Api {
             },
             Mode::Commit,
         );
-        ApiResponse::json(200, &gate_answer(&outcome))
+        let mut answer = gate_answer(&outcome);
+        if outcome.decision.hold_id.is_some() {
+            // What the client's 409 says: the same closed-form text as the proxy's.
+            let ttl = self.gatekeeper.config.hold_ttl_ms;
+            answer["hold_ttl_ms"] = json!(ttl);
+            answer["message"] = json!(crate::proxy::errors::hold_message(
+                outcome.decision.hold_id.as_deref(),
+                Some(ttl)
+            ));
+        }
+        ApiResponse::json(200, &answer)
     }
 
     fn record(&self, req: &ApiRequest, key: &KeyConfig) -> ApiResponse {
@@ -397,23 +413,26 @@ impl Api {
         }
     }
 
-    /// The key's owner approves: `x-tokensaver-owner: <key_id>:<owner secret>`.
-    fn owner_approve(&self, req: &ApiRequest, hold_id: &str) -> ApiResponse {
-        let Some((key_id, secret)) = req
-            .header("x-tokensaver-owner")
-            .and_then(|v| v.split_once(':'))
-        else {
+    /// The key's owner (`x-tokensaver-owner: <key_id>:<owner secret>`) lists, approves or
+    /// denies its own holds; the key itself may list them (it already holds their ids).
+    fn owner_holds(&self, req: &ApiRequest, route: HoldRoute<'_>) -> ApiResponse {
+        let owner = req.header("x-tokensaver-owner");
+        if route == HoldRoute::List && owner.is_none() {
+            return self.keyed(req, |k, _| {
+                holds::list(&self.gatekeeper, Some(&k.id), now_ms())
+            });
+        }
+        let Some((key_id, secret)) = owner.and_then(|v| v.split_once(':')) else {
             return ApiResponse::error(
                 401,
                 "owner_secret_required",
-                "approving a hold needs the key owner's secret",
+                "deciding a hold needs the key owner's secret",
             );
         };
         match self.gatekeeper.config.key(key_id) {
-            Some(key) if auth::is_owner(key, Some(secret)) => hold_result(
-                self.gatekeeper
-                    .approve_hold(hold_id, Some(&key.id), now_ms()),
-            ),
+            Some(key) if auth::is_owner(key, Some(secret)) => {
+                holds::decide(&self.gatekeeper, req, route, Some(&key.id), now_ms())
+            }
             _ => ApiResponse::error(401, "invalid_owner_secret", "invalid owner secret"),
         }
     }
@@ -511,22 +530,6 @@ fn only(method: &Method, allowed: Method, f: impl FnOnce() -> ApiResponse) -> Ap
         f()
     } else {
         method_not_allowed()
-    }
-}
-
-fn hold_route(path: &str) -> Option<&str> {
-    let id = path.strip_prefix("/holds/")?.strip_suffix("/approve")?;
-    (!id.is_empty() && !id.contains('/')).then_some(id)
-}
-
-fn hold_result(r: Result<(), HoldError>) -> ApiResponse {
-    match r {
-        Ok(()) => ApiResponse::json(200, &json!({"approved": true})),
-        Err(HoldError::Unknown) => ApiResponse::error(404, "unknown_hold", "no such hold"),
-        Err(HoldError::Expired) => ApiResponse::error(410, "hold_expired", "the hold has expired"),
-        Err(HoldError::NotPending) => {
-            ApiResponse::error(409, "hold_not_pending", "the hold is not pending")
-        }
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::findings::{findings, Finding};
 use super::rules::{self, BudgetState, Rule, WorstCase};
@@ -71,6 +71,23 @@ pub struct GateInput<'a> {
     pub approved_hold: bool,
 }
 
+/// What a person's approval contributes to a decision (SPEC §2.7), kept apart from
+/// [`GateInput`] so that every existing caller of [`decide`] decides exactly as before. The
+/// live gate (`Gatekeeper::gate`) resolves these from its holds and leases; both modes go
+/// through it, so both name the same approvals.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Approvals<'a> {
+    /// An approved, unexpired, unused hold bound to this key and fingerprint: named by the
+    /// request (`x-tokensaver-hold`, the digest's `hold_id`), or the key's approval for this
+    /// fingerprint, which releases its next identical request without any header. Acts as
+    /// `GateInput::approved_hold`; the receipt names it when it released the request.
+    pub hold: Option<&'a str>,
+    /// The attending lease (named by the hold whose approval granted it) that makes this
+    /// request attended: set only when the request declared nothing and the key's default is
+    /// unattended. Acts as `human = true`; every receipt decided under it names it.
+    pub lease: Option<&'a str>,
+}
+
 /// The key's state before this request.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct KeyState {
@@ -78,7 +95,7 @@ pub struct KeyState {
     pub budget: Option<BudgetState>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
     pub verdict: Verdict,
     pub rule: Option<Rule>,
@@ -97,6 +114,13 @@ pub struct Decision {
     pub tokens_not_bought: Option<Usage>,
     /// BLOCK: the worst case in tokens (0 when an answer was held); `None` when unbounded.
     pub worst_case_tokens_avoided: Option<u64>,
+    /// The approved hold that released this request (forwarded it past the score band and
+    /// `exceeds_remaining_budget`). Absent otherwise, and then not serialised.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_hold: Option<String>,
+    /// The attending lease (its hold id) under which this request was scored as attended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attending_lease: Option<String>,
 }
 
 /// The signed receipt body. Field order is fixed by this struct, so the bytes are canonical.
@@ -119,6 +143,12 @@ struct ReceiptBody<'a> {
     worst_case: &'a WorstCase,
     tokens_not_bought: Option<u64>,
     worst_case_tokens_avoided: Option<u64>,
+    // Serialised only when present, so that every receipt decided without an approval keeps
+    // exactly the bytes it had before approvals were named.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    approved_hold: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attending_lease: Option<&'a str>,
 }
 
 impl Decision {
@@ -153,6 +183,8 @@ impl Decision {
             worst_case: &self.worst_case,
             tokens_not_bought: self.tokens_not_bought.map(|u| u.total()),
             worst_case_tokens_avoided: self.worst_case_tokens_avoided,
+            approved_hold: self.approved_hold.as_deref(),
+            attending_lease: self.attending_lease.as_deref(),
         };
         serde_json::to_vec(&body).unwrap_or_default()
     }
@@ -183,6 +215,32 @@ pub fn hold_id_for(key_id: &str, fingerprint: &Hash, decided_at_ms: u64) -> Stri
 
 /// Decide a request. Pure: the same inputs and clock give the same decision.
 pub fn decide(policy: &Policy, input: &GateInput, state: &KeyState, now_ms: u64) -> Decision {
+    decide_with(policy, input, Approvals::default(), state, now_ms)
+}
+
+/// [`decide`] with a person's approvals, which the decision and its receipt name. Pure too.
+pub fn decide_with(
+    policy: &Policy,
+    input: &GateInput,
+    approvals: Approvals<'_>,
+    state: &KeyState,
+    now_ms: u64,
+) -> Decision {
+    let lease = approvals.lease.filter(|_| !input.human);
+    let input = &GateInput {
+        human: input.human || lease.is_some(),
+        approved_hold: input.approved_hold || approvals.hold.is_some(),
+        ..*input
+    };
+    let mut decision = decide_inner(policy, input, state, now_ms);
+    decision.attending_lease = lease.map(str::to_string);
+    if decision.verdict.forwards() {
+        decision.approved_hold = approvals.hold.map(str::to_string);
+    }
+    decision
+}
+
+fn decide_inner(policy: &Policy, input: &GateInput, state: &KeyState, now_ms: u64) -> Decision {
     let cfg = &policy.gate;
     let shape = input.shape;
     let prices = policy.prices.get(&shape.model);
@@ -217,6 +275,8 @@ pub fn decide(policy: &Policy, input: &GateInput, state: &KeyState, now_ms: u64)
         worst_case: worst,
         tokens_not_bought: None,
         worst_case_tokens_avoided: None,
+        approved_hold: None,
+        attending_lease: None,
     };
     let avoided = if input.held { Some(0) } else { worst.tokens() };
 

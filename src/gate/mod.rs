@@ -9,7 +9,9 @@ pub mod windows;
 
 use serde::{Deserialize, Serialize};
 
-pub use decide::{decide, hold_id_for, Decision, GateInput, KeyState, Policy};
+pub use decide::{
+    decide, decide_with, hold_id_for, Approvals, Decision, GateInput, KeyState, Policy,
+};
 pub use findings::{Finding, FindingCode};
 pub use rules::{worst_case, BudgetState, Rule, WorstCase};
 pub use score::Signals;

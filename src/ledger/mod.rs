@@ -4,6 +4,8 @@
 //! so the two modes cannot drift apart.
 
 pub mod report;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -12,15 +14,16 @@ use serde::Serialize;
 
 use crate::config::{BudgetPeriod, Config, KeyConfig, Prices};
 use crate::gate::{
-    decide, BudgetState, Decision, GateInput, KeyState, Policy, Usage, Verdict, Windows,
+    decide_with, Approvals, BudgetState, Decision, GateInput, KeyState, Policy, Usage, Verdict,
+    Windows,
 };
 use crate::metrics::Metrics;
 use crate::receipt::{Envelope, ReceiptSigner};
 use crate::request::{Hash, RequestShape, WireForm};
 use crate::store::answers::{AnswerKey, AnswerStore, StoredAnswer};
 use crate::store::{
-    period_start, DecisionRow, Event, HoldRow, HoldState, LedgerDay, LedgerTotals, Store,
-    StoreError, UsageRow,
+    period_start, DecisionRow, Event, HoldOpening, HoldRow, HoldState, LeaseRow, LedgerDay,
+    LedgerTotals, Store, StoreError, UsageRow,
 };
 
 const DAY_MS: u64 = 86_400_000;
@@ -95,6 +98,59 @@ pub enum HoldError {
     Expired,
     #[error("the hold is not pending")]
     NotPending,
+    #[error("attend_minutes must be between 1 and 1440")]
+    AttendMinutes,
+}
+
+/// The longest attending lease an approval may grant: one day.
+pub const MAX_ATTEND_MINUTES: u64 = 1440;
+
+/// What a person decided about a hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldAction {
+    /// Release the held request once (with its header, or the key's next identical request
+    /// within the hold's TTL), and optionally attend the key for this many minutes.
+    Approve { attend_minutes: Option<u64> },
+    /// Refuse it: the hold closes, its worst case counts as avoided, the next identical
+    /// request is decided afresh.
+    Deny,
+}
+
+/// A hold as `GET /holds` lists it: never content; the fingerprint is truncated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HoldView {
+    pub hold_id: String,
+    pub key_id: String,
+    pub state: HoldState,
+    /// The verdict's reason (`score_challenge`, `exceeds_remaining_budget`); `None` for a
+    /// hold opened by a build that did not keep it.
+    pub reason: Option<&'static str>,
+    pub created_ms: u64,
+    pub expires_ms: u64,
+    pub worst_case_tokens: u64,
+    /// The first 16 hex digits of the request's keyed fingerprint.
+    pub fingerprint_prefix: String,
+}
+
+/// An attending lease as `GET /holds` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LeaseView {
+    pub key_id: String,
+    pub hold_id: String,
+    pub granted_ms: u64,
+    pub until_ms: u64,
+}
+
+/// The outcome of an approval or a denial.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HoldDecided {
+    pub hold_id: String,
+    pub key_id: String,
+    pub state: HoldState,
+    pub expires_ms: u64,
+    /// Set when the approval granted an attending lease.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attending_until_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -133,12 +189,26 @@ struct Reservation {
     reusable: bool,
 }
 
+/// A pending or approved hold in memory.
+struct OpenHold {
+    row: HoldRow,
+    /// The CHALLENGE that opened it: what a re-send gets while the hold is pending. `None` for
+    /// a hold written by a build that did not keep it (or blanked by `/forget`).
+    opened: Option<Arc<GateOutcome>>,
+}
+
 #[derive(Default)]
 struct State {
     windows: Windows,
     budgets: HashMap<String, KeyBudget>,
     reservations: HashMap<String, Reservation>,
-    holds: HashMap<String, HoldRow>,
+    /// Pending and approved holds by id (used, expired and denied ones leave memory).
+    holds: HashMap<String, OpenHold>,
+    /// Key → fingerprint → the open hold for that request: how a re-send of a pending hold is
+    /// recognised and how an approval releases the next identical request without a header.
+    hold_index: HashMap<String, HashMap<Hash, String>>,
+    /// Key → its attending lease that ends last.
+    leases: HashMap<String, LeaseRow>,
     /// Recorded usage per key, then per (fingerprint, wire form): looked up per request
     /// without building an owned key, forgotten per key in one step.
     recorded: HashMap<String, HashMap<(Hash, WireForm), Usage>>,
@@ -171,6 +241,86 @@ impl State {
     fn add_spend(&mut self, key_id: &str, at_ms: u64, nano: u64) {
         if let Some(b) = self.budgets.get_mut(key_id) {
             *b.spend_by_day.entry(at_ms / DAY_MS).or_default() += nano;
+        }
+    }
+
+    /// Put a pending or approved hold in memory, indexed by its key and fingerprint (a later
+    /// hold for the same request replaces an earlier one in the index).
+    fn open_hold(&mut self, row: HoldRow, opened: Option<Arc<GateOutcome>>) {
+        if let Some(fp) = Hash::from_hex(&row.fingerprint) {
+            self.hold_index
+                .entry(row.key_id.clone())
+                .or_default()
+                .insert(fp, row.hold_id.clone());
+        }
+        self.holds
+            .insert(row.hold_id.clone(), OpenHold { row, opened });
+    }
+
+    /// Take a hold out of memory once it is used, expired or denied.
+    fn close_hold(&mut self, hold_id: &str) -> Option<OpenHold> {
+        let hold = self.holds.remove(hold_id)?;
+        if let Some(fp) = Hash::from_hex(&hold.row.fingerprint) {
+            if let Some(by_fp) = self.hold_index.get_mut(&hold.row.key_id) {
+                if by_fp.get(&fp).is_some_and(|id| id == hold_id) {
+                    by_fp.remove(&fp);
+                }
+                if by_fp.is_empty() {
+                    self.hold_index.remove(&hold.row.key_id);
+                }
+            }
+        }
+        Some(hold)
+    }
+
+    /// The open, unexpired hold for this key and request, if any.
+    fn hold_for(&self, key_id: &str, fingerprint: &Hash, now_ms: u64) -> Option<&OpenHold> {
+        let id = self.hold_index.get(key_id)?.get(fingerprint)?;
+        self.holds
+            .get(id)
+            .filter(|h| now_ms < h.row.expires_ms && h.row.key_id == key_id)
+    }
+
+    /// The approved hold that releases this request: the one it names (`x-tokensaver-hold`,
+    /// the digest's `hold_id`) if that is approved and bound to this key and fingerprint,
+    /// else the key's approved hold for this fingerprint (SPEC §2.7: off-the-shelf clients
+    /// cannot add a header).
+    fn approval_for(
+        &self,
+        named: Option<&str>,
+        key_id: &str,
+        fingerprint: &Hash,
+        now_ms: u64,
+    ) -> Option<String> {
+        let usable = |h: &OpenHold| {
+            h.row.state == HoldState::Approved
+                && h.row.key_id == key_id
+                && now_ms < h.row.expires_ms
+                && Hash::from_hex(&h.row.fingerprint).as_ref() == Some(fingerprint)
+        };
+        if let Some(h) = named
+            .and_then(|id| self.holds.get(id))
+            .filter(|h| usable(h))
+        {
+            return Some(h.row.hold_id.clone());
+        }
+        self.hold_for(key_id, fingerprint, now_ms)
+            .filter(|h| usable(h))
+            .map(|h| h.row.hold_id.clone())
+    }
+
+    /// The key's attending lease, if one runs at `now_ms`.
+    fn lease_for(&self, key_id: &str, now_ms: u64) -> Option<&LeaseRow> {
+        self.leases.get(key_id).filter(|l| now_ms < l.until_ms)
+    }
+
+    /// Keep the lease that ends last for its key.
+    fn add_lease(&mut self, lease: LeaseRow) {
+        match self.leases.get(&lease.key_id) {
+            Some(current) if current.until_ms >= lease.until_ms => {}
+            _ => {
+                self.leases.insert(lease.key_id.clone(), lease);
+            }
         }
     }
 }
@@ -259,8 +409,19 @@ impl Gatekeeper {
                 );
             }
         }
+        let mut openings: HashMap<&str, &HoldOpening> = snapshot
+            .hold_openings
+            .iter()
+            .map(|o| (o.hold_id.as_str(), o))
+            .collect();
         for hold in &snapshot.holds {
-            state.holds.insert(hold.hold_id.clone(), hold.clone());
+            let opened = openings
+                .remove(hold.hold_id.as_str())
+                .and_then(|o| reopen(&signer, o));
+            state.open_hold(hold.clone(), opened);
+        }
+        for lease in &snapshot.leases {
+            state.add_lease(lease.clone());
         }
         for (key_id, fp, wire, usage) in &snapshot.recorded {
             if let Some(fp) = Hash::from_hex(fp) {
@@ -298,10 +459,30 @@ impl Gatekeeper {
         let shape = req.shape;
         let key_id = req.key.id.as_str();
         let wire = shape.wire_form();
-        let human = req.human.unwrap_or(req.key.human_default);
         let policy = self.policy.read().unwrap_or_else(|p| p.into_inner());
         let mut st = lock(&self.state);
         self.expire(&mut st, req.now_ms);
+
+        // SPEC §2.3: a re-send of a request whose hold is still pending gets the same
+        // CHALLENGE and hold id and is not counted again. It gets the *original* answer: the
+        // same decision, the same signed receipt (same decision id), and no new ledger row.
+        // The request is the one already held, not a new decision: a new row would count the
+        // held call twice in the ledger and the metrics, and a receipt decided afresh would
+        // carry another decision time (and so, by `hold_id_for`, another hold id) for the same
+        // pending hold. An agent retrying while the person has not answered yet therefore
+        // moves no window and can never turn into a loop.
+        let resent = st
+            .hold_for(key_id, &shape.fingerprint, req.now_ms)
+            .filter(|h| h.row.state == HoldState::Pending)
+            .and_then(|h| h.opened.clone());
+        if let Some(opened) = resent {
+            drop(st);
+            drop(policy);
+            if mode == Mode::Commit {
+                self.metrics.hold_resends.inc();
+            }
+            return (*opened).clone();
+        }
 
         let counts = st.windows.observe_step(
             key_id,
@@ -315,32 +496,38 @@ impl Gatekeeper {
             .get(key_id)
             .and_then(|by_request| by_request.get(&(shape.fingerprint, wire)))
             .copied();
-        let approved_hold = req.hold_id.is_some_and(|id| {
-            st.holds.get(id).is_some_and(|h| {
-                h.state == HoldState::Approved
-                    && h.key_id == key_id
-                    && h.fingerprint == shape.fingerprint.to_hex()
-                    && req.now_ms < h.expires_ms
-            })
-        });
+        let approval = st.approval_for(req.hold_id, key_id, &shape.fingerprint, req.now_ms);
+        // A lease makes attended only the requests that declare nothing, on a key whose
+        // default is unattended; a request that says `x-tokensaver-human: 0` stays unattended.
+        let lease = match req.human {
+            None if !req.key.human_default => {
+                st.lease_for(key_id, req.now_ms).map(|l| l.hold_id.clone())
+            }
+            _ => None,
+        };
         let input = GateInput {
             key_id,
             shape,
-            human,
+            human: req.human.unwrap_or(req.key.human_default),
             held: req.held,
             held_usage,
-            approved_hold,
+            approved_hold: false,
+        };
+        let approvals = Approvals {
+            hold: approval.as_deref(),
+            lease: lease.as_deref(),
         };
         let state = KeyState {
             counts,
             budget: st.budget_state(key_id, req.now_ms),
         };
-        let decision = decide(&policy, &input, &state, req.now_ms);
+        let decision = decide_with(&policy, &input, approvals, &state, req.now_ms);
         drop(policy);
 
         let body = decision.receipt_body();
         let decision_id = crate::receipt::decision_id(&body);
 
+        let mut signed = None;
         if mode == Mode::Commit {
             st.windows.record_step(
                 key_id,
@@ -350,12 +537,13 @@ impl Gatekeeper {
                 req.now_ms,
             );
             let mut events = Vec::new();
-            if approved_hold {
-                if let Some(id) = req.hold_id {
-                    if let Some(h) = st.holds.get_mut(id) {
-                        h.state = HoldState::Used;
-                        events.push(Event::Hold(h.clone()));
-                    }
+            // An approval is used up only by the request it released; one that a runaway rule
+            // or `budget_exhausted` refused (or a SERVE answered) stays for the next identical
+            // request within the hold's TTL.
+            if let Some(id) = &decision.approved_hold {
+                if let Some(mut h) = st.close_hold(id) {
+                    h.row.state = HoldState::Used;
+                    events.push(Event::Hold(h.row));
                 }
             }
             if let Some(hold_id) = &decision.hold_id {
@@ -368,8 +556,21 @@ impl Gatekeeper {
                     state: HoldState::Pending,
                     worst_case_tokens: decision.worst_case.tokens().unwrap_or(0),
                 };
-                st.holds.insert(hold_id.clone(), hold.clone());
-                events.push(Event::Hold(hold));
+                // Signed under the lock (CHALLENGEs are rare): a re-send racing this request
+                // must find the hold together with the answer it repeats.
+                let outcome = GateOutcome {
+                    decision: decision.clone(),
+                    envelope: self.signer.sign(&body),
+                    decision_id: decision_id.clone(),
+                };
+                let opening = HoldOpening {
+                    hold_id: hold_id.clone(),
+                    decision: serde_json::to_string(&decision).unwrap_or_default(),
+                    receipt: body.clone(),
+                };
+                signed = Some(outcome.envelope.clone());
+                st.open_hold(hold.clone(), Some(Arc::new(outcome)));
+                events.push(Event::HoldOpened { hold, opening });
             }
             let reserved = if decision.verdict.forwards() {
                 let nano = decision.worst_case.cost_nano.unwrap_or(0);
@@ -405,7 +606,7 @@ impl Gatekeeper {
         }
         // Signing is the slowest step of a decision and needs no shared state: it runs after
         // the state lock is released, so concurrent requests do not queue behind it.
-        let envelope = self.signer.sign(&body);
+        let envelope = signed.unwrap_or_else(|| self.signer.sign(&body));
         self.metrics
             .decision_seconds
             .observe(started.elapsed().as_secs_f64());
@@ -466,19 +667,20 @@ impl Gatekeeper {
                 });
             }
         }
-        let mut expired_holds = Vec::new();
-        for h in st.holds.values_mut() {
-            if h.expires_ms <= now_ms && matches!(h.state, HoldState::Pending | HoldState::Approved)
-            {
-                h.state = HoldState::Expired;
-                expired_holds.push(h.clone());
+        let expired: Vec<String> = st
+            .holds
+            .values()
+            .filter(|h| h.row.expires_ms <= now_ms)
+            .map(|h| h.row.hold_id.clone())
+            .collect();
+        for id in expired {
+            if let Some(mut h) = st.close_hold(&id) {
+                h.row.state = HoldState::Expired;
+                self.store.submit(Event::Hold(h.row));
             }
         }
-        st.holds
-            .retain(|_, h| h.state != HoldState::Expired && h.state != HoldState::Used);
-        for h in expired_holds {
-            self.store.submit(Event::Hold(h));
-        }
+        // Ended leases leave memory; their rows stay (an approval's record).
+        st.leases.retain(|_, l| now_ms < l.until_ms);
     }
 
     /// Settle a forwarded decision with the usage the provider reported (`None`: it reported
@@ -578,23 +780,123 @@ impl Gatekeeper {
         key_id: Option<&str>,
         now_ms: u64,
     ) -> Result<(), HoldError> {
+        self.decide_hold(
+            hold_id,
+            key_id,
+            HoldAction::Approve {
+                attend_minutes: None,
+            },
+            now_ms,
+        )
+        .map(drop)
+    }
+
+    /// A person approves or denies a pending hold. `key_id`: the deciding owner's key (None =
+    /// the admin); another key's hold is unknown to an owner. An approval's lease runs from
+    /// now for `attend_minutes` (1..=1440); the hold itself keeps its own TTL.
+    pub fn decide_hold(
+        &self,
+        hold_id: &str,
+        key_id: Option<&str>,
+        action: HoldAction,
+        now_ms: u64,
+    ) -> Result<HoldDecided, HoldError> {
+        if let HoldAction::Approve {
+            attend_minutes: Some(m),
+        } = action
+        {
+            if !(1..=MAX_ATTEND_MINUTES).contains(&m) {
+                return Err(HoldError::AttendMinutes);
+            }
+        }
         let mut st = lock(&self.state);
         self.expire(&mut st, now_ms);
         let hold = st.holds.get_mut(hold_id).ok_or(HoldError::Unknown)?;
-        if key_id.is_some_and(|k| k != hold.key_id) {
+        if key_id.is_some_and(|k| k != hold.row.key_id) {
             return Err(HoldError::Unknown);
         }
-        if hold.expires_ms <= now_ms {
+        if hold.row.expires_ms <= now_ms {
             return Err(HoldError::Expired);
         }
-        if hold.state != HoldState::Pending {
+        if hold.row.state != HoldState::Pending {
             return Err(HoldError::NotPending);
         }
-        hold.state = HoldState::Approved;
-        let event = Event::Hold(hold.clone());
+        let mut events = Vec::new();
+        let mut attending_until_ms = None;
+        let row = match action {
+            HoldAction::Approve { attend_minutes } => {
+                hold.row.state = HoldState::Approved;
+                let row = hold.row.clone();
+                if let Some(m) = attend_minutes {
+                    let lease = LeaseRow {
+                        hold_id: row.hold_id.clone(),
+                        key_id: row.key_id.clone(),
+                        granted_ms: now_ms,
+                        until_ms: now_ms.saturating_add(m.saturating_mul(60_000)),
+                    };
+                    attending_until_ms = Some(lease.until_ms);
+                    st.add_lease(lease.clone());
+                    events.push(Event::Lease(lease));
+                }
+                row
+            }
+            HoldAction::Deny => {
+                let mut closed = st.close_hold(hold_id).ok_or(HoldError::Unknown)?;
+                closed.row.state = HoldState::Denied;
+                closed.row
+            }
+        };
         drop(st);
-        self.store.submit(event);
-        Ok(())
+        let decided = HoldDecided {
+            hold_id: row.hold_id.clone(),
+            key_id: row.key_id.clone(),
+            state: row.state,
+            expires_ms: row.expires_ms,
+            attending_until_ms,
+        };
+        // The hold's new state first: a lease row never outlives an approval lost in between.
+        events.insert(0, Event::Hold(row));
+        for e in events {
+            self.store.submit(e);
+        }
+        Ok(decided)
+    }
+
+    /// Pending and approved (not yet used) holds, oldest first, and the attending leases that
+    /// run now: every key's (`None`, the admin) or one key's.
+    pub fn holds(&self, key_id: Option<&str>, now_ms: u64) -> (Vec<HoldView>, Vec<LeaseView>) {
+        let mut st = lock(&self.state);
+        self.expire(&mut st, now_ms);
+        let mine = |k: &str| key_id.is_none_or(|id| id == k);
+        let mut holds: Vec<HoldView> = st
+            .holds
+            .values()
+            .filter(|h| mine(&h.row.key_id) && now_ms < h.row.expires_ms)
+            .map(|h| HoldView {
+                hold_id: h.row.hold_id.clone(),
+                key_id: h.row.key_id.clone(),
+                state: h.row.state,
+                reason: h.opened.as_ref().map(|o| o.decision.reason()),
+                created_ms: h.row.created_ms,
+                expires_ms: h.row.expires_ms,
+                worst_case_tokens: h.row.worst_case_tokens,
+                fingerprint_prefix: h.row.fingerprint.chars().take(16).collect(),
+            })
+            .collect();
+        holds.sort_by(|a, b| (a.created_ms, &a.hold_id).cmp(&(b.created_ms, &b.hold_id)));
+        let mut leases: Vec<LeaseView> = st
+            .leases
+            .values()
+            .filter(|l| mine(&l.key_id) && now_ms < l.until_ms)
+            .map(|l| LeaseView {
+                key_id: l.key_id.clone(),
+                hold_id: l.hold_id.clone(),
+                granted_ms: l.granted_ms,
+                until_ms: l.until_ms,
+            })
+            .collect();
+        leases.sort_by(|a, b| a.key_id.cmp(&b.key_id));
+        (holds, leases)
     }
 
     /// Delete the key's stored answers and fingerprint records; windows stay.
@@ -677,6 +979,20 @@ impl Gatekeeper {
         let mut st = lock(&self.state);
         self.expire(&mut st, now_ms);
     }
+}
+
+/// A pending hold's opening, as the store kept it, back in memory: the decision, and the
+/// receipt body signed again (Ed25519 is deterministic: the same key gives the same envelope).
+fn reopen(signer: &ReceiptSigner, opening: &HoldOpening) -> Option<Arc<GateOutcome>> {
+    let decision: Decision = serde_json::from_str(&opening.decision).ok()?;
+    if decision.hold_id.as_deref() != Some(opening.hold_id.as_str()) {
+        return None;
+    }
+    Some(Arc::new(GateOutcome {
+        decision,
+        envelope: signer.sign(&opening.receipt),
+        decision_id: crate::receipt::decision_id(&opening.receipt),
+    }))
 }
 
 fn decision_row(

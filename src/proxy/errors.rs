@@ -34,6 +34,17 @@ impl GateError {
         }
     }
 
+    /// The 409 of a CHALLENGE: names the hold and every way to release it (SPEC §2.7). Off-
+    /// the-shelf agent clients cannot add a header, so the message leads with the approval
+    /// and the plain re-send. Closed-form: only the hold id (which the gate generated) and
+    /// numbers. `ttl_ms`: the hold's time to live, when known.
+    pub fn held(code: &'static str, hold_id: Option<String>, ttl_ms: Option<u64>) -> Self {
+        let message = hold_message(hold_id.as_deref(), ttl_ms);
+        let mut err = Self::new(409, "tokensaver_hold", code, message);
+        err.hold_id = hold_id;
+        err
+    }
+
     /// The body in the error format of the provider the caller speaks to.
     pub fn body(&self, route: Option<Route>) -> Bytes {
         let value = match route {
@@ -84,5 +95,69 @@ impl GateError {
     /// retry would count in the windows).
     pub fn no_retry(&self) -> bool {
         matches!(self.status, 402 | 403 | 409 | 429)
+    }
+}
+
+/// The CHALLENGE message (see [`GateError::held`]); also the `message` of a `POST /gate`
+/// answer that holds the request, so both modes tell the caller the same thing.
+pub fn hold_message(hold_id: Option<&str>, ttl_ms: Option<u64>) -> String {
+    let Some(id) = hold_id.filter(|id| is_hold_id(id)) else {
+        return "held for a person: a person must approve the hold before this request can \
+                pass"
+            .to_string();
+    };
+    let within = match ttl_ms {
+        Some(ms) => format!("until the hold expires, {} after it was made", duration(ms)),
+        None => "until the hold expires".to_string(),
+    };
+    format!(
+        "held for a person: approve with 'tokensaver holds approve {id}' (or POST \
+         /holds/{id}/approve on the admin listener; add --attend-minutes N, or \
+         {{\"attend_minutes\": N}}, to attend the key for N minutes); the same request then \
+         passes once, with no header needed, {within}. Do not retry before that: a re-send \
+         gets this same answer."
+    )
+}
+
+/// Only an id of the form the gate generates (`hold_` and hex digits) is ever echoed.
+fn is_hold_id(id: &str) -> bool {
+    id.strip_prefix("hold_").is_some_and(|hex| {
+        !hex.is_empty() && hex.len() <= 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())
+    })
+}
+
+fn duration(ms: u64) -> String {
+    let plural = |n: u64, unit: &str| format!("{n} {unit}{}", if n == 1 { "" } else { "s" });
+    if ms >= 60_000 && ms.is_multiple_of(60_000) {
+        plural(ms / 60_000, "minute")
+    } else {
+        plural(ms.div_ceil(1000), "second")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hold_message_names_the_hold_and_how_to_release_it() {
+        let id = "hold_0123456789abcdef0123456789abcdef";
+        let err = GateError::held("score_challenge", Some(id.into()), Some(900_000));
+        assert_eq!((err.status, err.kind), (409, "tokensaver_hold"));
+        assert!(err.no_retry());
+        assert!(err
+            .message
+            .contains(&format!("'tokensaver holds approve {id}'")));
+        assert!(err.message.contains(&format!("POST /holds/{id}/approve")));
+        assert!(err.message.contains("15 minutes after it was made"));
+        let body: serde_json::Value = serde_json::from_slice(&err.body(None)).unwrap();
+        assert_eq!(body["error"]["hold_id"], id);
+        assert_eq!(body["error"]["code"], "score_challenge");
+        // Only a gate-made id is echoed.
+        let odd = GateError::held("score_challenge", Some("<script>".into()), Some(60_000));
+        assert!(!odd.message.contains("<script>"));
+        assert_eq!(duration(60_000), "1 minute");
+        assert_eq!(duration(90_000), "90 seconds");
+        assert!(hold_message(Some(id), None).contains("until the hold expires."));
     }
 }

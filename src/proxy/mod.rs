@@ -376,9 +376,12 @@ impl GateProxy {
                 .await
             }
             Verdict::Challenge => {
-                let mut err = GateError::new(409, "tokensaver_hold", "held_for_a_person", "held for a person: approve the hold, then retry with the x-tokensaver-hold header");
-                err.code = static_reason(&decided.reason);
-                err.hold_id = decided.hold_id.clone();
+                let ttl = self
+                    .remote
+                    .as_ref()
+                    .map_or(Some(config.hold_ttl_ms), |r| r.hold_ttl_ms());
+                let err =
+                    GateError::held(static_reason(&decided.reason), decided.hold_id.clone(), ttl);
                 respond_error(session, Some(route), &err, &decided.receipt_headers).await
             }
             Verdict::Block => {

@@ -4,6 +4,8 @@
 //! (counts and keyed hashes), `POST /record` carries the decision id, wire form, served model,
 //! completeness and the four usage parts. Answers are kept in this instance's own store.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -20,6 +22,9 @@ pub struct RemoteGate {
     /// The tokensaver key: authenticates with the gate and keys the fingerprints.
     pub key: String,
     agent: ureq::Agent,
+    /// The hold TTL the central gate last stated with a CHALLENGE (0: not yet stated), for
+    /// this instance's 409 message. One gate, one configuration: the last value is its value.
+    hold_ttl_ms: Arc<AtomicU64>,
 }
 
 /// What the central gate answered.
@@ -32,6 +37,9 @@ pub struct RemoteDecision {
     pub hold_id: Option<String>,
     pub model_served: Option<String>,
     pub receipt: Envelope,
+    /// With a CHALLENGE: how long the hold lives (absent from gates that do not state it).
+    #[serde(default)]
+    pub hold_ttl_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -53,7 +61,13 @@ impl RemoteGate {
             gate_url: gate_url.trim_end_matches('/').to_string(),
             key,
             agent,
+            hold_ttl_ms: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// The central gate's hold TTL, once it has stated it.
+    pub fn hold_ttl_ms(&self) -> Option<u64> {
+        Some(self.hold_ttl_ms.load(Ordering::Relaxed)).filter(|&ms| ms > 0)
     }
 
     fn post(&self, path: &str, body: String) -> Result<String, RemoteError> {
@@ -74,7 +88,12 @@ impl RemoteGate {
     pub fn gate(&self, digest: &Digest) -> Result<RemoteDecision, RemoteError> {
         let body = serde_json::to_string(digest).map_err(|_| RemoteError::Malformed)?;
         let text = self.post("/gate", body)?;
-        serde_json::from_str(&text).map_err(|_| RemoteError::Malformed)
+        let decision: RemoteDecision =
+            serde_json::from_str(&text).map_err(|_| RemoteError::Malformed)?;
+        if let Some(ms) = decision.hold_ttl_ms.filter(|&ms| ms > 0) {
+            self.hold_ttl_ms.store(ms, Ordering::Relaxed);
+        }
+        Ok(decision)
     }
 
     /// `POST /record`: the provider's usage for a forwarded decision (no usage reported is

@@ -73,6 +73,20 @@ pub enum HoldState {
     Approved,
     Used,
     Expired,
+    /// A person refused it (`POST /holds/{id}/deny`): counted as avoided, like an expired hold.
+    Denied,
+}
+
+impl HoldState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldState::Pending => "pending",
+            HoldState::Approved => "approved",
+            HoldState::Used => "used",
+            HoldState::Expired => "expired",
+            HoldState::Denied => "denied",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -84,6 +98,29 @@ pub struct HoldRow {
     pub expires_ms: u64,
     pub state: HoldState,
     pub worst_case_tokens: u64,
+}
+
+/// The CHALLENGE that opened a hold, kept with it so that a re-send while the hold is
+/// pending gets the same answer, across a restart too. No content: the decision holds counts,
+/// keyed hashes and figures only, like its receipt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HoldOpening {
+    pub hold_id: String,
+    /// The decision as JSON (`gate::Decision`).
+    pub decision: String,
+    /// The exact signed receipt body bytes (signing them again gives the same envelope).
+    pub receipt: Vec<u8>,
+}
+
+/// An attending lease: a person who approved a hold attends the key until `until_ms`; the
+/// key's requests that declare nothing are scored as attended meanwhile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRow {
+    /// The hold whose approval granted the lease (receipts name it).
+    pub hold_id: String,
+    pub key_id: String,
+    pub granted_ms: u64,
+    pub until_ms: u64,
 }
 
 /// Everything that changes durable state.
@@ -99,6 +136,13 @@ pub enum Event {
         charged_nano: u64,
     },
     Hold(HoldRow),
+    /// A CHALLENGE opens a hold: the pending hold and the decision that opened it, together.
+    HoldOpened {
+        hold: HoldRow,
+        opening: HoldOpening,
+    },
+    /// A person attends the key for a while (an approval with `attend_minutes`).
+    Lease(LeaseRow),
     /// An answer's provider-reported usage is recorded for (key, fingerprint, wire form).
     Recorded {
         key_id: String,
@@ -131,7 +175,12 @@ pub struct Snapshot {
     pub spend: Vec<(String, u64, u64)>,
     /// Forwarded decisions with no usage row and no expiry charge yet.
     pub open_reservations: Vec<DecisionRow>,
+    /// Pending and approved holds.
     pub holds: Vec<HoldRow>,
+    /// The openings of the pending holds that have one.
+    pub hold_openings: Vec<HoldOpening>,
+    /// Leases that have not ended.
+    pub leases: Vec<LeaseRow>,
     pub recorded: Vec<(String, String, WireForm, Usage)>,
     pub budgets: Vec<(String, Option<u64>, BudgetPeriod)>,
     pub prices: Vec<(String, Prices)>,

@@ -52,8 +52,8 @@ use rusqlite::ToSql;
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 
 use super::{
-    civil_from_days, period_start, DecisionRow, Event, HoldRow, HoldState, LedgerDay, LedgerTotals,
-    Snapshot, Store, StoreError, UsageRow,
+    civil_from_days, period_start, DecisionRow, Event, HoldOpening, HoldRow, HoldState, LeaseRow,
+    LedgerDay, LedgerTotals, Snapshot, Store, StoreError, UsageRow,
 };
 use crate::config::{BudgetPeriod, Prices};
 use crate::gate::{Usage, Verdict};
@@ -215,7 +215,44 @@ const MIGRATIONS: &[&str] = &[
     CREATE UNIQUE INDEX usage_early ON usage (decision_id) WHERE decision IS NULL;
     CREATE INDEX usage_key_time ON usage (key_id, at_ms);
     "#,
-    // 3: the step fingerprint, so the loop windows rebuilt at start match by it too.
+    // 3: releasing holds (SPEC §2.7).
+    // - `holds.state` admits 'denied' (a person refused the hold); SQLite cannot alter a
+    //   CHECK, so the table is rebuilt.
+    // - `holds.decision` / `holds.receipt`: the CHALLENGE that opened the hold (the decision
+    //   as JSON and the signed receipt body), so that a re-send while it is pending gets the
+    //   same answer after a restart. Blanked by `Forget` with the fingerprint.
+    // - `leases`: attending leases granted by approvals.
+    r#"
+    CREATE TABLE holds_v3 (
+        hold_id           TEXT    PRIMARY KEY,
+        key_id            TEXT    NOT NULL,
+        fingerprint       TEXT,
+        created_ms        INTEGER NOT NULL,
+        expires_ms        INTEGER NOT NULL,
+        state             TEXT    NOT NULL
+            CHECK (state IN ('pending', 'approved', 'used', 'expired', 'denied')),
+        worst_case_tokens INTEGER NOT NULL,
+        decision          TEXT,
+        receipt           BLOB
+    );
+    INSERT INTO holds_v3 (hold_id, key_id, fingerprint, created_ms, expires_ms, state,
+                          worst_case_tokens)
+        SELECT hold_id, key_id, fingerprint, created_ms, expires_ms, state, worst_case_tokens
+        FROM holds;
+    DROP TABLE holds;
+    ALTER TABLE holds_v3 RENAME TO holds;
+    CREATE INDEX holds_key_time ON holds (key_id, created_ms);
+    CREATE INDEX holds_open ON holds (created_ms) WHERE state IN ('pending', 'approved');
+
+    CREATE TABLE leases (
+        hold_id    TEXT    PRIMARY KEY,
+        key_id     TEXT    NOT NULL,
+        granted_ms INTEGER NOT NULL,
+        until_ms   INTEGER NOT NULL
+    );
+    CREATE INDEX leases_until ON leases (until_ms);
+    "#,
+    // 4: the step fingerprint, so the loop windows rebuilt at start match by it too.
     r#"
     ALTER TABLE decisions ADD COLUMN step_fingerprint BLOB;
     "#,
@@ -448,13 +485,13 @@ impl Store for SqliteStore {
             let mut stmt = tx
                 .prepare_cached(
                     "SELECT hold_id, key_id, fingerprint, created_ms, expires_ms, state, \
-                     worst_case_tokens FROM holds WHERE state IN ('pending', 'approved') \
-                     ORDER BY created_ms, hold_id",
+                     worst_case_tokens, decision, receipt FROM holds \
+                     WHERE state IN ('pending', 'approved') ORDER BY created_ms, hold_id",
                 )
                 .map_err(sql_error)?;
-            snap.holds = stmt
+            let holds: Vec<(HoldRow, Option<HoldOpening>)> = stmt
                 .query_map([], |r| {
-                    Ok(HoldRow {
+                    let hold = HoldRow {
                         hold_id: r.get(0)?,
                         key_id: r.get(1)?,
                         fingerprint: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
@@ -462,6 +499,39 @@ impl Store for SqliteStore {
                         expires_ms: get_u64(r, 4)?,
                         state: hold_state_from(r, 5)?,
                         worst_case_tokens: get_u64(r, 6)?,
+                    };
+                    let decision: Option<String> = r.get(7)?;
+                    let receipt: Option<Vec<u8>> = r.get(8)?;
+                    let opening = match (hold.state, decision, receipt) {
+                        (HoldState::Pending, Some(decision), Some(receipt)) => Some(HoldOpening {
+                            hold_id: hold.hold_id.clone(),
+                            decision,
+                            receipt,
+                        }),
+                        _ => None,
+                    };
+                    Ok((hold, opening))
+                })
+                .and_then(Iterator::collect)
+                .map_err(sql_error)?;
+            for (hold, opening) in holds {
+                snap.holds.push(hold);
+                snap.hold_openings.extend(opening);
+            }
+
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT hold_id, key_id, granted_ms, until_ms FROM leases \
+                     WHERE until_ms > ?1 ORDER BY granted_ms, hold_id",
+                )
+                .map_err(sql_error)?;
+            snap.leases = stmt
+                .query_map([to_i64(now_ms)], |r| {
+                    Ok(LeaseRow {
+                        hold_id: r.get(0)?,
+                        key_id: r.get(1)?,
+                        granted_ms: get_u64(r, 2)?,
+                        until_ms: get_u64(r, 3)?,
                     })
                 })
                 .and_then(Iterator::collect)
@@ -627,11 +697,12 @@ impl Store for SqliteStore {
             }
             drop(rows);
 
-            // A hold never approved counts on the day of the request it held.
+            // A hold never used (expired, or denied by a person) counts on the day of the
+            // request it held.
             let sql = format!(
                 "SELECT created_ms / 86400000 AS day, {} FROM holds \
-                 WHERE {key_clause} AND state = 'expired' AND created_ms >= ?2 AND created_ms < ?3 \
-                 GROUP BY day",
+                 WHERE {key_clause} AND state IN ('expired', 'denied') \
+                 AND created_ms >= ?2 AND created_ms < ?3 GROUP BY day",
                 split_sum("worst_case_tokens"),
             );
             let mut stmt = tx.prepare_cached(&sql).map_err(sql_error)?;
@@ -891,6 +962,8 @@ fn single_statement(event: &Event) -> bool {
         | Event::Usage(_)
         | Event::ReservationExpired { .. }
         | Event::Hold(_)
+        | Event::HoldOpened { .. }
+        | Event::Lease(_)
         | Event::Recorded { .. }
         | Event::BudgetSet { .. }
         | Event::PricesSet { .. } => true,
@@ -964,8 +1037,44 @@ fn apply(conn: &Connection, event: &Event) -> rusqlite::Result<()> {
                 h.fingerprint,
                 to_i64(h.created_ms),
                 to_i64(h.expires_ms),
-                hold_state_str(h.state),
+                h.state.as_str(),
                 to_i64(h.worst_case_tokens),
+            ])?;
+        }
+        Event::HoldOpened { hold: h, opening } => {
+            // Written once, when the CHALLENGE opens the hold; a later state (`Hold`) keeps
+            // the opening, a `Forget` blanks it.
+            conn.prepare_cached(
+                "INSERT INTO holds (hold_id, key_id, fingerprint, created_ms, expires_ms, state, \
+                 worst_case_tokens, decision, receipt) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
+                 ON CONFLICT (hold_id) DO UPDATE SET key_id = excluded.key_id, \
+                 created_ms = excluded.created_ms, expires_ms = excluded.expires_ms, \
+                 state = excluded.state, worst_case_tokens = excluded.worst_case_tokens",
+            )?
+            .execute(params![
+                h.hold_id,
+                h.key_id,
+                h.fingerprint,
+                to_i64(h.created_ms),
+                to_i64(h.expires_ms),
+                h.state.as_str(),
+                to_i64(h.worst_case_tokens),
+                opening.decision,
+                opening.receipt,
+            ])?;
+        }
+        Event::Lease(l) => {
+            conn.prepare_cached(
+                "INSERT INTO leases (hold_id, key_id, granted_ms, until_ms) \
+                 VALUES (?1, ?2, ?3, ?4) ON CONFLICT (hold_id) DO UPDATE SET \
+                 key_id = excluded.key_id, granted_ms = excluded.granted_ms, \
+                 until_ms = excluded.until_ms",
+            )?
+            .execute(params![
+                l.hold_id,
+                l.key_id,
+                to_i64(l.granted_ms),
+                to_i64(l.until_ms)
             ])?;
         }
         Event::Recorded {
@@ -1031,7 +1140,9 @@ fn apply(conn: &Connection, event: &Event) -> rusqlite::Result<()> {
             )?
             .execute([key_id])?;
             conn.prepare_cached(
-                "UPDATE holds SET fingerprint = NULL WHERE key_id = ?1 AND fingerprint IS NOT NULL",
+                "UPDATE holds SET fingerprint = NULL, decision = NULL, receipt = NULL \
+                 WHERE key_id = ?1 AND (fingerprint IS NOT NULL OR decision IS NOT NULL \
+                 OR receipt IS NOT NULL)",
             )?
             .execute([key_id])?;
         }
@@ -1313,21 +1424,13 @@ fn wire_from(row: &Row<'_>, idx: usize) -> rusqlite::Result<WireForm> {
     }
 }
 
-fn hold_state_str(s: HoldState) -> &'static str {
-    match s {
-        HoldState::Pending => "pending",
-        HoldState::Approved => "approved",
-        HoldState::Used => "used",
-        HoldState::Expired => "expired",
-    }
-}
-
 fn hold_state_from(row: &Row<'_>, idx: usize) -> rusqlite::Result<HoldState> {
     match row.get_ref(idx)?.as_str()? {
         "pending" => Ok(HoldState::Pending),
         "approved" => Ok(HoldState::Approved),
         "used" => Ok(HoldState::Used),
         "expired" => Ok(HoldState::Expired),
+        "denied" => Ok(HoldState::Denied),
         _ => Err(bad_value(idx)),
     }
 }

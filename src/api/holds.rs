@@ -1,0 +1,173 @@
+//! The hold routes (SPEC §2.7): list, approve (optionally with an attending lease) and deny
+//! CHALLENGE holds. Who may act is decided by the caller ([`super::routes`]): the admin
+//! listener with the admin key (every key's holds), the API listener with the key's owner
+//! secret (its own holds; listing also with the key itself).
+
+use serde::Deserialize;
+use serde_json::json;
+
+use super::http::{ApiRequest, ApiResponse};
+use crate::ledger::{Gatekeeper, HoldAction, HoldDecided, HoldError, MAX_ATTEND_MINUTES};
+
+/// What a `/holds/...` path asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldRoute<'a> {
+    /// `GET /holds`
+    List,
+    /// `POST /holds/{id}/approve`
+    Approve(&'a str),
+    /// `POST /holds/{id}/deny`
+    Deny(&'a str),
+}
+
+impl<'a> HoldRoute<'a> {
+    pub fn parse(path: &'a str) -> Option<Self> {
+        if path == "/holds" || path == "/holds/" {
+            return Some(HoldRoute::List);
+        }
+        let rest = path.strip_prefix("/holds/")?;
+        let (id, action) = rest.split_once('/')?;
+        if id.is_empty() || action.contains('/') {
+            return None;
+        }
+        match action {
+            "approve" => Some(HoldRoute::Approve(id)),
+            "deny" => Some(HoldRoute::Deny(id)),
+            _ => None,
+        }
+    }
+
+    pub fn method(&self) -> http::Method {
+        match self {
+            HoldRoute::List => http::Method::GET,
+            HoldRoute::Approve(_) | HoldRoute::Deny(_) => http::Method::POST,
+        }
+    }
+}
+
+/// `GET /holds`: pending and approved-unused holds (no content: ids, reason, times, worst
+/// case, a truncated keyed fingerprint) and the attending leases that run now.
+pub fn list(gatekeeper: &Gatekeeper, key_id: Option<&str>, now_ms: u64) -> ApiResponse {
+    let (holds, leases) = gatekeeper.holds(key_id, now_ms);
+    ApiResponse::json(
+        200,
+        &json!({"now_ms": now_ms, "holds": holds, "leases": leases}),
+    )
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApproveBody {
+    attend_minutes: Option<u64>,
+}
+
+/// The approval's body: empty, or `{"attend_minutes": N}` (1..=1440).
+fn approve_action(req: &ApiRequest) -> Result<HoldAction, ApiResponse> {
+    if req.body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(HoldAction::Approve {
+            attend_minutes: None,
+        });
+    }
+    let body: ApproveBody = serde_json::from_slice(&req.body).map_err(|_| {
+        ApiResponse::error(
+            400,
+            "invalid_json",
+            "the body must be empty or {\"attend_minutes\": N}",
+        )
+    })?;
+    match body.attend_minutes {
+        Some(m) if !(1..=MAX_ATTEND_MINUTES).contains(&m) => Err(attend_error()),
+        attend_minutes => Ok(HoldAction::Approve { attend_minutes }),
+    }
+}
+
+fn attend_error() -> ApiResponse {
+    ApiResponse::error(
+        400,
+        "invalid_attend_minutes",
+        "attend_minutes must be a whole number from 1 to 1440",
+    )
+}
+
+/// Approve or deny `hold_id`. `owner`: the deciding owner's key id (`None`: the admin).
+pub fn decide(
+    gatekeeper: &Gatekeeper,
+    req: &ApiRequest,
+    route: HoldRoute<'_>,
+    owner: Option<&str>,
+    now_ms: u64,
+) -> ApiResponse {
+    let (hold_id, action) = match route {
+        HoldRoute::List => return list(gatekeeper, owner, now_ms),
+        HoldRoute::Approve(id) => match approve_action(req) {
+            Ok(action) => (id, action),
+            Err(resp) => return resp,
+        },
+        HoldRoute::Deny(id) => (id, HoldAction::Deny),
+    };
+    match gatekeeper.decide_hold(hold_id, owner, action, now_ms) {
+        Ok(decided) => decided_answer(&decided, action),
+        Err(e) => hold_error(e),
+    }
+}
+
+fn decided_answer(d: &HoldDecided, action: HoldAction) -> ApiResponse {
+    let mut body = serde_json::to_value(d).unwrap_or_else(|_| json!({}));
+    match action {
+        HoldAction::Approve { .. } => {
+            body["approved"] = json!(true);
+            body["releases"] = json!(
+                "the key's next request with the same fingerprint before expires_ms passes once \
+                 (no header needed; x-tokensaver-hold or the digest's hold_id also work)"
+            );
+            if d.attending_until_ms.is_some() {
+                body["attending"] = json!(
+                    "until attending_until_ms the key's requests that declare no \
+                     x-tokensaver-human are scored as attended; hard rules still apply"
+                );
+            }
+        }
+        HoldAction::Deny => {
+            body["denied"] = json!(true);
+        }
+    }
+    ApiResponse::json(200, &body)
+}
+
+pub fn hold_error(e: HoldError) -> ApiResponse {
+    match e {
+        HoldError::Unknown => ApiResponse::error(404, "unknown_hold", "no such hold"),
+        HoldError::Expired => ApiResponse::error(410, "hold_expired", "the hold has expired"),
+        HoldError::NotPending => {
+            ApiResponse::error(409, "hold_not_pending", "the hold is not pending")
+        }
+        HoldError::AttendMinutes => attend_error(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_parse() {
+        assert_eq!(HoldRoute::parse("/holds"), Some(HoldRoute::List));
+        assert_eq!(
+            HoldRoute::parse("/holds/hold_1/approve"),
+            Some(HoldRoute::Approve("hold_1"))
+        );
+        assert_eq!(
+            HoldRoute::parse("/holds/hold_1/deny"),
+            Some(HoldRoute::Deny("hold_1"))
+        );
+        for bad in [
+            "/holds//approve",
+            "/holds/a/b/approve",
+            "/holds/a/other",
+            "/holdsx",
+            "/holds/a",
+        ] {
+            assert_eq!(HoldRoute::parse(bad), None, "{bad}");
+        }
+    }
+}
