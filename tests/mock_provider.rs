@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tokensaver::demo::provider::{
-    expected_usage, reply_for, Fault, MockProvider, MockReply, ProviderOptions, CREATED, WORDS,
+    argument_pieces, expected_usage, reply_for, reply_for_api, Api, Fault, MockProvider, MockReply,
+    ProviderOptions, Scripted, CREATED, WORDS,
 };
 
 // ------------------------------------------------------------------------------------------
@@ -1198,4 +1199,906 @@ fn head_requests_get_no_body_and_streams_honour_close() {
     let text = String::from_utf8(raw).unwrap();
     assert!(text.contains("connection: close\r\n"));
     assert!(text.ends_with("0\r\n\r\n"));
+}
+
+// ------------------------------------------------------------------------------------------
+// The Responses API
+// ------------------------------------------------------------------------------------------
+
+fn responses_body(model: &str, input: Value) -> Value {
+    json!({"model": model, "instructions": "Be brief.", "input": input})
+}
+
+/// The fields the official SDK's `Response` model requires or reads.
+fn assert_response_shape(v: &Value) {
+    for key in [
+        "id",
+        "object",
+        "created_at",
+        "status",
+        "error",
+        "incomplete_details",
+        "instructions",
+        "metadata",
+        "model",
+        "output",
+        "parallel_tool_calls",
+        "temperature",
+        "tool_choice",
+        "tools",
+        "top_p",
+        "max_output_tokens",
+        "previous_response_id",
+        "reasoning",
+        "text",
+        "truncation",
+        "usage",
+        "user",
+        "store",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key}: {v}");
+    }
+    assert_eq!(v["object"], "response");
+    assert_eq!(v["created_at"], CREATED);
+    let id = v["id"].as_str().unwrap();
+    assert!(id.starts_with("resp_") && id.len() == 5 + 24, "{id}");
+}
+
+#[test]
+fn responses_json_answer_with_documented_usage() {
+    let p = start();
+    let body = responses_body("gpt-4.1-mini", json!("Hello there, mock!"));
+    let r = post(&p, "/v1/responses", &body);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let v = r.json();
+    assert_response_shape(&v);
+    assert_eq!(v["status"], "completed");
+    assert_eq!(v["model"], "gpt-4.1-mini");
+    assert_eq!(v["instructions"], "Be brief.");
+    assert!(v["incomplete_details"].is_null() && v["error"].is_null());
+    assert_eq!(v["parallel_tool_calls"], true);
+    assert_eq!(v["tool_choice"], "auto");
+    assert_eq!(v["tools"], json!([]));
+    assert_eq!(v["store"], true);
+    let item = &v["output"][0];
+    assert_eq!(v["output"].as_array().unwrap().len(), 1);
+    assert_eq!(item["type"], "message");
+    assert_eq!(item["role"], "assistant");
+    assert_eq!(item["status"], "completed");
+    assert!(item["id"].as_str().unwrap().starts_with("msg_"));
+    let part = &item["content"][0];
+    assert_eq!(part["type"], "output_text");
+    assert_eq!(part["annotations"], json!([]));
+    let text = part["text"].as_str().unwrap();
+    let n = text.split(' ').count();
+    assert!((3..=8).contains(&n) && text.split(' ').all(|w| WORDS.contains(&w)));
+    // "Be brief." (9) + "Hello there, mock!" (18) = 27 chars → ceil(27/4) + 8 = 15.
+    assert_eq!(
+        v["usage"],
+        json!({"input_tokens": 15, "input_tokens_details": {"cached_tokens": 0},
+               "output_tokens": n, "output_tokens_details": {"reasoning_tokens": 0},
+               "total_tokens": 15 + n})
+    );
+    let predicted = reply_for_api(Api::Responses, &serde_json::to_vec(&body).unwrap()).unwrap();
+    assert_eq!(predicted.responses_json(&body), r.body);
+    assert_eq!(predicted.text, text);
+    // Echoed request fields.
+    let mut echo = body.clone();
+    echo["temperature"] = json!(0.5);
+    echo["metadata"] = json!({"k": "v"});
+    echo["store"] = json!(false);
+    echo["tool_choice"] = json!("none");
+    let v = post(&p, "/v1/responses", &echo).json();
+    assert_eq!(v["temperature"], 0.5);
+    assert_eq!(v["metadata"], json!({"k": "v"}));
+    assert_eq!(v["store"], false);
+    assert_eq!(v["tool_choice"], "none");
+}
+
+#[test]
+fn responses_prompt_characters_of_items_and_cache() {
+    let p = start();
+    let input = json!([
+        {"role": "user", "content": "abcd"},
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "efgh"}, {"type": "input_image", "image_url": "x"}]},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{\"a\":1}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "123456"},
+        {"type": "reasoning", "summary": []},
+    ]);
+    // 9 (instructions) + 4 + 4 + 7 + 6 = 30 chars → ceil(30/4) + 8 = 16.
+    let v = post(&p, "/v1/responses", &responses_body("gpt-4o-cached", input)).json();
+    assert_eq!(v["usage"]["input_tokens"], 16);
+    assert_eq!(v["usage"]["input_tokens_details"]["cached_tokens"], 8);
+}
+
+#[test]
+fn responses_max_output_tokens_cuts_the_reply() {
+    let p = start();
+    let mut body = responses_body("gpt-4o", json!("cut me short"));
+    body["max_output_tokens"] = json!(1);
+    let v = post(&p, "/v1/responses", &body).json();
+    assert_eq!(v["status"], "incomplete");
+    assert_eq!(
+        v["incomplete_details"],
+        json!({"reason": "max_output_tokens"})
+    );
+    assert_eq!(v["output"][0]["status"], "incomplete");
+    assert_eq!(v["usage"]["output_tokens"], 1);
+    assert_eq!(v["max_output_tokens"], 1);
+    body["stream"] = json!(true);
+    let events = sse_events(&post(&p, "/v1/responses", &body).text());
+    let (name, data) = events.last().unwrap();
+    assert_eq!(name.as_deref(), Some("response.incomplete"));
+    let last: Value = serde_json::from_str(data).unwrap();
+    assert_eq!(last["response"], v);
+}
+
+/// The streamed events as (name, JSON), checking the name, `type` and `sequence_number`.
+fn responses_events(text: &str) -> Vec<(String, Value)> {
+    assert!(!text.contains("[DONE]"));
+    sse_events(text)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, data))| {
+            let name = name.unwrap();
+            let v: Value = serde_json::from_str(&data).unwrap();
+            assert_eq!(v["type"], name.as_str());
+            assert_eq!(v["sequence_number"], i);
+            (name, v)
+        })
+        .collect()
+}
+
+#[test]
+fn responses_streaming() {
+    let p = start();
+    let plain_body = responses_body("gpt-4o", json!("stream me"));
+    let plain = post(&p, "/v1/responses", &plain_body).json();
+    let mut body = plain_body.clone();
+    body["stream"] = json!(true);
+    let r = post(&p, "/v1/responses", &body);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    let events = responses_events(&r.text());
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    let words = plain["usage"]["output_tokens"].as_u64().unwrap() as usize;
+    let mut expected = vec![
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ];
+    expected.extend(std::iter::repeat_n("response.output_text.delta", words));
+    expected.extend([
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]);
+    assert_eq!(names, expected);
+    let created = &events[0].1["response"];
+    assert_eq!(created["status"], "in_progress");
+    assert_eq!(created["output"], json!([]));
+    assert!(created["usage"].is_null());
+    assert_eq!(created["id"], plain["id"]);
+    let item_id = plain["output"][0]["id"].clone();
+    assert_eq!(events[2].1["item"]["id"], item_id);
+    assert_eq!(events[2].1["item"]["content"], json!([]));
+    let mut text = String::new();
+    for (_, e) in &events[4..4 + words] {
+        assert_eq!(e["item_id"], item_id);
+        assert_eq!(
+            (e["output_index"].as_u64(), e["content_index"].as_u64()),
+            (Some(0), Some(0))
+        );
+        text.push_str(e["delta"].as_str().unwrap());
+    }
+    let plain_text = plain["output"][0]["content"][0]["text"].as_str().unwrap();
+    assert_eq!(text, plain_text);
+    assert_eq!(events[4 + words].1["text"], plain_text);
+    assert_eq!(events[6 + words].1["item"], plain["output"][0]);
+    // The final event carries the same response as the plain answer.
+    assert_eq!(events.last().unwrap().1["response"], plain);
+    let predicted = reply_for_api(Api::Responses, &serde_json::to_vec(&body).unwrap()).unwrap();
+    assert_eq!(predicted.responses_sse_events(&body).concat(), r.text());
+}
+
+#[test]
+fn responses_kept_by_id() {
+    let p = MockProvider::start_background(ProviderOptions {
+        max_stored_responses: 2,
+        ..ProviderOptions::default()
+    })
+    .unwrap();
+    let input = json!([
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "ok"},
+        {"type": "function_call_output", "call_id": "c1", "output": "out", "id": "fco_1"},
+    ]);
+    let v = post(&p, "/v1/responses", &responses_body("gpt-4o", input)).json();
+    let id = v["id"].as_str().unwrap().to_owned();
+    assert_eq!(p.stored_response(&id), Some(v.clone()));
+    let got = send(&p, "GET", &format!("/v1/responses/{id}"), &[], b"");
+    assert_eq!((got.status, got.json()), (200, v.clone()));
+    let cancel = send(&p, "POST", &format!("/v1/responses/{id}/cancel"), &[], b"");
+    assert_eq!((cancel.status, cancel.json()), (200, v.clone()));
+
+    let items = send(
+        &p,
+        "GET",
+        &format!("/v1/responses/{id}/input_items"),
+        &[],
+        b"",
+    )
+    .json();
+    assert_eq!(items["object"], "list");
+    assert_eq!(items["has_more"], false);
+    let data = items["data"].as_array().unwrap();
+    assert_eq!(data.len(), 3);
+    assert_eq!(data[0]["type"], "message");
+    assert_eq!(data[0]["role"], "user");
+    assert_eq!(
+        data[0]["content"],
+        json!([{"type": "input_text", "text": "first"}])
+    );
+    assert_eq!(
+        data[1]["content"],
+        json!([{"type": "output_text", "text": "ok", "annotations": []}])
+    );
+    assert_eq!(data[2]["id"], "fco_1");
+    assert_eq!(data[2]["output"], "out");
+    let first = data[0]["id"].as_str().unwrap();
+    assert!(
+        first.starts_with("msg_") && first.len() == 4 + 24,
+        "{first}"
+    );
+    assert_eq!(items["first_id"], data[0]["id"]);
+    assert_eq!(items["last_id"], "fco_1");
+    let desc = send(
+        &p,
+        "GET",
+        &format!("/v1/responses/{id}/input_items?order=desc"),
+        &[],
+        b"",
+    )
+    .json();
+    assert_eq!(desc["first_id"], "fco_1");
+    assert_eq!(desc["data"][2], data[0]);
+
+    // A string input is one user message.
+    let s = post(
+        &p,
+        "/v1/responses",
+        &responses_body("gpt-4o", json!("just text")),
+    )
+    .json();
+    let sid = s["id"].as_str().unwrap();
+    let items = send(
+        &p,
+        "GET",
+        &format!("/v1/responses/{sid}/input_items"),
+        &[],
+        b"",
+    )
+    .json();
+    assert_eq!(items["data"][0]["content"][0]["text"], "just text");
+    assert_eq!(items["data"].as_array().unwrap().len(), 1);
+
+    // DELETE, then 404 everywhere.
+    let del = send(&p, "DELETE", &format!("/v1/responses/{id}"), &[], b"");
+    assert_eq!(
+        (del.status, del.json()),
+        (
+            200,
+            json!({"id": id, "object": "response", "deleted": true})
+        )
+    );
+    for (method, path) in [
+        ("GET", format!("/v1/responses/{id}")),
+        ("DELETE", format!("/v1/responses/{id}")),
+        ("GET", format!("/v1/responses/{id}/input_items")),
+        ("POST", format!("/v1/responses/{id}/cancel")),
+    ] {
+        let r = send(&p, method, &path, &[], b"");
+        assert_eq!(r.status, 404, "{method} {path}");
+        assert_eq!(
+            r.json(),
+            json!({"error": {"message": format!("Response with id '{id}' not found."),
+                   "type": "invalid_request_error", "param": null, "code": null}})
+        );
+    }
+    // `store: false` is not kept; the cap drops the oldest.
+    let mut unstored = responses_body("gpt-4o", json!("not kept"));
+    unstored["store"] = json!(false);
+    let u = post(&p, "/v1/responses", &unstored).json();
+    assert_eq!(u["store"], false);
+    let uid = u["id"].as_str().unwrap();
+    assert_eq!(
+        send(&p, "GET", &format!("/v1/responses/{uid}"), &[], b"").status,
+        404
+    );
+    let a = post(&p, "/v1/responses", &responses_body("gpt-4o", json!("a"))).json();
+    let b = post(&p, "/v1/responses", &responses_body("gpt-4o", json!("b"))).json();
+    assert!(p.stored_response(sid).is_none());
+    assert!(p.stored_response(a["id"].as_str().unwrap()).is_some());
+    assert!(p.stored_response(b["id"].as_str().unwrap()).is_some());
+    // Wrong methods and unknown sub-routes.
+    let r = send(&p, "PUT", &format!("/v1/responses/{sid}"), &[], b"");
+    assert_eq!((r.status, r.header("allow")), (405, Some("GET, DELETE")));
+    let r = send(&p, "GET", "/v1/responses", &[], b"");
+    assert_eq!((r.status, r.header("allow")), (405, Some("POST")));
+    let r = send(&p, "GET", &format!("/v1/responses/{sid}/cancel"), &[], b"");
+    assert_eq!(r.status, 405);
+    assert_eq!(
+        send(&p, "GET", "/v1/responses/x/other", &[], b"").status,
+        404
+    );
+    // Reset forgets kept answers.
+    p.reset();
+    assert!(p.stored_response(b["id"].as_str().unwrap()).is_none());
+}
+
+#[test]
+fn responses_faults() {
+    let p = start();
+    let r = post(
+        &p,
+        "/v1/responses",
+        &responses_body("fault-500", json!("x")),
+    );
+    assert_eq!(r.status, 500);
+    assert_eq!(r.json()["error"]["type"], "server_error");
+    let r = post(
+        &p,
+        "/v1/responses",
+        &responses_body("fault-429", json!("x")),
+    );
+    assert_eq!((r.status, r.header("retry-after")), (429, Some("1")));
+    assert_eq!(r.json()["error"]["code"], "rate_limit_exceeded");
+
+    // Reset: two events, then RST.
+    let mut body = responses_body("fault-reset", json!("x"));
+    body["stream"] = json!(true);
+    let mut s = connect(&p);
+    s.write_all(&request_bytes(
+        "POST",
+        "/v1/responses",
+        &[],
+        &serde_json::to_vec(&body).unwrap(),
+    ))
+    .unwrap();
+    let (out, err) = read_all_raw(s);
+    assert_eq!(err.map(|e| e.kind()), Some(io::ErrorKind::ConnectionReset));
+    let text = String::from_utf8(out).unwrap();
+    let (_, chunks) = text.split_once("\r\n\r\n").unwrap();
+    assert_eq!(chunks.matches("\n\n").count(), 2, "{chunks}");
+    assert!(chunks.contains("response.in_progress") && !chunks.contains("output_item"));
+
+    // Truncated: every event but the last, no final chunk, FIN.
+    let mut body = responses_body("fault-truncated", json!("x"));
+    body["stream"] = json!(true);
+    let all = reply_for_api(Api::Responses, &serde_json::to_vec(&body).unwrap())
+        .unwrap()
+        .responses_sse_events(&body);
+    let mut s = connect(&p);
+    s.write_all(&request_bytes(
+        "POST",
+        "/v1/responses",
+        &[],
+        &serde_json::to_vec(&body).unwrap(),
+    ))
+    .unwrap();
+    let (out, err) = read_all_raw(s);
+    assert!(err.is_none(), "{err:?}");
+    let text = String::from_utf8(out).unwrap();
+    assert!(!text.ends_with("0\r\n\r\n") && !text.contains("response.completed"));
+    let (_, chunks) = text.split_once("\r\n\r\n").unwrap();
+    assert_eq!(chunks.matches("\n\n").count(), all.len() - 1);
+    assert!(chunks.contains("response.output_item.done"));
+    // Faulted answers are not kept.
+    let id = reply_for_api(Api::Responses, &serde_json::to_vec(&body).unwrap())
+        .unwrap()
+        .response_id();
+    assert!(p.stored_response(&id).is_none());
+}
+
+#[test]
+fn count_tokens_query_strings_and_counters() {
+    let p = MockProvider::start_background(ProviderOptions {
+        expected_credential: Some("sk-mock".into()),
+        ..ProviderOptions::default()
+    })
+    .unwrap();
+    let body = anthropic_body("claude-sonnet-4-5", "Hello there, mock!");
+    let bytes = serde_json::to_vec(&body).unwrap();
+    let key = [("x-api-key", "sk-mock")];
+    let r = send(
+        &p,
+        "POST",
+        "/v1/messages/count_tokens?beta=true",
+        &key,
+        &bytes,
+    );
+    assert_eq!((r.status, r.json()), (200, json!({"input_tokens": 15})));
+    let r = send(&p, "POST", "/v1/messages/count_tokens", &[], &bytes);
+    assert_eq!(r.status, 401);
+    assert_eq!(r.json()["error"]["type"], "authentication_error");
+    let r = send(&p, "GET", "/v1/messages/count_tokens", &key, b"");
+    assert_eq!((r.status, r.header("allow")), (405, Some("POST")));
+    assert_eq!(r.json()["type"], "error");
+    let r = send(&p, "POST", "/v1/messages/count_tokens", &key, b"[1]");
+    assert_eq!(r.status, 400);
+
+    // Claude Code's `?beta=true` and any query string on the answering routes.
+    let r = send(&p, "POST", "/v1/messages?beta=true", &key, &bytes);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, reply_for(&bytes).unwrap().anthropic_json());
+    let rb = serde_json::to_vec(&responses_body("gpt-4o", json!("q"))).unwrap();
+    let auth = [("authorization", "Bearer sk-mock")];
+    let r = send(&p, "POST", "/v1/responses?x=1", &auth, &rb);
+    assert_eq!(r.status, 200);
+    let id = r.json()["id"].as_str().unwrap().to_owned();
+    assert_eq!(send(&p, "POST", "/v1/responses", &[], &rb).status, 401);
+    assert_eq!(
+        send(&p, "GET", &format!("/v1/responses/{id}"), &[], b"").status,
+        401
+    );
+    assert_eq!(
+        send(
+            &p,
+            "GET",
+            &format!("/v1/responses/{id}?include=x"),
+            &auth,
+            b""
+        )
+        .status,
+        200
+    );
+    let calls = send(&p, "GET", "/__mock/calls", &[], b"").json();
+    assert_eq!(
+        calls,
+        json!({"/v1/messages/count_tokens": 4, "/v1/messages": 1, "/v1/responses": 2,
+               format!("/v1/responses/{id}"): 2})
+    );
+    let recs = p.requests_to("/v1/messages");
+    assert_eq!(recs[0].target, "/v1/messages?beta=true");
+    // `max_body` shows more (or less) of a recorded body.
+    let reqs = send(
+        &p,
+        "GET",
+        "/__mock/requests?path=/v1/responses&limit=1&max_body=5",
+        &[],
+        b"",
+    )
+    .json();
+    assert_eq!(reqs[0]["body"].as_str().unwrap().len(), 5);
+    assert_eq!(reqs[0]["body_truncated"], true);
+}
+
+// ------------------------------------------------------------------------------------------
+// Scripted agents
+// ------------------------------------------------------------------------------------------
+
+const CODEX_EXEC: &str = r#"{"type": "function", "name": "exec_command", "strict": false,
+  "parameters": {"type": "object", "properties": {"cmd": {"type": "string"},
+  "workdir": {"type": "string"}}, "required": ["cmd"], "additionalProperties": false}}"#;
+
+fn chat_tools() -> Value {
+    json!([{"type": "function", "function": {"name": "run", "parameters": {
+        "type": "object", "properties": {"command": {"type": "string"}, "n": {"type": "integer"}},
+        "required": ["command", "n"]}}}])
+}
+
+fn claude_tools() -> Value {
+    json!([
+        {"name": "Read", "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}},
+        {"name": "Bash", "input_schema": {"type": "object", "properties": {
+            "command": {"type": "string"}, "description": {"type": "string"}},
+            "required": ["command"]}},
+    ])
+}
+
+/// Appends the client's side of one step (tool call + its result) to a request body.
+fn push_step(api: Api, body: &mut Value, answer: &Value, output: &str) {
+    match api {
+        Api::ChatCompletions => {
+            let msg = answer["choices"][0]["message"].clone();
+            let id = msg["tool_calls"][0]["id"].clone();
+            let msgs = body["messages"].as_array_mut().unwrap();
+            msgs.push(msg);
+            msgs.push(json!({"role": "tool", "tool_call_id": id, "content": output}));
+        }
+        Api::Messages => {
+            let id = answer["content"][0]["id"].clone();
+            let msgs = body["messages"].as_array_mut().unwrap();
+            msgs.push(json!({"role": "assistant", "content": answer["content"]}));
+            msgs.push(json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": id, "content": output}]}));
+        }
+        Api::Responses => {
+            let item = answer["output"][0].clone();
+            let call_id = item["call_id"].clone();
+            let items = body["input"].as_array_mut().unwrap();
+            items.push(item);
+            items.push(
+                json!({"type": "function_call_output", "call_id": call_id, "output": output}),
+            );
+        }
+    }
+}
+
+/// The tool call of an answer: (id, name, arguments JSON string).
+fn tool_call_of(api: Api, v: &Value) -> Option<(String, String, String)> {
+    let s = |v: &Value| v.as_str().unwrap().to_owned();
+    match api {
+        Api::ChatCompletions => {
+            let c = v["choices"][0]["message"]["tool_calls"].get(0)?;
+            assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
+            assert!(v["choices"][0]["message"]["content"].is_null());
+            assert_eq!(c["type"], "function");
+            Some((
+                s(&c["id"]),
+                s(&c["function"]["name"]),
+                s(&c["function"]["arguments"]),
+            ))
+        }
+        Api::Messages => {
+            let c = &v["content"][0];
+            if c["type"] != "tool_use" {
+                return None;
+            }
+            assert_eq!(v["stop_reason"], "tool_use");
+            Some((s(&c["id"]), s(&c["name"]), c["input"].to_string()))
+        }
+        Api::Responses => {
+            let c = &v["output"][0];
+            if c["type"] != "function_call" {
+                return None;
+            }
+            assert_eq!(c["status"], "completed");
+            assert!(c["id"].as_str().unwrap().starts_with("fc_"));
+            Some((s(&c["call_id"]), s(&c["name"]), s(&c["arguments"])))
+        }
+    }
+}
+
+fn final_text_of(api: Api, v: &Value) -> String {
+    let t = match api {
+        Api::ChatCompletions => &v["choices"][0]["message"]["content"],
+        Api::Messages => &v["content"][0]["text"],
+        Api::Responses => &v["output"][0]["content"][0]["text"],
+    };
+    t.as_str().unwrap().to_owned()
+}
+
+fn output_tokens_of(api: Api, v: &Value) -> u64 {
+    match api {
+        Api::ChatCompletions => v["usage"]["completion_tokens"].as_u64().unwrap(),
+        Api::Messages | Api::Responses => v["usage"]["output_tokens"].as_u64().unwrap(),
+    }
+}
+
+fn path_of(api: Api) -> &'static str {
+    match api {
+        Api::ChatCompletions => "/v1/chat/completions",
+        Api::Messages => "/v1/messages",
+        Api::Responses => "/v1/responses",
+    }
+}
+
+/// Rebuilds the tool call (id, name, arguments) or the text of a streamed answer.
+fn stream_result(api: Api, text: &str) -> (Option<(String, String, String)>, String) {
+    let events = sse_events(text);
+    let mut call: Option<(String, String, String)> = None;
+    let mut out = String::new();
+    for (name, data) in &events {
+        if data == "[DONE]" {
+            continue;
+        }
+        let v: Value = serde_json::from_str(data).unwrap();
+        match api {
+            Api::ChatCompletions => {
+                let d = &v["choices"][0]["delta"];
+                if let Some(tc) = d["tool_calls"].get(0) {
+                    assert_eq!(tc["index"], 0);
+                    let c = call.get_or_insert_with(Default::default);
+                    if let Some(id) = tc["id"].as_str() {
+                        c.0 = id.to_owned();
+                        c.1 = tc["function"]["name"].as_str().unwrap().to_owned();
+                    }
+                    c.2.push_str(tc["function"]["arguments"].as_str().unwrap());
+                } else if let Some(t) = d["content"].as_str() {
+                    out.push_str(t);
+                }
+            }
+            Api::Messages => match name.as_deref() {
+                Some("content_block_start") if v["content_block"]["type"] == "tool_use" => {
+                    let b = &v["content_block"];
+                    assert_eq!(b["input"], json!({}));
+                    call = Some((
+                        b["id"].as_str().unwrap().to_owned(),
+                        b["name"].as_str().unwrap().to_owned(),
+                        String::new(),
+                    ));
+                }
+                Some("content_block_delta") => {
+                    let d = &v["delta"];
+                    if d["type"] == "input_json_delta" {
+                        call.as_mut()
+                            .unwrap()
+                            .2
+                            .push_str(d["partial_json"].as_str().unwrap());
+                    } else {
+                        out.push_str(d["text"].as_str().unwrap());
+                    }
+                }
+                _ => {}
+            },
+            Api::Responses => match name.as_deref() {
+                Some("response.output_item.added") if v["item"]["type"] == "function_call" => {
+                    let i = &v["item"];
+                    assert_eq!(i["arguments"], "");
+                    call = Some((
+                        i["call_id"].as_str().unwrap().to_owned(),
+                        i["name"].as_str().unwrap().to_owned(),
+                        String::new(),
+                    ));
+                }
+                Some("response.function_call_arguments.delta") => {
+                    call.as_mut()
+                        .unwrap()
+                        .2
+                        .push_str(v["delta"].as_str().unwrap());
+                }
+                Some("response.function_call_arguments.done") => {
+                    assert_eq!(v["arguments"].as_str(), call.as_ref().map(|c| c.2.as_str()));
+                }
+                Some("response.output_text.delta") => out.push_str(v["delta"].as_str().unwrap()),
+                _ => {}
+            },
+        }
+    }
+    (call, out)
+}
+
+/// Drives a `steps=2` session through both steps to the final answer, plain and streamed.
+fn scripted_session(api: Api, mut body: Value) {
+    let p = start();
+    let mut ids = Vec::new();
+    for k in 0..=2u64 {
+        let plain = post(&p, path_of(api), &body);
+        assert_eq!(plain.status, 200);
+        let v = plain.json();
+        let bytes = serde_json::to_vec(&body).unwrap();
+        let reply = reply_for_api(api, &bytes).unwrap();
+        let expected_body = match api {
+            Api::ChatCompletions => reply.openai_json(),
+            Api::Messages => reply.anthropic_json(),
+            Api::Responses => reply.responses_json(&body),
+        };
+        assert_eq!(expected_body, plain.body);
+        let mut streamed_body = body.clone();
+        streamed_body["stream"] = json!(true);
+        if api == Api::ChatCompletions {
+            streamed_body["stream_options"] = json!({"include_usage": true});
+        }
+        let streamed = post(&p, path_of(api), &streamed_body).text();
+        let (s_call, s_text) = stream_result(api, &streamed);
+        if k < 2 {
+            let (id, name, args) = tool_call_of(api, &v).expect("a tool call");
+            let args_v: Value = serde_json::from_str(&args).unwrap();
+            let cmd = format!("echo tokensaver-step-{}", k + 1);
+            let want = match name.as_str() {
+                "Bash" => json!({"command": cmd, "description": "tokensaver mock step"}),
+                "exec_command" => json!({"cmd": cmd}),
+                "run" => json!({"command": cmd, "n": k + 1}),
+                other => panic!("unexpected tool {other}"),
+            };
+            assert_eq!(args_v, want);
+            let Some(Scripted::ToolCall(c)) = &reply.script else {
+                panic!("not scripted")
+            };
+            let arguments = c.arguments.clone();
+            assert_eq!(
+                output_tokens_of(api, &v),
+                (arguments.chars().count() as u64).div_ceil(4)
+            );
+            assert_eq!(s_call, Some((id.clone(), name, arguments.clone())));
+            if api != Api::Messages {
+                assert_eq!(args, arguments);
+            }
+            assert!(argument_pieces(&arguments).len() >= 2);
+            assert!(s_text.is_empty());
+            ids.push(id);
+            push_step(api, &mut body, &v, &format!("tokensaver-step-{}\n", k + 1));
+        } else {
+            assert!(tool_call_of(api, &v).is_none());
+            assert_eq!(final_text_of(api, &v), "tokensaver-done after 2 steps");
+            assert_eq!(output_tokens_of(api, &v), 4);
+            assert_eq!(s_call, None);
+            assert_eq!(s_text, "tokensaver-done after 2 steps");
+            assert_eq!(reply.script, Some(Scripted::Done { steps: 2 }));
+        }
+        // The usage's prompt side follows the usual rule.
+        let prompt = match api {
+            Api::ChatCompletions => v["usage"]["prompt_tokens"].clone(),
+            _ => v["usage"]["input_tokens"].clone(),
+        };
+        assert_eq!(prompt, reply.usage.input_tokens);
+    }
+    assert_ne!(ids[0], ids[1], "ids vary between steps");
+}
+
+#[test]
+fn scripted_steps_chat_completions() {
+    let mut body = openai_body("gpt-4o", "Do it. tokensaver-mock:steps=2");
+    body["tools"] = chat_tools();
+    scripted_session(Api::ChatCompletions, body);
+}
+
+#[test]
+fn scripted_steps_anthropic_messages() {
+    let mut body = anthropic_body("claude-sonnet-4-5", "<context/>");
+    body["messages"][0]["content"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"type": "text", "text": "Do it. tokensaver-mock:steps=2"}));
+    body["tools"] = claude_tools();
+    scripted_session(Api::Messages, body);
+}
+
+#[test]
+fn scripted_steps_responses_codex_style() {
+    // Codex sends its environment context as an earlier user turn of its own.
+    let body = json!({
+        "model": "gpt-5-codex",
+        "instructions": "You are Codex.",
+        "input": [
+            {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "rules"}]},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "<environment_context/>"}]},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Run it. tokensaver-mock:steps=2"}]},
+        ],
+        "tools": [serde_json::from_str::<Value>(CODEX_EXEC).unwrap(), {"type": "web_search"}],
+        "store": false,
+    });
+    scripted_session(Api::Responses, body);
+}
+
+#[test]
+fn scripted_loop_shell_variants_and_plain_fallbacks() {
+    let p = start();
+    // `loop` answers the same command however many results came back.
+    let mut body = json!({"model": "gpt-4o", "input": [
+        {"role": "user", "content": "tokensaver-mock:loop"}],
+        "tools": [{"type": "function", "name": "shell", "parameters": {"type": "object",
+            "properties": {"command": {"type": "array", "items": {"type": "string"}}}}}]});
+    let mut call_ids = Vec::new();
+    for _ in 0..3 {
+        let v = post(&p, "/v1/responses", &body).json();
+        let (id, name, args) = tool_call_of(Api::Responses, &v).unwrap();
+        assert_eq!(name, "shell");
+        assert_eq!(args, r#"{"command":["bash","-lc","echo tokensaver-loop"]}"#);
+        call_ids.push(id);
+        push_step(Api::Responses, &mut body, &v, "tokensaver-loop\n");
+    }
+    assert!(call_ids[0] != call_ids[1] && call_ids[1] != call_ids[2]);
+
+    // A string-typed `shell` command.
+    let v = post(
+        &p,
+        "/v1/chat/completions",
+        &json!({"model": "m",
+        "messages": [{"role": "user", "content": "tokensaver-mock:steps=1"}],
+        "tools": [{"type": "function", "function": {"name": "shell", "parameters": {
+            "properties": {"command": {"type": "string"}}}}}]}),
+    )
+    .json();
+    let (_, _, args) = tool_call_of(Api::ChatCompletions, &v).unwrap();
+    assert_eq!(args, r#"{"command":"echo tokensaver-step-1"}"#);
+
+    // The Responses built-in `local_shell`, plain and streamed.
+    let mut ls = json!({"model": "codex-mini-latest", "input": "tokensaver-mock:steps=1",
+        "tools": [{"type": "local_shell"}]});
+    let v = post(&p, "/v1/responses", &ls).json();
+    let item = &v["output"][0];
+    assert_eq!(item["type"], "local_shell_call");
+    assert_eq!(item["status"], "completed");
+    assert!(item["id"].as_str().unwrap().starts_with("lsh_"));
+    assert!(item["call_id"].as_str().unwrap().starts_with("call_"));
+    assert_eq!(item["action"]["type"], "exec");
+    assert_eq!(
+        item["action"]["command"],
+        json!(["bash", "-lc", "echo tokensaver-step-1"])
+    );
+    let action_chars = item["action"].to_string().chars().count() as u64;
+    assert_eq!(v["usage"]["output_tokens"], action_chars.div_ceil(4));
+    ls["stream"] = json!(true);
+    let events = responses_events(&post(&p, "/v1/responses", &ls).text());
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.output_item.done",
+            "response.completed"
+        ]
+    );
+    assert_eq!(events[2].1["item"]["status"], "in_progress");
+    assert_eq!(events[4].1["response"], v);
+    // A `local_shell_call_output` counts as a tool result.
+    ls["stream"] = json!(false);
+    ls["input"] = json!([{"role": "user", "content": "tokensaver-mock:steps=1"}, item,
+        {"type": "local_shell_call_output", "call_id": item["call_id"], "output": "x"}]);
+    let v = post(&p, "/v1/responses", &ls).json();
+    assert_eq!(
+        final_text_of(Api::Responses, &v),
+        "tokensaver-done after 1 steps"
+    );
+
+    // No tools, no callable tool, no marker, or a marker only in a tool result: the words.
+    for (path, body) in [
+        (
+            "/v1/chat/completions",
+            openai_body("gpt-4o", "tokensaver-mock:steps=3"),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "m", "input": "tokensaver-mock:loop",
+            "tools": [{"type": "web_search"}]}),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "m", "input": "tokensaver-mock:steps=0",
+            "tools": [serde_json::from_str::<Value>(CODEX_EXEC).unwrap()]}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "c", "max_tokens": 50, "tools": claude_tools(),
+            "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
+                "content": "tokensaver-mock:loop"}]}]}),
+        ),
+    ] {
+        let r = post(&p, path, &body);
+        let bytes = serde_json::to_vec(&body).unwrap();
+        let api = match path {
+            "/v1/responses" => Api::Responses,
+            "/v1/messages" => Api::Messages,
+            _ => Api::ChatCompletions,
+        };
+        let reply = reply_for_api(api, &bytes).unwrap();
+        assert!(reply.script.is_none(), "{body}");
+        assert!(!reply.words.is_empty());
+        let text = final_text_of(api, &r.json());
+        assert!(text.split(' ').all(|w| WORDS.contains(&w)), "{text}");
+    }
+}
+
+#[test]
+fn scripted_answers_obey_fault_modes() {
+    let p = start();
+    let mut body = openai_body("fault-truncated", "tokensaver-mock:steps=1");
+    body["tools"] = chat_tools();
+    body["stream"] = json!(true);
+    let reply = reply_for(&serde_json::to_vec(&body).unwrap()).unwrap();
+    let pieces = reply.content_delta_count();
+    let mut s = connect(&p);
+    s.write_all(&request_bytes(
+        "POST",
+        "/v1/chat/completions",
+        &[],
+        &serde_json::to_vec(&body).unwrap(),
+    ))
+    .unwrap();
+    let (out, _) = read_all_raw(s);
+    let text = String::from_utf8(out).unwrap();
+    let (_, chunks) = text.split_once("\r\n\r\n").unwrap();
+    assert_eq!(chunks.matches("\n\n").count(), 1 + pieces);
+    assert!(!text.contains("finish_reason\":\"tool_calls"));
+    let mut body = anthropic_body("fault-429", "tokensaver-mock:loop");
+    body["tools"] = claude_tools();
+    assert_eq!(post(&p, "/v1/messages", &body).status, 429);
 }

@@ -1,9 +1,11 @@
 //! A deterministic local **mock model provider**: a small HTTP/1.1 server that speaks the
-//! OpenAI chat-completions and Anthropic messages wire formats.
+//! OpenAI chat-completions, OpenAI Responses and Anthropic messages wire formats.
 //!
-//! It is used by the integration tests, `tokensaver demo`, the Python SDK tests and the load
-//! benchmark. Everything it answers is a pure function of the request, so a test can predict
-//! every byte; [`reply_for`] / [`expected_usage`] compute the same figures in-process.
+//! It is used by the integration tests, `tokensaver demo`, the Python SDK tests, the agent
+//! client tests (Claude Code, Codex CLI, OpenAI Agents SDK) and the load benchmark. Everything
+//! it answers is a pure function of the request (and, for `GET /v1/responses/{id}`, of the
+//! earlier requests), so a test can predict every byte; [`reply_for`] / [`reply_for_api`] /
+//! [`expected_usage`] compute the same figures in-process.
 //!
 //! # Routes
 //!
@@ -11,15 +13,25 @@
 //! |------------------------------|----------------------------------------------------------|
 //! | `POST /v1/chat/completions`  | OpenAI `chat.completion` (or SSE `chat.completion.chunk`s) |
 //! | `POST /v1/messages`          | Anthropic `message` (or SSE message events)               |
+//! | `POST /v1/responses`         | OpenAI `response` (or SSE `response.*` events), see "The Responses API" |
+//! | `GET /v1/responses/{id}`     | the kept `response` object                                |
+//! | `DELETE /v1/responses/{id}`  | forgets it: `{"deleted":true,"id":id,"object":"response"}` |
+//! | `GET /v1/responses/{id}/input_items` | `{"data":[items],"first_id","has_more":false,"last_id","object":"list"}` |
+//! | `POST /v1/responses/{id}/cancel` | the kept `response` object, unchanged                 |
+//! | `POST /v1/messages/count_tokens` | `{"input_tokens": P}`, `P` as `/v1/messages` would report it (no fault modes) |
 //! | `GET /v1/models`             | OpenAI-style list of the [`MODELS`]                       |
-//! | other method on those paths  | 405 JSON error (OpenAI shape; Anthropic shape on `/v1/messages`) |
+//! | other method on those paths  | 405 JSON error with `allow` (OpenAI shape; Anthropic shape on `/v1/messages*`) |
 //! | any other path               | 404 JSON error, OpenAI shape                              |
 //! | `GET /__mock/calls`          | `{"/v1/chat/completions": n, "/v1/messages": m, ...}`: requests received per path since the last reset (any method, query string stripped, `/__mock/*` not counted) |
-//! | `POST /__mock/reset`         | clears counters and records, answers `{"ok":true}`        |
-//! | `GET /__mock/requests`       | the retained records, oldest first: `[{"seq","method","path","target","headers":[[name,value]..],"body_len","body","body_truncated","at_unix_ms"}]`; `?limit=N` (default 50, newest N) and `?path=/v1/messages` filter; `body` is lossy UTF-8, at most 64 KiB |
+//! | `POST /__mock/reset`         | clears counters, records and kept Responses answers, answers `{"ok":true}` |
+//! | `GET /__mock/requests`       | the retained records, oldest first: `[{"seq","method","path","target","headers":[[name,value]..],"body_len","body","body_truncated","at_unix_ms"}]`; `?limit=N` (default 50, newest N) and `?path=/v1/messages` filter; `body` is lossy UTF-8, at most 64 KiB (`?max_body=N`: at most N bytes) |
 //! | `GET /__mock/health`         | `{"ok":true}`                                             |
 //!
-//! `/__mock/*` routes never require a credential and are not recorded.
+//! The query string never takes part in routing (Claude Code sends
+//! `POST /v1/messages?beta=true`); it is kept in the record's `target`. An unknown id under
+//! `/v1/responses/` answers 404 `{"error":{"code":null,"message":"Response with id '<id>' not
+//! found.","param":null,"type":"invalid_request_error"}}`. `/__mock/*` routes never require a
+//! credential and are not recorded.
 //!
 //! # The reply
 //!
@@ -32,12 +44,15 @@
 //!   [`WORDS`]). The reply text is the words joined by single spaces (all lowercase ASCII, no
 //!   punctuation).
 //! * **Cap**: `max_completion_tokens` if it is a non-negative integer, otherwise `max_tokens`
-//!   if it is one. If the cap is below `n`, the reply is the first `cap` words and the answer
-//!   is marked truncated (`finish_reason: "length"` / `stop_reason: "max_tokens"`); otherwise
-//!   `"stop"` / `"end_turn"`.
-//! * **Ids**: `chatcmpl-<hex(d[0..12])>` (OpenAI) and `msg_<hex(d[0..12])>` (Anthropic), i.e. 24
-//!   lowercase hex digits. `created` is always [`CREATED`] (1700000000), `system_fingerprint`
-//!   is [`SYSTEM_FINGERPRINT`]. `model` echoes the request's `model` (`""` if absent).
+//!   if it is one (Responses: `max_output_tokens`). If the cap is below `n`, the reply is the
+//!   first `cap` words and the answer is marked truncated (`finish_reason: "length"` /
+//!   `stop_reason: "max_tokens"` / `status: "incomplete"`); otherwise `"stop"` / `"end_turn"` /
+//!   `"completed"`.
+//! * **Ids**: `chatcmpl-<hex(d[0..12])>` (OpenAI chat), `msg_<hex(d[0..12])>` (Anthropic) and
+//!   `resp_<hex(d[0..12])>` (Responses), i.e. 24 lowercase hex digits; a Responses message item
+//!   is `msg_<hex(d[12..24])>`. `created` (Responses: `created_at`) is always [`CREATED`]
+//!   (1700000000), `system_fingerprint` is [`SYSTEM_FINGERPRINT`]. `model` echoes the
+//!   request's `model` (`""` if absent).
 //!
 //! Identical requests therefore get byte-identical JSON answers, and a streamed request gets
 //! the same text, id and usage as the same request without `stream`.
@@ -47,9 +62,19 @@
 //! * **Prompt characters** `C`: the number of Unicode scalar values in the top-level `system`
 //!   (if present) plus every `messages[].content`, where a content (or `system`) that is a
 //!   string counts whole, and one that is an array counts the `text` string field of each
-//!   element that has one (other parts count 0).
+//!   element that has one (other parts count 0). Tool definitions, tool-call arguments and
+//!   Anthropic `tool_result` blocks (no top-level `text`) count 0; chat `role: "tool"`
+//!   messages count by their `content` like any message.
+//! * **Responses prompt characters**: `instructions` (if a string), plus `input` if it is a
+//!   string, else for each `input[]` item: a message (`type: "message"`, or no `type`) counts
+//!   its `content` as above; a `function_call_output`, `local_shell_call_output` or
+//!   `custom_tool_call_output` counts its `output` (a string whole, an array by its parts'
+//!   `text`); a `function_call` counts its `arguments` string; other items count 0. Tools
+//!   count 0.
 //! * **Prompt tokens** `P = ceil(C / 4) + 8` (the 8 is [`PROMPT_OVERHEAD_TOKENS`]).
-//! * **Output tokens** `O` = number of words in the returned reply (≤ the cap).
+//! * **Output tokens** `O` = number of words in the returned reply (≤ the cap); for a
+//!   scripted tool call, the characters of its `arguments` JSON ÷ 4 rounded up, at least 1
+//!   (see "Scripted agents").
 //! * Models whose name contains `cached` (case-sensitive) report a cache hit:
 //!   `R = P / 2` (integer division) cached/read tokens and `W = P / 4` cache-creation tokens;
 //!   other models report `R = W = 0`.
@@ -58,6 +83,9 @@
 //! * Anthropic: `{"input_tokens": P - R - W, "output_tokens": O,
 //!   "cache_creation_input_tokens": W, "cache_read_input_tokens": R}` (as in the real API,
 //!   `input_tokens` excludes cached tokens, so `input + creation + read = P`).
+//! * Responses: `{"input_tokens": P, "input_tokens_details": {"cached_tokens": R},
+//!   "output_tokens": O, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens":
+//!   P + O}`.
 //!
 //! Example: one user message `"Hello there, mock!"` (18 chars): `P = ceil(18/4) + 8 = 13`;
 //! with model `gpt-cached`: `cached_tokens = 6`; Anthropic `input_tokens = 13 - 6 - 3 = 4`.
@@ -84,6 +112,18 @@
 //! `message_delta` (`stop_reason`, `stop_sequence: null`, `usage: {"output_tokens": O}`),
 //! `message_stop`.
 //!
+//! Responses, each event `event: <type>\ndata: <json>\n\n`, the JSON carrying `type` and
+//! `sequence_number` (0, 1, 2, …): `response.created` and `response.in_progress` (the
+//! `response` object with `status: "in_progress"`, `output: []`, `usage: null`,
+//! `incomplete_details: null`), `response.output_item.added` (`output_index` 0, the message
+//! item with `status: "in_progress"` and `content: []`), `response.content_part.added`
+//! (`item_id`, `output_index` 0, `content_index` 0, an empty `output_text` part), one
+//! `response.output_text.delta` per word (`delta`, same spacing rule, `logprobs: []`),
+//! `response.output_text.done` (`text`), `response.content_part.done` (the full part),
+//! `response.output_item.done` (the finished item), then `response.completed` — or
+//! `response.incomplete` when the cap cut the reply — with the finished `response` object
+//! (usage included). There is no `[DONE]`.
+//!
 //! By default the whole stream is written at once; [`ProviderOptions::stream_delay_ms`] > 0
 //! writes the first event immediately and each following event after that pause.
 //!
@@ -96,19 +136,114 @@
 //! * `fault-429` → 429 with header `retry-after: 1` (OpenAI type `"requests"`, code
 //!   `"rate_limit_exceeded"`; Anthropic type `"rate_limit_error"`).
 //! * `fault-reset` → streamed: the response head and the first two SSE events (OpenAI: role
-//!   chunk and first word; Anthropic: `message_start` and `content_block_start`) are sent,
+//!   chunk and first word; Anthropic: `message_start` and `content_block_start`; Responses:
+//!   `response.created` and `response.in_progress`) are sent,
 //!   then after [`RESET_PAUSE_MS`] the socket is closed with `SO_LINGER` 0 (TCP RST).
 //!   Not streamed: RST right after the request is read, nothing is sent.
 //! * `fault-slow` → waits [`ProviderOptions::slow_ms`] (default 3000) before sending anything,
 //!   then answers normally (streamed or not).
 //! * `fault-truncated` → streamed: head plus every event up to and including the last word
 //!   delta (no finish chunk/usage/`[DONE]`; no `content_block_stop`/`message_delta`/
-//!   `message_stop`), no terminating zero-length chunk, then a normal close (FIN).
+//!   `message_stop`; Responses: every event but the final `response.completed`/`.incomplete`),
+//!   no terminating zero-length chunk, then a normal close (FIN).
 //!   Not streamed: `Content-Length` of the full JSON answer but only its first
 //!   `len / 2` bytes, then FIN.
 //!
 //! Any other model gets a normal answer. The `fault-*` models still require the credential
-//! (authentication is checked first) and the body must still be a JSON object.
+//! (authentication is checked first) and the body must still be a JSON object. Fault modes
+//! apply to the three answering routes (scripted answers included), not to `count_tokens`
+//! or the `/v1/responses/{id}` routes.
+//!
+//! # The Responses API
+//!
+//! The `response` object (non-streamed body, and the `response` of the stream's events) has
+//! exactly these keys: `id`, `object: "response"`, `created_at`, `status` (`"completed"`, or
+//! `"incomplete"` when the cap cut the reply), `background` (echoed, default `false`),
+//! `error: null`, `incomplete_details` (`{"reason":"max_output_tokens"}` when cut, else
+//! `null`), `instructions`, `max_output_tokens`, `max_tool_calls`, `previous_response_id`,
+//! `prompt_cache_key`, `safety_identifier`, `user` (each echoed, default `null`), `model`,
+//! `output` (one item, below), `parallel_tool_calls` (echoed, default `true`), `reasoning`
+//! (echoed, default `{"effort":null,"summary":null}`), `service_tier: "default"`, `store`
+//! (`false` only if the request says so), `temperature` and `top_p` (echoed, default `1.0`),
+//! `text` (echoed, default `{"format":{"type":"text"}}`), `tool_choice` (echoed, default
+//! `"auto"`), `tools` (echoed, default `[]`), `top_logprobs` (echoed, default 0),
+//! `truncation` (echoed, default `"disabled"`), `usage`, `metadata` (echoed, default `{}`).
+//! The output item of a word reply is `{"type":"message","id":"msg_…","status":"completed"
+//! (or "incomplete"),"role":"assistant","content":[{"type":"output_text","text":…,
+//! "annotations":[],"logprobs":[]}]}`. JSON objects the mock builds have their keys sorted.
+//!
+//! **Kept answers.** A normal (or `fault-slow`) answer to a request whose `store` is not
+//! `false` is kept under its id with its input items, at most
+//! [`ProviderOptions::max_stored_responses`] (default 1000; the oldest go first; an identical
+//! request replaces the earlier copy). `GET /v1/responses/{id}` and `POST …/cancel` answer the
+//! kept `response` object, `DELETE` forgets it, `GET …/input_items` lists its input items in
+//! request order (`?order=desc`: reversed): a string `input` is one user message; an item with
+//! a `role` and no `type` gets `type: "message"`; a message's string `content` becomes
+//! `[{"type":"input_text","text":…}]` (assistant: `output_text` with `annotations: []`); an
+//! item without an `id` gets `msg_<24 hex>` (messages) or `item_<24 hex>` (others), the hex
+//! being the first 12 bytes of BLAKE3(response id ‖ item position as u64 little-endian).
+//!
+//! # Scripted agents
+//!
+//! Real agent clients can be driven in a closed loop. A request is **scripted** when
+//! 1. the text of one of its user turns contains a marker: `tokensaver-mock:loop`, or
+//!    `tokensaver-mock:steps=N` with N ≥ 1 (decimal), followed by the end of the text or a
+//!    character other than an ASCII letter, digit or `=`. User turns are `messages[]` with
+//!    `role: "user"` and, for Responses, a string `input` or `input[]` items with
+//!    `role: "user"`; their text is a string `content` or the `text` of each content part
+//!    (tool results are not searched). The first marker found, turns in order, counts — so
+//!    the marker in the first user turn that carries one governs the whole session (Codex
+//!    sends its `<environment_context>` as an earlier user turn of its own); and
+//! 2. the request defines a callable tool: chat `{"type":"function","function":{name,
+//!    parameters}}`, Responses `{"type":"function",name,parameters}` or `{"type":"local_shell"}`,
+//!    Anthropic `{name,input_schema}` (no `type`, or `"custom"`). Server tools, namespaces and
+//!    free-form custom tools are not callable.
+//!
+//! Otherwise the request gets the normal word reply. With `k` = the tool results already in
+//! the request (chat `role: "tool"` messages, Anthropic `tool_result` blocks, Responses
+//! `function_call_output` / `local_shell_call_output` / `custom_tool_call_output` items):
+//! * `steps=N`, `k < N`: one tool call running `CMD = echo tokensaver-step-<k+1>`;
+//! * `steps=N`, `k ≥ N`: the final text `tokensaver-done after <k> steps` (no word rules, no
+//!   cap; `O` = its 4 words; streamed word by word like a reply);
+//! * `loop`: always one tool call running `CMD = echo tokensaver-loop`.
+//!
+//! **The tool** is the one named `Bash`, else `shell`, else `exec_command`, else the Responses
+//! built-in `local_shell`, else the first callable tool; its arguments:
+//! * `Bash` (Claude Code): `{"command": CMD, "description": "tokensaver mock step"}`;
+//! * `shell`: `{"command": ["bash","-lc",CMD]}` when its schema's `properties.command.type`
+//!   is `"array"`, else `{"command": CMD}`;
+//! * `exec_command` (Codex CLI): `{"cmd": CMD}`;
+//! * `local_shell`: the action `{"type":"exec","command":["bash","-lc",CMD],"env":{},
+//!   "timeout_ms":null,"user":null,"working_directory":null}`;
+//! * any other: each `required` property whose schema `type` (or first non-`null` type of a
+//!   type list) is `"string"` is CMD, `"integer"`/`"number"` is `k + 1`; other required
+//!   properties are left out.
+//!
+//! The arguments JSON is serialised compactly with keys sorted; `O = ceil(chars / 4)`, at
+//! least 1 (for `local_shell`, of the action's JSON). Ids use `h = hex(d[12..24])`, so they
+//! change from step to step as the history grows:
+//! * chat: `message: {"role":"assistant","content":null,"tool_calls":[{"id":"call_h",
+//!   "type":"function","function":{"name","arguments"}}],"refusal":null}`, `finish_reason:
+//!   "tool_calls"`. Streamed: a first chunk with `delta: {"role":"assistant","content":null,
+//!   "tool_calls":[{"index":0,"id","type":"function","function":{"name","arguments":""}}]}`,
+//!   one chunk per argument piece `{"tool_calls":[{"index":0,"function":{"arguments":piece}}]}`,
+//!   then the finish chunk, usage chunk and `[DONE]` as for text;
+//! * Anthropic: content `[{"type":"tool_use","id":"toolu_h","name","input"}]`, `stop_reason:
+//!   "tool_use"`. Streamed: `message_start`, `content_block_start` with the `tool_use` block
+//!   and `input: {}`, `ping`, one `content_block_delta` `{"type":"input_json_delta",
+//!   "partial_json":piece}` per piece, then `content_block_stop`, `message_delta`,
+//!   `message_stop`;
+//! * Responses: the output item `{"type":"function_call","id":"fc_h","call_id":"call_h",
+//!   "name","arguments","status":"completed"}` (`local_shell`: `{"type":"local_shell_call",
+//!   "id":"lsh_h","call_id":"call_h","status":"completed","action"}`). Streamed:
+//!   `response.created`, `response.in_progress`, `response.output_item.added` (the item with
+//!   `status: "in_progress"` and, for a function call, `arguments: ""`), one
+//!   `response.function_call_arguments.delta` (`item_id`, `output_index`, `delta`) per piece
+//!   and `response.function_call_arguments.done` (`arguments`) — none for `local_shell` —,
+//!   `response.output_item.done`, `response.completed`.
+//!
+//! The argument pieces are consecutive runs of [`ARGUMENT_PIECE_CHARS`] (16) characters of
+//! the arguments string (see [`argument_pieces`]).
 //!
 //! # Authentication
 //!
@@ -156,6 +291,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 
+mod responses;
+mod script;
+
+pub use script::{Marker, MockToolCall, Scripted};
+
 /// The fixed `created` timestamp of every OpenAI answer.
 pub const CREATED: u64 = 1_700_000_000;
 /// Tokens added to `ceil(chars / 4)` to give the prompt tokens.
@@ -197,6 +337,8 @@ const MAX_CHUNK_LINE: usize = 4096;
 const INITIAL_BUF: usize = 16 * 1024;
 const READ_RESERVE: usize = 16 * 1024;
 const INTROSPECT_BODY_CAP: usize = 64 * 1024;
+/// Largest piece of a streamed tool-call `arguments` string, in characters.
+pub const ARGUMENT_PIECE_CHARS: usize = 16;
 
 // ---------------------------------------------------------------------------------------------
 // Options and records
@@ -217,6 +359,9 @@ pub struct ProviderOptions {
     pub max_recorded_bytes: usize,
     /// Largest accepted request body (default 64 MiB); bigger → 413.
     pub max_body_bytes: usize,
+    /// Responses API answers kept for `GET /v1/responses/{id}` (default 1000); the oldest go
+    /// first.
+    pub max_stored_responses: usize,
 }
 
 impl Default for ProviderOptions {
@@ -228,6 +373,7 @@ impl Default for ProviderOptions {
             max_records: 1000,
             max_recorded_bytes: 64 * 1024 * 1024,
             max_body_bytes: 64 * 1024 * 1024,
+            max_stored_responses: 1000,
         }
     }
 }
@@ -284,6 +430,7 @@ struct Recorder {
 struct Shared {
     opts: ProviderOptions,
     rec: Mutex<Recorder>,
+    stored: Mutex<responses::Store>,
 }
 
 impl Shared {
@@ -291,11 +438,16 @@ impl Shared {
         Shared {
             opts,
             rec: Mutex::new(Recorder::default()),
+            stored: Mutex::new(responses::Store::default()),
         }
     }
 
     fn lock(&self) -> MutexGuard<'_, Recorder> {
         self.rec.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn store(&self) -> MutexGuard<'_, responses::Store> {
+        self.stored.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn record(
@@ -360,6 +512,8 @@ impl Shared {
         r.counts.clear();
         r.records.clear();
         r.retained = 0;
+        drop(r);
+        self.store().clear();
     }
 }
 
@@ -504,7 +658,12 @@ impl MockProvider {
         self.shared.lock().records.back().cloned()
     }
 
-    /// Forgets counters and records.
+    /// The Responses API answer kept under `id` (see the module docs), if any.
+    pub fn stored_response(&self, id: &str) -> Option<Value> {
+        self.shared.store().get(id).map(|r| r.response.clone())
+    }
+
+    /// Forgets counters, records and kept Responses API answers.
     pub fn reset(&self) {
         self.shared.reset();
     }
@@ -1259,9 +1418,39 @@ enum Flavor {
     Anthropic,
 }
 
-enum Route {
-    Chat,
+/// The wire format of a model request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    /// OpenAI chat completions (`POST /v1/chat/completions`).
+    ChatCompletions,
+    /// Anthropic messages (`POST /v1/messages`).
     Messages,
+    /// OpenAI Responses (`POST /v1/responses`).
+    Responses,
+}
+
+impl Api {
+    fn flavor(self) -> Flavor {
+        match self {
+            Api::Messages => Flavor::Anthropic,
+            Api::ChatCompletions | Api::Responses => Flavor::OpenAi,
+        }
+    }
+}
+
+/// An operation on a kept Responses API answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StoredOp {
+    Get,
+    Delete,
+    InputItems,
+    Cancel,
+}
+
+enum Route {
+    Answer(Api),
+    CountTokens,
+    Stored(StoredOp, String),
     Models,
     WrongMethod(Flavor, &'static str),
     NotFound,
@@ -1269,12 +1458,41 @@ enum Route {
 
 fn route(method: &str, path: &str) -> Route {
     match (path, method) {
-        ("/v1/chat/completions", "POST") => Route::Chat,
-        ("/v1/messages", "POST") => Route::Messages,
+        ("/v1/chat/completions", "POST") => Route::Answer(Api::ChatCompletions),
+        ("/v1/messages", "POST") => Route::Answer(Api::Messages),
+        ("/v1/responses", "POST") => Route::Answer(Api::Responses),
+        ("/v1/messages/count_tokens", "POST") => Route::CountTokens,
         ("/v1/models", "GET") => Route::Models,
-        ("/v1/chat/completions", _) => Route::WrongMethod(Flavor::OpenAi, "POST"),
-        ("/v1/messages", _) => Route::WrongMethod(Flavor::Anthropic, "POST"),
+        ("/v1/chat/completions" | "/v1/responses", _) => Route::WrongMethod(Flavor::OpenAi, "POST"),
+        ("/v1/messages" | "/v1/messages/count_tokens", _) => {
+            Route::WrongMethod(Flavor::Anthropic, "POST")
+        }
         ("/v1/models", _) => Route::WrongMethod(Flavor::OpenAi, "GET"),
+        _ => stored_route(method, path),
+    }
+}
+
+/// `/v1/responses/{id}`, `/v1/responses/{id}/input_items`, `/v1/responses/{id}/cancel`.
+fn stored_route(method: &str, path: &str) -> Route {
+    let Some(rest) = path.strip_prefix("/v1/responses/") else {
+        return Route::NotFound;
+    };
+    let (id, tail) = match rest.split_once('/') {
+        Some((id, tail)) => (id, Some(tail)),
+        None => (rest, None),
+    };
+    if id.is_empty() {
+        return Route::NotFound;
+    }
+    let op = |op| Route::Stored(op, id.to_owned());
+    match (tail, method) {
+        (None, "GET") => op(StoredOp::Get),
+        (None, "DELETE") => op(StoredOp::Delete),
+        (None, _) => Route::WrongMethod(Flavor::OpenAi, "GET, DELETE"),
+        (Some("input_items"), "GET") => op(StoredOp::InputItems),
+        (Some("input_items"), _) => Route::WrongMethod(Flavor::OpenAi, "GET"),
+        (Some("cancel"), "POST") => op(StoredOp::Cancel),
+        (Some("cancel"), _) => Route::WrongMethod(Flavor::OpenAi, "POST"),
         _ => Route::NotFound,
     }
 }
@@ -1369,6 +1587,7 @@ fn handle(shared: &Shared, head: RequestHead, body: Bytes) -> Outcome {
         .as_deref()
         .is_none_or(|k| credential_ok(&headers, k));
     let path = path.to_owned();
+    let query = query.map(str::to_owned);
     shared.record(method, &path, target, headers, &body);
     match route {
         Route::NotFound => {
@@ -1385,18 +1604,83 @@ fn handle(shared: &Shared, head: RequestHead, body: Bytes) -> Outcome {
             }
             r.into()
         }
-        Route::Chat if !auth_ok => {
-            error_reply(Flavor::OpenAi, 401, "Incorrect API key provided.").into()
-        }
-        Route::Messages if !auth_ok => {
-            error_reply(Flavor::Anthropic, 401, "invalid x-api-key").into()
-        }
-        Route::Models if !auth_ok => {
-            error_reply(Flavor::OpenAi, 401, "Incorrect API key provided.").into()
-        }
+        Route::Answer(api) if !auth_ok => unauthorized(api.flavor()).into(),
+        Route::CountTokens if !auth_ok => unauthorized(Flavor::Anthropic).into(),
+        Route::Models | Route::Stored(..) if !auth_ok => unauthorized(Flavor::OpenAi).into(),
         Route::Models => json_reply(200, &models_json()).into(),
-        Route::Chat => answer(shared, Flavor::OpenAi, &body),
-        Route::Messages => answer(shared, Flavor::Anthropic, &body),
+        Route::Answer(api) => answer(shared, api, &body),
+        Route::CountTokens => count_tokens(&body).into(),
+        Route::Stored(op, id) => stored_op(shared, op, &id, query.as_deref()).into(),
+    }
+}
+
+fn unauthorized(flavor: Flavor) -> Reply {
+    match flavor {
+        Flavor::OpenAi => error_reply(Flavor::OpenAi, 401, "Incorrect API key provided."),
+        Flavor::Anthropic => error_reply(Flavor::Anthropic, 401, "invalid x-api-key"),
+    }
+}
+
+/// The request body as a JSON object, or the 400 answer.
+fn json_object(flavor: Flavor, body: &[u8]) -> Result<Value, Reply> {
+    match serde_json::from_slice(body) {
+        Ok(v @ Value::Object(_)) => Ok(v),
+        Ok(_) => Err(error_reply(
+            flavor,
+            400,
+            "request body must be a JSON object",
+        )),
+        Err(e) => Err(error_reply(
+            flavor,
+            400,
+            &format!("request body is not valid JSON: {e}"),
+        )),
+    }
+}
+
+fn count_tokens(body: &[u8]) -> Reply {
+    match json_object(Flavor::Anthropic, body) {
+        Ok(value) => json_reply(
+            200,
+            &json!({"input_tokens": MockReply::for_api(Api::Messages, &value).usage.prompt_tokens}),
+        ),
+        Err(r) => r,
+    }
+}
+
+fn stored_op(shared: &Shared, op: StoredOp, id: &str, query: Option<&str>) -> Reply {
+    let mut store = shared.store();
+    let found = match op {
+        StoredOp::Delete => store
+            .remove(id)
+            .then(|| json!({"id": id, "object": "response", "deleted": true})),
+        StoredOp::Get | StoredOp::Cancel => store.get(id).map(|r| r.response.clone()),
+        StoredOp::InputItems => store.get(id).map(|r| {
+            let desc = query
+                .unwrap_or("")
+                .split('&')
+                .any(|pair| pair == "order=desc");
+            let mut data = r.input_items.clone();
+            if desc {
+                data.reverse();
+            }
+            let first = data.first().and_then(|i| i.get("id")).cloned();
+            let last = data.last().and_then(|i| i.get("id")).cloned();
+            json!({"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": false})
+        }),
+    };
+    drop(store);
+    match found {
+        Some(v) => json_reply(200, &v),
+        None => json_reply(
+            404,
+            &json!({"error": {
+                "message": format!("Response with id '{id}' not found."),
+                "type": "invalid_request_error",
+                "param": null,
+                "code": null,
+            }}),
+        ),
     }
 }
 
@@ -1408,13 +1692,11 @@ fn models_json() -> Value {
     json!({"object": "list", "data": data})
 }
 
-fn answer(shared: &Shared, flavor: Flavor, body: &[u8]) -> Outcome {
-    let value: Value = match serde_json::from_slice(body) {
-        Ok(v @ Value::Object(_)) => v,
-        Ok(_) => return error_reply(flavor, 400, "request body must be a JSON object").into(),
-        Err(e) => {
-            return error_reply(flavor, 400, &format!("request body is not valid JSON: {e}")).into()
-        }
+fn answer(shared: &Shared, api: Api, body: &[u8]) -> Outcome {
+    let flavor = api.flavor();
+    let value = match json_object(flavor, body) {
+        Ok(v) => v,
+        Err(r) => return r.into(),
     };
     let model = value.get("model").and_then(Value::as_str).unwrap_or("");
     let fault = Fault::for_model(model);
@@ -1437,14 +1719,16 @@ fn answer(shared: &Shared, flavor: Flavor, body: &[u8]) -> Outcome {
         .get("stream_options")
         .and_then(|o| o.get("include_usage"))
         == Some(&Value::Bool(true));
-    let reply = MockReply::from_value(&value);
-    let full = |reply: &MockReply| match flavor {
-        Flavor::OpenAi => reply.openai_json(),
-        Flavor::Anthropic => reply.anthropic_json(),
+    let reply = MockReply::for_api(api, &value);
+    let full = |reply: &MockReply| match api {
+        Api::ChatCompletions => reply.openai_json(),
+        Api::Messages => reply.anthropic_json(),
+        Api::Responses => reply.responses_json(&value),
     };
-    let events = |reply: &MockReply| match flavor {
-        Flavor::OpenAi => reply.openai_sse_events(include_usage),
-        Flavor::Anthropic => reply.anthropic_sse_events(),
+    let events = |reply: &MockReply| match api {
+        Api::ChatCompletions => reply.openai_sse_events(include_usage),
+        Api::Messages => reply.anthropic_sse_events(),
+        Api::Responses => reply.responses_sse_events(&value),
     };
     match (fault, stream) {
         (Some(Fault::Reset), false) => Reply::ResetNow.into(),
@@ -1456,14 +1740,25 @@ fn answer(shared: &Shared, flavor: Flavor, body: &[u8]) -> Outcome {
         (Some(Fault::Truncated), false) => Reply::TruncatedFull(full(&reply)).into(),
         (Some(Fault::Truncated), true) => {
             let mut ev = events(&reply);
-            let keep = match flavor {
-                Flavor::OpenAi => 1 + reply.words.len(),
-                Flavor::Anthropic => 3 + reply.words.len(),
+            let keep = match api {
+                Api::ChatCompletions => 1 + reply.content_delta_count(),
+                Api::Messages => 3 + reply.content_delta_count(),
+                Api::Responses => ev.len().saturating_sub(1),
             };
             ev.truncate(keep);
             Reply::TruncatedSse(ev).into()
         }
         (slow, stream) => {
+            if api == Api::Responses && responses::stored(&value) {
+                let id = reply.response_id();
+                let kept = responses::StoredResponse {
+                    response: reply.responses_value(&value),
+                    input_items: responses::input_items(&value, &id),
+                };
+                shared
+                    .store()
+                    .insert(id, kept, shared.opts.max_stored_responses);
+            }
             let reply = if stream {
                 Reply::Sse(events(&reply))
             } else {
@@ -1493,10 +1788,12 @@ fn introspect(shared: &Shared, method: &str, path: &str, query: Option<&str>) ->
         ("/__mock/requests", "GET") => {
             let mut limit = 50usize;
             let mut only: Option<String> = None;
+            let mut body_cap = INTROSPECT_BODY_CAP;
             for pair in query.unwrap_or("").split('&') {
                 match pair.split_once('=') {
                     Some(("limit", v)) => limit = v.parse().unwrap_or(limit),
                     Some(("path", v)) => only = Some(percent_decode(v)),
+                    Some(("max_body", v)) => body_cap = v.parse().unwrap_or(body_cap),
                     _ => {}
                 }
             }
@@ -1512,7 +1809,7 @@ fn introspect(shared: &Shared, method: &str, path: &str, query: Option<&str>) ->
                 .into_iter()
                 .rev()
                 .map(|rec| {
-                    let shown = &rec.body[..rec.body.len().min(INTROSPECT_BODY_CAP)];
+                    let shown = &rec.body[..rec.body.len().min(body_cap)];
                     let at_ms = rec
                         .at
                         .duration_since(UNIX_EPOCH)
@@ -1666,12 +1963,45 @@ pub struct MockReply {
     pub prompt_chars: u64,
     /// Token figures.
     pub usage: MockUsage,
+    /// The scripted agent answer, when the request asked for one (module docs, "Scripted
+    /// agents"); `words` is then empty and `text` is the final answer (or empty for a tool
+    /// call).
+    pub script: Option<Scripted>,
 }
 
-/// The reply to a request body (JSON object); errors if the body is not JSON.
+/// The reply to a chat-completions or messages request body (JSON object); errors if the
+/// body is not JSON.
 pub fn reply_for(body: &[u8]) -> Result<MockReply, serde_json::Error> {
     let v: Value = serde_json::from_slice(body)?;
     Ok(MockReply::from_value(&v))
+}
+
+/// The reply to a request body of the given wire format; errors if the body is not JSON.
+pub fn reply_for_api(api: Api, body: &[u8]) -> Result<MockReply, serde_json::Error> {
+    let v: Value = serde_json::from_slice(body)?;
+    Ok(MockReply::for_api(api, &v))
+}
+
+/// The prompt characters `C` of a Responses API request body (see the module docs).
+pub fn responses_prompt_chars(body: &Value) -> u64 {
+    responses::prompt_chars(body)
+}
+
+/// Splits a tool call's `arguments` into the pieces the streams carry: consecutive runs of at
+/// most [`ARGUMENT_PIECE_CHARS`] characters (none for an empty string).
+pub fn argument_pieces(arguments: &str) -> Vec<&str> {
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    for (n, (i, _)) in arguments.char_indices().enumerate() {
+        if n > 0 && n % ARGUMENT_PIECE_CHARS == 0 {
+            pieces.push(&arguments[start..i]);
+            start = i;
+        }
+    }
+    if start < arguments.len() {
+        pieces.push(&arguments[start..]);
+    }
+    pieces
 }
 
 /// The usage the mock reports for a request body.
@@ -1746,6 +2076,10 @@ fn hash_value(h: &mut blake3::Hasher, v: &Value) {
     }
 }
 
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 fn content_chars(c: &Value) -> u64 {
     let count = |s: &str| s.chars().count() as u64;
     match c {
@@ -1759,7 +2093,8 @@ fn content_chars(c: &Value) -> u64 {
     }
 }
 
-/// The prompt characters `C` of a request body (see the module docs).
+/// The prompt characters `C` of a chat-completions or messages request body (see the module
+/// docs).
 pub fn prompt_chars(body: &Value) -> u64 {
     let system = body.get("system").map_or(0, content_chars);
     let messages = match body.get("messages") {
@@ -1774,31 +2109,59 @@ pub fn prompt_chars(body: &Value) -> u64 {
 }
 
 impl MockReply {
-    /// The reply to a parsed request body.
+    /// The reply to a parsed chat-completions or messages request body (the two follow the
+    /// same rules).
     pub fn from_value(body: &Value) -> MockReply {
+        Self::for_api(Api::ChatCompletions, body)
+    }
+
+    /// The reply to a parsed request body of the given wire format.
+    pub fn for_api(api: Api, body: &Value) -> MockReply {
         let model = body
             .get("model")
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_owned();
         let digest = canonical_digest(body);
-        let n = MIN_REPLY_WORDS + usize::from(digest[0]) % (MAX_REPLY_WORDS - MIN_REPLY_WORDS + 1);
-        let cap = body
-            .get("max_completion_tokens")
-            .and_then(Value::as_u64)
-            .or_else(|| body.get("max_tokens").and_then(Value::as_u64));
-        let kept = cap.map_or(n, |c| n.min(usize::try_from(c).unwrap_or(usize::MAX)));
-        let words: Vec<&'static str> = (0..kept)
-            .map(|i| WORDS[usize::from(digest[1 + i]) % WORDS.len()])
-            .collect();
-        let text = words.join(" ");
-        let chars = prompt_chars(body);
+        let chars = match api {
+            Api::Responses => responses::prompt_chars(body),
+            Api::ChatCompletions | Api::Messages => prompt_chars(body),
+        };
+        let script = script::scripted(body);
+        let (words, text, truncated, output_tokens) = match &script {
+            None => {
+                let n = MIN_REPLY_WORDS
+                    + usize::from(digest[0]) % (MAX_REPLY_WORDS - MIN_REPLY_WORDS + 1);
+                let cap = match api {
+                    Api::Responses => body.get("max_output_tokens").and_then(Value::as_u64),
+                    Api::ChatCompletions | Api::Messages => body
+                        .get("max_completion_tokens")
+                        .and_then(Value::as_u64)
+                        .or_else(|| body.get("max_tokens").and_then(Value::as_u64)),
+                };
+                let kept = cap.map_or(n, |c| n.min(usize::try_from(c).unwrap_or(usize::MAX)));
+                let words: Vec<&'static str> = (0..kept)
+                    .map(|i| WORDS[usize::from(digest[1 + i]) % WORDS.len()])
+                    .collect();
+                let text = words.join(" ");
+                let o = words.len() as u64;
+                (words, text, kept < n, o)
+            }
+            Some(Scripted::Done { steps }) => {
+                let text = format!("tokensaver-done after {steps} steps");
+                let o = text.split(' ').count() as u64;
+                (Vec::new(), text, false, o)
+            }
+            Some(Scripted::ToolCall(call)) => {
+                (Vec::new(), String::new(), false, call.output_tokens())
+            }
+        };
         let p = chars.div_ceil(4) + PROMPT_OVERHEAD_TOKENS;
         let cached = model.contains("cached");
         let (read, creation) = if cached { (p / 2, p / 4) } else { (0, 0) };
         let usage = MockUsage {
             prompt_tokens: p,
-            completion_tokens: words.len() as u64,
+            completion_tokens: output_tokens,
             cached_tokens: read,
             input_tokens: p - read - creation,
             cache_read_input_tokens: read,
@@ -1807,19 +2170,48 @@ impl MockReply {
         MockReply {
             model,
             digest,
-            truncated: kept < n,
+            truncated,
             words,
             text,
             prompt_chars: chars,
             usage,
+            script,
+        }
+    }
+
+    /// The scripted tool call, if this reply is one.
+    pub fn tool_call(&self) -> Option<&MockToolCall> {
+        match &self.script {
+            Some(Scripted::ToolCall(c)) => Some(c),
+            _ => None,
         }
     }
 
     fn id_hex(&self) -> String {
-        self.digest[..12]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        hex(&self.digest[..12])
+    }
+
+    /// `hex(d[12..24])`: the part of the tool-call and Responses item ids after the prefix.
+    fn call_hex(&self) -> String {
+        hex(&self.digest[12..24])
+    }
+
+    /// The id of a scripted tool call: `call_<hex(d[12..24])>` (chat and Responses
+    /// `call_id`), `toolu_<hex(d[12..24])>` (Anthropic).
+    pub fn tool_call_id(&self, api: Api) -> String {
+        match api {
+            Api::Messages => format!("toolu_{}", self.call_hex()),
+            Api::ChatCompletions | Api::Responses => format!("call_{}", self.call_hex()),
+        }
+    }
+
+    /// How many content deltas the streams carry: one per word of the text, or one per
+    /// [`argument_pieces`] of a tool call's arguments.
+    pub fn content_delta_count(&self) -> usize {
+        match self.tool_call() {
+            Some(c) => argument_pieces(&c.arguments).len(),
+            None => self.deltas().len(),
+        }
     }
 
     /// `chatcmpl-<24 hex>`.
@@ -1832,32 +2224,40 @@ impl MockReply {
         format!("msg_{}", self.id_hex())
     }
 
-    /// `"length"` if truncated, else `"stop"`.
+    /// `"tool_calls"` for a tool call, `"length"` if truncated, else `"stop"`.
     pub fn openai_finish_reason(&self) -> &'static str {
-        if self.truncated {
+        if self.tool_call().is_some() {
+            "tool_calls"
+        } else if self.truncated {
             "length"
         } else {
             "stop"
         }
     }
 
-    /// `"max_tokens"` if truncated, else `"end_turn"`.
+    /// `"tool_use"` for a tool call, `"max_tokens"` if truncated, else `"end_turn"`.
     pub fn anthropic_stop_reason(&self) -> &'static str {
-        if self.truncated {
+        if self.tool_call().is_some() {
+            "tool_use"
+        } else if self.truncated {
             "max_tokens"
         } else {
             "end_turn"
         }
     }
 
-    /// The deltas the streams carry: the words, each after the first prefixed by a space.
+    /// The text deltas the streams carry: the words of the text (split at single spaces),
+    /// each after the first prefixed by a space; none for an empty text.
     pub fn deltas(&self) -> Vec<String> {
-        self.words
-            .iter()
+        if self.text.is_empty() {
+            return Vec::new();
+        }
+        self.text
+            .split(' ')
             .enumerate()
             .map(|(i, w)| {
                 if i == 0 {
-                    (*w).to_owned()
+                    w.to_owned()
                 } else {
                     format!(" {w}")
                 }
@@ -1887,6 +2287,28 @@ impl MockReply {
 
     /// The exact body of the non-streamed OpenAI answer.
     pub fn openai_json(&self) -> Vec<u8> {
+        if let Some(call) = self.tool_call() {
+            return serde_json::to_vec(&json!({
+                "id": self.openai_id(),
+                "object": "chat.completion",
+                "created": CREATED,
+                "model": self.model,
+                "choices": [{
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": null,
+                        "tool_calls": [self.openai_tool_call(call)],
+                        "refusal": null,
+                    },
+                    "logprobs": null,
+                    "finish_reason": self.openai_finish_reason(),
+                }],
+                "usage": self.usage.openai_json(),
+                "system_fingerprint": SYSTEM_FINGERPRINT,
+            }))
+            .unwrap_or_default();
+        }
         let id = self.openai_id();
         let body = OaCompletion {
             id: &id,
@@ -1909,8 +2331,38 @@ impl MockReply {
         serde_json::to_vec(&body).unwrap_or_default()
     }
 
+    fn openai_tool_call(&self, call: &MockToolCall) -> Value {
+        json!({
+            "id": self.tool_call_id(Api::ChatCompletions),
+            "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments},
+        })
+    }
+
+    fn anthropic_tool_use(&self, call: &MockToolCall, input: Value) -> Value {
+        json!({
+            "type": "tool_use",
+            "id": self.tool_call_id(Api::Messages),
+            "name": call.name,
+            "input": input,
+        })
+    }
+
     /// The exact body of the non-streamed Anthropic answer.
     pub fn anthropic_json(&self) -> Vec<u8> {
+        if let Some(call) = self.tool_call() {
+            return serde_json::to_vec(&json!({
+                "id": self.anthropic_id(),
+                "type": "message",
+                "role": "assistant",
+                "model": self.model,
+                "content": [self.anthropic_tool_use(call, call.input.clone())],
+                "stop_reason": self.anthropic_stop_reason(),
+                "stop_sequence": null,
+                "usage": self.usage.anthropic_json(),
+            }))
+            .unwrap_or_default();
+        }
         let id = self.anthropic_id();
         let body = AnMessage {
             id: &id,
@@ -1949,12 +2401,43 @@ impl MockReply {
         };
         let deltas = self.deltas();
         let mut events = Vec::with_capacity(deltas.len() + 4);
-        events.push(chunk(
-            oa_choice(Some("assistant"), Some(""), None),
-            null_usage,
-        ));
-        for d in &deltas {
-            events.push(chunk(oa_choice(None, Some(d), None), null_usage));
+        if let Some(call) = self.tool_call() {
+            let raw = |delta: Value| {
+                let mut c = json!({
+                    "id": id,
+                    "object": "chat.completion.chunk",
+                    "created": CREATED,
+                    "model": self.model,
+                    "system_fingerprint": SYSTEM_FINGERPRINT,
+                    "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": null}],
+                });
+                if include_usage {
+                    c["usage"] = Value::Null;
+                }
+                format!(
+                    "data: {}\n\n",
+                    serde_json::to_string(&c).unwrap_or_default()
+                )
+            };
+            let mut first = self.openai_tool_call(call);
+            first["index"] = json!(0);
+            first["function"]["arguments"] = json!("");
+            events.push(raw(
+                json!({"role": "assistant", "content": null, "tool_calls": [first]}),
+            ));
+            for piece in argument_pieces(&call.arguments) {
+                events.push(raw(
+                    json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}),
+                ));
+            }
+        } else {
+            events.push(chunk(
+                oa_choice(Some("assistant"), Some(""), None),
+                null_usage,
+            ));
+            for d in &deltas {
+                events.push(chunk(oa_choice(None, Some(d), None), null_usage));
+            }
         }
         events.push(chunk(
             oa_choice(None, None, Some(self.openai_finish_reason())),
@@ -1988,16 +2471,30 @@ impl MockReply {
         };
         let mut events = Vec::with_capacity(self.words.len() + 6);
         events.push(ev("message_start", &json!({"type": "message_start", "message": serde_json::to_value(&start).unwrap_or(Value::Null)})));
-        events.push(ev(
-            "content_block_start",
-            &json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-        ));
-        events.push(ev("ping", &json!({"type": "ping"})));
-        for d in self.deltas() {
+        if let Some(call) = self.tool_call() {
             events.push(ev(
-                "content_block_delta",
-                &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": d}}),
+                "content_block_start",
+                &json!({"type": "content_block_start", "index": 0, "content_block": self.anthropic_tool_use(call, json!({}))}),
             ));
+            events.push(ev("ping", &json!({"type": "ping"})));
+            for piece in argument_pieces(&call.arguments) {
+                events.push(ev(
+                    "content_block_delta",
+                    &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": piece}}),
+                ));
+            }
+        } else {
+            events.push(ev(
+                "content_block_start",
+                &json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            ));
+            events.push(ev("ping", &json!({"type": "ping"})));
+            for d in self.deltas() {
+                events.push(ev(
+                    "content_block_delta",
+                    &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": d}}),
+                ));
+            }
         }
         events.push(ev(
             "content_block_stop",
