@@ -7,7 +7,7 @@ use super::{Parts, Role, ShapeError, Turn};
 
 pub(super) fn parts(body: &Object, canonical: &Canonical) -> Result<Parts, ShapeError> {
     let key = canonical.key;
-    let system_chars = match body.get("system") {
+    let mut system_chars = match body.get("system") {
         None | Some(Json::Null) => 0,
         Some(Json::String(s)) => s.chars(),
         Some(Json::Array(blocks)) => {
@@ -53,7 +53,27 @@ pub(super) fn parts(body: &Object, canonical: &Canonical) -> Result<Parts, Shape
         let role = match message.get("role") {
             Some(Json::String(r)) if r.is("user") => Role::User,
             Some(Json::String(r)) if r.is("assistant") => Role::Assistant,
-            _ => return Err(err("role must be \"user\" or \"assistant\"")),
+            // A system turn inside `messages` (Claude Code with current models sends them):
+            // it counts as system, not as a turn.
+            Some(Json::String(r)) if r.is("system") => {
+                system_chars += match message.get("content") {
+                    Some(Json::String(s)) => s.chars(),
+                    Some(Json::Array(blocks)) => blocks
+                        .iter()
+                        .filter_map(|b| match b {
+                            Json::Object(b) => Some(block_chars(b)),
+                            _ => None,
+                        })
+                        .sum(),
+                    _ => {
+                        return Err(err(
+                            "content must be a string or an array of content blocks",
+                        ))
+                    }
+                };
+                continue;
+            }
+            _ => return Err(err("role must be \"user\", \"assistant\" or \"system\"")),
         };
         let mut called = Vec::new();
         let turn_chars = match message.get("content") {
@@ -127,5 +147,26 @@ fn block_chars(block: &Object) -> u64 {
             .and_then(Json::as_string)
             .map(Str::chars)
             .unwrap_or(0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::request::{parse, Role, Route};
+
+    #[test]
+    fn a_system_turn_inside_messages_counts_as_system() {
+        let body = br#"{"model":"c","max_tokens":5,"system":"abc","messages":[
+            {"role":"user","content":"hi"},
+            {"role":"system","content":[{"type":"text","text":"12345"}]},
+            {"role":"assistant","content":"yo"}]}"#;
+        let s = parse(Route::AnthropicMessages, body, &[1; 32])
+            .unwrap()
+            .shape;
+        assert_eq!(s.system_chars, 8);
+        let roles: Vec<Role> = s.turns.iter().map(|t| t.role).collect();
+        assert_eq!(roles, [Role::User, Role::Assistant]);
+        let bad = br#"{"model":"c","max_tokens":5,"messages":[{"role":"robot","content":"x"}]}"#;
+        assert!(parse(Route::AnthropicMessages, bad, &[1; 32]).is_err());
     }
 }

@@ -26,8 +26,9 @@ const TOOL_NAME_DOMAIN: &[u8] = b"tokensaver tool name v1\0";
 /// names the caller, its session or a caching hint: `user`, `safety_identifier` and
 /// `metadata` identify the end user or session (Claude Code's `metadata.user_id` carries its
 /// session id); `prompt_cache_key` and `prompt_cache_retention` steer the provider's prompt
-/// cache (Codex sets the key to its session id); chat's `store` keeps a copy for the
-/// caller's dashboard. `stream` and `stream_options` change the wire form only.
+/// cache (Codex sets the key to its session id); Codex's `client_metadata` carries its session,
+/// turn and installation ids and a timestamp; chat's `store` keeps a copy for the caller's
+/// dashboard. Responses input items also lose their `id` (see [`Canonical::of`]). `stream` and `stream_options` change the wire form only.
 /// Responses `store` is kept: it decides whether the answer can be chained later.
 pub fn ignored_fields(route: Route) -> &'static [&'static str] {
     match route {
@@ -42,6 +43,7 @@ pub fn ignored_fields(route: Route) -> &'static [&'static str] {
             "user",
         ],
         Route::OpenAiResponses => &[
+            "client_metadata",
             "metadata",
             "prompt_cache_key",
             "prompt_cache_retention",
@@ -157,10 +159,14 @@ impl<'k> Canonical<'k> {
             buf.push(b':');
             match (name, value) {
                 (field, Json::Array(items)) if field == turns_field => {
-                    write_elements(&mut buf, items, &mut message_ranges, &mut probe)
+                    // Responses input items carry ids the client makes up per session (Codex
+                    // gives every item a fresh uuid); an item's content is its identity. An
+                    // `item_reference` is nothing but its id, so it keeps it.
+                    let drop_id = route == Route::OpenAiResponses;
+                    write_elements(&mut buf, items, &mut message_ranges, &mut probe, drop_id)
                 }
                 ("tools", Json::Array(items)) => {
-                    write_elements(&mut buf, items, &mut tool_ranges, &mut probe)
+                    write_elements(&mut buf, items, &mut tool_ranges, &mut probe, false)
                 }
                 _ => json::write_value(&mut buf, value, &mut probe),
             }
@@ -201,6 +207,7 @@ fn write_elements(
     items: &[Json],
     ranges: &mut Vec<Range<usize>>,
     probe: &mut json::KeyProbe,
+    drop_id: bool,
 ) {
     buf.push(b'[');
     for (i, item) in items.iter().enumerate() {
@@ -208,10 +215,33 @@ fn write_elements(
             buf.push(b',');
         }
         let start = buf.len();
-        json::write_value(buf, item, probe);
+        match item {
+            Json::Object(object) if drop_id && !is_item_reference(object) => {
+                buf.push(b'{');
+                let kept = object.members().iter().filter(|(k, _)| k != "id");
+                for (j, (key, value)) in kept.enumerate() {
+                    if j > 0 {
+                        buf.push(b',');
+                    }
+                    probe.found |= key == probe.wanted;
+                    json::write_key(buf, key);
+                    buf.push(b':');
+                    json::write_value(buf, value, probe);
+                }
+                buf.push(b'}');
+            }
+            _ => json::write_value(buf, item, probe),
+        }
         ranges.push(start..buf.len());
     }
     buf.push(b']');
+}
+
+fn is_item_reference(object: &json::Object) -> bool {
+    object
+        .get("type")
+        .and_then(Json::as_string)
+        .is_some_and(|t| t.is("item_reference"))
 }
 
 /// Unicode scalar values in valid UTF-8: every byte that is not a continuation byte.
