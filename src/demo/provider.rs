@@ -24,7 +24,7 @@
 //! | any other path               | 404 JSON error, OpenAI shape                              |
 //! | `GET /__mock/calls`          | `{"/v1/chat/completions": n, "/v1/messages": m, ...}`: requests received per path since the last reset (any method, query string stripped, `/__mock/*` not counted) |
 //! | `POST /__mock/reset`         | clears counters, records and kept Responses answers, answers `{"ok":true}` |
-//! | `GET /__mock/requests`       | the retained records, oldest first: `[{"seq","method","path","target","headers":[[name,value]..],"body_len","body","body_truncated","at_unix_ms"}]`; `?limit=N` (default 50, newest N) and `?path=/v1/messages` filter; `body` is lossy UTF-8, at most 64 KiB (`?max_body=N`: at most N bytes) |
+//! | `GET /__mock/requests`       | the retained records, oldest first: `[{"seq","method","path","target","headers":[[name,value]..],"body_len","body","body_truncated","at_unix_ms","reported_usage"}]` (`reported_usage`: for a model call, the usage figures the mock answered with — `prompt_tokens`, `completion_tokens`, `cached_tokens`, `input_tokens`, `cache_read_input_tokens`, `cache_creation_input_tokens`; else null); `?limit=N` (default 50, newest N) and `?path=/v1/messages` filter; `body` is lossy UTF-8, at most 64 KiB (`?max_body=N`: at most N bytes) |
 //! | `GET /__mock/health`         | `{"ok":true}`                                             |
 //!
 //! The query string never takes part in routing (Claude Code sends
@@ -1777,6 +1777,31 @@ fn answer(shared: &Shared, api: Api, body: &[u8]) -> Outcome {
     }
 }
 
+/// The usage the mock reported for a recorded model call (a pure function of its body), so a
+/// test can check a ledger against what the provider said without restating the rules.
+fn reported_usage(rec: &ReceivedRequest) -> Value {
+    let api = match (rec.method.as_str(), rec.path.as_str()) {
+        ("POST", "/v1/chat/completions") => Api::ChatCompletions,
+        ("POST", "/v1/messages") => Api::Messages,
+        ("POST", "/v1/responses") => Api::Responses,
+        _ => return Value::Null,
+    };
+    match serde_json::from_slice::<Value>(&rec.body) {
+        Ok(body @ Value::Object(_)) if rec.body.len() == rec.body_len => {
+            let u = MockReply::for_api(api, &body).usage;
+            json!({
+                "prompt_tokens": u.prompt_tokens,
+                "completion_tokens": u.completion_tokens,
+                "cached_tokens": u.cached_tokens,
+                "input_tokens": u.input_tokens,
+                "cache_read_input_tokens": u.cache_read_input_tokens,
+                "cache_creation_input_tokens": u.cache_creation_input_tokens,
+            })
+        }
+        _ => Value::Null,
+    }
+}
+
 fn introspect(shared: &Shared, method: &str, path: &str, query: Option<&str>) -> Reply {
     match (path, method) {
         ("/__mock/calls", "GET") => json_reply(200, &json!(shared.counts())),
@@ -1824,6 +1849,7 @@ fn introspect(shared: &Shared, method: &str, path: &str, query: Option<&str>) ->
                         "body": String::from_utf8_lossy(shown),
                         "body_truncated": shown.len() < rec.body_len,
                         "at_unix_ms": at_ms,
+                        "reported_usage": reported_usage(rec),
                     })
                 })
                 .collect();

@@ -9,7 +9,7 @@
 use super::json::{Json, Object, Str};
 
 use super::canonical::{compact_json_chars, tool_name_hash, Canonical};
-use super::{Hash, Parts, Role, ShapeError, Turn};
+use super::{Hash, Parts, Role, ShapeError, ToolDef, Turn};
 
 /// The answer depends on state kept by the provider, which the answer store cannot vouch
 /// for: a continuation (`previous_response_id`, `conversation`) answers from the provider's
@@ -35,6 +35,7 @@ pub(super) fn parts(body: &Object, canonical: &Canonical) -> Result<Parts, Shape
     };
     let mut turns = Vec::new();
     let mut calls_per_turn: Vec<Vec<Hash>> = Vec::new();
+    let mut extra_tools = Vec::new();
     match body.get("input") {
         None | Some(Json::Null) => {}
         Some(Json::String(text)) => {
@@ -62,6 +63,35 @@ pub(super) fn parts(body: &Object, canonical: &Canonical) -> Result<Parts, Shape
                     Some(_) => return Err(err("type must be a string")),
                 };
                 let mut called = Vec::new();
+                let developer_item = kind.as_deref().is_some_and(|k| k != "message")
+                    && item
+                        .get("role")
+                        .and_then(Json::as_string)
+                        .is_some_and(|r| r.is("system") || r.is("developer"));
+                if developer_item {
+                    // Not a message but the caller's own: Codex sends its tools this way
+                    // (`additional_tools`). Its tools are tool definitions; anything else in
+                    // it is system text.
+                    match item.get("tools") {
+                        Some(Json::Array(defs)) => {
+                            for def in defs {
+                                let name = def.get("name").or_else(|| def.get("type"));
+                                let Some(Json::String(name)) = name else {
+                                    return Err(ShapeError::Item {
+                                        index,
+                                        problem: "a tool definition needs a name",
+                                    });
+                                };
+                                extra_tools.push(ToolDef {
+                                    name_hash: tool_name_hash(key, &name.to_cow()),
+                                    chars: compact_json_chars(def),
+                                });
+                            }
+                        }
+                        _ => system_chars += compact_json_chars(&Json::Object(item.clone())),
+                    }
+                    continue;
+                }
                 let (role, chars) = match kind.as_deref() {
                     None | Some("message") => {
                         let chars = content_chars(item.get("content"))
@@ -135,11 +165,12 @@ pub(super) fn parts(body: &Object, canonical: &Canonical) -> Result<Parts, Shape
 
     // Function and custom tools have a name; built-in tools (web search, file search, local
     // shell, …) are named by their type, MCP servers by their label.
-    let tools = super::tool_defs(body, canonical, |tool| {
+    let mut tools = super::tool_defs(body, canonical, |tool| {
         tool.get("name")
             .or_else(|| tool.get("server_label"))
             .or_else(|| tool.get("type"))
     })?;
+    tools.extend(extra_tools);
 
     Ok(Parts {
         system_chars,
@@ -214,6 +245,27 @@ mod tests {
         assert_eq!(s.tools.len(), 3);
         assert_eq!(s.called_tool_hashes.len(), 1);
         assert!(!s.provider_state);
+    }
+
+    #[test]
+    fn codex_additional_tools_are_tool_definitions_not_turns() {
+        let body = br#"{"model":"gpt-6.2-sol","input":[
+            {"type":"additional_tools","id":"at_1","role":"developer","tools":[
+              {"type":"namespace","name":"functions","tools":[{"type":"custom","name":"exec"}]},
+              {"type":"web_search"}]},
+            {"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]}]}"#;
+        let s = parse(Route::OpenAiResponses, body, &KEY).unwrap().shape;
+        assert_eq!(s.tools.len(), 2);
+        assert_eq!(s.turns.len(), 1);
+        assert_eq!(s.system_chars, 0);
+        assert_eq!(s.step_fingerprint, s.fingerprint);
+        let unnamed = br#"{"model":"m","input":[{"type":"additional_tools","role":"developer","tools":[{}]}]}"#;
+        assert_eq!(
+            parse(Route::OpenAiResponses, unnamed, &KEY)
+                .unwrap_err()
+                .code(),
+            "invalid_input_item"
+        );
     }
 
     #[test]

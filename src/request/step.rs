@@ -184,6 +184,9 @@ fn anthropic(buf: &mut Vec<u8>, body: &Object) -> bool {
 /// Whether a Responses input item was produced by the model (a message from the assistant,
 /// reasoning, a tool call) rather than sent to it (user and system messages, tool outputs).
 fn model_item(item: &Json) -> bool {
+    if role_is(item, &["system", "developer", "user"]) {
+        return false;
+    }
     match string_field(item, "type").as_deref() {
         // An item without a type is a message.
         Some("message") | None => role_is(item, &["assistant"]),
@@ -206,9 +209,10 @@ fn responses(buf: &mut Vec<u8>, body: &Object) -> bool {
         .map_or(0, |i| i + 1);
     buf.push(b'[');
     write_compact(buf, body.get("instructions").unwrap_or(&Json::Null));
-    for message in input.iter().filter(|item| is_system(item)) {
+    // System and developer items whole (a message's content, Codex's `additional_tools`).
+    for item in input.iter().filter(|item| is_system(item)) {
         buf.push(b',');
-        write_without_keys(buf, message.get("content").unwrap_or(&Json::Null), VOLATILE);
+        write_without_keys(buf, item, VOLATILE);
     }
     buf.extend_from_slice(b"],");
     let calls = input[first..=last].iter().filter(|item| {

@@ -159,3 +159,50 @@ def test_downgrade_answer_parses(proxy, demo_key, mock):
     assert_completion(c)
     assert c.model == "gpt-4o-mini"
     assert '"model":"gpt-4o-mini"' in mock.requests(PATH, limit=1)[0]["body"]
+
+
+RESPONSES = "/v1/responses"
+
+
+def test_responses_create_parses_with_usage(proxy, demo_key, mock):
+    before = mock.calls(RESPONSES)
+    raw = client(proxy, demo_key, max_retries=0).responses.with_raw_response.create(
+        model=MODEL, input="openai responses: name three lakes", max_output_tokens=64,
+    )
+    assert raw.status_code == 200
+    assert raw.headers["x-tokensaver-verdict"] in ("ALLOW", "DOWNGRADE")
+    r = raw.parse()
+    assert r.object == "response" and r.status == "completed"
+    assert r.output_text.strip()
+    assert r.usage.input_tokens > 0 and r.usage.output_tokens > 0
+    assert mock.calls(RESPONSES) == before + 1
+
+
+def test_responses_stream_ends_with_completed_and_usage(proxy, demo_key):
+    events = list(
+        client(proxy, demo_key, max_retries=0).responses.create(
+            model=MODEL, input="openai responses stream: a short poem", stream=True,
+            max_output_tokens=64,
+        )
+    )
+    types = [e.type for e in events]
+    assert types[0] == "response.created"
+    assert "response.output_text.delta" in types
+    assert types[-1] == "response.completed"
+    final = events[-1].response
+    assert final.usage.output_tokens > 0
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == final.output_text
+
+
+def test_responses_repeat_at_temperature_zero_is_served(proxy, demo_key, mock):
+    c = client(proxy, demo_key, max_retries=0)
+    ask = dict(model=MODEL, input="openai responses: served twice?", temperature=0,
+               max_output_tokens=64)
+    first = c.responses.with_raw_response.create(**ask)
+    before = mock.calls(RESPONSES)
+    second = c.responses.with_raw_response.create(**ask)
+    assert second.headers["x-tokensaver-verdict"] == "SERVE"
+    assert mock.calls(RESPONSES) == before
+    assert second.parse().id == first.parse().id
+    assert second.parse().output_text == first.parse().output_text

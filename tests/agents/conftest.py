@@ -1,0 +1,340 @@
+"""The real agent clients through `tokensaver serve`, in front of the built-in provider.
+
+Each test gets a fresh gate: `tokensaver mock-provider` and `tokensaver serve` on free
+loopback ports, a temp data dir, and keys made with the real `tokensaver key new`. The clients
+are the real programs, installed by `tests/agents/install.sh` at pinned versions: Claude Code
+(`claude -p`), Codex CLI (`codex exec`) and the OpenAI Agents SDK (`sdk_agent.py`, run as its
+own process). Nothing leaves 127.0.0.1.
+
+The built-in provider scripts an agent from a marker in the prompt (`src/demo/provider.rs`):
+`tokensaver-mock:steps=N` asks for N different shell commands, then answers
+`tokensaver-done after N steps`; `tokensaver-mock:loop` asks for the same command forever.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+try:
+    import httpx2 as httpx  # the SDK versions pinned here use httpx2
+except ImportError:  # pragma: no cover
+    import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(os.environ.get("TOKENSAVER_BIN", ROOT / "target" / "debug" / "tokensaver"))
+CLIENTS = Path(os.environ.get("AGENT_CLIENTS", ROOT / "tests" / "agents" / ".clients"))
+CLAUDE = CLIENTS / "node_modules" / ".bin" / "claude"
+CODEX = CLIENTS / "node_modules" / ".bin" / "codex"
+SDK_AGENT = Path(__file__).with_name("sdk_agent.py")
+ADMIN_KEY = "tsa_demo-admin-key-not-for-production"
+ADMIN_HASH = "ca9b790a34f739223b65bdd9124d2c340ee7ff59bc0140af9576813fb4cf82a8"
+PROVIDER_CREDENTIAL = "sk-agent-tests-provider"
+# The models each client sends by default (priced in config/prices-builtin.toml).
+CLAUDE_MODEL = "claude-sonnet-5-5"
+CODEX_MODEL = "gpt-6.2-sol"
+# Codex's models from gpt-5.6 on call tools only through a JavaScript "code mode" tool, which
+# the built-in provider cannot script; gpt-5.5, the newest model with plain function tools, is
+# used for the tool-calling tests. Its output price is not on the provider's page as stored
+# here, so the test config prices it (test figures, not a claim).
+CODEX_TOOLS_MODEL = "gpt-5.5"
+SDK_MODEL = "gpt-5.6-luna"
+CLIENT_TIMEOUT = 150
+
+# The keys every test gate has: (id, human default, budget in micro-USD, profile).
+KEYS = [
+    ("agent", False, 100_000_000, "agent"),  # an unattended agent, $100 a day
+    ("attended", True, 100_000_000, "agent"),  # a person at the terminal
+    ("tight", True, 1_000_000, "agent"),  # $1 a day: an agent's worst case is held for a person
+]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"exited ({proc.returncode}) before :{port} opened:\n{log.read_text()}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f":{port} did not open within {timeout}s:\n{log.read_text()}")
+
+
+def _new_key(key_id: str, profile: str) -> tuple[str, str]:
+    """`tokensaver key new`: the key and its config lines."""
+    out = subprocess.run(
+        [BIN, "key", "new", "--id", key_id, "--profile", profile],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    key = re.search(r"(tsk_\S+)", out).group(1)
+    lines = out.split("config lines:\n", 1)[1]
+    return key, lines
+
+
+@dataclass
+class Run:
+    """One client run: exit code, what it printed, and how long it took."""
+
+    code: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def _run(cmd: list, env: dict, cwd: Path, timeout: float = CLIENT_TIMEOUT) -> Run:
+    started = time.monotonic()
+    try:
+        p = subprocess.run(
+            cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            timeout=timeout,
+        )
+        code, out, err = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired as e:
+        code = -9
+        out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        err = (e.stderr or b"").decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+    return Run(code, out, err, time.monotonic() - started)
+
+
+class Gate:
+    """A running gate in front of the built-in provider, and the clients pointed at it."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.mock_port, self.proxy_port, self.api_port, self.admin_port = (
+            _free_port() for _ in range(4)
+        )
+        self.keys: dict[str, str] = {}
+        blocks = []
+        for key_id, human, budget, profile in KEYS:
+            key, lines = _new_key(key_id, profile)
+            self.keys[key_id] = key
+            blocks.append(
+                lines.replace("   # needs [profiles.agent] in the config", "")
+                + f"human = {'true' if human else 'false'}\n"
+                + f'budget = {{ ceiling_micro_usd = {budget}, period = "day" }}\n'
+            )
+        example = (ROOT / "config" / "tokensaver.toml").read_text()
+        profile = example[example.index("[profiles.agent.saturation]"):]
+        profile = profile[: profile.index("\n\n")]
+        self.config = tmp / "tokensaver.toml"
+        mock = f"http://127.0.0.1:{self.mock_port}"
+        self.config.write_text(
+            f"""[listen]
+proxy = "127.0.0.1:{self.proxy_port}"
+api = "127.0.0.1:{self.api_port}"
+admin = "127.0.0.1:{self.admin_port}"
+
+[data]
+dir = "{tmp / 'data'}"
+
+[upstreams.openai]
+base_url = "{mock}"
+credential_env = "AGENT_TESTS_PROVIDER_KEY"
+
+[upstreams.anthropic]
+base_url = "{mock}"
+credential_env = "AGENT_TESTS_PROVIDER_KEY"
+
+[admin]
+key_hash = "{ADMIN_HASH}"
+
+{profile}
+
+[prices."{CODEX_TOOLS_MODEL}"]   # test figures (see CODEX_TOOLS_MODEL)
+input = 1_250_000
+cache_write = 1_250_000
+cache_read = 125_000
+output = 10_000_000
+max_output = 128_000
+
+{''.join(b + chr(10) for b in blocks)}"""
+        )
+        env = dict(os.environ, AGENT_TESTS_PROVIDER_KEY=PROVIDER_CREDENTIAL)
+        self.mock_log = tmp / "mock.log"
+        self.mock = subprocess.Popen(
+            [BIN, "mock-provider", "--listen", f"127.0.0.1:{self.mock_port}",
+             "--expected-credential", PROVIDER_CREDENTIAL],
+            stdout=self.mock_log.open("w"), stderr=subprocess.STDOUT,
+        )
+        _wait_port(self.mock_port, self.mock, self.mock_log)
+        self.serve_log = tmp / "serve.log"
+        self.serve = subprocess.Popen(
+            [BIN, "serve", "--config", self.config], env=env,
+            stdout=self.serve_log.open("w"), stderr=subprocess.STDOUT,
+        )
+        for port in (self.proxy_port, self.api_port, self.admin_port):
+            _wait_port(port, self.serve, self.serve_log)
+        self.http = httpx.Client(timeout=10)
+        self.work = tmp / "work"
+        self.work.mkdir()
+
+    def stop(self) -> None:
+        for proc in (self.serve, self.mock):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+    # --- what the gate and the provider saw ---------------------------------------------
+
+    def provider_calls(self) -> list[dict]:
+        """Every model call the provider answered (with the usage it reported)."""
+        r = self.http.get(
+            f"http://127.0.0.1:{self.mock_port}/__mock/requests",
+            params={"limit": 1000, "max_body": 0},
+        )
+        r.raise_for_status()
+        return [c for c in r.json() if c["reported_usage"] is not None]
+
+    def verdicts(self) -> dict[tuple[str, str], int]:
+        """(verdict, reason) → count, from the gate's /metrics."""
+        text = self.http.get(f"http://127.0.0.1:{self.admin_port}/metrics").text
+        counts = {}
+        for m in re.finditer(
+            r'^tokensaver_requests_total\{([^}]*)\} (\d+)$', text, re.MULTILINE
+        ):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+            counts[(labels["verdict"], labels["reason"])] = int(m.group(2))
+        return counts
+
+    def ledger(self, key_id: str) -> dict:
+        r = self.http.get(
+            f"http://127.0.0.1:{self.api_port}/ledger",
+            headers={"authorization": f"Bearer {self.keys[key_id]}"},
+        )
+        r.raise_for_status()
+        return r.json()
+
+    def assert_ledger_matches_provider(self, key_id: str) -> dict:
+        """The key's recorded usage equals, part by part, what the provider reported."""
+        expected = {"input": 0, "cache_write": 0, "cache_read": 0, "output": 0}
+        for call in self.provider_calls():
+            u = call["reported_usage"]
+            if call["path"] == "/v1/messages":
+                expected["input"] += u["input_tokens"]
+                expected["cache_write"] += u["cache_creation_input_tokens"]
+                expected["cache_read"] += u["cache_read_input_tokens"]
+            else:  # OpenAI: the prompt includes its cached part
+                expected["input"] += u["prompt_tokens"] - u["cached_tokens"]
+                expected["cache_read"] += u["cached_tokens"]
+            expected["output"] += u["completion_tokens"]
+        deadline = time.monotonic() + 10
+        while True:
+            usage = self.ledger(key_id)["total"]["usage"]
+            got = {part: usage.get(part, 0) for part in expected}
+            if got == expected or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert got == expected, f"ledger {got} != provider {expected}"
+        assert sum(expected.values()) > 0
+        return got
+
+    def holds(self, key_id: str) -> str:
+        return self.cli("holds", "list", "--key", key_id).stdout
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [BIN, *args, "--config", self.config], check=True, capture_output=True, text=True,
+            env=dict(os.environ, TOKENSAVER_ADMIN_KEY=ADMIN_KEY),
+        )
+
+    # --- the clients ---------------------------------------------------------------------
+
+    def claude(self, key_id: str, prompt: str, home: Path, max_turns: int = 12,
+               headers: str | None = None, model: str = CLAUDE_MODEL) -> Run:
+        env = {
+            "PATH": os.environ["PATH"],
+            "HOME": str(home),
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{self.proxy_port}",
+            "ANTHROPIC_API_KEY": self.keys[key_id],
+        }
+        if headers:
+            env["ANTHROPIC_CUSTOM_HEADERS"] = headers
+        return _run(
+            [CLAUDE, "-p", prompt, "--model", model, "--max-turns", str(max_turns),
+             "--output-format", "text", "--allowedTools", "Bash"],
+            env, self.work,
+        )
+
+    def codex(self, key_id: str, prompt: str, home: Path, timeout: float = CLIENT_TIMEOUT,
+              model: str = CODEX_TOOLS_MODEL) -> Run:
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "config.toml").write_text(
+            f"""model = "{model}"
+model_provider = "tokensaver"
+
+[model_providers.tokensaver]
+name = "tokensaver"
+base_url = "http://127.0.0.1:{self.proxy_port}/v1"
+wire_api = "responses"
+env_key = "TOKENSAVER_KEY"
+"""
+        )
+        env = {
+            "PATH": os.environ["PATH"],
+            "HOME": str(home.parent),
+            "CODEX_HOME": str(home),
+            "TOKENSAVER_KEY": self.keys[key_id],
+        }
+        return _run(
+            [CODEX, "exec", "--skip-git-repo-check", "--sandbox", "danger-full-access", prompt],
+            env, self.work, timeout,
+        )
+
+    def sdk(self, key_id: str, api: str, prompt: str, *extra: str) -> Run:
+        env = dict(os.environ)
+        return _run(
+            [sys.executable, SDK_AGENT, api, f"http://127.0.0.1:{self.proxy_port}/v1",
+             self.keys[key_id], prompt, "--model", SDK_MODEL, *extra],
+            env, self.work,
+        )
+
+
+@pytest.fixture
+def gate():
+    if not BIN.exists():
+        pytest.fail(f"{BIN} is missing: build it first (cargo build)")
+    tmp = Path(tempfile.mkdtemp(prefix="tokensaver-agents-"))
+    g = Gate(tmp)
+    try:
+        yield g
+    finally:
+        g.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def loop_rules(verdicts: dict) -> dict:
+    return {reason: n for (verdict, reason), n in verdicts.items() if reason.startswith("runaway")}
+
+
+def score_verdicts(verdicts: dict) -> dict:
+    return {reason: n for (verdict, reason), n in verdicts.items() if reason.startswith("score")}
+
+
+HOLD_ID = re.compile(r"hold_[0-9a-f]{8,}")

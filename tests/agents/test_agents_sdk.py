@@ -1,0 +1,62 @@
+"""The OpenAI Agents SDK (openai-agents) through the gate, on the Responses API (its default)
+and on chat completions, against the built-in provider."""
+
+import pytest
+
+from conftest import loop_rules, score_verdicts
+
+APIS = ["responses", "chat"]
+PATHS = {"responses": "/v1/responses", "chat": "/v1/chat/completions"}
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_tool_using_run_is_allowed_and_its_usage_recorded(gate, api):
+    run = gate.sdk("agent", api, "Run the checks. tokensaver-mock:steps=2")
+    assert run.code == 0, run.output
+    assert "tokensaver-done after 2 steps" in run.stdout
+    calls = gate.provider_calls()
+    assert [c["path"] for c in calls] == [PATHS[api]] * 3
+    assert gate.verdicts() == {("ALLOW", "allowed"): 3}
+    gate.assert_ledger_matches_provider("agent")
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_rerun_at_temperature_zero_is_served_and_accepted(gate, api):
+    prompt = "Run the checks. tokensaver-mock:steps=2"
+    first = gate.sdk("agent", api, prompt, "--temperature", "0")
+    assert first.code == 0, first.output
+    rerun = gate.sdk("agent", api, prompt, "--temperature", "0")
+    assert rerun.code == 0, rerun.output
+    # The same answers, in the SDK's own wire form, from the store: the provider saw the
+    # first run only, and the SDK ran the same tools on the served tool calls.
+    assert rerun.stdout == first.stdout
+    assert len(gate.provider_calls()) == 3
+    assert gate.verdicts() == {("ALLOW", "allowed"): 3, ("SERVE", "answer_held"): 3}
+    gate.assert_ledger_matches_provider("agent")
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_runaway_is_stopped_by_the_loop_rule_and_shown_not_retried(gate, api):
+    run = gate.sdk("agent", api, "Wait for the job. tokensaver-mock:loop", "--max-turns", "40")
+    assert run.code == 1
+    assert run.stdout.startswith("RateLimitError"), run.output
+    assert "runaway" in run.stdout
+    assert len(gate.provider_calls()) == 4
+    assert loop_rules(gate.verdicts()) == {"runaway_loop_unattended": 1}
+    assert not score_verdicts(gate.verdicts())
+
+
+def test_an_attended_runaway_is_stopped_by_runaway_loop(gate):
+    run = gate.sdk("attended", "responses", "Wait. tokensaver-mock:loop", "--max-turns", "40")
+    assert run.code == 1, run.output
+    assert len(gate.provider_calls()) == 8
+    assert loop_rules(gate.verdicts()) == {"runaway_loop": 1}
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_run_that_makes_progress_is_not_stopped(gate, api):
+    run = gate.sdk("agent", api, "Build it. tokensaver-mock:steps=9", "--max-turns", "12")
+    assert run.code == 0, run.output
+    assert "tokensaver-done after 9 steps" in run.stdout
+    assert len(gate.provider_calls()) == 10
+    assert gate.verdicts() == {("ALLOW", "allowed"): 10}
