@@ -120,18 +120,18 @@ def _run(cmd: list, env: dict, cwd: Path, timeout: float = CLIENT_TIMEOUT) -> Ru
 class Gate:
     """A running gate in front of the built-in provider, and the clients pointed at it."""
 
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, keys: list = KEYS):
         self.tmp = tmp
         self.mock_port, self.proxy_port, self.api_port, self.admin_port = (
             _free_port() for _ in range(4)
         )
         self.keys: dict[str, str] = {}
         blocks = []
-        for key_id, human, budget, profile in KEYS:
+        for key_id, human, budget, profile in keys:
             key, lines = _new_key(key_id, profile)
             self.keys[key_id] = key
             blocks.append(
-                lines.replace("   # needs [profiles.agent] in the config", "")
+                re.sub(r"   # needs \[profiles\.\w+\] in the config", "", lines)
                 + f"human = {'true' if human else 'false'}\n"
                 + f'budget = {{ ceiling_micro_usd = {budget}, period = "day" }}\n'
             )
