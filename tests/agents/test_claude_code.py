@@ -18,8 +18,9 @@ def test_a_tool_using_session_is_allowed_and_its_usage_recorded(gate):
 def test_a_runaway_is_stopped_by_the_loop_rule_and_shown_not_retried(gate):
     run = gate.claude("agent", "Wait for the job. tokensaver-mock:loop", gate.tmp / "home", 30)
     assert run.code != 0
-    # The first call, then three identical steps; the 4th identical step is refused.
-    assert len(gate.provider_calls()) == 4
+    # The first call, then three identical steps; the 4th identical step is refused (one call
+    # more if Claude Code slips in its "the user hasn't heard from you" system turn).
+    assert len(gate.provider_calls()) in (4, 5)
     assert loop_rules(gate.verdicts()) == {"runaway_loop_unattended": 1}
     assert not score_verdicts(gate.verdicts())
     assert "429" in run.stdout and "runaway" in run.stdout, run.output
