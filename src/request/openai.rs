@@ -96,8 +96,9 @@ pub(super) fn parts(body: &Object, canonical: &Canonical) -> Result<Parts, Shape
     })
 }
 
-/// Characters of a message's content: text parts count, media parts count nothing.
-fn content_chars(content: Option<&Json>) -> Option<u64> {
+/// Characters of a message's content: text parts count, media parts count nothing. (Chat and
+/// Responses messages share the form: a string, or parts with `text`/`refusal`.)
+pub(super) fn content_chars(content: Option<&Json>) -> Option<u64> {
     match content {
         None | Some(Json::Null) => Some(0),
         Some(Json::String(s)) => Some(s.chars()),

@@ -9,6 +9,7 @@
 use super::json::{Json, Object, Str};
 
 use super::canonical::{compact_json_chars, tool_name_hash, Canonical};
+use super::openai::content_chars;
 use super::{Hash, Parts, Role, ShapeError, ToolDef, Turn};
 
 /// The answer depends on state kept by the provider, which the answer store cannot vouch
@@ -178,19 +179,6 @@ pub(super) fn parts(body: &Object, canonical: &Canonical) -> Result<Parts, Shape
         tools,
         called_tool_hashes: super::history_calls(calls_per_turn),
     })
-}
-
-/// Characters of a message's content: text parts count, media parts count nothing.
-fn content_chars(content: Option<&Json>) -> Option<u64> {
-    match content {
-        None | Some(Json::Null) => Some(0),
-        Some(Json::String(s)) => Some(s.chars()),
-        Some(Json::Array(parts)) => parts
-            .iter()
-            .all(|p| matches!(p, Json::Object(_)))
-            .then(|| text_parts(parts)),
-        Some(_) => None,
-    }
 }
 
 /// The `text` (or `refusal`) of each part.
