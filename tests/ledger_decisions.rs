@@ -325,3 +325,55 @@ fn a_digest_client_reports_how_its_answer_ended() {
     // Nothing incomplete counts as not bought.
     assert_eq!(h.ledger(KEY_A)["total"]["tokens_not_bought"], 0);
 }
+
+#[test]
+fn the_price_table_says_what_providers_bill_and_spec_lists_it() {
+    let mut h = Harness::default();
+    let prices = json!({"claude-sonnet-4-5": {
+        "input": 3_000_000, "cache_write": 3_750_000, "cache_read": 300_000,
+        "output": 15_000_000, "max_output": 64_000,
+        "cache_write_1h": 6_000_000, "web_search_per_1k": 10_000_000}});
+    let r = call(
+        ureq::put(&h.admin_url("/prices"))
+            .set("content-type", "application/json")
+            .set("authorization", &format!("Bearer {ADMIN_KEY}")),
+        Some(prices.to_string().as_bytes()),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    // Survives a restart (schema 5 keeps the two new prices).
+    h.restart();
+    let listed = get(&h.api_url("/prices"), Some(KEY_A)).json();
+    assert_eq!(
+        listed["claude-sonnet-4-5"], prices["claude-sonnet-4-5"],
+        "{listed}"
+    );
+    // A model without them shows neither.
+    assert!(listed["gpt-4o"].get("cache_write_1h").is_none(), "{listed}");
+
+    let spec = get(&h.api_url("/spec"), None).json();
+    let pricing = &spec["pricing"];
+    let sonnet = &pricing["models"]["claude-sonnet-4-5"];
+    assert_eq!(sonnet["cache_write_1h"], 6_000_000);
+    assert_eq!(sonnet["cache_write_1h_from"], "price table");
+    assert_eq!(sonnet["web_search_per_1k_requests"], 10_000_000);
+    let gpt = &pricing["models"]["gpt-4o"];
+    assert_eq!(gpt["cache_write_1h"], 5_000_000, "twice the input price");
+    assert!(gpt["web_search_per_1k_requests"].is_null());
+    let unpriced: Vec<&str> = pricing["web_search_not_priced_for"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap())
+        .collect();
+    assert!(unpriced.contains(&"gpt-4o") && !unpriced.contains(&"claude-sonnet-4-5"));
+    for item in [
+        "input",
+        "cache_write_5m",
+        "cache_write_1h",
+        "cache_read",
+        "output",
+        "web_search_requests",
+    ] {
+        assert!(pricing["billed_items"][item].is_string(), "{item}");
+    }
+}
