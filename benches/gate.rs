@@ -139,6 +139,8 @@ fn policy() -> Policy {
             cache_read: 1_250_000,
             output: 10_000_000,
             max_output: 16_384,
+            cache_write_1h: None,
+            web_search_per_1k: None,
         },
     );
     Policy {

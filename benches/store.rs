@@ -17,7 +17,7 @@ use criterion::{Criterion, SamplingMode, Throughput};
 use tokensaver::gate::{Usage, Verdict};
 use tokensaver::request::WireForm;
 use tokensaver::store::sqlite::SqliteStore;
-use tokensaver::store::{DecisionRow, Event, Store, UsageRow};
+use tokensaver::store::{DecisionRow, Ending, Event, SpendBasis, Store, UsageRow};
 
 const NOW_MS: u64 = 1_790_000_000_000;
 const KEYS: u64 = 4_000;
@@ -70,6 +70,10 @@ fn pair(i: u64) -> (Event, Event) {
             cache_read: 0,
             output: 120,
         },
+        cache_write_1h: 0,
+        web_search_requests: 0,
+        ending: Some(Ending::Complete),
+        basis: SpendBasis::Reported,
         spend_nano: 2_450_000,
     };
     (Event::Decision(decision), Event::Usage(usage))

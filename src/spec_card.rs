@@ -105,14 +105,17 @@ pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value
             "The identity leaves out fields that name the caller or its session (user, metadata, safety_identifier, prompt_cache_key): two sessions that send the same request share a stored answer within one key.",
             "In digest mode, counts and usage are reported by the client; lengths and parameters (model, max_tokens, ...) still leave the building, content does not.",
             "Spend is kept in integer nano-USD; each usage part is priced per million tokens and rounded up per call.",
+            "An answer that ends without the provider's final usage (an error event, a truncated stream, a reset, a timeout, a client that went away) is charged its worst case, never less: its spend is an upper bound, marked worst_case, and it is never stored or counted as tokens_not_bought.",
+            "Usage the price table cannot express is not priced: long-context surcharges, OpenAI web search calls (not reported in usage), and Anthropic iterations run on another model (advisor, fallback), which are priced at the served model's prices.",
         ],
+        "pricing": pricing(policy),
         "routes": {
             "gated": ["POST /v1/chat/completions", "POST /v1/responses", "POST /v1/messages"],
             "passed_through_after_the_key_check": ["GET /v1/models", "GET|DELETE /v1/responses/{id}", "GET /v1/responses/{id}/input_items", "POST /v1/responses/{id}/cancel", "POST /v1/messages/count_tokens"],
             "public": ["spec", "stats", "verify"],
-            "keyed": ["estimate", "gate", "record", "ledger", "budget", "prices", "forget", "holds"],
+            "keyed": ["estimate", "gate", "record", "ledger", "ledger/decisions", "budget", "prices", "forget", "holds"],
             "key_owner": ["holds", "holds/{id}/approve", "holds/{id}/deny"],
-            "admin_listener": ["budget/{key_id}", "prices", "holds", "holds/{id}/approve", "holds/{id}/deny", "metrics", "split-profile/*"],
+            "admin_listener": ["budget/{key_id}", "prices", "holds", "holds/{id}/approve", "holds/{id}/deny", "ledger/decisions", "metrics", "economics", "split-profile/*"],
         },
         "listeners": {
             "proxy": config.proxy_addr.to_string(),
@@ -120,6 +123,51 @@ pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value
             "admin": config.admin_addr.to_string(),
         },
         "receipt_keys": keys,
+    })
+}
+
+/// What the price table prices, per model: the four parts, 1-hour cache writes (configured,
+/// or twice the input price), web search requests (configured, or not priced), and the
+/// model's maximum output.
+fn pricing(policy: &Policy) -> Value {
+    let models: serde_json::Map<String, Value> = policy
+        .prices
+        .iter()
+        .map(|(model, p)| {
+            (
+                model.clone(),
+                json!({
+                    "input": p.input,
+                    "cache_write_5m": p.cache_write,
+                    "cache_write_1h": p.cache_write_1h(),
+                    "cache_write_1h_from": if p.cache_write_1h.is_some() { "price table" } else { "2x input (Anthropic's rule)" },
+                    "cache_read": p.cache_read,
+                    "output": p.output,
+                    "web_search_per_1k_requests": p.web_search_per_1k,
+                    "max_output": p.max_output,
+                }),
+            )
+        })
+        .collect();
+    let unpriced_search: Vec<&String> = policy
+        .prices
+        .iter()
+        .filter(|(_, p)| p.web_search_per_1k.is_none())
+        .map(|(m, _)| m)
+        .collect();
+    json!({
+        "units": "micro-USD per million tokens; web search in micro-USD per 1,000 requests; spend in integer nano-USD",
+        "billed_items": {
+            "input": "uncached input tokens",
+            "cache_write_5m": "cache writes of the default duration (Anthropic: 5 minutes; OpenAI-compatible cache_write_tokens)",
+            "cache_write_1h": "Anthropic 1-hour cache writes, priced apart",
+            "cache_read": "cached input tokens read (OpenAI cached_tokens)",
+            "output": "output tokens, reasoning included (counted once)",
+            "web_search_requests": "Anthropic server-side web searches, per request",
+        },
+        "tiers_use": "the four parts (input, cache_write, cache_read, output); 1-hour writes and web searches are priced in spend only",
+        "web_search_not_priced_for": unpriced_search,
+        "models": models,
     })
 }
 

@@ -44,6 +44,8 @@ fn policy() -> Policy {
         cache_read: input / 10,
         output,
         max_output,
+        cache_write_1h: None,
+        web_search_per_1k: None,
     };
     p.prices
         .insert("gpt-4o".into(), price(2_500_000, 10_000_000, 16_384));

@@ -14,7 +14,8 @@ use tokensaver::gate::{Usage, Verdict};
 use tokensaver::request::WireForm;
 use tokensaver::store::sqlite::{SqliteStore, DB_FILE, SCHEMA_VERSION};
 use tokensaver::store::{
-    utc_day, DecisionRow, Event, HoldRow, HoldState, LedgerTotals, Store, StoreError, UsageRow,
+    utc_day, DecisionRow, Ending, Event, HoldRow, HoldState, LedgerTotals, SpendBasis, Store,
+    StoreError, UsageRow,
 };
 
 const DAY: u64 = 86_400_000;
@@ -58,6 +59,10 @@ fn usage_row(id: &str, key: &str, at: u64, spend: u64) -> UsageRow {
             cache_read: 2,
             output: 20,
         },
+        cache_write_1h: 0,
+        web_search_requests: 0,
+        ending: Some(Ending::Complete),
+        basis: SpendBasis::Reported,
         spend_nano: spend,
     }
 }
@@ -246,6 +251,8 @@ fn load_returns_what_was_written() {
         cache_read: 1_250_000,
         output: 10_000_000,
         max_output: 16_384,
+        cache_write_1h: None,
+        web_search_per_1k: None,
     };
     store.submit(Event::PricesSet {
         model: "gpt-4o".to_owned(),

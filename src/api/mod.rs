@@ -6,10 +6,11 @@
 //! - `POST /verify`                public: check a signed receipt envelope
 //! - `POST /estimate`              keyed: a request body (`?route=`) or digest → the decision it would get; records nothing
 //! - `POST /gate`                  keyed: digest → decision + receipt (digest mode); moves the windows
-//! - `POST /record`                keyed: provider-reported usage for a decision; committed before 200
+//! - `POST /record`                keyed: provider-reported usage and how the answer ended; committed before 200
 //! - `GET  /ledger`                keyed: spend and savings by tier, per day and total (`?format=csv`, `?from=&to=`)
+//! - `GET  /ledger/decisions`      keyed: the key's decisions one by one with usage parts, billed items and spend (`?from=&to=&limit=&after=&format=csv`); never content
 //! - `GET  /budget`                keyed: ceiling, period, spend, reserved, left
-//! - `GET  /prices`                keyed: per-model prices and max output
+//! - `GET  /prices`                keyed: per-model prices (four parts, 1-hour writes, web search per 1,000) and max output
 //! - `POST /forget`                keyed: delete stored answers and fingerprint records of the key
 //! - `GET  /holds`                 the key (or its owner secret): its own pending and approved holds, and its attending lease
 //! - `POST /holds/{id}/approve`    the key's owner secret (`x-tokensaver-owner`) approves its hold; body `{"attend_minutes": N}` (1..=1440) optional
@@ -23,6 +24,7 @@
 //! - `POST /holds/{id}/deny`       deny a pending hold
 //! - `GET  /metrics`               Prometheus exposition; never content
 //! - `GET  /economics`             the evidence-grade savings report (`?suite=&category=&model=&task=`)
+//! - `GET  /ledger/decisions`      every key's decisions (`?key=ID` for one key), as on the API listener
 //! - `GET  /split-profile/criteria`, `POST /split-profile/{precheck,check,budget,catalogue,audit}`
 
 mod holds;

@@ -11,12 +11,13 @@ use super::holds::{self, HoldRoute};
 use super::http::{ApiRequest, ApiResponse};
 use crate::auth;
 use crate::config::{BudgetPeriod, KeyConfig, Prices};
-use crate::gate::Usage;
+use crate::gate::{Billed, Usage};
 use crate::ledger::{
     GateOutcome, GateRequest, Gatekeeper, Mode, RecordError, RecordSource, UsageReport,
 };
 use crate::now_ms;
 use crate::request::{self, Digest, Route, WireForm};
+use crate::store::Ending;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Listener {
@@ -28,6 +29,9 @@ pub struct Api {
     pub gatekeeper: Arc<Gatekeeper>,
     pub split_profile: crate::split_profile::SplitProfileService,
 }
+
+/// Decisions per page of `GET /ledger/decisions` when `limit` is absent.
+const DEFAULT_DECISIONS_PAGE: usize = 100;
 
 /// Bodies of the API's own routes are small; provider bodies (estimate) follow the proxy's cap.
 const SMALL_BODY_CAP: usize = 1024 * 1024;
@@ -114,6 +118,9 @@ impl Api {
             "/ledger" => only(m, Method::GET, || {
                 self.keyed(req, |k, _| self.ledger(req, k))
             }),
+            "/ledger/decisions" => only(m, Method::GET, || {
+                self.keyed(req, |k, _| self.decisions(req, Some(&k.id)))
+            }),
             "/budget" => only(m, Method::GET, || {
                 self.keyed(req, |k, _| {
                     ApiResponse::json(200, &self.gatekeeper.budget_view(&k.id, now_ms()))
@@ -172,6 +179,12 @@ impl Api {
         }
         if path == "/economics" {
             return only(&req.method, Method::GET, || self.economics(req));
+        }
+        if path == "/ledger/decisions" {
+            // Every key's decisions, or one key's with `?key=ID`.
+            return only(&req.method, Method::GET, || {
+                self.decisions(req, req.query_param("key").filter(|k| !k.is_empty()))
+            });
         }
         not_found()
     }
@@ -332,13 +345,24 @@ impl Api {
         let Ok(rec) = serde_json::from_slice::<RecordBody>(&req.body) else {
             return bad_json();
         };
+        let Some(ending) = rec.ending() else {
+            return ApiResponse::error(
+                400,
+                "inconsistent_ending",
+                "complete must be true exactly when ending is complete",
+            );
+        };
         let report = UsageReport {
             key_id: key.id.clone(),
             decision_id: rec.decision_id,
-            usage: Some(rec.usage),
+            usage: rec.usage.map(|usage| Billed {
+                usage,
+                cache_write_1h: rec.cache_write_1h.min(usage.cache_write),
+                web_search_requests: rec.web_search_requests,
+            }),
             served_model: rec.served_model,
             wire: rec.wire,
-            complete: rec.complete,
+            ending,
         };
         match self
             .gatekeeper
@@ -404,6 +428,62 @@ impl Api {
                 }
             }),
         )
+    }
+
+    /// `GET /ledger/decisions?from=&to=&limit=&after=&format=csv`: one key's decisions (or
+    /// every key's, admin) with their settlements, oldest first, a page at a time. `from` and
+    /// `to` are UTC days (`YYYY-MM-DD`, both inclusive) or unix milliseconds (`to` exclusive);
+    /// `after` is the `next_after` of the previous page.
+    fn decisions(&self, req: &ApiRequest, key_id: Option<&str>) -> ApiResponse {
+        let bound = |name: &str, end: bool| -> Result<Option<u64>, ()> {
+            match req.query_param(name) {
+                None | Some("") => Ok(None),
+                Some(v) if valid_day(v) => crate::store::day_start_ms(v)
+                    .and_then(|ms| u64::try_from(ms).ok())
+                    .map(|ms| Some(if end { ms + 86_400_000 } else { ms }))
+                    .ok_or(()),
+                Some(v) => v.parse::<u64>().map(Some).map_err(drop),
+            }
+        };
+        let (Ok(from_ms), Ok(to_ms)) = (bound("from", false), bound("to", true)) else {
+            return ApiResponse::error(
+                400,
+                "invalid_time",
+                "from and to must be days as YYYY-MM-DD or unix milliseconds",
+            );
+        };
+        let limit = match req.query_param("limit").map(str::parse::<usize>) {
+            None => DEFAULT_DECISIONS_PAGE,
+            Some(Ok(n)) if (1..=crate::store::sqlite::MAX_DECISIONS_PAGE).contains(&n) => n,
+            Some(_) => return ApiResponse::error(400, "invalid_limit", "limit must be 1 to 1000"),
+        };
+        let query = crate::store::DecisionQuery {
+            key_id: key_id.map(str::to_string),
+            from_ms,
+            to_ms,
+            after: req
+                .query_param("after")
+                .filter(|a| !a.is_empty())
+                .map(str::to_string),
+            limit,
+        };
+        match self.gatekeeper.decisions(&query) {
+            Ok(page) if req.query_param("format") == Some("csv") => {
+                let csv = crate::ledger::report::decisions_csv(&page);
+                let resp = ApiResponse::text(200, "text/csv", csv);
+                match page.next_after {
+                    Some(next) => resp.with_header("x-tokensaver-next-after", next),
+                    None => resp,
+                }
+            }
+            Ok(page) => ApiResponse::json(200, &page),
+            Err(crate::store::StoreError::UnknownCursor) => ApiResponse::error(
+                400,
+                "unknown_cursor",
+                "after must be the decision id a previous page ended with",
+            ),
+            Err(_) => ApiResponse::error(503, "storage_unavailable", "the ledger is unavailable"),
+        }
     }
 
     fn forget(&self, key: &KeyConfig) -> ApiResponse {
@@ -509,7 +589,29 @@ struct RecordBody {
     wire: WireForm,
     served_model: String,
     complete: bool,
-    usage: Usage,
+    /// The four parts the provider reported; absent or null: none.
+    #[serde(default)]
+    usage: Option<Usage>,
+    /// Of `usage.cache_write`, the 1-hour writes.
+    #[serde(default)]
+    cache_write_1h: u64,
+    #[serde(default)]
+    web_search_requests: u64,
+    /// How the answer ended; absent: `complete`, or `client_reported` when not complete.
+    #[serde(default)]
+    ending: Option<Ending>,
+}
+
+impl RecordBody {
+    /// The ending it states, or `None` when it contradicts `complete`.
+    fn ending(&self) -> Option<Ending> {
+        match (self.complete, self.ending) {
+            (true, None | Some(Ending::Complete)) => Some(Ending::Complete),
+            (true, Some(_)) | (false, Some(Ending::Complete)) => None,
+            (false, None) => Some(Ending::ClientReported),
+            (false, Some(e)) => Some(e),
+        }
+    }
 }
 
 pub fn gate_answer(outcome: &GateOutcome) -> serde_json::Value {

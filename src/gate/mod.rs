@@ -104,6 +104,62 @@ impl Usage {
     }
 }
 
+/// What the provider bills for one answer: the four parts (the only figures the tiers use) and
+/// the billed items the four parts cannot express. Spend is priced from this, so that it is
+/// exact; the tiers (`tokens_not_bought`) keep using [`Usage`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Billed {
+    pub usage: Usage,
+    /// Of `usage.cache_write`, the tokens written to the 1-hour cache (Anthropic
+    /// `ephemeral_1h_input_tokens`), priced apart from 5-minute writes. Never more than
+    /// `usage.cache_write`.
+    #[serde(default)]
+    pub cache_write_1h: u64,
+    /// Server-side web search requests, billed per request (Anthropic
+    /// `server_tool_use.web_search_requests`).
+    #[serde(default)]
+    pub web_search_requests: u64,
+}
+
+impl Billed {
+    /// Spend in nano-USD: every part at its own price, each rounded up. 5-minute writes are
+    /// `cache_write − cache_write_1h`; 1-hour writes take `cache_write_1h` (absent: twice
+    /// the input price, Anthropic's published rule); web search requests take
+    /// `web_search_per_1k` (absent: not priced, see `/spec`).
+    pub fn cost_nano(&self, prices: &crate::config::Prices) -> u64 {
+        let u = &self.usage;
+        let one_hour = self.cache_write_1h.min(u.cache_write);
+        tokens_cost_nano(u.input, prices.input)
+            .saturating_add(tokens_cost_nano(
+                u.cache_write - one_hour,
+                prices.cache_write,
+            ))
+            .saturating_add(tokens_cost_nano(one_hour, prices.cache_write_1h()))
+            .saturating_add(tokens_cost_nano(u.cache_read, prices.cache_read))
+            .saturating_add(tokens_cost_nano(u.output, prices.output))
+            .saturating_add(requests_cost_nano(
+                self.web_search_requests,
+                prices.web_search_per_1k.unwrap_or(0),
+            ))
+    }
+}
+
+impl From<Usage> for Billed {
+    fn from(usage: Usage) -> Self {
+        Billed {
+            usage,
+            ..Billed::default()
+        }
+    }
+}
+
+/// requests × micro-USD-per-1,000-requests → nano-USD (exact: one request costs the price
+/// per thousand in nano-USD).
+pub fn requests_cost_nano(requests: u64, micro_usd_per_1k: u64) -> u64 {
+    requests.saturating_mul(micro_usd_per_1k)
+}
+
 /// tokens × micro-USD-per-million → nano-USD, rounded up (exact for prices in whole
 /// thousandths of a dollar per million tokens, which covers every published price).
 pub fn tokens_cost_nano(tokens: u64, micro_usd_per_mtok: u64) -> u64 {

@@ -5,6 +5,8 @@
 
 pub mod report;
 #[cfg(test)]
+mod settle_tests;
+#[cfg(test)]
 mod tests;
 
 use std::collections::{BTreeMap, HashMap};
@@ -14,16 +16,16 @@ use serde::Serialize;
 
 use crate::config::{BudgetPeriod, Config, KeyConfig, Prices};
 use crate::gate::{
-    decide_with, Approvals, BudgetState, Decision, GateInput, KeyState, Policy, Usage, Verdict,
-    Windows,
+    decide_with, Approvals, Billed, BudgetState, Decision, GateInput, KeyState, Policy, Usage,
+    Verdict, Windows,
 };
 use crate::metrics::Metrics;
 use crate::receipt::{Envelope, ReceiptSigner};
 use crate::request::{Hash, RequestShape, WireForm};
 use crate::store::answers::{AnswerKey, AnswerStore, StoredAnswer};
 use crate::store::{
-    period_start, DecisionRow, Event, HoldOpening, HoldRow, HoldState, LeaseRow, LedgerDay,
-    LedgerTotals, Store, StoreError, UsageRow,
+    period_start, DecisionPage, DecisionQuery, DecisionRow, Ending, Event, HoldOpening, HoldRow,
+    HoldState, LeaseRow, LedgerDay, LedgerTotals, SpendBasis, Store, StoreError, UsageRow,
 };
 
 const DAY_MS: u64 = 86_400_000;
@@ -70,12 +72,48 @@ pub enum RecordSource {
 pub struct UsageReport {
     pub key_id: String,
     pub decision_id: String,
-    /// `None`: the provider reported no usage.
-    pub usage: Option<Usage>,
+    /// What the provider reported: its final figures for a complete answer, what it had
+    /// reported before the end otherwise; `None`: nothing.
+    pub usage: Option<Billed>,
     pub served_model: String,
     pub wire: WireForm,
-    /// The answer ended properly (a broken stream is recorded, never stored).
-    pub complete: bool,
+    /// How the answer ended (only a complete answer is stored or counts as bought usage).
+    pub ending: Ending,
+}
+
+/// What a settled decision is charged, and on what basis (README, "Usage accounting"):
+/// - a complete answer, or a failed one with the provider's final figures: the reported usage
+///   at the served model's prices;
+/// - an answer the provider refused (error status) or never received: what it reported
+///   (normally nothing), else zero;
+/// - any other incomplete answer may have been billed in full: the larger of the decision's
+///   reserved worst case and the reported figures with output raised to the request's output
+///   ceiling. Never below what may have been billed; the row says `worst_case`.
+pub fn settlement(
+    ending: Ending,
+    usage: Option<&Billed>,
+    prices: Option<&crate::config::Prices>,
+    reserved_nano: u64,
+    output_ceiling: Option<u64>,
+) -> (u64, SpendBasis) {
+    let priced = |b: &Billed| prices.map(|p| b.cost_nano(p)).unwrap_or(0);
+    match (ending, usage) {
+        (Ending::Complete | Ending::Failed, Some(u)) => (priced(u), SpendBasis::Reported),
+        (e, Some(u)) if !e.billable() => (priced(u), SpendBasis::Reported),
+        (e, None) if !e.billable() => (0, SpendBasis::None),
+        (_, reported) => {
+            let bound = reported
+                .map(|u| {
+                    let mut b = *u;
+                    if let Some(ceiling) = output_ceiling {
+                        b.usage.output = b.usage.output.max(ceiling);
+                    }
+                    priced(&b)
+                })
+                .unwrap_or(0);
+            (reserved_nano.max(bound), SpendBasis::WorstCase)
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -185,6 +223,8 @@ struct Reservation {
     served_model: String,
     wire: WireForm,
     nano: u64,
+    /// The decision's output ceiling (tokens): bounds the charge of an incomplete answer.
+    output_ceiling: Option<u64>,
     expires_ms: u64,
     reusable: bool,
 }
@@ -403,6 +443,8 @@ impl Gatekeeper {
                             .unwrap_or_else(|| row.model_requested.clone()),
                         wire: row.wire,
                         nano: row.reserved_nano,
+                        // The stored worst case adds the input estimate: a looser ceiling.
+                        output_ceiling: row.worst_case_tokens,
                         expires_ms: row.decided_at_ms + config.reservation_ttl_ms,
                         reusable: false,
                     },
@@ -585,6 +627,7 @@ impl Gatekeeper {
                             .unwrap_or_else(|| shape.model.clone()),
                         wire,
                         nano,
+                        output_ceiling: decision.worst_case.output_tokens,
                         expires_ms: req.now_ms + self.config.reservation_ttl_ms,
                         reusable: shape.reproducible(),
                     },
@@ -683,8 +726,9 @@ impl Gatekeeper {
         st.leases.retain(|_, l| now_ms < l.until_ms);
     }
 
-    /// Settle a forwarded decision with the usage the provider reported (`None`: it reported
-    /// none — the reservation is released and nothing is charged or invented).
+    /// Settle a forwarded decision with what the provider reported and how its answer ended
+    /// ([`settlement`]): nothing is invented, and an answer that may have been billed without
+    /// its usage reported is charged its worst case.
     pub fn record_usage(
         &self,
         report: &UsageReport,
@@ -696,7 +740,14 @@ impl Gatekeeper {
             report.decision_id.as_str(),
             report.served_model.as_str(),
         );
-        let (usage, wire, complete) = (report.usage, report.wire, report.complete);
+        let wire = report.wire;
+        // A "complete" answer without usage is one that reported none.
+        let ending = match (report.ending, report.usage) {
+            (Ending::Complete, None) => Ending::NoUsage,
+            (e, _) => e,
+        };
+        let complete = ending == Ending::Complete;
+        let usage = report.usage;
         // Prices first: `gate` holds the policy while it takes the state lock, so taking the
         // policy under the state lock here could deadlock behind a waiting `PUT /prices`.
         let prices = self
@@ -721,11 +772,18 @@ impl Gatekeeper {
             st.reservations.insert(decision_id.to_string(), reservation);
             return Err(RecordError::ModelMismatch);
         }
-        let usage_or_zero = usage.unwrap_or_default();
-        let spend = prices.map(|p| usage_or_zero.cost_nano(&p)).unwrap_or(0);
+        let (spend, basis) = settlement(
+            ending,
+            usage.as_ref(),
+            prices.as_ref(),
+            reservation.nano,
+            reservation.output_ceiling,
+        );
         st.add_spend(key_id, now_ms, spend);
         let mut recorded_event = None;
-        if let (Some(u), true, true) = (usage, complete, reservation.reusable) {
+        // Only a complete answer's usage is what a SERVE of it would not buy.
+        if let (Some(Billed { usage: u, .. }), true, true) = (usage, complete, reservation.reusable)
+        {
             st.recorded
                 .entry(key_id.to_string())
                 .or_default()
@@ -746,7 +804,11 @@ impl Gatekeeper {
             served_model: served_model.to_string(),
             wire,
             complete,
-            usage: usage_or_zero,
+            usage: usage.map(|b| b.usage).unwrap_or_default(),
+            cache_write_1h: usage.map(|b| b.cache_write_1h).unwrap_or(0),
+            web_search_requests: usage.map(|b| b.web_search_requests).unwrap_or(0),
+            ending: Some(ending),
+            basis,
             spend_nano: spend,
         };
         if let (Some(e), RecordSource::Digest) = (recorded_event, source) {
@@ -968,6 +1030,13 @@ impl Gatekeeper {
     ) -> Result<(Vec<LedgerDay>, LedgerTotals), StoreError> {
         self.store.flush()?;
         self.store.ledger(key_id, from, to)
+    }
+
+    /// Decisions with their settlements, oldest first (`GET /ledger/decisions`): what is
+    /// queued is committed first, so a settled call is listed as settled.
+    pub fn decisions(&self, query: &DecisionQuery) -> Result<DecisionPage, StoreError> {
+        self.store.flush()?;
+        self.store.decisions(query)
     }
 
     pub fn flush(&self) -> Result<(), StoreError> {

@@ -3,7 +3,7 @@
 use crate::config::Config;
 use crate::gate::Verdict;
 use crate::store::sqlite::SqliteStore;
-use crate::store::{LedgerDay, LedgerTotals, Store};
+use crate::store::{utc_day, DecisionPage, LedgerDay, LedgerTotals, Store};
 
 fn usd(nano: u64) -> String {
     format!(
@@ -49,6 +49,82 @@ pub fn csv(days: &[LedgerDay], total: &LedgerTotals) -> String {
         ));
     }
     out
+}
+
+/// A nano-USD amount as a decimal dollar figure with all nine places (exact).
+pub fn usd_exact(nano: u64) -> String {
+    format!("{}.{:09}", nano / 1_000_000_000, nano % 1_000_000_000)
+}
+
+/// A CSV field: quoted when it holds a separator, a quote or a line break; a leading `=`,
+/// `+`, `-`, `@` (a formula to a spreadsheet) is defused with a `'`.
+fn csv_field(s: &str) -> String {
+    let s = if s.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        format!("'{s}")
+    } else {
+        s.to_string()
+    };
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s
+    }
+}
+
+/// `GET /ledger/decisions?format=csv`: one line per decision, every usage part and billed
+/// item in its own column, spend in nano-USD and as an exact dollar figure. Never content.
+pub fn decisions_csv(page: &DecisionPage) -> String {
+    let mut out = String::from(
+        "decision_id,key_id,decided_at_ms,decided_at,verdict,reason,model_requested,\
+         model_served,wire,status,ending,basis,settled_at_ms,input,cache_write,cache_write_1h,\
+         cache_read,output,web_search_requests,reserved_nano,spend_nano,spend_usd,\
+         tokens_not_bought,worst_case_tokens_avoided,hold_id\n",
+    );
+    for d in &page.decisions {
+        let fields = [
+            csv_field(&d.decision_id),
+            csv_field(&d.key_id),
+            d.decided_at_ms.to_string(),
+            utc_time(d.decided_at_ms),
+            d.verdict.as_str().to_string(),
+            csv_field(&d.reason),
+            csv_field(&d.model_requested),
+            csv_field(d.model_served.as_deref().unwrap_or("")),
+            d.wire.as_str().to_string(),
+            d.status.to_string(),
+            d.ending.map(|e| e.as_str()).unwrap_or("").to_string(),
+            d.basis.map(|b| b.as_str()).unwrap_or("").to_string(),
+            d.settled_at_ms.map(|t| t.to_string()).unwrap_or_default(),
+            d.input.to_string(),
+            d.cache_write.to_string(),
+            d.cache_write_1h.to_string(),
+            d.cache_read.to_string(),
+            d.output.to_string(),
+            d.web_search_requests.to_string(),
+            d.reserved_nano.to_string(),
+            d.spend_nano.to_string(),
+            usd_exact(d.spend_nano),
+            d.tokens_not_bought.to_string(),
+            d.worst_case_tokens_avoided.to_string(),
+            csv_field(d.hold_id.as_deref().unwrap_or("")),
+        ];
+        out.push_str(&fields.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` for a unix-milliseconds time.
+pub fn utc_time(ms: u64) -> String {
+    let secs = ms / 1000;
+    format!(
+        "{}T{:02}:{:02}:{:02}.{:03}Z",
+        utc_day(ms),
+        (secs / 3600) % 24,
+        (secs / 60) % 60,
+        secs % 60,
+        ms % 1000
+    )
 }
 
 pub fn render(days: &[LedgerDay], total: &LedgerTotals) -> String {

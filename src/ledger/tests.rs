@@ -16,10 +16,10 @@ use crate::store::sqlite::SqliteStore;
 
 const SECRET: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 /// 2026-11-29T22:39:09Z
-const T0: u64 = 1_795_991_949_000;
+pub(super) const T0: u64 = 1_795_991_949_000;
 const TTL_MS: u64 = 900_000;
 
-fn config() -> Config {
+pub(super) fn config() -> Config {
     let hash = crate::receipt::hex_encode(&crate::auth::secret_hash(SECRET));
     let text = format!(
         r#"
@@ -43,7 +43,7 @@ hold_ttl_secs = 900
     Config::parse(&text).unwrap()
 }
 
-fn open(dir: &Path) -> Gatekeeper {
+pub(super) fn open(dir: &Path) -> Gatekeeper {
     let store = SqliteStore::open(dir, 1).unwrap();
     Gatekeeper::new(
         config(),
@@ -54,7 +54,7 @@ fn open(dir: &Path) -> Gatekeeper {
     .unwrap()
 }
 
-fn shape_of(body: &Value) -> RequestShape {
+pub(super) fn shape_of(body: &Value) -> RequestShape {
     let key = crate::auth::fingerprint_key(SECRET);
     request::parse(Route::OpenAiChat, body.to_string().as_bytes(), &key)
         .unwrap()
@@ -107,7 +107,7 @@ fn gate_at(
     )
 }
 
-fn gate(gk: &Gatekeeper, shape: &RequestShape, now_ms: u64) -> GateOutcome {
+pub(super) fn gate(gk: &Gatekeeper, shape: &RequestShape, now_ms: u64) -> GateOutcome {
     gate_at(gk, shape, None, None, now_ms, Mode::Commit)
 }
 

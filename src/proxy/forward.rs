@@ -11,13 +11,14 @@ use serde_json::{Map, Value};
 
 use super::errors::GateError;
 use super::remote::RemoteGate;
-use super::usage::{json_usage, SseTap};
+use super::usage::{json_usage, AnswerEnd, SseTap};
 use super::{respond_error, ProviderPeer};
-use crate::gate::Usage;
+use crate::gate::Billed;
 use crate::ledger::{Gatekeeper, RecordSource, UsageReport};
 use crate::now_ms;
 use crate::request::{Route, WireForm};
 use crate::store::answers::{AnswerKey, StoredAnswer};
+use crate::store::Ending;
 
 /// Request headers that describe the downstream hop or the caller's key, never forwarded.
 const DROPPED_REQUEST_HEADERS: &[&str] = &[
@@ -68,8 +69,9 @@ const USAGE_OPTION: &[u8] = b",\"stream_options\":{\"include_usage\":true}";
 /// How the upstream exchange ended.
 struct Outcome {
     status: u16,
-    usage: Option<Usage>,
-    complete: bool,
+    /// What the provider reported (final only when `ending` is `Complete`).
+    usage: Option<Billed>,
+    ending: Ending,
     answer: Option<(String, Vec<u8>)>,
     /// The last bytes for the client, written once the answer is recorded and stored, so a
     /// client that repeats at once finds it.
@@ -139,7 +141,7 @@ impl Forward<'_> {
         Ok(header)
     }
 
-    fn report(&self, usage: Option<Usage>, complete: bool) -> UsageReport {
+    fn report(&self, usage: Option<Billed>, ending: Ending) -> UsageReport {
         UsageReport {
             key_id: self.key_id.to_string(),
             decision_id: self.decision_id.to_string(),
@@ -150,7 +152,7 @@ impl Forward<'_> {
             } else {
                 WireForm::Json
             },
-            complete,
+            ending,
         }
     }
 
@@ -163,7 +165,7 @@ impl Forward<'_> {
             Err(e) => {
                 // Nothing went upstream: the decision's reservation is released.
                 self.recorder
-                    .record(self.gatekeeper, self.report(None, false));
+                    .record(self.gatekeeper, self.report(None, Ending::NotSent));
                 return Err(e);
             }
         };
@@ -172,14 +174,12 @@ impl Forward<'_> {
             Ok(outcome) => (outcome, None),
             Err((outcome, err)) => (outcome, Some(err)),
         };
-        self.recorder.record(
-            self.gatekeeper,
-            self.report(outcome.usage, outcome.complete),
-        );
+        self.recorder
+            .record(self.gatekeeper, self.report(outcome.usage, outcome.ending));
         let success = (200..300).contains(&outcome.status);
         if let (true, true, true, Some(_), Some((content_type, bytes))) = (
             self.reusable,
-            outcome.complete,
+            outcome.ending == Ending::Complete,
             success,
             outcome.usage,
             outcome.answer.take(),
@@ -231,10 +231,11 @@ impl Forward<'_> {
         body: Bytes,
         strip: bool,
     ) -> std::result::Result<Outcome, (Outcome, Failure)> {
+        // Until the request is written, nothing reached the provider.
         let mut outcome = Outcome {
             status: 0,
             usage: None,
-            complete: false,
+            ending: Ending::NotSent,
             answer: None,
             tail: None,
         };
@@ -256,6 +257,9 @@ impl Forward<'_> {
         // Pingora's connector does not carry the peer's timeouts into a session it hands out.
         upstream.set_read_timeout(self.provider.peer.options.read_timeout);
         upstream.set_write_timeout(self.provider.peer.options.write_timeout);
+        // From the first byte written, the provider may have received the request and billed
+        // it: every later failure settles at the worst case.
+        outcome.ending = Ending::Unanswered;
         let sent = async {
             upstream.write_request_header(Box::new(header)).await?;
             upstream.write_request_body(body, true).await?;
@@ -297,6 +301,10 @@ impl Forward<'_> {
             ));
         };
         outcome.status = resp.status.as_u16();
+        // An error status is the provider refusing the request: not billed, whatever follows.
+        if !(200..300).contains(&outcome.status) {
+            outcome.ending = Ending::ProviderError;
+        }
         let content_type = resp
             .headers
             .get("content-type")
@@ -340,6 +348,7 @@ impl Forward<'_> {
             .is_err()
         {
             upstream.shutdown().await;
+            outcome.ending = broken(&outcome, Ending::ClientGone);
             return Err((outcome, Failure::MidStream));
         }
 
@@ -374,12 +383,18 @@ impl Forward<'_> {
                         && session.write_response_body(Some(out), false).await.is_err()
                     {
                         upstream.shutdown().await;
-                        outcome.usage = usage_so_far(self.route, &tap, &json_body);
+                        outcome.usage = usage_so_far(self.route, &tap, &json_body).0;
+                        outcome.ending = broken(&outcome, Ending::ClientGone);
                         return Err((outcome, Failure::MidStream));
                     }
                 }
                 Ok(None) => break,
-                Err(_) => {
+                Err(e) => {
+                    let cause = if is_timeout(&e) {
+                        Ending::Timeout
+                    } else {
+                        Ending::Reset
+                    };
                     if let Some(t) = tap.as_mut() {
                         let rest = t.finish();
                         if !rest.is_empty() {
@@ -389,20 +404,26 @@ impl Forward<'_> {
                         }
                     }
                     upstream.shutdown().await;
-                    outcome.usage = usage_so_far(self.route, &tap, &json_body);
+                    outcome.usage = usage_so_far(self.route, &tap, &json_body).0;
+                    outcome.ending = broken(&outcome, cause);
                     return Err((outcome, Failure::MidStream));
                 }
             }
         }
         let rest = tap.as_mut().map(SseTap::finish).unwrap_or_default();
         let body_done = upstream.response_done();
-        outcome.usage = usage_so_far(self.route, &tap, &json_body);
-        outcome.complete = body_done
-            && match &tap {
-                Some(t) => t.finished,
-                None => outcome.usage.is_some() || !success,
-            };
-        if kept_whole && outcome.complete {
+        let (usage, end) = usage_so_far(self.route, &tap, &json_body);
+        outcome.usage = usage;
+        outcome.ending = match (success, body_done, end, usage) {
+            (false, ..) => Ending::ProviderError,
+            (true, false, ..) => Ending::Truncated,
+            (true, true, AnswerEnd::Finished, Some(_)) => Ending::Complete,
+            (true, true, AnswerEnd::Finished, None) => Ending::NoUsage,
+            (true, true, AnswerEnd::ErrorEvent, _) => Ending::ErrorEvent,
+            (true, true, AnswerEnd::Failed, _) => Ending::Failed,
+            (true, true, AnswerEnd::Open, _) => Ending::Truncated,
+        };
+        if kept_whole && outcome.ending == Ending::Complete {
             let answer = if is_sse { kept } else { json_body };
             outcome.answer = Some((content_type, answer));
         }
@@ -452,10 +473,23 @@ enum Failure {
     MidStream,
 }
 
-fn usage_so_far(route: Route, tap: &Option<SseTap>, json_body: &[u8]) -> Option<Usage> {
+/// What the provider reported so far, and how its answer reads.
+fn usage_so_far(
+    route: Route,
+    tap: &Option<SseTap>,
+    json_body: &[u8],
+) -> (Option<Billed>, AnswerEnd) {
     match tap {
-        Some(t) => t.usage,
+        Some(t) => (t.usage(), t.end()),
         None => json_usage(route, json_body),
+    }
+}
+
+/// The ending of an answer that broke off for `cause`: an error status stays a refusal.
+fn broken(outcome: &Outcome, cause: Ending) -> Ending {
+    match outcome.ending {
+        Ending::ProviderError => Ending::ProviderError,
+        _ => cause,
     }
 }
 

@@ -417,7 +417,7 @@ impl GateProxy {
                             usage: None,
                             served_model: served_model.clone(),
                             wire: shape.wire_form(),
-                            complete: false,
+                            ending: crate::store::Ending::NotSent,
                         },
                     );
                     return respond_error(session, Some(route), &err, &decided.receipt_headers)

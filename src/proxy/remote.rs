@@ -96,15 +96,18 @@ impl RemoteGate {
         Ok(decision)
     }
 
-    /// `POST /record`: the provider's usage for a forwarded decision (no usage reported is
-    /// recorded as zero usage: nothing invented, the reservation released).
+    /// `POST /record`: what the provider reported for a forwarded decision and how its answer
+    /// ended (the gate settles an incomplete answer at its worst case).
     pub fn record(&self, report: &UsageReport) -> Result<(), RemoteError> {
         let body = json!({
             "decision_id": report.decision_id,
             "wire": report.wire,
             "served_model": report.served_model,
-            "complete": report.complete,
-            "usage": report.usage.unwrap_or_default(),
+            "complete": report.ending == crate::store::Ending::Complete,
+            "ending": report.ending,
+            "usage": report.usage.map(|b| b.usage),
+            "cache_write_1h": report.usage.map(|b| b.cache_write_1h).unwrap_or(0),
+            "web_search_requests": report.usage.map(|b| b.web_search_requests).unwrap_or(0),
         });
         self.post("/record", body.to_string()).map(|_| ())
     }

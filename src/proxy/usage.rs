@@ -1,89 +1,345 @@
-//! Usage capture from provider answers: JSON bodies and SSE streams (OpenAI and Anthropic),
-//! normalised to the four parts. Also the SSE event splitter that lets the proxy strip the
-//! usage chunk it asked for on a client's behalf.
+//! Usage capture from provider answers: JSON bodies and SSE streams on the three routes,
+//! normalised to what the provider bills ([`Billed`]: the four parts, 1-hour cache writes,
+//! web search requests). Also the SSE event splitter that lets the proxy strip the usage chunk
+//! it asked for on a client's behalf.
+//!
+//! Each route follows its provider's own accounting (README, "Usage accounting"):
+//! - **OpenAI chat** (JSON and stream): `prompt_tokens` includes `cached_tokens` (cache read)
+//!   and `cache_write_tokens` (cache write); the rest is uncached input. `completion_tokens`
+//!   includes `reasoning_tokens`, unless the provider's own `total_tokens` shows them reported
+//!   apart (`total = prompt + completion + reasoning`). In a stream the last `usage` seen wins
+//!   (figures are cumulative), on a usage-only chunk or on one that still has choices.
+//! - **Anthropic messages**: with `usage.iterations` the bill is the sum over iterations
+//!   (compaction and server-tool loops); without, the top-level figures. In a stream
+//!   `message_start` opens the figures and each `message_delta` replaces the fields it carries
+//!   (`output_tokens` always; input, cache, server-tool and iteration figures when present),
+//!   as the official SDKs accumulate them.
+//! - **OpenAI Responses**: the terminal event's (or the answer's) `usage`; `input_tokens`
+//!   includes cached and cache-write tokens, `output_tokens` includes reasoning.
+//!
+//! The readers are typed serde structs that name only the fields the accounting reads; every
+//! other member (the answer text included) is skipped without being copied or kept.
 
-use crate::gate::Usage;
-use crate::request::json::{self, Json};
+use std::borrow::Cow;
+
+use serde::de::IgnoredAny;
+use serde::Deserialize;
+
+use crate::gate::{Billed, Usage};
 use crate::request::Route;
 
-// Answers and stream events are read with the gate's borrowed JSON reader: only `usage` and
-// a few tags are looked at, so the answer text is never copied out.
+// ---------------------------------------------------------------------------------------------
+// OpenAI chat completions.
 
-fn num(v: &Json, path: &[&str]) -> u64 {
-    let mut cur = v;
-    for p in path {
-        match cur.get(p) {
-            Some(next) => cur = next,
-            None => return 0,
+#[derive(Debug, Clone, Default, Deserialize)]
+struct ChatUsage {
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    total_tokens: Option<u64>,
+    prompt_tokens_details: Option<PromptDetails>,
+    completion_tokens_details: Option<OutputDetails>,
+    /// DeepSeek reports cache hits here (and may leave `prompt_tokens_details` out).
+    prompt_cache_hit_tokens: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+struct PromptDetails {
+    cached_tokens: Option<u64>,
+    cache_write_tokens: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+struct OutputDetails {
+    reasoning_tokens: Option<u64>,
+}
+
+/// Split an input count that includes its cache reads and writes; output that includes its
+/// reasoning unless the provider's total shows it reported apart.
+fn openai_billed(
+    input_total: u64,
+    cached: u64,
+    cache_write: u64,
+    output: u64,
+    reasoning: u64,
+    total: Option<u64>,
+) -> Billed {
+    let cache_read = cached.min(input_total);
+    let cache_write = cache_write.min(input_total - cache_read);
+    let apart = reasoning > 0
+        && total == Some(input_total.saturating_add(output).saturating_add(reasoning));
+    Billed::from(Usage {
+        input: input_total - cache_read - cache_write,
+        cache_write,
+        cache_read,
+        output: if apart {
+            output.saturating_add(reasoning)
+        } else {
+            output
+        },
+    })
+}
+
+impl ChatUsage {
+    fn billed(&self) -> Option<Billed> {
+        if self.prompt_tokens.is_none() && self.completion_tokens.is_none() {
+            return None;
+        }
+        let details = self.prompt_tokens_details.unwrap_or_default();
+        Some(openai_billed(
+            self.prompt_tokens.unwrap_or(0),
+            details
+                .cached_tokens
+                .or(self.prompt_cache_hit_tokens)
+                .unwrap_or(0),
+            details.cache_write_tokens.unwrap_or(0),
+            self.completion_tokens.unwrap_or(0),
+            self.completion_tokens_details
+                .and_then(|d| d.reasoning_tokens)
+                .unwrap_or(0),
+            self.total_tokens,
+        ))
+    }
+}
+
+#[derive(Deserialize)]
+struct ChatAnswer {
+    usage: Option<ChatUsage>,
+}
+
+#[derive(Deserialize)]
+struct ChatChunk {
+    usage: Option<ChatUsage>,
+    /// Groq reports a stream's usage here (older streams: only here).
+    x_groq: Option<XGroq>,
+    choices: Option<Vec<IgnoredAny>>,
+    /// An OpenAI-compatible error sent as a data event.
+    error: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct XGroq {
+    usage: Option<ChatUsage>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Anthropic messages.
+
+#[derive(Debug, Clone, Default, Deserialize)]
+struct AnthropicUsage {
+    input_tokens: Option<u64>,
+    cache_creation_input_tokens: Option<u64>,
+    cache_read_input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    cache_creation: Option<CacheCreation>,
+    server_tool_use: Option<ServerToolUse>,
+    iterations: Option<Vec<Iteration>>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+struct CacheCreation {
+    ephemeral_5m_input_tokens: Option<u64>,
+    ephemeral_1h_input_tokens: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+struct ServerToolUse {
+    web_search_requests: Option<u64>,
+}
+
+/// One sampling iteration (`message`, `compaction`, ...): its own figures.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+struct Iteration {
+    input_tokens: Option<u64>,
+    cache_creation_input_tokens: Option<u64>,
+    cache_read_input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    cache_creation: Option<CacheCreation>,
+}
+
+/// Of `written` cache-write tokens, those written for one hour. The breakdown says how the
+/// writes it covers split; no breakdown means 5-minute writes (the API reports the split
+/// whenever it bills 1-hour writes). Writes the breakdown does not cover (a later total than
+/// its split) are priced at the dearer 1-hour rate, unless the breakdown shows 5-minute
+/// writes only: never understated.
+fn one_hour(written: u64, split: Option<CacheCreation>) -> u64 {
+    let Some(split) = split else {
+        return 0;
+    };
+    let five = split.ephemeral_5m_input_tokens.unwrap_or(0);
+    let hour = split.ephemeral_1h_input_tokens.unwrap_or(0);
+    if hour == 0 && five > 0 {
+        0
+    } else {
+        written - five.min(written)
+    }
+}
+
+impl AnthropicUsage {
+    fn billed(&self) -> Option<Billed> {
+        let iterations = self.iterations.as_deref().filter(|i| !i.is_empty());
+        if self.input_tokens.is_none() && self.output_tokens.is_none() && iterations.is_none() {
+            return None;
+        }
+        let mut billed = Billed::default();
+        match iterations {
+            // The bill is the sum over iterations; the top-level figures leave compaction out.
+            Some(iterations) => {
+                for it in iterations {
+                    let written = it.cache_creation_input_tokens.unwrap_or(0);
+                    billed.usage.add(&Usage {
+                        input: it.input_tokens.unwrap_or(0),
+                        cache_write: written,
+                        cache_read: it.cache_read_input_tokens.unwrap_or(0),
+                        output: it.output_tokens.unwrap_or(0),
+                    });
+                    billed.cache_write_1h = billed
+                        .cache_write_1h
+                        .saturating_add(one_hour(written, it.cache_creation));
+                }
+            }
+            None => {
+                let written = self.cache_creation_input_tokens.unwrap_or(0);
+                billed.usage = Usage {
+                    input: self.input_tokens.unwrap_or(0),
+                    cache_write: written,
+                    cache_read: self.cache_read_input_tokens.unwrap_or(0),
+                    output: self.output_tokens.unwrap_or(0),
+                };
+                billed.cache_write_1h = one_hour(written, self.cache_creation);
+            }
+        }
+        billed.web_search_requests = self
+            .server_tool_use
+            .and_then(|s| s.web_search_requests)
+            .unwrap_or(0);
+        Some(billed)
+    }
+
+    /// A `message_delta`'s figures over the snapshot: `output_tokens` always, the others when
+    /// the event carries them (the official SDKs' rule, with the breakdown and iterations).
+    fn update(&mut self, delta: AnthropicUsage) {
+        self.output_tokens = delta.output_tokens.or(self.output_tokens);
+        self.input_tokens = delta.input_tokens.or(self.input_tokens);
+        self.cache_creation_input_tokens = delta
+            .cache_creation_input_tokens
+            .or(self.cache_creation_input_tokens);
+        self.cache_read_input_tokens = delta
+            .cache_read_input_tokens
+            .or(self.cache_read_input_tokens);
+        self.cache_creation = delta.cache_creation.or(self.cache_creation);
+        self.server_tool_use = delta.server_tool_use.or(self.server_tool_use);
+        if delta.iterations.is_some() {
+            self.iterations = delta.iterations;
         }
     }
-    cur.as_u64().unwrap_or(0)
 }
 
-/// Usage from an OpenAI `usage` object. `cached_tokens` is cache read; the rest of the prompt
-/// is uncached input.
-pub fn openai_usage(usage: &Json) -> Option<Usage> {
-    if !matches!(usage, Json::Object(_)) {
-        return None;
-    }
-    let prompt = num(usage, &["prompt_tokens"]);
-    let cached = num(usage, &["prompt_tokens_details", "cached_tokens"]);
-    Some(Usage {
-        input: prompt.saturating_sub(cached),
-        cache_write: 0,
-        cache_read: cached,
-        output: num(usage, &["completion_tokens"]),
-    })
+#[derive(Deserialize)]
+struct AnthropicAnswer {
+    usage: Option<AnthropicUsage>,
 }
 
-/// Usage from an Anthropic `usage` object.
-pub fn anthropic_usage(usage: &Json) -> Option<Usage> {
-    if !matches!(usage, Json::Object(_)) {
-        return None;
-    }
-    Some(Usage {
-        input: num(usage, &["input_tokens"]),
-        cache_write: num(usage, &["cache_creation_input_tokens"]),
-        cache_read: num(usage, &["cache_read_input_tokens"]),
-        output: num(usage, &["output_tokens"]),
-    })
+#[derive(Deserialize)]
+struct AnthropicEvent<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Option<Cow<'a, str>>,
+    message: Option<AnthropicAnswer>,
+    usage: Option<AnthropicUsage>,
 }
 
-/// Usage from a Responses `usage` object: `input_tokens` includes the cached ones
-/// (`input_tokens_details.cached_tokens`, cache read); `output_tokens` includes reasoning.
-pub fn responses_usage(usage: &Json) -> Option<Usage> {
-    if !matches!(usage, Json::Object(_)) {
-        return None;
-    }
-    let input = num(usage, &["input_tokens"]);
-    let cached = num(usage, &["input_tokens_details", "cached_tokens"]);
-    Some(Usage {
-        input: input.saturating_sub(cached),
-        cache_write: 0,
-        cache_read: cached,
-        output: num(usage, &["output_tokens"]),
-    })
+// ---------------------------------------------------------------------------------------------
+// OpenAI Responses.
+
+#[derive(Debug, Clone, Default, Deserialize)]
+struct ResponsesUsage {
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    total_tokens: Option<u64>,
+    input_tokens_details: Option<PromptDetails>,
+    output_tokens_details: Option<OutputDetails>,
 }
 
-/// Usage from a complete JSON answer.
-pub fn json_usage(route: Route, body: &[u8]) -> Option<Usage> {
-    let value = json::parse(body).ok()?;
-    let usage = value.get("usage")?;
-    match route {
-        Route::OpenAiChat => openai_usage(usage),
-        Route::AnthropicMessages => anthropic_usage(usage),
-        Route::OpenAiResponses => responses_usage(usage),
+impl ResponsesUsage {
+    fn billed(&self) -> Option<Billed> {
+        if self.input_tokens.is_none() && self.output_tokens.is_none() {
+            return None;
+        }
+        let details = self.input_tokens_details.unwrap_or_default();
+        Some(openai_billed(
+            self.input_tokens.unwrap_or(0),
+            details.cached_tokens.unwrap_or(0),
+            details.cache_write_tokens.unwrap_or(0),
+            self.output_tokens.unwrap_or(0),
+            self.output_tokens_details
+                .and_then(|d| d.reasoning_tokens)
+                .unwrap_or(0),
+            self.total_tokens,
+        ))
     }
 }
 
-/// Reads an SSE stream event by event: captures usage, knows when the stream ended properly,
-/// and decides which events reach the client.
+#[derive(Deserialize)]
+struct ResponsesAnswer<'a> {
+    usage: Option<ResponsesUsage>,
+    #[serde(borrow)]
+    status: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct ResponsesEvent<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    response: Option<ResponsesAnswer<'a>>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Readings.
+
+/// How a read answer ended, as far as its own bytes tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerEnd {
+    /// The route's terminal marker arrived (`[DONE]`, `message_stop`, `response.completed` or
+    /// `response.incomplete`; a JSON answer that parsed).
+    Finished,
+    /// The provider sent an error event mid-stream: the answer is not complete.
+    ErrorEvent,
+    /// The Responses stream ended with `response.failed` (its usage is the provider's final
+    /// figure for the failed response).
+    Failed,
+    /// Neither yet: the bytes stopped before the terminal marker.
+    Open,
+}
+
+/// Usage from a complete JSON answer, and whether it reads as a finished answer.
+pub fn json_usage(route: Route, body: &[u8]) -> (Option<Billed>, AnswerEnd) {
+    let read = match route {
+        Route::OpenAiChat => serde_json::from_slice::<ChatAnswer>(body)
+            .map(|a| (a.usage.and_then(|u| u.billed()), AnswerEnd::Finished)),
+        Route::AnthropicMessages => serde_json::from_slice::<AnthropicAnswer>(body)
+            .map(|a| (a.usage.and_then(|u| u.billed()), AnswerEnd::Finished)),
+        Route::OpenAiResponses => serde_json::from_slice::<ResponsesAnswer>(body).map(|a| {
+            let end = match a.status.as_deref() {
+                Some("failed") => AnswerEnd::Failed,
+                _ => AnswerEnd::Finished,
+            };
+            (a.usage.and_then(|u| u.billed()), end)
+        }),
+    };
+    read.unwrap_or((None, AnswerEnd::Open))
+}
+
+/// Reads an SSE stream event by event: captures usage, knows how the stream ended, and
+/// decides which events reach the client.
 pub struct SseTap {
     route: Route,
     strip_usage_chunk: bool,
     pending: Vec<u8>,
-    pub usage: Option<Usage>,
-    pub finished: bool,
+    /// The usage figures so far (chat, Responses: the last report).
+    usage: Option<Billed>,
+    /// Anthropic: the accumulated `usage` snapshot (`message_start`, then each delta).
+    snapshot: Option<AnthropicUsage>,
+    end: AnswerEnd,
 }
 
 impl SseTap {
@@ -93,8 +349,23 @@ impl SseTap {
             strip_usage_chunk,
             pending: Vec::new(),
             usage: None,
-            finished: false,
+            snapshot: None,
+            end: AnswerEnd::Open,
         }
+    }
+
+    /// What the provider has reported so far (final once [`SseTap::end`] is `Finished`).
+    pub fn usage(&self) -> Option<Billed> {
+        match self.route {
+            Route::AnthropicMessages => self.snapshot.as_ref().and_then(AnthropicUsage::billed),
+            Route::OpenAiChat | Route::OpenAiResponses => self.usage,
+        }
+    }
+
+    /// How the stream ended so far. An error event is final: nothing after it completes the
+    /// answer.
+    pub fn end(&self) -> AnswerEnd {
+        self.end
     }
 
     /// Feed bytes; returns the bytes to pass on (whole events only; a partial event waits).
@@ -119,108 +390,122 @@ impl SseTap {
         std::mem::take(&mut self.pending)
     }
 
+    fn mark(&mut self, end: AnswerEnd) {
+        // An error event or a failure is never undone by a later marker.
+        if matches!(self.end, AnswerEnd::Open | AnswerEnd::Finished) {
+            self.end = end;
+        }
+    }
+
     /// Look at one event; returns whether it is passed to the client.
     fn observe(&mut self, start: usize, end: usize) -> bool {
-        let event = &self.pending[start..end];
-        let Ok(text) = std::str::from_utf8(event) else {
+        let Ok(text) = std::str::from_utf8(&self.pending[start..end]) else {
             return true;
         };
-        let data: String = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .map(str::trim_start)
-            .collect::<Vec<_>>()
-            .join("\n");
+        let mut name = None;
+        let mut data = String::new();
+        for line in text.lines() {
+            if let Some(v) = line.strip_prefix("event:") {
+                name = Some(v.trim());
+            } else if let Some(v) = line.strip_prefix("data:") {
+                if !data.is_empty() {
+                    data.push('\n');
+                }
+                data.push_str(v.strip_prefix(' ').unwrap_or(v));
+            }
+        }
+        if name == Some("error") {
+            self.mark(AnswerEnd::ErrorEvent);
+        }
+        let data = data.trim_end();
         if data.is_empty() {
             return true;
         }
         if data == "[DONE]" {
-            self.finished = true;
+            self.mark(AnswerEnd::Finished);
             return true;
         }
-        let Ok(value) = json::parse(data.as_bytes()) else {
-            return true;
-        };
         match self.route {
-            Route::OpenAiChat => {
-                if let Some(u) = value.get("usage").and_then(openai_usage) {
-                    self.usage = Some(u);
-                    let only_usage =
-                        matches!(value.get("choices"), Some(Json::Array(c)) if c.is_empty());
-                    if self.strip_usage_chunk && only_usage {
-                        return false;
-                    }
-                }
-                true
-            }
+            Route::OpenAiChat => self.observe_chat(data),
             Route::AnthropicMessages => {
-                let kind = value
-                    .get("type")
-                    .and_then(Json::as_string)
-                    .map(|t| t.to_cow());
-                match kind.as_deref() {
-                    Some("message_start") => {
-                        if let Some(u) = value
-                            .get("message")
-                            .and_then(|m| m.get("usage"))
-                            .and_then(anthropic_usage)
-                        {
-                            self.usage = Some(u);
-                        }
-                    }
-                    Some("message_delta") => {
-                        if let Some(delta) = value.get("usage") {
-                            let mut u = self.usage.unwrap_or_default();
-                            // message_delta's counts are cumulative: take the latest.
-                            if let Some(out) = delta.get("output_tokens").and_then(Json::as_u64) {
-                                u.output = out;
-                            }
-                            if let Some(inp) = delta.get("input_tokens").and_then(Json::as_u64) {
-                                u.input = inp;
-                            }
-                            // Late cache figures win too, as the official SDK reads them.
-                            if let Some(w) = delta
-                                .get("cache_creation_input_tokens")
-                                .and_then(Json::as_u64)
-                            {
-                                u.cache_write = w;
-                            }
-                            if let Some(r) =
-                                delta.get("cache_read_input_tokens").and_then(Json::as_u64)
-                            {
-                                u.cache_read = r;
-                            }
-                            self.usage = Some(u);
-                        }
-                    }
-                    Some("message_stop") => self.finished = true,
-                    _ => {}
-                }
+                self.observe_anthropic(data);
                 true
             }
             Route::OpenAiResponses => {
-                // The stream ends with one terminal event that carries the whole response and
-                // its usage; there is no `[DONE]`. `response.incomplete` is a finished answer
-                // cut by its ceiling; `response.failed` and `error` are not answers.
-                let kind = value.get("type").and_then(Json::as_string);
-                let terminal = kind.is_some_and(|k| {
-                    k.is("response.completed")
-                        || k.is("response.incomplete")
-                        || k.is("response.failed")
-                });
-                if terminal {
-                    if let Some(u) = value
-                        .get("response")
-                        .and_then(|r| r.get("usage"))
-                        .and_then(responses_usage)
-                    {
-                        self.usage = Some(u);
-                    }
-                    self.finished = !kind.is_some_and(|k| k.is("response.failed"));
-                }
+                self.observe_responses(data);
                 true
             }
         }
+    }
+
+    fn observe_chat(&mut self, data: &str) -> bool {
+        let Ok(chunk) = serde_json::from_str::<ChatChunk>(data) else {
+            return true;
+        };
+        if chunk.error.is_some() && chunk.choices.is_none() {
+            self.mark(AnswerEnd::ErrorEvent);
+        }
+        let usage = chunk
+            .usage
+            .and_then(|u| u.billed())
+            .or_else(|| chunk.x_groq.and_then(|x| x.usage).and_then(|u| u.billed()));
+        let Some(usage) = usage else {
+            return true;
+        };
+        // Figures are cumulative: the last report wins.
+        self.usage = Some(usage);
+        // Only the usage-only chunk asked for on the client's behalf is removed; usage on a
+        // chunk that still has choices reaches the client unchanged (it is the provider's
+        // answer, and the SDKs read `usage` on any chunk).
+        let usage_only = chunk.choices.as_ref().is_some_and(Vec::is_empty);
+        !(self.strip_usage_chunk && usage_only)
+    }
+
+    fn observe_anthropic(&mut self, data: &str) {
+        let Ok(event) = serde_json::from_str::<AnthropicEvent>(data) else {
+            return;
+        };
+        match event.kind.as_deref() {
+            Some("message_start") => {
+                if let Some(u) = event.message.and_then(|m| m.usage) {
+                    self.snapshot = Some(u);
+                }
+            }
+            Some("message_delta") => {
+                if let Some(delta) = event.usage {
+                    self.snapshot
+                        .get_or_insert_with(Default::default)
+                        .update(delta);
+                }
+            }
+            Some("message_stop") => self.mark(AnswerEnd::Finished),
+            Some("error") => self.mark(AnswerEnd::ErrorEvent),
+            _ => {}
+        }
+    }
+
+    fn observe_responses(&mut self, data: &str) {
+        let Ok(event) = serde_json::from_str::<ResponsesEvent>(data) else {
+            return;
+        };
+        // One terminal event carries the whole response and its usage; there is no `[DONE]`.
+        let end = match event.kind.as_deref() {
+            Some("response.completed") | Some("response.incomplete") => AnswerEnd::Finished,
+            Some("response.failed") => AnswerEnd::Failed,
+            Some("error") => {
+                self.mark(AnswerEnd::ErrorEvent);
+                return;
+            }
+            _ => return,
+        };
+        if let Some(u) = event
+            .response
+            .and_then(|r| r.usage)
+            .and_then(|u| u.billed())
+        {
+            self.usage = Some(u);
+        }
+        self.mark(end);
     }
 }
 
@@ -248,117 +533,5 @@ pub fn strip_openai_usage_chunk(stream: &[u8]) -> Vec<u8> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn openai_stream_usage_is_captured_and_stripped() {
-        let stream = b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":3,\"prompt_tokens_details\":{\"cached_tokens\":4}}}\n\ndata: [DONE]\n\n";
-        let mut tap = SseTap::new(Route::OpenAiChat, true);
-        let mut out = tap.feed(&stream[..30]);
-        out.extend(tap.feed(&stream[30..]));
-        assert!(tap.finished);
-        assert_eq!(
-            tap.usage,
-            Some(Usage {
-                input: 6,
-                cache_write: 0,
-                cache_read: 4,
-                output: 3
-            })
-        );
-        let text = String::from_utf8(out).unwrap();
-        assert!(!text.contains("usage"));
-        assert!(text.ends_with("data: [DONE]\n\n"));
-    }
-
-    #[test]
-    fn anthropic_stream_usage_and_truncation() {
-        let stream = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":12,\"cache_read_input_tokens\":2,\"output_tokens\":1}}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":7}}\n\n";
-        let mut tap = SseTap::new(Route::AnthropicMessages, false);
-        let out = tap.feed(stream);
-        assert_eq!(out.len(), stream.len());
-        assert!(!tap.finished);
-        assert_eq!(
-            tap.usage,
-            Some(Usage {
-                input: 12,
-                cache_write: 0,
-                cache_read: 2,
-                output: 7
-            })
-        );
-        tap.feed(b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
-        assert!(tap.finished);
-    }
-
-    #[test]
-    fn json_usage_both_providers() {
-        let o = br#"{"usage":{"prompt_tokens":5,"completion_tokens":2}}"#;
-        assert_eq!(
-            json_usage(Route::OpenAiChat, o),
-            Some(Usage {
-                input: 5,
-                cache_write: 0,
-                cache_read: 0,
-                output: 2
-            })
-        );
-        let a =
-            br#"{"usage":{"input_tokens":5,"output_tokens":2,"cache_creation_input_tokens":3}}"#;
-        assert_eq!(
-            json_usage(Route::AnthropicMessages, a),
-            Some(Usage {
-                input: 5,
-                cache_write: 3,
-                cache_read: 0,
-                output: 2
-            })
-        );
-        assert_eq!(json_usage(Route::OpenAiChat, b"{}"), None);
-    }
-
-    #[test]
-    fn responses_usage_from_json_and_the_terminal_event() {
-        let body = br#"{"id":"resp_1","usage":{"input_tokens":100,"input_tokens_details":{"cached_tokens":40},"output_tokens":30,"output_tokens_details":{"reasoning_tokens":12},"total_tokens":130}}"#;
-        let expected = Usage {
-            input: 60,
-            cache_write: 0,
-            cache_read: 40,
-            output: 30,
-        };
-        assert_eq!(json_usage(Route::OpenAiResponses, body), Some(expected));
-
-        let mut tap = SseTap::new(Route::OpenAiResponses, false);
-        let events = b"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"usage\":null}}\n\nevent: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"hi\"}\n\n";
-        assert_eq!(tap.feed(events), events.to_vec());
-        assert!(!tap.finished);
-        assert_eq!(tap.usage, None);
-        let done = b"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":100,\"input_tokens_details\":{\"cached_tokens\":40},\"output_tokens\":30}}}\n\n";
-        tap.feed(done);
-        assert!(tap.finished);
-        assert_eq!(tap.usage, Some(expected));
-
-        // A failed response carries usage but is no answer: never complete.
-        let mut failed = SseTap::new(Route::OpenAiResponses, false);
-        failed.feed(b"data: {\"type\":\"response.failed\",\"response\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n");
-        assert!(!failed.finished);
-        assert_eq!(failed.usage.map(|u| u.total()), Some(6));
-    }
-
-    #[test]
-    fn anthropic_late_message_delta_cache_figures_win() {
-        let mut tap = SseTap::new(Route::AnthropicMessages, false);
-        tap.feed(b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":10,\"cache_creation_input_tokens\":3068,\"cache_read_input_tokens\":0,\"output_tokens\":1}}}\n\n");
-        tap.feed(b"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"input_tokens\":10,\"cache_creation_input_tokens\":3337,\"cache_read_input_tokens\":6289,\"output_tokens\":50}}\n\n");
-        assert_eq!(
-            tap.usage,
-            Some(Usage {
-                input: 10,
-                cache_write: 3337,
-                cache_read: 6289,
-                output: 50
-            })
-        );
-    }
-}
+#[path = "usage_tests.rs"]
+mod tests;

@@ -21,6 +21,9 @@ pub enum StoreError {
     Unavailable,
     #[error("storage error: {0}")]
     Sqlite(String),
+    /// A page cursor (`after`) that names no decision the caller may see.
+    #[error("unknown cursor")]
+    UnknownCursor,
 }
 
 /// One gated request, as the ledger keeps it.
@@ -61,9 +64,145 @@ pub struct UsageRow {
     pub at_ms: u64,
     pub served_model: String,
     pub wire: WireForm,
+    /// The answer ended with its terminal marker and the provider's usage ([`Ending::Complete`]).
     pub complete: bool,
+    /// The four parts the provider reported (for an incomplete answer: what it reported
+    /// before the answer broke off, often nothing).
     pub usage: Usage,
+    /// Of `usage.cache_write`, the 1-hour writes.
+    #[serde(default)]
+    pub cache_write_1h: u64,
+    #[serde(default)]
+    pub web_search_requests: u64,
+    /// How the answer ended. `None` in rows written before schema 5.
+    #[serde(default)]
+    pub ending: Option<Ending>,
+    /// What the spend was settled at.
+    #[serde(default)]
+    pub basis: SpendBasis,
     pub spend_nano: u64,
+}
+
+impl UsageRow {
+    /// The billed figures of the row.
+    pub fn billed(&self) -> crate::gate::Billed {
+        crate::gate::Billed {
+            usage: self.usage,
+            cache_write_1h: self.cache_write_1h,
+            web_search_requests: self.web_search_requests,
+        }
+    }
+}
+
+/// How a forwarded call's answer ended, as the usage row records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ending {
+    /// The route's terminal marker arrived and the provider reported usage.
+    Complete,
+    /// The provider answered with an error status (4xx/5xx, body received): providers bill
+    /// no tokens for a refused request.
+    ProviderError,
+    /// Nothing reached the provider (no connection, no upstream configured).
+    NotSent,
+    /// The provider sent an error event in the middle of the answer.
+    ErrorEvent,
+    /// The Responses stream ended with `response.failed` (or a JSON answer with status
+    /// `failed`).
+    Failed,
+    /// The answer ended (the connection closed cleanly) before its terminal marker.
+    Truncated,
+    /// The answer ended but carried no usage (e.g. a provider that ignores
+    /// `stream_options.include_usage`).
+    NoUsage,
+    /// The connection to the provider broke in the middle of the answer.
+    Reset,
+    /// The provider stopped sending for longer than the upstream timeout.
+    Timeout,
+    /// The client went away; the proxy stopped reading the answer.
+    ClientGone,
+    /// The request was sent but no answer header came back (reset or timeout).
+    Unanswered,
+    /// A digest client reported the answer incomplete without saying why.
+    ClientReported,
+}
+
+impl Ending {
+    pub const ALL: [Ending; 12] = [
+        Ending::Complete,
+        Ending::ProviderError,
+        Ending::NotSent,
+        Ending::ErrorEvent,
+        Ending::Failed,
+        Ending::Truncated,
+        Ending::NoUsage,
+        Ending::Reset,
+        Ending::Timeout,
+        Ending::ClientGone,
+        Ending::Unanswered,
+        Ending::ClientReported,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ending::Complete => "complete",
+            Ending::ProviderError => "provider_error",
+            Ending::NotSent => "not_sent",
+            Ending::ErrorEvent => "error_event",
+            Ending::Failed => "failed",
+            Ending::Truncated => "truncated",
+            Ending::NoUsage => "no_usage",
+            Ending::Reset => "reset",
+            Ending::Timeout => "timeout",
+            Ending::ClientGone => "client_gone",
+            Ending::Unanswered => "unanswered",
+            Ending::ClientReported => "client_reported",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Ending> {
+        Ending::ALL.into_iter().find(|e| e.as_str() == s)
+    }
+
+    /// Whether the provider can have billed anything: not when nothing reached it or when it
+    /// refused the request with an error status.
+    pub fn billable(self) -> bool {
+        !matches!(self, Ending::ProviderError | Ending::NotSent)
+    }
+}
+
+/// What a usage row's spend was settled at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SpendBasis {
+    /// The provider's reported usage at the price table.
+    #[default]
+    Reported,
+    /// The answer ended without the provider's final usage: the decision's worst case (or the
+    /// reported figures with output at the request's ceiling, if larger).
+    WorstCase,
+    /// Not billed: nothing reached the provider, or it refused the request.
+    None,
+}
+
+impl SpendBasis {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpendBasis::Reported => "reported",
+            SpendBasis::WorstCase => "worst_case",
+            SpendBasis::None => "none",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<SpendBasis> {
+        [
+            SpendBasis::Reported,
+            SpendBasis::WorstCase,
+            SpendBasis::None,
+        ]
+        .into_iter()
+        .find(|b| b.as_str() == s)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -231,6 +370,66 @@ pub trait Store: Send + Sync {
     ) -> Result<(Vec<LedgerDay>, LedgerTotals), StoreError>;
     /// Whether a usage row exists for the decision (a `/record` is accepted once).
     fn usage_recorded(&self, decision_id: &str) -> Result<bool, StoreError>;
+    /// Decisions with their settlements, oldest first (`GET /ledger/decisions`).
+    fn decisions(&self, query: &DecisionQuery) -> Result<DecisionPage, StoreError>;
+}
+
+/// `GET /ledger/decisions`: which decisions, oldest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DecisionQuery {
+    /// One key's decisions (`None`: every key's, the admin listener).
+    pub key_id: Option<String>,
+    /// Decided at or after (unix ms).
+    pub from_ms: Option<u64>,
+    /// Decided before (unix ms, exclusive).
+    pub to_ms: Option<u64>,
+    /// Start after this decision (the last one of the previous page).
+    pub after: Option<String>,
+    pub limit: usize,
+}
+
+/// One decision as `GET /ledger/decisions` lists it, with its settlement: never content.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DecisionLine {
+    pub decision_id: String,
+    pub key_id: String,
+    pub decided_at_ms: u64,
+    pub verdict: Verdict,
+    pub reason: String,
+    pub model_requested: String,
+    pub model_served: Option<String>,
+    pub wire: WireForm,
+    pub hold_id: Option<String>,
+    /// The worst case reserved against the budget when the call was forwarded.
+    pub reserved_nano: u64,
+    /// `not_forwarded` (SERVE, CHALLENGE, BLOCK), `open` (awaiting usage), `complete`,
+    /// `incomplete` (charged at its worst case), `not_billed` (refused by the provider or
+    /// never sent), `expired` (never settled: charged its reservation after the TTL).
+    pub status: &'static str,
+    /// How the answer ended (`None`: not forwarded, open, expired, or recorded before
+    /// schema 5).
+    pub ending: Option<Ending>,
+    pub basis: Option<SpendBasis>,
+    pub settled_at_ms: Option<u64>,
+    pub input: u64,
+    pub cache_write: u64,
+    pub cache_write_1h: u64,
+    pub cache_read: u64,
+    pub output: u64,
+    pub web_search_requests: u64,
+    pub spend_nano: u64,
+    /// SERVE: the provider-reported usage of the stored answer (tier `tokens_not_bought`).
+    pub tokens_not_bought: u64,
+    /// BLOCK: the worst case the call could have cost (reported apart, never added).
+    pub worst_case_tokens_avoided: u64,
+}
+
+/// A page of decisions, and where the next one starts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct DecisionPage {
+    pub decisions: Vec<DecisionLine>,
+    /// Pass as `after` for the next page; `None` on the last page.
+    pub next_after: Option<String>,
 }
 
 /// `YYYY-MM-DD` for a unix-milliseconds time (UTC), by the civil-from-days algorithm.
@@ -251,6 +450,45 @@ pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
     let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// Start (unix ms, negative before 1970) of a `YYYY-MM-DD` UTC day; anything else (including
+/// 2026-02-30) is `None`.
+pub fn day_start_ms(day: &str) -> Option<i64> {
+    let b = day.as_bytes();
+    let well_formed = b.len() == 10
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit());
+    if !well_formed {
+        return None;
+    }
+    let y: i64 = day[0..4].parse().ok()?;
+    let m: u32 = day[5..7].parse().ok()?;
+    let d: u32 = day[8..10].parse().ok()?;
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+        return None;
+    }
+    let days = days_from_civil(y, m, d);
+    if civil_from_days(days) != (y, m, d) {
+        return None;
+    }
+    Some(days * 86_400_000)
+}
+
+/// Howard Hinnant's (year, month, day) → days since 1970-01-01; inverse of
+/// [`civil_from_days`].
+pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let m = i64::from(m);
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 /// Start (unix ms) of the budget period containing `now_ms`.

@@ -52,8 +52,9 @@ use rusqlite::ToSql;
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 
 use super::{
-    civil_from_days, period_start, DecisionRow, Event, HoldOpening, HoldRow, HoldState, LeaseRow,
-    LedgerDay, LedgerTotals, Snapshot, Store, StoreError, UsageRow,
+    civil_from_days, period_start, DecisionLine, DecisionPage, DecisionQuery, DecisionRow, Ending,
+    Event, HoldOpening, HoldRow, HoldState, LeaseRow, LedgerDay, LedgerTotals, Snapshot,
+    SpendBasis, Store, StoreError, UsageRow,
 };
 use crate::config::{BudgetPeriod, Prices};
 use crate::gate::{Usage, Verdict};
@@ -255,6 +256,21 @@ const MIGRATIONS: &[&str] = &[
     // 4: the step fingerprint, so the loop windows rebuilt at start match by it too.
     r#"
     ALTER TABLE decisions ADD COLUMN step_fingerprint BLOB;
+    "#,
+    // 5: exact usage (README, "Usage accounting").
+    // - `usage.cache_write_1h`: of `cache_write`, the 1-hour writes (priced apart);
+    //   `usage.web_search_requests`: server-side web searches (priced per request).
+    // - `usage.ending`: how the answer ended (`complete`, `error_event`, `truncated`, ...);
+    //   NULL in rows written before. `usage.basis`: what the spend was settled at
+    //   (`reported`, `worst_case`, `none`); every earlier row was settled at what was reported.
+    // - `prices.cache_write_1h`, `prices.web_search_per_1k`: NULL when not set.
+    r#"
+    ALTER TABLE usage ADD COLUMN cache_write_1h INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE usage ADD COLUMN web_search_requests INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE usage ADD COLUMN ending TEXT;
+    ALTER TABLE usage ADD COLUMN basis TEXT NOT NULL DEFAULT 'reported';
+    ALTER TABLE prices ADD COLUMN cache_write_1h INTEGER;
+    ALTER TABLE prices ADD COLUMN web_search_per_1k INTEGER;
     "#,
 ];
 
@@ -563,8 +579,8 @@ impl Store for SqliteStore {
 
             let mut stmt = tx
                 .prepare_cached(
-                    "SELECT model, input, cache_write, cache_read, output, max_output \
-                     FROM prices ORDER BY model",
+                    "SELECT model, input, cache_write, cache_read, output, max_output, \
+                     cache_write_1h, web_search_per_1k FROM prices ORDER BY model",
                 )
                 .map_err(sql_error)?;
             snap.prices = stmt
@@ -577,6 +593,8 @@ impl Store for SqliteStore {
                             cache_read: get_u64(r, 3)?,
                             output: get_u64(r, 4)?,
                             max_output: get_u64(r, 5)?,
+                            cache_write_1h: r.get::<_, Option<i64>>(6)?.map(to_u64),
+                            web_search_per_1k: r.get::<_, Option<i64>>(7)?.map(to_u64),
                         },
                     ))
                 })
@@ -741,6 +759,151 @@ impl Store for SqliteStore {
             .map_err(sql_error)
         })
     }
+
+    fn decisions(&self, q: &DecisionQuery) -> Result<DecisionPage, StoreError> {
+        let key_clause = if q.key_id.is_some() {
+            "d.key_id = ?1"
+        } else {
+            "?1 IS NULL"
+        };
+        let limit = q.limit.clamp(1, MAX_DECISIONS_PAGE);
+        self.read(|tx| {
+            // The cursor: the (time, row) of the decision the previous page ended with, which
+            // must be one the caller may see.
+            let (after_ms, after_row) = match &q.after {
+                None => (i64::MIN, i64::MIN),
+                Some(id) => {
+                    let sql = format!(
+                        "SELECT decided_at_ms, id FROM decisions AS d \
+                         WHERE {key_clause} AND decision_id = ?2"
+                    );
+                    tx.prepare_cached(&sql)
+                        .and_then(|mut s| {
+                            s.query_row(params![q.key_id, Hex32::of(id)], |r| {
+                                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+                            })
+                            .optional()
+                        })
+                        .map_err(sql_error)?
+                        .ok_or(StoreError::UnknownCursor)?
+                }
+            };
+            let sql = format!(
+                "SELECT d.decision_id, d.key_id, d.decided_at_ms, d.verdict, d.reason, \
+                 d.model_requested, d.model_served, d.wire, d.hold_id, d.reserved_nano, \
+                 d.tokens_not_bought, d.worst_case_tokens_avoided, \
+                 COALESCE(u1.id, u2.id), COALESCE(u1.at_ms, u2.at_ms), \
+                 COALESCE(u1.complete, u2.complete), COALESCE(u1.ending, u2.ending), \
+                 COALESCE(u1.basis, u2.basis), COALESCE(u1.input, u2.input), \
+                 COALESCE(u1.cache_write, u2.cache_write), \
+                 COALESCE(u1.cache_write_1h, u2.cache_write_1h), \
+                 COALESCE(u1.cache_read, u2.cache_read), COALESCE(u1.output, u2.output), \
+                 COALESCE(u1.web_search_requests, u2.web_search_requests), \
+                 COALESCE(u1.spend_nano, u2.spend_nano), e.at_ms, e.charged_nano \
+                 FROM decisions AS d \
+                 LEFT JOIN usage AS u1 ON u1.decision = d.id \
+                 LEFT JOIN usage AS u2 ON u2.decision IS NULL AND u2.decision_id = d.decision_id \
+                 LEFT JOIN reservation_expiries AS e ON e.decision_id = d.decision_id \
+                 WHERE {key_clause} AND d.decided_at_ms >= ?2 AND d.decided_at_ms < ?3 \
+                 AND (d.decided_at_ms, d.id) > (?4, ?5) \
+                 ORDER BY d.decided_at_ms, d.id LIMIT ?6"
+            );
+            let from = q.from_ms.map(to_i64).unwrap_or(i64::MIN);
+            let to = q.to_ms.map(to_i64).unwrap_or(i64::MAX);
+            let mut stmt = tx.prepare_cached(&sql).map_err(sql_error)?;
+            let mut lines: Vec<DecisionLine> = stmt
+                .query_map(
+                    params![
+                        q.key_id,
+                        from,
+                        to,
+                        after_ms,
+                        after_row,
+                        to_i64(limit as u64 + 1)
+                    ],
+                    decision_line,
+                )
+                .and_then(Iterator::collect)
+                .map_err(sql_error)?;
+            let next_after = if lines.len() > limit {
+                lines.truncate(limit);
+                lines.last().map(|l| l.decision_id.clone())
+            } else {
+                None
+            };
+            Ok(DecisionPage {
+                decisions: lines,
+                next_after,
+            })
+        })
+    }
+}
+
+/// The most decisions one page lists.
+pub const MAX_DECISIONS_PAGE: usize = 1000;
+
+/// A row of the decisions listing ([`Store::decisions`]).
+fn decision_line(r: &Row<'_>) -> rusqlite::Result<DecisionLine> {
+    let verdict = verdict_from(r, 3)?;
+    let usage_row: Option<i64> = r.get(12)?;
+    let ending = r
+        .get::<_, Option<String>>(15)?
+        .and_then(|e| Ending::parse(&e));
+    let expired_at: Option<i64> = r.get(24)?;
+    let (status, basis, settled_at_ms, spend_nano) = if usage_row.is_some() {
+        let complete: bool = r.get(14)?;
+        let status = match ending {
+            Some(Ending::Complete) => "complete",
+            Some(e) if !e.billable() => "not_billed",
+            Some(_) => "incomplete",
+            None if complete => "complete",
+            None => "incomplete",
+        };
+        let basis = r
+            .get::<_, Option<String>>(16)?
+            .and_then(|b| SpendBasis::parse(&b));
+        (status, basis, Some(get_u64(r, 13)?), get_u64(r, 23)?)
+    } else if let Some(at) = expired_at {
+        (
+            "expired",
+            Some(SpendBasis::WorstCase),
+            Some(to_u64(at)),
+            get_u64(r, 25)?,
+        )
+    } else if verdict.forwards() {
+        ("open", None, None, 0)
+    } else {
+        ("not_forwarded", None, None, 0)
+    };
+    Ok(DecisionLine {
+        decision_id: hex32_from(r, 0)?,
+        key_id: r.get(1)?,
+        decided_at_ms: get_u64(r, 2)?,
+        verdict,
+        reason: r.get(4)?,
+        model_requested: r.get(5)?,
+        model_served: r.get(6)?,
+        wire: wire_from(r, 7)?,
+        hold_id: r.get(8)?,
+        reserved_nano: get_u64(r, 9)?,
+        status,
+        ending,
+        basis,
+        settled_at_ms,
+        input: get_u64(r, 17)?,
+        cache_write: get_u64(r, 18)?,
+        cache_write_1h: get_u64(r, 19)?,
+        cache_read: get_u64(r, 20)?,
+        output: get_u64(r, 21)?,
+        web_search_requests: get_u64(r, 22)?,
+        spend_nano,
+        tokens_not_bought: get_u64(r, 10)?,
+        worst_case_tokens_avoided: if verdict == Verdict::Block {
+            get_u64(r, 11)?
+        } else {
+            0
+        },
+    })
 }
 
 /// Totals with every verdict present (zero when none), so per-day rows share one shape.
@@ -1116,11 +1279,13 @@ fn apply(conn: &Connection, event: &Event) -> rusqlite::Result<()> {
         }
         Event::PricesSet { model, prices } => {
             conn.prepare_cached(
-                "INSERT INTO prices (model, input, cache_write, cache_read, output, max_output) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (model) DO UPDATE SET \
+                "INSERT INTO prices (model, input, cache_write, cache_read, output, max_output, \
+                 cache_write_1h, web_search_per_1k) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (model) DO UPDATE SET \
                  input = excluded.input, cache_write = excluded.cache_write, \
                  cache_read = excluded.cache_read, output = excluded.output, \
-                 max_output = excluded.max_output",
+                 max_output = excluded.max_output, cache_write_1h = excluded.cache_write_1h, \
+                 web_search_per_1k = excluded.web_search_per_1k",
             )?
             .execute(params![
                 model,
@@ -1129,6 +1294,8 @@ fn apply(conn: &Connection, event: &Event) -> rusqlite::Result<()> {
                 to_i64(prices.cache_read),
                 to_i64(prices.output),
                 to_i64(prices.max_output),
+                prices.cache_write_1h.map(to_i64),
+                prices.web_search_per_1k.map(to_i64),
             ])?;
         }
         Event::Forget { key_id } => {
@@ -1176,8 +1343,9 @@ fn insert_usage(conn: &Connection, u: &UsageRow) -> rusqlite::Result<()> {
     // The unique indexes reject a second row for the same decision.
     conn.prepare_cached(
         "INSERT INTO usage (decision_id, decision, key_id, at_ms, served_model, wire, complete, \
-         input, cache_write, cache_read, output, spend_nano) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+         input, cache_write, cache_read, output, spend_nano, cache_write_1h, \
+         web_search_requests, ending, basis) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
     )?
     .execute(params![
         id,
@@ -1192,6 +1360,10 @@ fn insert_usage(conn: &Connection, u: &UsageRow) -> rusqlite::Result<()> {
         to_i64(u.usage.cache_read),
         to_i64(u.usage.output),
         to_i64(u.spend_nano),
+        to_i64(u.cache_write_1h),
+        to_i64(u.web_search_requests),
+        u.ending.map(Ending::as_str),
+        u.basis.as_str(),
     ])?;
     if let Some((row, true)) = decision {
         let result = conn
@@ -1486,41 +1658,8 @@ fn decision_from_row(r: &Row<'_>) -> rusqlite::Result<DecisionRow> {
 /// Start (unix ms) of a `YYYY-MM-DD` UTC day; anything else (including 2026-02-30) is
 /// refused.
 fn day_start_ms(day: &str) -> Result<i64, StoreError> {
-    let invalid = || StoreError::Sqlite("invalid day: expected YYYY-MM-DD".into());
-    let b = day.as_bytes();
-    let well_formed = b.len() == 10
-        && b[4] == b'-'
-        && b[7] == b'-'
-        && b.iter()
-            .enumerate()
-            .all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit());
-    if !well_formed {
-        return Err(invalid());
-    }
-    let y: i64 = day[0..4].parse().map_err(|_| invalid())?;
-    let m: u32 = day[5..7].parse().map_err(|_| invalid())?;
-    let d: u32 = day[8..10].parse().map_err(|_| invalid())?;
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
-        return Err(invalid());
-    }
-    let days = days_from_civil(y, m, d);
-    if civil_from_days(days) != (y, m, d) {
-        return Err(invalid());
-    }
-    Ok(days * DAY_MS as i64)
-}
-
-/// Howard Hinnant's (year, month, day) → days since 1970-01-01; inverse of
-/// [`civil_from_days`].
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let m = i64::from(m);
-    let mp = if m > 2 { m - 3 } else { m + 9 };
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    super::day_start_ms(day)
+        .ok_or_else(|| StoreError::Sqlite("invalid day: expected YYYY-MM-DD".into()))
 }
 
 /// The error's kind, for logs and callers: SQLite's result code, never a message (which
@@ -1564,6 +1703,10 @@ mod tests {
             wire: WireForm::Json,
             complete: true,
             usage: Usage::default(),
+            cache_write_1h: 0,
+            web_search_requests: 0,
+            ending: Some(Ending::Complete),
+            basis: SpendBasis::Reported,
             spend_nano: 7,
         }
     }

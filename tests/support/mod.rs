@@ -47,6 +47,10 @@ pub struct Opts {
     pub max_body_bytes: Option<usize>,
     pub answer_store_bytes: Option<usize>,
     pub slow_ms: u64,
+    /// Point both upstreams here instead of the mock provider (e.g. a replay server).
+    pub upstream: Option<String>,
+    /// TOML appended to the config (extra `[prices."MODEL"]` tables).
+    pub extra_config: String,
 }
 
 impl Default for Opts {
@@ -58,6 +62,8 @@ impl Default for Opts {
             max_body_bytes: None,
             answer_store_bytes: None,
             slow_ms: 3000,
+            upstream: None,
+            extra_config: String::new(),
         }
     }
 }
@@ -135,9 +141,9 @@ impl Harness {
             } else {
                 "ANTHROPIC_API_KEY"
             };
+            let base_url = o.upstream.clone().unwrap_or_else(|| self.mock.base_url());
             c.push_str(&format!(
-                "[upstreams.{up}]\nbase_url = \"{}\"\ncredential_env = \"{env}\"\n\n",
-                self.mock.base_url()
+                "[upstreams.{up}]\nbase_url = \"{base_url}\"\ncredential_env = \"{env}\"\n\n"
             ));
         }
         c.push_str(&format!("[admin]\nkey_hash = \"{ADMIN_HASH}\"\n\n"));
@@ -164,6 +170,7 @@ impl Harness {
             o.upstream_timeout_secs,
             o.answer_store_bytes.unwrap_or(268_435_456)
         ));
+        c.push_str(&o.extra_config);
         std::fs::write(self.config_path(), c).expect("write config");
     }
 
