@@ -27,6 +27,7 @@ pub enum Listener {
 pub struct Api {
     pub gatekeeper: Arc<Gatekeeper>,
     pub split_profile: crate::split_profile::SplitProfileService,
+    pub page: super::page::Page,
 }
 
 /// Bodies of the API's own routes are small; provider bodies (estimate) follow the proxy's cap.
@@ -70,6 +71,7 @@ impl Api {
         Self {
             gatekeeper,
             split_profile: crate::split_profile::SplitProfileService::new(),
+            page: super::page::Page::new(),
         }
     }
 
@@ -99,6 +101,7 @@ impl Api {
         let path = req.path.as_str();
         let m = &req.method;
         match path {
+            p if super::page::owns(p) => self.page.handle(Listener::Api, &self.gatekeeper, req),
             "/spec" => only(m, Method::GET, || self.spec()),
             "/stats" => only(m, Method::GET, || self.stats()),
             "/verify" => only(m, Method::POST, || self.verify(req)),
@@ -134,6 +137,9 @@ impl Api {
 
     fn admin(&self, req: &ApiRequest) -> ApiResponse {
         let path = req.path.as_str();
+        if super::page::owns(path) {
+            return self.page.handle(Listener::Admin, &self.gatekeeper, req);
+        }
         if path == "/metrics" {
             return only(&req.method, Method::GET, || {
                 ApiResponse::text(
