@@ -236,7 +236,11 @@ fn budgets(out: &mut String, view: &View) {
                     Some(l) if l >= 0 => cell("left_nano", u64::try_from(l).unwrap_or(u64::MAX)),
                     _ => r#"<td class="n over">none left</td>"#.to_string(),
                 },
-                svg::budget_bar(b.spend_nano, b.reserved_nano, c),
+                format!(
+                    r#"{} <span class="muted">{:.1}%</span>"#,
+                    svg::budget_bar(b.spend_nano, b.reserved_nano, c),
+                    b.spend_nano.saturating_add(b.reserved_nano) as f64 * 100.0 / (c.max(1)) as f64
+                ),
             ),
             None => (
                 r#"<td class="n muted">no ceiling</td>"#.to_string(),
@@ -344,7 +348,7 @@ fn savings(out: &mut String, view: &View) {
     }
     let _ = write!(
         out,
-        r#"</tbody></table><p class="note">The same figures as <code>GET /ledger</code>{}. Today ({}) per key: see the decisions below and the plot.</p></section>"#,
+        r#"</tbody></table><p class="note">The same figures as <code>GET /ledger</code>{}, since the ledger began (UTC days; today is {}).</p></section>"#,
         if matches!(view.scope, Scope::Admin) {
             " per key and <code>GET /stats</code> for all keys"
         } else {
@@ -425,8 +429,9 @@ fn hold_actions(view: &View, h: &HoldView, csrf: &str) -> String {
     };
     let id = esc(&h.hold_id);
     let csrf = esc(csrf);
+    // One form, two buttons: the owner secret is typed once for either decision.
     format!(
-        r#"<form method="post" action="/page/holds/{id}/approve" class="approve"><input type="hidden" name="csrf" value="{csrf}">{owner_field}<select name="attend_minutes" aria-label="attend the key"><option value="">release this request once</option><option value="15">and attend the key 15 min</option><option value="60">and attend the key 1 h</option><option value="240">and attend the key 4 h</option></select> <button type="submit" class="approve-btn" data-hold="{id}">Approve</button></form><form method="post" action="/page/holds/{id}/deny" class="deny"><input type="hidden" name="csrf" value="{csrf}">{owner_field}<button type="submit" class="deny-btn" data-hold="{id}">Deny</button></form>"#
+        r#"<form method="post" action="/page/holds/{id}/approve" class="decide"><input type="hidden" name="csrf" value="{csrf}">{owner_field}<select name="attend_minutes" aria-label="attend the key"><option value="">release this request once</option><option value="15">and attend the key 15 min</option><option value="60">and attend the key 1 h</option><option value="240">and attend the key 4 h</option></select> <button type="submit" class="approve-btn" data-hold="{id}">Approve</button> <button type="submit" formaction="/page/holds/{id}/deny" class="deny-btn" data-hold="{id}">Deny</button></form>"#
     )
 }
 
