@@ -642,24 +642,25 @@ pub fn receipt(
 ) -> String {
     let mut rows = String::new();
     if let Some(fields) = body.as_object() {
-        for (name, value) in fields {
-            let shown = match (name.as_str(), value) {
-                ("fingerprint", Value::String(fp)) => format!(
-                    "{}…",
-                    fp.chars().take(FINGERPRINT_DIGITS).collect::<String>()
-                ),
-                ("decided_at_ms", Value::Number(n)) => n
-                    .as_u64()
-                    .map(|ms| format!("{ms} ({} UTC)", datetime(ms)))
-                    .unwrap_or_else(|| n.to_string()),
-                (_, Value::String(s)) => s.clone(),
-                (_, other) => other.to_string(),
-            };
+        // What explains the verdict first, then the rest in the receipt's own order.
+        let mut names: Vec<&String> = RECEIPT_ORDER
+            .iter()
+            .filter_map(|n| fields.get_key_value(*n).map(|(k, _)| k))
+            .collect();
+        names.extend(
+            fields
+                .keys()
+                .filter(|k| !RECEIPT_ORDER.contains(&k.as_str())),
+        );
+        for (name, value) in names
+            .into_iter()
+            .filter_map(|n| fields.get(n.as_str()).map(|v| (n, v)))
+        {
             let _ = write!(
                 rows,
-                r#"<tr><th>{}</th><td><code>{}</code></td></tr>"#,
+                r#"<tr><th>{}</th><td>{}</td></tr>"#,
                 esc(name),
-                esc(&shown)
+                receipt_value(name, value)
             );
         }
     }
@@ -671,6 +672,64 @@ pub fn receipt(
         idm = if id_matches { "is" } else { "is NOT" },
     );
     layout("Receipt", listener, &who(scope), &body_html)
+}
+
+/// The order a person reads a receipt in: why, then what, then the figures.
+const RECEIPT_ORDER: &[&str] = &[
+    "verdict",
+    "reason",
+    "rule",
+    "band",
+    "score",
+    "signals",
+    "findings",
+    "key_id",
+    "model_requested",
+    "model_served",
+    "decided_at_ms",
+    "hold_id",
+    "approved_hold",
+    "attending_lease",
+    "worst_case",
+    "tokens_not_bought",
+    "worst_case_tokens_avoided",
+    "fingerprint",
+];
+
+/// One receipt field: the fingerprint cut, times readable, objects (signals, worst case) as
+/// a small table, numbers with at most three decimals.
+fn receipt_value(name: &str, value: &Value) -> String {
+    match (name, value) {
+        ("fingerprint", Value::String(fp)) => format!(
+            "<code>{}…</code>",
+            esc(&fp.chars().take(FINGERPRINT_DIGITS).collect::<String>())
+        ),
+        ("decided_at_ms", Value::Number(n)) => match n.as_u64() {
+            Some(ms) => format!("<code>{ms}</code> ({} UTC)", datetime(ms)),
+            None => format!("<code>{n}</code>"),
+        },
+        (_, Value::Object(fields)) => {
+            let mut out = String::from(r#"<table class="sub">"#);
+            for (k, v) in fields {
+                let _ = write!(
+                    out,
+                    "<tr><th>{}</th><td>{}</td></tr>",
+                    esc(k),
+                    receipt_value(k, v)
+                );
+            }
+            out.push_str("</table>");
+            out
+        }
+        (_, Value::Number(n)) if n.is_f64() => {
+            format!(
+                "<code>{}</code>",
+                n.as_f64().map(|f| format!("{f:.3}")).unwrap_or_default()
+            )
+        }
+        (_, Value::String(s)) => format!("<code>{}</code>", esc(s)),
+        (_, other) => format!("<code>{}</code>", esc(&other.to_string())),
+    }
 }
 
 /// The notice after an action, from its fixed code (never echoing anything sent).
