@@ -8,4 +8,4 @@ bash tests/page/install.sh
 if [ ! -x "${TOKENSAVER_BIN:-target/debug/tokensaver}" ]; then
   cargo build -q
 fi
-node --test --test-concurrency=1 tests/page/
+node --test tests/page/page.test.mjs
