@@ -28,6 +28,7 @@ pub enum Listener {
 pub struct Api {
     pub gatekeeper: Arc<Gatekeeper>,
     pub split_profile: crate::split_profile::SplitProfileService,
+    pub page: super::page::Page,
 }
 
 /// Decisions per page of `GET /ledger/decisions` when `limit` is absent.
@@ -74,6 +75,7 @@ impl Api {
         Self {
             gatekeeper,
             split_profile: crate::split_profile::SplitProfileService::new(),
+            page: super::page::Page::new(),
         }
     }
 
@@ -103,6 +105,7 @@ impl Api {
         let path = req.path.as_str();
         let m = &req.method;
         match path {
+            p if super::page::owns(p) => self.page.handle(Listener::Api, &self.gatekeeper, req),
             "/spec" => only(m, Method::GET, || self.spec()),
             "/stats" => only(m, Method::GET, || self.stats()),
             "/verify" => only(m, Method::POST, || self.verify(req)),
@@ -141,6 +144,9 @@ impl Api {
 
     fn admin(&self, req: &ApiRequest) -> ApiResponse {
         let path = req.path.as_str();
+        if super::page::owns(path) {
+            return self.page.handle(Listener::Admin, &self.gatekeeper, req);
+        }
         if path == "/metrics" {
             return only(&req.method, Method::GET, || {
                 ApiResponse::text(

@@ -3,6 +3,7 @@
 //! Both the proxy (request mode) and `POST /gate` (digest mode) decide through [`Gatekeeper::gate`],
 //! so the two modes cannot drift apart.
 
+pub mod recent;
 pub mod report;
 #[cfg(test)]
 mod settle_tests;
@@ -24,8 +25,9 @@ use crate::receipt::{Envelope, ReceiptSigner};
 use crate::request::{Hash, RequestShape, WireForm};
 use crate::store::answers::{AnswerKey, AnswerStore, StoredAnswer};
 use crate::store::{
-    period_start, DecisionPage, DecisionQuery, DecisionRow, Ending, Event, HoldOpening, HoldRow,
-    HoldState, LeaseRow, LedgerDay, LedgerTotals, SpendBasis, Store, StoreError, UsageRow,
+    period_start, DecisionListing, DecisionPage, DecisionQuery, DecisionRow, Ending, Event,
+    HoldOpening, HoldRow, HoldState, LeaseRow, LedgerDay, LedgerTotals, SpendBasis, Store,
+    StoreError, UsageRow, VerdictCount,
 };
 
 const DAY_MS: u64 = 86_400_000;
@@ -373,6 +375,8 @@ pub struct Gatekeeper {
     answers: Mutex<AnswerStore>,
     store: Arc<dyn Store>,
     pub metrics: Metrics,
+    /// The latest committed decisions' receipts, for the ledger page.
+    recent: Mutex<recent::RecentReceipts>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -482,6 +486,7 @@ impl Gatekeeper {
             state: Mutex::new(state),
             store,
             metrics: Metrics::new(),
+            recent: Mutex::new(recent::RecentReceipts::default()),
         })
     }
 
@@ -650,6 +655,9 @@ impl Gatekeeper {
         // Signing is the slowest step of a decision and needs no shared state: it runs after
         // the state lock is released, so concurrent requests do not queue behind it.
         let envelope = signed.unwrap_or_else(|| self.signer.sign(&body));
+        if mode == Mode::Commit {
+            lock(&self.recent).push(&decision_id, key_id, &envelope);
+        }
         self.metrics
             .decision_seconds
             .observe(started.elapsed().as_secs_f64());
@@ -1041,6 +1049,35 @@ impl Gatekeeper {
 
     pub fn flush(&self) -> Result<(), StoreError> {
         self.store.flush()
+    }
+
+    /// The ledger page's latest decisions (newest first), of a key or every key (`None`).
+    pub fn latest_decisions(
+        &self,
+        key_id: Option<&str>,
+        verdict: Option<Verdict>,
+        limit: usize,
+    ) -> Result<Vec<DecisionListing>, StoreError> {
+        self.store.flush()?;
+        self.store.latest_decisions(key_id, verdict, limit)
+    }
+
+    /// The ledger page's plot: decisions since `since_ms` per bucket, verdict and rule.
+    pub fn verdicts_over_time(
+        &self,
+        key_id: Option<&str>,
+        since_ms: u64,
+        bucket_ms: u64,
+    ) -> Result<Vec<VerdictCount>, StoreError> {
+        self.store.flush()?;
+        self.store.verdicts_over_time(key_id, since_ms, bucket_ms)
+    }
+
+    /// The signed receipt of a recent decision (kept in memory for the last
+    /// [`recent::RECENT_RECEIPTS`] decisions since start), if it belongs to `key_id`
+    /// (`None`: any key).
+    pub fn recent_receipt(&self, decision_id: &str, key_id: Option<&str>) -> Option<Envelope> {
+        lock(&self.recent).get(decision_id, key_id)
     }
 
     /// Run expiry without a request (a background tick).

@@ -352,6 +352,25 @@ pub struct LedgerDay {
     pub totals: LedgerTotals,
 }
 
+/// A decision as the ledger page lists it: its row and, once the provider's usage arrived,
+/// the spend that usage settled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecisionListing {
+    pub row: DecisionRow,
+    pub spend_nano: Option<u64>,
+}
+
+/// How many decisions one time bucket holds for one verdict and rule (the ledger page's plot).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerdictCount {
+    /// Start of the bucket, unix ms (a multiple of the bucket width).
+    pub bucket_start_ms: u64,
+    pub verdict: Verdict,
+    /// The rule, band or what earned the verdict (as `DecisionRow::reason`).
+    pub reason: String,
+    pub count: u64,
+}
+
 pub trait Store: Send + Sync {
     /// Read what the in-memory state is rebuilt from. `now_ms` bounds the recent windows.
     fn load(&self, now_ms: u64) -> Result<Snapshot, StoreError>;
@@ -372,6 +391,22 @@ pub trait Store: Send + Sync {
     fn usage_recorded(&self, decision_id: &str) -> Result<bool, StoreError>;
     /// Decisions with their settlements, oldest first (`GET /ledger/decisions`).
     fn decisions(&self, query: &DecisionQuery) -> Result<DecisionPage, StoreError>;
+    /// The ledger page: the newest decisions first, of a key (`None`: every key) and
+    /// optionally one verdict, at most `limit`.
+    fn latest_decisions(
+        &self,
+        key_id: Option<&str>,
+        verdict: Option<Verdict>,
+        limit: usize,
+    ) -> Result<Vec<DecisionListing>, StoreError>;
+    /// The ledger page: decisions since `since_ms` counted per `bucket_ms`-wide bucket,
+    /// verdict and rule, of a key (`None`: every key), oldest bucket first.
+    fn verdicts_over_time(
+        &self,
+        key_id: Option<&str>,
+        since_ms: u64,
+        bucket_ms: u64,
+    ) -> Result<Vec<VerdictCount>, StoreError>;
 }
 
 /// `GET /ledger/decisions`: which decisions, oldest first.

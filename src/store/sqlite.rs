@@ -51,11 +51,14 @@ use rusqlite::types::{ToSqlOutput, Type, ValueRef};
 use rusqlite::ToSql;
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 
+mod page_reads;
+
 use super::{
     civil_from_days, period_start, DecisionLine, DecisionPage, DecisionQuery, DecisionRow, Ending,
     Event, HoldOpening, HoldRow, HoldState, LeaseRow, LedgerDay, LedgerTotals, Snapshot,
     SpendBasis, Store, StoreError, UsageRow,
 };
+use super::{DecisionListing, VerdictCount};
 use crate::config::{BudgetPeriod, Prices};
 use crate::gate::{Usage, Verdict};
 use crate::request::WireForm;
@@ -836,6 +839,24 @@ impl Store for SqliteStore {
                 next_after,
             })
         })
+    }
+
+    fn latest_decisions(
+        &self,
+        key_id: Option<&str>,
+        verdict: Option<Verdict>,
+        limit: usize,
+    ) -> Result<Vec<DecisionListing>, StoreError> {
+        page_reads::latest_decisions(self, key_id, verdict, limit)
+    }
+
+    fn verdicts_over_time(
+        &self,
+        key_id: Option<&str>,
+        since_ms: u64,
+        bucket_ms: u64,
+    ) -> Result<Vec<VerdictCount>, StoreError> {
+        page_reads::verdicts_over_time(self, key_id, since_ms, bucket_ms)
     }
 }
 
