@@ -102,6 +102,12 @@ enum Command {
         listen: std::net::SocketAddr,
         #[arg(long)]
         expected_credential: Option<String>,
+        /// `cl100k`: count usage with cl100k_base over the whole request body.
+        #[arg(long, default_value = "chars")]
+        usage: String,
+        /// Task scripts (`<dir>/<id>/task.json`) for `tokensaver-mock:task=` markers.
+        #[arg(long)]
+        tasks: Option<PathBuf>,
     },
 }
 
@@ -420,11 +426,13 @@ fn run(command: Command) -> Result<(), String> {
         Command::MockProvider {
             listen,
             expected_credential,
+            usage,
+            tasks,
         } => {
             let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
             let opts = tokensaver::demo::provider::ProviderOptions {
                 expected_credential,
-                ..Default::default()
+                ..tokensaver::demo::provider::ProviderOptions::scripted(&usage, tasks.as_deref())?
             };
             eprintln!("mock provider listening on http://{listen}");
             runtime

@@ -2102,3 +2102,61 @@ fn scripted_answers_obey_fault_modes() {
     body["tools"] = claude_tools();
     assert_eq!(post(&p, "/v1/messages", &body).status, 429);
 }
+
+// ------------------------------------------------------------------------------------------
+// Task scripts and cl100k usage (the economics suite's scripted provider)
+// ------------------------------------------------------------------------------------------
+
+#[test]
+fn task_script_closed_loop_with_cl100k_usage() {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use tokensaver::demo::provider::{canonical_text, TaskScript, UsageCounting};
+    let script: TaskScript = serde_json::from_value(json!({"steps": [
+        {"run": "./job status", "until": "done", "max": 5},
+        {"answer": "The export finished.", "words": [30, 30]}
+    ]}))
+    .unwrap();
+    let p = MockProvider::start_background(ProviderOptions {
+        usage: UsageCounting::Cl100k,
+        tasks: Arc::new(BTreeMap::from([("poll".to_owned(), script)])),
+        ..Default::default()
+    })
+    .unwrap();
+    let mut body = json!({
+        "model": "gpt-4o",
+        "messages": [{"role": "user", "content": "Export. tokensaver-mock:task=poll,seed=2"}],
+        "tools": chat_tools(),
+    });
+    // The provider polls while the tool says "running", then answers.
+    for output in ["status: running", "status: running", "status: done"] {
+        let r = post(&p, "/v1/chat/completions", &body);
+        assert_eq!(r.status, 200);
+        let v = r.json();
+        let (_, name, args) = tool_call_of(Api::ChatCompletions, &v).expect("a poll");
+        assert_eq!(name, "run");
+        assert!(args.contains("./job status"), "{args}");
+        // cl100k over the whole canonical body: the tool definitions count.
+        let want = tokensaver::split_profile::tokenizer::count(&canonical_text(&body)).unwrap();
+        assert_eq!(v["usage"]["prompt_tokens"], want);
+        assert!(want > 40, "tools and parameters count: {want}");
+        push_step(Api::ChatCompletions, &mut body, &v, output);
+    }
+    let v = post(&p, "/v1/chat/completions", &body).json();
+    let text = v["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(text.starts_with("The export finished.\n\n"), "{text}");
+    let out = tokensaver::split_profile::tokenizer::count(text).unwrap();
+    assert_eq!(v["usage"]["completion_tokens"], out);
+    // The default counting is unchanged: the same body under the character rule.
+    let chars = reply_for(&serde_json::to_vec(&body).unwrap()).unwrap();
+    assert_ne!(
+        chars.usage.prompt_tokens,
+        v["usage"]["prompt_tokens"].as_u64().unwrap()
+    );
+    // The record's reported usage follows the options too.
+    let recs = send(&p, "GET", "/__mock/requests?limit=1&max_body=0", &[], b"").json();
+    assert_eq!(
+        recs[0]["reported_usage"]["prompt_tokens"],
+        v["usage"]["prompt_tokens"]
+    );
+}
