@@ -236,6 +236,9 @@ enum EconomicsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Record new evidence: real agent clients on the fixture tasks, straight to a provider
+    /// and through the gate (the built-in scripted provider unless --upstream is given).
+    Run(tokensaver::economics::run::RunArgs),
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -384,21 +387,19 @@ fn run(command: Command) -> Result<(), String> {
                     json,
                 },
         } => {
-            let dir = match dir {
-                Some(d) => d,
-                None => {
-                    Config::load(&config)
-                        .map_err(|e| e.to_string())?
-                        .economics_dir
-                }
-            };
+            let config = Config::load(&config).map_err(|e| e.to_string())?;
             let query = tokensaver::economics::model::EconomicsQuery {
                 suite,
                 category,
                 model,
                 task,
             };
-            let summary = tokensaver::economics::summary(&dir, &query, tokensaver::now_ms());
+            let summary = tokensaver::economics::summary_for(
+                &config,
+                dir.as_deref(),
+                &query,
+                tokensaver::now_ms(),
+            );
             if json {
                 println!(
                     "{}",
@@ -409,6 +410,9 @@ fn run(command: Command) -> Result<(), String> {
             }
             Ok(())
         }
+        Command::Economics {
+            command: EconomicsCommand::Run(args),
+        } => tokensaver::economics::run::run(&args),
         Command::Holds { command } => holds(command),
         Command::CheckConfig { file } => {
             let config = Config::load(&file).map_err(|e| e.to_string())?;

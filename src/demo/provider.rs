@@ -2333,7 +2333,13 @@ impl MockReply {
                 (Vec::new(), text.clone(), false, o)
             }
             Some(Scripted::ToolCall(call)) => {
-                (Vec::new(), String::new(), false, call.output_tokens())
+                let words = call.preamble.split_whitespace().count() as u64;
+                (
+                    Vec::new(),
+                    String::new(),
+                    false,
+                    call.output_tokens() + words,
+                )
             }
         };
         let by_chars = chars.div_ceil(4) + PROMPT_OVERHEAD_TOKENS;
@@ -2341,7 +2347,9 @@ impl MockReply {
             UsageCounting::Chars => (by_chars, output_tokens),
             UsageCounting::Cl100k => {
                 let out = match &script {
-                    Some(Scripted::ToolCall(c)) => format!("{}{}", c.name, c.arguments),
+                    Some(Scripted::ToolCall(c)) => {
+                        format!("{}{}{}", c.preamble, c.name, c.arguments)
+                    }
                     _ => text.clone(),
                 };
                 match (cl100k(&canonical_text(body)), cl100k(&out)) {
@@ -2490,7 +2498,11 @@ impl MockReply {
                     "index": 0,
                     "message": {
                         "role": "assistant",
-                        "content": null,
+                        "content": if call.preamble.is_empty() {
+                            Value::Null
+                        } else {
+                            json!(call.preamble)
+                        },
                         "tool_calls": [self.openai_tool_call(call)],
                         "refusal": null,
                     },
@@ -2549,7 +2561,14 @@ impl MockReply {
                 "type": "message",
                 "role": "assistant",
                 "model": self.model,
-                "content": [self.anthropic_tool_use(call, call.input.clone())],
+                "content": if call.preamble.is_empty() {
+                    json!([self.anthropic_tool_use(call, call.input.clone())])
+                } else {
+                    json!([
+                        {"type": "text", "text": call.preamble},
+                        self.anthropic_tool_use(call, call.input.clone()),
+                    ])
+                },
                 "stop_reason": self.anthropic_stop_reason(),
                 "stop_sequence": null,
                 "usage": self.usage.anthropic_json(),
@@ -2615,9 +2634,17 @@ impl MockReply {
             let mut first = self.openai_tool_call(call);
             first["index"] = json!(0);
             first["function"]["arguments"] = json!("");
-            events.push(raw(
-                json!({"role": "assistant", "content": null, "tool_calls": [first]}),
-            ));
+            if call.preamble.is_empty() {
+                events.push(raw(
+                    json!({"role": "assistant", "content": null, "tool_calls": [first]}),
+                ));
+            } else {
+                events.push(raw(json!({"role": "assistant", "content": ""})));
+                for d in word_deltas(&call.preamble) {
+                    events.push(raw(json!({"content": d})));
+                }
+                events.push(raw(json!({"tool_calls": [first]})));
+            }
             for piece in argument_pieces(&call.arguments) {
                 events.push(raw(
                     json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}),
@@ -2664,18 +2691,41 @@ impl MockReply {
         };
         let mut events = Vec::with_capacity(self.words.len() + 6);
         events.push(ev("message_start", &json!({"type": "message_start", "message": serde_json::to_value(&start).unwrap_or(Value::Null)})));
+        let mut last_index = 0;
         if let Some(call) = self.tool_call() {
+            let mut index = 0;
+            if !call.preamble.is_empty() {
+                events.push(ev(
+                    "content_block_start",
+                    &json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+                ));
+                events.push(ev("ping", &json!({"type": "ping"})));
+                for d in word_deltas(&call.preamble) {
+                    events.push(ev(
+                        "content_block_delta",
+                        &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": d}}),
+                    ));
+                }
+                events.push(ev(
+                    "content_block_stop",
+                    &json!({"type": "content_block_stop", "index": 0}),
+                ));
+                index = 1;
+            }
             events.push(ev(
                 "content_block_start",
-                &json!({"type": "content_block_start", "index": 0, "content_block": self.anthropic_tool_use(call, json!({}))}),
+                &json!({"type": "content_block_start", "index": index, "content_block": self.anthropic_tool_use(call, json!({}))}),
             ));
-            events.push(ev("ping", &json!({"type": "ping"})));
+            if index == 0 {
+                events.push(ev("ping", &json!({"type": "ping"})));
+            }
             for piece in argument_pieces(&call.arguments) {
                 events.push(ev(
                     "content_block_delta",
-                    &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": piece}}),
+                    &json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": piece}}),
                 ));
             }
+            last_index = index;
         } else {
             events.push(ev(
                 "content_block_start",
@@ -2691,7 +2741,7 @@ impl MockReply {
         }
         events.push(ev(
             "content_block_stop",
-            &json!({"type": "content_block_stop", "index": 0}),
+            &json!({"type": "content_block_stop", "index": last_index}),
         ));
         events.push(ev(
             "message_delta",
@@ -2704,6 +2754,21 @@ impl MockReply {
         events.push(ev("message_stop", &json!({"type": "message_stop"})));
         events
     }
+}
+
+/// A text's stream deltas: its words split at single spaces, each after the first prefixed by
+/// a space (what [`MockReply::deltas`] does for a reply).
+fn word_deltas(text: &str) -> Vec<String> {
+    text.split(' ')
+        .enumerate()
+        .map(|(i, w)| {
+            if i == 0 {
+                w.to_owned()
+            } else {
+                format!(" {w}")
+            }
+        })
+        .collect()
 }
 
 fn oa_choice<'a>(

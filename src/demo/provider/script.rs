@@ -50,6 +50,9 @@ pub struct MockToolCall {
     pub input: Value,
     /// `input` serialised compactly (object keys sorted): the `arguments` string.
     pub arguments: String,
+    /// Text the answer carries before the call, as real models write (task scripts only;
+    /// empty for the other markers, whose answers carry the call alone).
+    pub preamble: String,
 }
 
 impl MockToolCall {
@@ -80,6 +83,7 @@ pub fn scripted(body: &Value) -> Option<Scripted> {
         command,
         input,
         arguments,
+        preamble: String::new(),
     }))
 }
 
@@ -358,6 +362,10 @@ pub struct ScriptStep {
     /// `[low, high]` (default none), so that answers have the lengths real ones have.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub words: Option<[u32; 2]>,
+    /// The text the answer carries before each call of this step (default: a sentence or two
+    /// of prose drawn from the seed, so that every call comes with text, as real models write).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub say: Option<String>,
     /// What the step stands for (documentation; the mock ignores it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -386,7 +394,18 @@ pub enum Slot {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
     pub slots: Vec<Slot>,
+    /// The text before each slot's calls (`None`: drawn per call from the seed).
+    pub says: Vec<Option<String>>,
     pub answer: String,
+    task: String,
+    seed: u64,
+}
+
+/// The next call of a plan: its command and the text before it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NextCall<'a> {
+    pub command: &'a str,
+    pub say: String,
 }
 
 /// A number drawn from `[low, high]` for (task, seed, draw index): BLAKE3 of the three, so a
@@ -441,6 +460,7 @@ impl TaskScript {
     /// The plan for `seed`: every range drawn, steps with 0 times left out.
     pub fn plan(&self, task: &str, seed: u64) -> Plan {
         let mut slots = Vec::new();
+        let mut says = Vec::new();
         let mut answer = None;
         for (i, step) in self.steps.iter().enumerate() {
             if let Some(text) = &step.answer {
@@ -457,6 +477,7 @@ impl TaskScript {
             let times = step.times.map_or(1, |t| draw(task, seed, i, t));
             let max = step.max.unwrap_or(10).max(1);
             for _ in 0..times {
+                says.push(step.say.clone());
                 slots.push(match (&step.until, &step.while_) {
                     (Some(text), _) => Slot::Until {
                         command: command.clone(),
@@ -474,12 +495,56 @@ impl TaskScript {
         }
         Plan {
             slots,
+            says,
             answer: answer.unwrap_or_else(|| "Done.".to_owned()),
+            task: task.to_owned(),
+            seed,
         }
     }
 }
 
 impl Plan {
+    /// The next call given the results of the calls made so far (in order), or `None` when
+    /// the plan is done and the answer is due.
+    pub fn next_call(&self, results: &[String]) -> Option<NextCall<'_>> {
+        let (slot, attempts) = self.position(results)?;
+        let command = self.next(results)?;
+        let say = match self.says.get(slot).cloned().flatten() {
+            Some(s) => s,
+            None => {
+                let seed = self
+                    .seed
+                    .wrapping_mul(1_000_003)
+                    .wrapping_add(slot as u64 * 101 + u64::from(attempts));
+                let n = draw(&self.task, seed, 30_000, [6, 18]);
+                prose(&self.task, seed, n)
+            }
+        };
+        Some(NextCall { command, say })
+    }
+
+    fn position(&self, results: &[String]) -> Option<(usize, u32)> {
+        let mut slot = 0usize;
+        let mut attempts = 0u32;
+        for r in results {
+            let s = self.slots.get(slot)?;
+            attempts += 1;
+            if Self::done(s, r, attempts) {
+                slot += 1;
+                attempts = 0;
+            }
+        }
+        (slot < self.slots.len()).then_some((slot, attempts))
+    }
+
+    fn done(s: &Slot, r: &str, attempts: u32) -> bool {
+        match s {
+            Slot::Once(_) => true,
+            Slot::Until { text, max, .. } => r.contains(text.as_str()) || attempts >= *max,
+            Slot::While { text, max, .. } => !r.contains(text.as_str()) || attempts >= *max,
+        }
+    }
+
     /// The next command given the results of the calls made so far (in order), or `None`
     /// when the plan is done and the answer is due.
     pub fn next<'a>(&'a self, results: &[String]) -> Option<&'a str> {
@@ -488,12 +553,7 @@ impl Plan {
         for r in results {
             let s = self.slots.get(slot)?;
             attempts += 1;
-            let done = match s {
-                Slot::Once(_) => true,
-                Slot::Until { text, max, .. } => r.contains(text.as_str()) || attempts >= *max,
-                Slot::While { text, max, .. } => !r.contains(text.as_str()) || attempts >= *max,
-            };
-            if done {
+            if Self::done(s, r, attempts) {
                 slot += 1;
                 attempts = 0;
             }
@@ -640,17 +700,18 @@ pub fn task_scripted(
     let tool = pick(&tools)?;
     let plan = script.plan(&task, seed);
     let results = tool_result_texts(body);
-    let Some(command) = plan.next(&results) else {
+    let Some(next) = plan.next_call(&results) else {
         return Some(Scripted::Answer { text: plan.answer });
     };
-    let input = arguments_for(tool, command, results.len() as u64);
+    let input = arguments_for(tool, next.command, results.len() as u64);
     let arguments = serde_json::to_string(&input).unwrap_or_default();
     Some(Scripted::ToolCall(MockToolCall {
         name: tool.name.to_owned(),
         local_shell: tool.local_shell,
-        command: command.to_owned(),
+        command: next.command.to_owned(),
         input,
         arguments,
+        preamble: next.say,
     }))
 }
 
@@ -795,6 +856,12 @@ mod tests {
         assert_eq!(
             c.input,
             json!({"command": "ls", "description": STEP_DESCRIPTION})
+        );
+        let words = c.preamble.split_whitespace().count();
+        assert!(
+            (6..=18).contains(&words),
+            "text before the call: {:?}",
+            c.preamble
         );
         let done = json!({
             "messages": [
