@@ -165,8 +165,19 @@ fn plan_pairs(
             }
         }
     }
+    for o in &args.only {
+        let (t, c) = o
+            .split_once(':')
+            .map_or((o.as_str(), None), |(t, c)| (t, Some(c)));
+        if !out
+            .iter()
+            .any(|p| p.task == t && c.is_none_or(|c| p.client == c))
+        {
+            return Err(format!("--only {o}: no declared task (and client) matches"));
+        }
+    }
     if out.is_empty() {
-        return Err("no pair selected (check --only)".into());
+        return Err("no pair selected".into());
     }
     Ok(out)
 }
