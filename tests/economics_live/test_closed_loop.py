@@ -127,3 +127,56 @@ def test_the_statement_is_a_simulations(recorded):
     text = recorded["text"]
     assert st in text and "provider: simulated" in text and "    not: " in text
     assert "wrote " in recorded["run"].stdout
+
+
+def test_the_real_provider_path_against_the_built_in_provider():
+    """`--upstream URL --credential-env VAR`: the harness as a user runs it against their own
+    provider, here the built-in one without task scripts (so the model does no work and the
+    tasks fail): the credential comes from the environment in both arms, the evidence names a
+    real provider, and the statement is no simulation's — and no claim."""
+    import socket
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests" / "agents"))
+    import clients
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tmp = Path(tempfile.mkdtemp(prefix="tokensaver-economics-real-"))
+    econ = tmp / "economics"
+    econ.mkdir()
+    shutil.copy(ROOT / "corpus/economics/methodology.json", econ)
+    shutil.copytree(ROOT / "corpus/economics/tasks", econ / "tasks")
+    log = tmp / "provider.log"
+    provider = subprocess.Popen(
+        [BIN, "mock-provider", "--listen", f"127.0.0.1:{port}", "--expected-credential",
+         "sk-users-own-key", "--usage", "cl100k"],
+        stdout=log.open("w"), stderr=subprocess.STDOUT,
+    )
+    try:
+        clients.wait_port(port, provider, log)
+        run = subprocess.run(
+            [BIN, "economics", "run", "--dir", econ, "--reps", "1",
+             "--only", "bugfix-vat-rounding:agents-sdk", "--upstream", f"http://127.0.0.1:{port}",
+             "--credential-env", "USERS_PROVIDER_KEY"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+            env=dict(os.environ, USERS_PROVIDER_KEY="sk-users-own-key"),
+        )
+        assert run.returncode == 0, run.stdout + run.stderr
+        (f,) = (econ / "evidence" / "agent-sessions").glob("*.json")
+        ev = json.loads(f.read_text())
+        assert ev["provider"]["kind"] == "real"
+        assert ev["provider"]["upstream"] == f"http://127.0.0.1:{port}"
+        statuses = {b["status"] for r in ev["runs"] for b in r["bought"]}
+        assert statuses == {200}, "the credential reached the provider in both arms"
+        summary = json.loads(subprocess.run(
+            [BIN, "economics", "summary", "--dir", econ, "--json"],
+            cwd=ROOT, capture_output=True, text=True, check=True).stdout)
+        st = summary["verdict"]["statement"]
+        assert summary["simulated"] is False
+        assert st.startswith("No quantitative token claim for suite agent-sessions against a real provider"), st
+    finally:
+        provider.terminate()
+        provider.wait(timeout=10)
+        shutil.rmtree(tmp, ignore_errors=True)
