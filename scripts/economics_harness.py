@@ -13,9 +13,10 @@ from the pair's seed (a provider that caches prompts would otherwise favour the 
     control    client → tap → provider
     treatment  client → tap → tokensaver serve → tap → provider
 
-Each arm gets a fresh copy of the task's workspace (seeded by the task's `setup`), runs the
-client once per session (same prompt; a rerun), then the task's own `check` in that
-workspace: success is the check's exit status, never an HTTP status. A client the gate
+Each session of an arm runs the client in a fresh copy of the task's workspace (seeded by
+the task's `setup`; a task of several sessions is the same job run again on a fresh checkout,
+same prompt), then the task's own `check` in that workspace: the run succeeds when every
+session's check passes — the check's exit status, never an HTTP status. A client the gate
 refuses (409, 429, 402, 403) reacts as it does for a user — Claude Code and the Agents SDK
 stop, Codex re-sends then stops — and the task's check says whether the work got done.
 
@@ -42,7 +43,7 @@ sys.path.insert(0, str(HERE.parent / "tests" / "agents"))
 import clients  # noqa: E402
 from economics_tap import Tap  # noqa: E402
 
-HARNESS_VERSION = "2"
+HARNESS_VERSION = "3"
 
 
 def log(msg: str) -> None:
@@ -141,10 +142,6 @@ class Harness:
         ws = self.scratch / "ws" / name
         home = self.scratch / "home" / name
         bodies = self.scratch / "bodies" / f"{name}-{arm}"
-        shutil.copytree(Path(spec["task_dir"]) / "workspace", ws)
-        if spec.get("setup"):
-            subprocess.run(substitute(spec["setup"], spec["task_dir"], spec["seed"]), cwd=ws,
-                           check=True, capture_output=True)
         if arm == "control":
             base, key = self.provider_tap.url, self.credential
             front = self.provider_tap
@@ -154,9 +151,14 @@ class Harness:
         front.bodies = bodies if arm == "treatment" else None
         self.provider_tap.take()
         self.client_tap.take()
-        sessions, calls, provider_calls = [], [], []
+        sessions, calls, provider_calls, checks = [], [], [], []
         started = time.time()
         for s in range(spec["sessions"]):
+            shutil.rmtree(ws, ignore_errors=True)
+            shutil.copytree(Path(spec["task_dir"]) / "workspace", ws)
+            if spec.get("setup"):
+                subprocess.run(substitute(spec["setup"], spec["task_dir"], spec["seed"]),
+                               cwd=ws, check=True, capture_output=True)
             r = self.client_session(spec, base, key, ws, home)
             time.sleep(0.2)  # let a streamed answer's record land
             got = front.take()
@@ -170,12 +172,16 @@ class Harness:
                 provider_calls += bought
             sessions.append({"index": s, "exit_code": r.code, "seconds": round(r.seconds, 2),
                              "output_tail": short(r.output)})
+            checks.append(subprocess.run(
+                substitute(spec["check"], spec["task_dir"], spec["seed"]), cwd=ws,
+                capture_output=True, text=True, timeout=120))
         if arm == "control":
             provider_calls = calls
         front.bodies = None
-        check = subprocess.run(substitute(spec["check"], spec["task_dir"], spec["seed"]),
-                               cwd=ws, capture_output=True, text=True, timeout=120)
         shutil.rmtree(ws, ignore_errors=True)
+        failed = [(i, c) for i, c in enumerate(checks) if c.returncode != 0]
+        i, check = failed[0] if failed else (len(checks) - 1, checks[-1])
+        prefix = f"session {i + 1}: " if len(checks) > 1 else ""
         shutil.rmtree(home, ignore_errors=True)
         return {
             "id": f"{spec['id']}--{'direct' if arm == 'control' else 'gate'}",
@@ -190,8 +196,8 @@ class Harness:
             "started_at_unix_ms": int(started * 1000),
             "seconds": round(time.time() - started, 2),
             "sessions": sessions,
-            "check": {"passed": check.returncode == 0, "exit_code": check.returncode,
-                      "output": short(check.stdout + check.stderr, 300)},
+            "check": {"passed": not failed, "exit_code": check.returncode,
+                      "output": prefix + short(check.stdout + check.stderr, 300)},
             "calls": calls,
             "provider_calls": provider_calls,
         }

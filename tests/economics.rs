@@ -743,6 +743,93 @@ fn every_methodology_version_is_pinned() {
 }
 
 #[test]
+fn summary_over_the_committed_evidence() {
+    let loaded = economics::load(dir());
+    assert!(loaded.diagnostics.is_empty(), "{:?}", loaded.diagnostics);
+    assert!(loaded.tasks.len() >= 6);
+    let c = config();
+    let latest = loaded
+        .evidence
+        .iter()
+        .map(|(_, e)| e)
+        .max_by_key(|e| e.recorded_at_unix_ms)
+        .expect("committed evidence");
+    let now = latest.recorded_at_unix_ms + 86_400_000;
+    let s = economics::summarize(
+        &loaded,
+        &EconomicsQuery::default(),
+        now,
+        &Current::this_build(Some(&c)),
+        Some(RESAMPLES),
+    );
+    assert!(s.present);
+    assert!(s.simulated, "the committed evidence is a simulation");
+    assert!(
+        s.verdict.statement.starts_with(SIMULATION_LABEL),
+        "{}",
+        s.verdict.statement
+    );
+    assert!(!s.verdict.publishable);
+    let live = s.suites.iter().find(|v| v.kind == "live").unwrap();
+    assert_eq!(
+        live.provider.as_ref().unwrap().kind,
+        ProviderKind::Simulated
+    );
+    assert!(live.clients.len() >= 3, "{:?}", live.clients);
+    let p = &live.pairs;
+    assert_eq!(
+        p.valid + p.control_failed + p.treatment_failed + p.both_failed + p.other,
+        p.attempted
+    );
+    assert!(p.attempted >= 30, "the full run: {p:?}");
+    assert!(s
+        .metrics
+        .iter()
+        .all(|m| m.status != EconomicsMetricStatus::Verified));
+    let tr = s
+        .metrics
+        .iter()
+        .find(|m| m.id == "token_reduction")
+        .unwrap();
+    assert!(
+        tr.warnings[0].starts_with("a simulation"),
+        "{:?}",
+        tr.warnings
+    );
+    assert!(s
+        .metrics
+        .iter()
+        .any(|m| m.id == "tokens_per_success_reduction"));
+    assert!(s.metrics.iter().any(|m| m.id == "gate_caused_failures"));
+    // Context and total-token reduction: separate metrics, never merged.
+    let cr = s
+        .metrics
+        .iter()
+        .find(|m| m.id == "context_reduction")
+        .unwrap();
+    assert_eq!(cr.inputs, Some(EconomicsClass::Counted));
+    assert_ne!(cr.suite, tr.suite);
+    // Same input, same output (the bootstrap is seeded); the text says what the JSON says.
+    let again = economics::summarize(
+        &loaded,
+        &EconomicsQuery::default(),
+        now,
+        &Current::this_build(Some(&c)),
+        Some(RESAMPLES),
+    );
+    assert_eq!(s, again);
+    let text = economics::render_text(&s);
+    assert!(text.contains(&s.verdict.statement));
+    assert!(text.contains("provider: simulated"));
+    assert!(text.contains("    not: "));
+    assert!(text.contains("    warning: a simulation"));
+    assert!(text.contains("arms:\n  direct (control)"));
+    if live.freshness != EconomicsFreshness::Current {
+        assert!(text.contains(live.freshness_detail.as_deref().unwrap()));
+    }
+}
+
+#[test]
 fn no_methodology_is_said_plainly() {
     let tmp = tempfile::tempdir().unwrap();
     let s = economics::summary(

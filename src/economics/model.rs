@@ -577,7 +577,9 @@ pub struct TaskDecl {
     /// The task as a user would type it (against the built-in provider the harness appends
     /// the task marker).
     pub prompt: String,
-    /// Client sessions in a row, in one workspace, each with the prompt (a rerun).
+    /// Client sessions in a row, each with the prompt in a fresh copy of the workspace (the
+    /// same job run again on a fresh checkout); the run succeeds when every session's check
+    /// passes.
     pub sessions: u32,
     /// The clients that run it (ids of the methodology's `clients`).
     pub clients: Vec<String>,
