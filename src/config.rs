@@ -330,6 +330,8 @@ pub struct Config {
     pub prices: BTreeMap<String, Prices>,
     pub downgrade: BTreeMap<String, String>,
     pub gate: GateConfig,
+    /// The scoring profiles by name (keys name them; the economics harness's keys too).
+    pub profiles: BTreeMap<String, SpendSaturation>,
     pub max_body_bytes: usize,
     pub answer_store_bytes: usize,
     pub hold_ttl_ms: u64,
@@ -503,6 +505,11 @@ impl Config {
             prices: raw.prices,
             downgrade: raw.downgrade,
             gate: raw.gate,
+            profiles: raw
+                .profiles
+                .iter()
+                .map(|(name, p)| (name.clone(), p.saturation))
+                .collect(),
             max_body_bytes: raw.limits.max_body_bytes,
             answer_store_bytes: raw.limits.answer_store_bytes,
             hold_ttl_ms: raw.limits.hold_ttl_secs.saturating_mul(1000),

@@ -102,6 +102,12 @@ enum Command {
         listen: std::net::SocketAddr,
         #[arg(long)]
         expected_credential: Option<String>,
+        /// `cl100k`: count usage with cl100k_base over the whole request body.
+        #[arg(long, default_value = "chars")]
+        usage: String,
+        /// Task scripts (`<dir>/<id>/task.json`) for `tokensaver-mock:task=` markers.
+        #[arg(long)]
+        tasks: Option<PathBuf>,
     },
 }
 
@@ -230,6 +236,9 @@ enum EconomicsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Record new evidence: real agent clients on the fixture tasks, straight to a provider
+    /// and through the gate (the built-in scripted provider unless --upstream is given).
+    Run(tokensaver::economics::run::RunArgs),
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -378,21 +387,19 @@ fn run(command: Command) -> Result<(), String> {
                     json,
                 },
         } => {
-            let dir = match dir {
-                Some(d) => d,
-                None => {
-                    Config::load(&config)
-                        .map_err(|e| e.to_string())?
-                        .economics_dir
-                }
-            };
+            let config = Config::load(&config).map_err(|e| e.to_string())?;
             let query = tokensaver::economics::model::EconomicsQuery {
                 suite,
                 category,
                 model,
                 task,
             };
-            let summary = tokensaver::economics::summary(&dir, &query, tokensaver::now_ms());
+            let summary = tokensaver::economics::summary_for(
+                &config,
+                dir.as_deref(),
+                &query,
+                tokensaver::now_ms(),
+            );
             if json {
                 println!(
                     "{}",
@@ -403,6 +410,9 @@ fn run(command: Command) -> Result<(), String> {
             }
             Ok(())
         }
+        Command::Economics {
+            command: EconomicsCommand::Run(args),
+        } => tokensaver::economics::run::run(&args),
         Command::Holds { command } => holds(command),
         Command::CheckConfig { file } => {
             let config = Config::load(&file).map_err(|e| e.to_string())?;
@@ -420,11 +430,13 @@ fn run(command: Command) -> Result<(), String> {
         Command::MockProvider {
             listen,
             expected_credential,
+            usage,
+            tasks,
         } => {
             let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
             let opts = tokensaver::demo::provider::ProviderOptions {
                 expected_credential,
-                ..Default::default()
+                ..tokensaver::demo::provider::ProviderOptions::scripted(&usage, tasks.as_deref())?
             };
             eprintln!("mock provider listening on http://{listen}");
             runtime

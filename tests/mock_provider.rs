@@ -2102,3 +2102,146 @@ fn scripted_answers_obey_fault_modes() {
     body["tools"] = claude_tools();
     assert_eq!(post(&p, "/v1/messages", &body).status, 429);
 }
+
+// ------------------------------------------------------------------------------------------
+// Task scripts and cl100k usage (the economics suite's scripted provider)
+// ------------------------------------------------------------------------------------------
+
+#[test]
+fn task_script_closed_loop_with_cl100k_usage() {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use tokensaver::demo::provider::{canonical_text, TaskScript, UsageCounting};
+    let script: TaskScript = serde_json::from_value(json!({"steps": [
+        {"run": "./job status", "until": "done", "max": 5},
+        {"answer": "The export finished.", "words": [30, 30]}
+    ]}))
+    .unwrap();
+    let p = MockProvider::start_background(ProviderOptions {
+        usage: UsageCounting::Cl100k,
+        tasks: Arc::new(BTreeMap::from([("poll".to_owned(), script)])),
+        ..Default::default()
+    })
+    .unwrap();
+    let mut body = json!({
+        "model": "gpt-4o",
+        "messages": [{"role": "user", "content": "Export. tokensaver-mock:task=poll,seed=2"}],
+        "tools": chat_tools(),
+    });
+    // The provider polls while the tool says "running", then answers.
+    for output in ["status: running", "status: running", "status: done"] {
+        let r = post(&p, "/v1/chat/completions", &body);
+        assert_eq!(r.status, 200);
+        let v = r.json();
+        let call = &v["choices"][0]["message"]["tool_calls"][0]["function"];
+        let (name, args) = (
+            call["name"].as_str().unwrap(),
+            call["arguments"].to_string(),
+        );
+        assert_eq!(name, "run");
+        assert!(
+            v["choices"][0]["message"]["content"].is_string(),
+            "text before the call"
+        );
+        assert!(args.contains("./job status"), "{args}");
+        // cl100k over the whole canonical body: the tool definitions count.
+        let want = tokensaver::split_profile::tokenizer::count(&canonical_text(&body)).unwrap();
+        assert_eq!(v["usage"]["prompt_tokens"], want);
+        assert!(want > 40, "tools and parameters count: {want}");
+        push_step(Api::ChatCompletions, &mut body, &v, output);
+    }
+    let v = post(&p, "/v1/chat/completions", &body).json();
+    let text = v["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(text.starts_with("The export finished.\n\n"), "{text}");
+    let out = tokensaver::split_profile::tokenizer::count(text).unwrap();
+    assert_eq!(v["usage"]["completion_tokens"], out);
+    // The default counting is unchanged: the same body under the character rule.
+    let chars = reply_for(&serde_json::to_vec(&body).unwrap()).unwrap();
+    assert_ne!(
+        chars.usage.prompt_tokens,
+        v["usage"]["prompt_tokens"].as_u64().unwrap()
+    );
+    // The record's reported usage follows the options too.
+    let recs = send(&p, "GET", "/__mock/requests?limit=1&max_body=0", &[], b"").json();
+    assert_eq!(
+        recs[0]["reported_usage"]["prompt_tokens"],
+        v["usage"]["prompt_tokens"]
+    );
+}
+
+#[test]
+fn task_script_tool_calls_carry_text_in_every_wire_format() {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use tokensaver::demo::provider::TaskScript;
+    let script: TaskScript = serde_json::from_value(json!({"steps": [
+        {"run": "ls", "say": "Let me look around first."},
+        {"answer": "Done."}
+    ]}))
+    .unwrap();
+    let p = MockProvider::start_background(ProviderOptions {
+        tasks: Arc::new(BTreeMap::from([("t".to_owned(), script)])),
+        ..Default::default()
+    })
+    .unwrap();
+    let prompt = "Go. tokensaver-mock:task=t,seed=1";
+    let say = "Let me look around first.";
+    let cases = [
+        (
+            "/v1/chat/completions",
+            json!({"model": "gpt-4o", "messages": [{"role": "user", "content": prompt}], "tools": chat_tools()}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "claude-sonnet-4-5", "max_tokens": 100,
+                   "messages": [{"role": "user", "content": prompt}], "tools": claude_tools()}),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "gpt-5.5", "input": prompt,
+                   "tools": [serde_json::from_str::<Value>(CODEX_EXEC).unwrap()]}),
+        ),
+    ];
+    for (path, body) in cases {
+        let v = post(&p, path, &body).json();
+        let text = match path {
+            "/v1/chat/completions" => v["choices"][0]["message"]["content"].clone(),
+            "/v1/messages" => v["content"][0]["text"].clone(),
+            _ => v["output"][0]["content"][0]["text"].clone(),
+        };
+        assert_eq!(text, say, "{path}: {v}");
+        let call = match path {
+            "/v1/chat/completions" => {
+                v["choices"][0]["message"]["tool_calls"][0]["function"]["name"].clone()
+            }
+            "/v1/messages" => v["content"][1]["name"].clone(),
+            _ => v["output"][1]["name"].clone(),
+        };
+        assert!(call.is_string(), "{path}: the call follows the text: {v}");
+        // Streamed: the text deltas spell the text, and the call follows.
+        let mut streamed = body.clone();
+        streamed["stream"] = json!(true);
+        let r = post(&p, path, &streamed);
+        let mut spelled = String::new();
+        let mut saw_call = false;
+        for (_, data) in sse_events(&r.text()) {
+            let Ok(e) = serde_json::from_str::<Value>(&data) else {
+                continue;
+            };
+            if let Some(d) = e["choices"][0]["delta"]["content"].as_str() {
+                spelled.push_str(d);
+            }
+            if e["type"] == "content_block_delta" && e["delta"]["type"] == "text_delta" {
+                spelled.push_str(e["delta"]["text"].as_str().unwrap());
+            }
+            if e["type"] == "response.output_text.delta" {
+                spelled.push_str(e["delta"].as_str().unwrap());
+            }
+            saw_call |= !e["choices"][0]["delta"]["tool_calls"].is_null()
+                || e["content_block"]["type"] == "tool_use"
+                || e["type"] == "response.function_call_arguments.done";
+        }
+        assert_eq!(spelled, say, "{path} streamed");
+        assert!(saw_call, "{path} streamed: no tool call");
+    }
+}

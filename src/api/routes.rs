@@ -546,7 +546,7 @@ impl Api {
             );
         };
         let summary =
-            crate::economics::summary(&self.gatekeeper.config.economics_dir, &query, now_ms());
+            crate::economics::summary_for(&self.gatekeeper.config, None, &query, now_ms());
         ApiResponse::json(200, &summary)
     }
 

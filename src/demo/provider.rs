@@ -245,6 +245,30 @@
 //! The argument pieces are consecutive runs of [`ARGUMENT_PIECE_CHARS`] (16) characters of
 //! the arguments string (see [`argument_pieces`]).
 //!
+//! # Task scripts (the economics suite's scripted provider)
+//!
+//! With [`ProviderOptions::tasks`] (`tokensaver mock-provider --tasks corpus/economics/tasks`)
+//! a user turn may carry `tokensaver-mock:task=<id>,seed=<n>` (checked before the markers
+//! above). The named [`TaskScript`] is expanded for the seed ([`TaskScript::plan`]: every
+//! `times` / `words` range drawn from BLAKE3 of task, seed and step) and walked against the
+//! tool results already in the request, in order ([`Plan::next`]): a plain step advances on
+//! any result, an `until` step when its result contains the text (polling), a `while` step
+//! when it no longer does (retrying a failing tool), each at most `max` calls. The next
+//! command is one call of the tool chosen as above (same arguments); when the plan is done
+//! the answer is the script's final text plus the drawn words of prose
+//! ([`Scripted::Answer`]; `O` = its words under the default counting). The provider thus
+//! reacts to what the client's tools really returned: a closed loop. An unknown task id gets
+//! the word reply.
+//!
+//! # Usage counting
+//!
+//! [`ProviderOptions::usage`] = [`UsageCounting::Cl100k`] (`--usage cl100k`) replaces the
+//! character rule: `P` = cl100k_base tokens (this crate's pinned tokenizer) of the canonical
+//! body as text — compact JSON, keys sorted, without `stream` / `stream_options` — so tool
+//! definitions, calls, results and parameters all count; `O` = cl100k_base tokens of the answer
+//! text, or of a tool call's name followed by its arguments JSON (at least 1). The `cached`
+//! model rule applies to `P` as before. The default stays the character rule.
+//!
 //! # Authentication
 //!
 //! Every request's `authorization` and `x-api-key` headers are recorded like all headers. If
@@ -294,7 +318,7 @@ use tokio::sync::watch;
 mod responses;
 mod script;
 
-pub use script::{Marker, MockToolCall, Scripted};
+pub use script::{Marker, MockToolCall, Plan, ScriptStep, Scripted, Slot, TaskScript};
 
 /// The fixed `created` timestamp of every OpenAI answer.
 pub const CREATED: u64 = 1_700_000_000;
@@ -362,6 +386,65 @@ pub struct ProviderOptions {
     /// Responses API answers kept for `GET /v1/responses/{id}` (default 1000); the oldest go
     /// first.
     pub max_stored_responses: usize,
+    /// How usage is counted (default [`UsageCounting::Chars`], the rule in the module docs).
+    pub usage: UsageCounting,
+    /// Task scripts by task id, for `tokensaver-mock:task=<id>,seed=<n>` markers (default
+    /// none; see "Task scripts" in the module docs).
+    pub tasks: Arc<BTreeMap<String, TaskScript>>,
+}
+
+/// The task scripts of every `<dir>/<id>/task.json` (its `script` field; the other fields are
+/// the economics harness's), by directory name.
+pub fn load_task_scripts(dir: &std::path::Path) -> Result<BTreeMap<String, TaskScript>, String> {
+    let mut out = BTreeMap::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for entry in entries.filter_map(Result::ok) {
+        let path = entry.path().join("task.json");
+        if !path.is_file() {
+            continue;
+        }
+        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let v: Value =
+            serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+        let script: TaskScript =
+            serde_json::from_value(v.get("script").cloned().unwrap_or(Value::Null))
+                .map_err(|e| format!("{}: script: {e}", path.display()))?;
+        out.insert(entry.file_name().to_string_lossy().into_owned(), script);
+    }
+    Ok(out)
+}
+
+/// How the mock counts the usage it reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UsageCounting {
+    /// `P = ceil(prompt chars / 4) + 8` over message text only; `O` = words (module docs).
+    #[default]
+    Chars,
+    /// cl100k_base tokens: `P` over the whole canonical request body (system, messages, tool
+    /// definitions, tool calls and results, every parameter), `O` over the answer's text, or
+    /// the tool call's name and arguments.
+    Cl100k,
+}
+
+impl ProviderOptions {
+    /// The default options with usage counting `usage` (`chars` or `cl100k`) and the task
+    /// scripts under `tasks` (the `mock-provider` command's flags).
+    pub fn scripted(usage: &str, tasks: Option<&std::path::Path>) -> Result<Self, String> {
+        let usage = match usage {
+            "chars" => UsageCounting::Chars,
+            "cl100k" => UsageCounting::Cl100k,
+            other => return Err(format!("--usage {other}: expected chars or cl100k")),
+        };
+        let tasks = match tasks {
+            Some(dir) => load_task_scripts(dir)?,
+            None => BTreeMap::new(),
+        };
+        Ok(ProviderOptions {
+            usage,
+            tasks: Arc::new(tasks),
+            ..Default::default()
+        })
+    }
 }
 
 impl Default for ProviderOptions {
@@ -374,6 +457,8 @@ impl Default for ProviderOptions {
             max_recorded_bytes: 64 * 1024 * 1024,
             max_body_bytes: 64 * 1024 * 1024,
             max_stored_responses: 1000,
+            usage: UsageCounting::Chars,
+            tasks: Arc::new(BTreeMap::new()),
         }
     }
 }
@@ -1609,7 +1694,7 @@ fn handle(shared: &Shared, head: RequestHead, body: Bytes) -> Outcome {
         Route::Models | Route::Stored(..) if !auth_ok => unauthorized(Flavor::OpenAi).into(),
         Route::Models => json_reply(200, &models_json()).into(),
         Route::Answer(api) => answer(shared, api, &body),
-        Route::CountTokens => count_tokens(&body).into(),
+        Route::CountTokens => count_tokens(&body, &shared.opts).into(),
         Route::Stored(op, id) => stored_op(shared, op, &id, query.as_deref()).into(),
     }
 }
@@ -1638,11 +1723,11 @@ fn json_object(flavor: Flavor, body: &[u8]) -> Result<Value, Reply> {
     }
 }
 
-fn count_tokens(body: &[u8]) -> Reply {
+fn count_tokens(body: &[u8], opts: &ProviderOptions) -> Reply {
     match json_object(Flavor::Anthropic, body) {
         Ok(value) => json_reply(
             200,
-            &json!({"input_tokens": MockReply::for_api(Api::Messages, &value).usage.prompt_tokens}),
+            &json!({"input_tokens": MockReply::for_api_with(Api::Messages, &value, opts).usage.prompt_tokens}),
         ),
         Err(r) => r,
     }
@@ -1719,7 +1804,7 @@ fn answer(shared: &Shared, api: Api, body: &[u8]) -> Outcome {
         .get("stream_options")
         .and_then(|o| o.get("include_usage"))
         == Some(&Value::Bool(true));
-    let reply = MockReply::for_api(api, &value);
+    let reply = MockReply::for_api_with(api, &value, &shared.opts);
     let full = |reply: &MockReply| match api {
         Api::ChatCompletions => reply.openai_json(),
         Api::Messages => reply.anthropic_json(),
@@ -1779,7 +1864,7 @@ fn answer(shared: &Shared, api: Api, body: &[u8]) -> Outcome {
 
 /// The usage the mock reported for a recorded model call (a pure function of its body), so a
 /// test can check a ledger against what the provider said without restating the rules.
-fn reported_usage(rec: &ReceivedRequest) -> Value {
+fn reported_usage(rec: &ReceivedRequest, opts: &ProviderOptions) -> Value {
     let api = match (rec.method.as_str(), rec.path.as_str()) {
         ("POST", "/v1/chat/completions") => Api::ChatCompletions,
         ("POST", "/v1/messages") => Api::Messages,
@@ -1788,7 +1873,7 @@ fn reported_usage(rec: &ReceivedRequest) -> Value {
     };
     match serde_json::from_slice::<Value>(&rec.body) {
         Ok(body @ Value::Object(_)) if rec.body.len() == rec.body_len => {
-            let u = MockReply::for_api(api, &body).usage;
+            let u = MockReply::for_api_with(api, &body, opts).usage;
             json!({
                 "prompt_tokens": u.prompt_tokens,
                 "completion_tokens": u.completion_tokens,
@@ -1849,7 +1934,7 @@ fn introspect(shared: &Shared, method: &str, path: &str, query: Option<&str>) ->
                         "body": String::from_utf8_lossy(shown),
                         "body_truncated": shown.len() < rec.body_len,
                         "at_unix_ms": at_ms,
-                        "reported_usage": reported_usage(rec),
+                        "reported_usage": reported_usage(rec, &shared.opts),
                     })
                 })
                 .collect();
@@ -2106,6 +2191,53 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+fn cl100k(text: &str) -> Option<u64> {
+    crate::split_profile::tokenizer::count(text)
+}
+
+/// The canonical body as text (the form [`canonical_digest`] hashes): compact JSON, object
+/// keys sorted, without the top-level `stream` and `stream_options`. A streamed request and
+/// the same request unstreamed count the same tokens.
+pub fn canonical_text(body: &Value) -> String {
+    fn write(out: &mut String, v: &Value, top: bool) {
+        match v {
+            Value::Object(m) => {
+                let mut entries: Vec<(&String, &Value)> = m
+                    .iter()
+                    .filter(|(k, _)| {
+                        !top || (k.as_str() != "stream" && k.as_str() != "stream_options")
+                    })
+                    .collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                out.push('{');
+                for (i, (k, v)) in entries.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&serde_json::to_string(k).unwrap_or_default());
+                    out.push(':');
+                    write(out, v, false);
+                }
+                out.push('}');
+            }
+            Value::Array(a) => {
+                out.push('[');
+                for (i, x) in a.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write(out, x, false);
+                }
+                out.push(']');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut out = String::new();
+    write(&mut out, body, true);
+    out
+}
+
 fn content_chars(c: &Value) -> u64 {
     let count = |s: &str| s.chars().count() as u64;
     match c {
@@ -2141,8 +2273,24 @@ impl MockReply {
         Self::for_api(Api::ChatCompletions, body)
     }
 
-    /// The reply to a parsed request body of the given wire format.
+    /// The reply to a parsed request body of the given wire format, under the default options
+    /// (usage by characters, no task scripts).
     pub fn for_api(api: Api, body: &Value) -> MockReply {
+        Self::build(api, body, None, UsageCounting::Chars)
+    }
+
+    /// The reply to a parsed request body of the given wire format under `opts`: its task
+    /// scripts and its usage counting.
+    pub fn for_api_with(api: Api, body: &Value, opts: &ProviderOptions) -> MockReply {
+        Self::build(api, body, Some(&opts.tasks), opts.usage)
+    }
+
+    fn build(
+        api: Api,
+        body: &Value,
+        tasks: Option<&BTreeMap<String, TaskScript>>,
+        counting: UsageCounting,
+    ) -> MockReply {
         let model = body
             .get("model")
             .and_then(Value::as_str)
@@ -2153,7 +2301,9 @@ impl MockReply {
             Api::Responses => responses::prompt_chars(body),
             Api::ChatCompletions | Api::Messages => prompt_chars(body),
         };
-        let script = script::scripted(body);
+        let script = tasks
+            .and_then(|t| script::task_scripted(body, t))
+            .or_else(|| script::scripted(body));
         let (words, text, truncated, output_tokens) = match &script {
             None => {
                 let n = MIN_REPLY_WORDS
@@ -2178,11 +2328,36 @@ impl MockReply {
                 let o = text.split(' ').count() as u64;
                 (Vec::new(), text, false, o)
             }
+            Some(Scripted::Answer { text }) => {
+                let o = text.split_whitespace().count() as u64;
+                (Vec::new(), text.clone(), false, o)
+            }
             Some(Scripted::ToolCall(call)) => {
-                (Vec::new(), String::new(), false, call.output_tokens())
+                let words = call.preamble.split_whitespace().count() as u64;
+                (
+                    Vec::new(),
+                    String::new(),
+                    false,
+                    call.output_tokens() + words,
+                )
             }
         };
-        let p = chars.div_ceil(4) + PROMPT_OVERHEAD_TOKENS;
+        let by_chars = chars.div_ceil(4) + PROMPT_OVERHEAD_TOKENS;
+        let (p, output_tokens) = match counting {
+            UsageCounting::Chars => (by_chars, output_tokens),
+            UsageCounting::Cl100k => {
+                let out = match &script {
+                    Some(Scripted::ToolCall(c)) => {
+                        format!("{}{}{}", c.preamble, c.name, c.arguments)
+                    }
+                    _ => text.clone(),
+                };
+                match (cl100k(&canonical_text(body)), cl100k(&out)) {
+                    (Some(p), Some(o)) => (p, o.max(1)),
+                    _ => (by_chars, output_tokens),
+                }
+            }
+        };
         let cached = model.contains("cached");
         let (read, creation) = if cached { (p / 2, p / 4) } else { (0, 0) };
         let usage = MockUsage {
@@ -2323,7 +2498,11 @@ impl MockReply {
                     "index": 0,
                     "message": {
                         "role": "assistant",
-                        "content": null,
+                        "content": if call.preamble.is_empty() {
+                            Value::Null
+                        } else {
+                            json!(call.preamble)
+                        },
                         "tool_calls": [self.openai_tool_call(call)],
                         "refusal": null,
                     },
@@ -2382,7 +2561,14 @@ impl MockReply {
                 "type": "message",
                 "role": "assistant",
                 "model": self.model,
-                "content": [self.anthropic_tool_use(call, call.input.clone())],
+                "content": if call.preamble.is_empty() {
+                    json!([self.anthropic_tool_use(call, call.input.clone())])
+                } else {
+                    json!([
+                        {"type": "text", "text": call.preamble},
+                        self.anthropic_tool_use(call, call.input.clone()),
+                    ])
+                },
                 "stop_reason": self.anthropic_stop_reason(),
                 "stop_sequence": null,
                 "usage": self.usage.anthropic_json(),
@@ -2448,9 +2634,17 @@ impl MockReply {
             let mut first = self.openai_tool_call(call);
             first["index"] = json!(0);
             first["function"]["arguments"] = json!("");
-            events.push(raw(
-                json!({"role": "assistant", "content": null, "tool_calls": [first]}),
-            ));
+            if call.preamble.is_empty() {
+                events.push(raw(
+                    json!({"role": "assistant", "content": null, "tool_calls": [first]}),
+                ));
+            } else {
+                events.push(raw(json!({"role": "assistant", "content": ""})));
+                for d in word_deltas(&call.preamble) {
+                    events.push(raw(json!({"content": d})));
+                }
+                events.push(raw(json!({"tool_calls": [first]})));
+            }
             for piece in argument_pieces(&call.arguments) {
                 events.push(raw(
                     json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}),
@@ -2497,18 +2691,41 @@ impl MockReply {
         };
         let mut events = Vec::with_capacity(self.words.len() + 6);
         events.push(ev("message_start", &json!({"type": "message_start", "message": serde_json::to_value(&start).unwrap_or(Value::Null)})));
+        let mut last_index = 0;
         if let Some(call) = self.tool_call() {
+            let mut index = 0;
+            if !call.preamble.is_empty() {
+                events.push(ev(
+                    "content_block_start",
+                    &json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+                ));
+                events.push(ev("ping", &json!({"type": "ping"})));
+                for d in word_deltas(&call.preamble) {
+                    events.push(ev(
+                        "content_block_delta",
+                        &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": d}}),
+                    ));
+                }
+                events.push(ev(
+                    "content_block_stop",
+                    &json!({"type": "content_block_stop", "index": 0}),
+                ));
+                index = 1;
+            }
             events.push(ev(
                 "content_block_start",
-                &json!({"type": "content_block_start", "index": 0, "content_block": self.anthropic_tool_use(call, json!({}))}),
+                &json!({"type": "content_block_start", "index": index, "content_block": self.anthropic_tool_use(call, json!({}))}),
             ));
-            events.push(ev("ping", &json!({"type": "ping"})));
+            if index == 0 {
+                events.push(ev("ping", &json!({"type": "ping"})));
+            }
             for piece in argument_pieces(&call.arguments) {
                 events.push(ev(
                     "content_block_delta",
-                    &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": piece}}),
+                    &json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": piece}}),
                 ));
             }
+            last_index = index;
         } else {
             events.push(ev(
                 "content_block_start",
@@ -2524,7 +2741,7 @@ impl MockReply {
         }
         events.push(ev(
             "content_block_stop",
-            &json!({"type": "content_block_stop", "index": 0}),
+            &json!({"type": "content_block_stop", "index": last_index}),
         ));
         events.push(ev(
             "message_delta",
@@ -2537,6 +2754,21 @@ impl MockReply {
         events.push(ev("message_stop", &json!({"type": "message_stop"})));
         events
     }
+}
+
+/// A text's stream deltas: its words split at single spaces, each after the first prefixed by
+/// a space (what [`MockReply::deltas`] does for a reply).
+fn word_deltas(text: &str) -> Vec<String> {
+    text.split(' ')
+        .enumerate()
+        .map(|(i, w)| {
+            if i == 0 {
+                w.to_owned()
+            } else {
+                format!(" {w}")
+            }
+        })
+        .collect()
 }
 
 fn oa_choice<'a>(

@@ -1,11 +1,13 @@
 //! The context suite: counted (pinned tokenizer) tokens of the parts of each request that the
-//! gate's findings flag as removable. Pure: the request bodies come from the recorded
-//! sessions, the finding codes from the gate's receipts in the treatment evidence.
+//! gate's findings flag as removable. [`count_request`] runs when the evidence is recorded
+//! (`tokensaver economics run`), over the bodies the treatment's clients sent and the finding
+//! codes of the gate's receipts on them; [`suite`] reads the counts back.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde_json::Value;
 
+use super::model::*;
 use crate::split_profile::tokenizer;
 
 /// The gate's finding codes this suite knows how to locate in a request.
@@ -68,6 +70,37 @@ fn is_system(msg: &Value) -> bool {
     )
 }
 
+/// The text of a Responses input item as the model reads it: a message's content, a
+/// function call's name and arguments, a tool output.
+fn item_text(item: &Value) -> String {
+    let mut out = String::new();
+    match item.get("type").and_then(Value::as_str) {
+        None | Some("message") => {
+            if let Some(c) = item.get("content") {
+                collect_strings(c, &mut out);
+            }
+        }
+        Some("function_call" | "custom_tool_call") => {
+            for k in ["name", "arguments", "input"] {
+                if let Some(x) = item.get(k).and_then(Value::as_str) {
+                    out.push_str(x);
+                }
+            }
+        }
+        Some("local_shell_call") => {
+            if let Some(a) = item.get("action") {
+                out.push_str(&a.to_string());
+            }
+        }
+        Some(_) => {
+            if let Some(o) = item.get("output") {
+                collect_strings(o, &mut out);
+            }
+        }
+    }
+    out
+}
+
 fn tool_name(tool: &Value) -> Option<&str> {
     tool.get("function")
         .and_then(|f| f.get("name"))
@@ -81,6 +114,11 @@ fn called_names(turn: &Value, into: &mut HashSet<String>) {
             if let Some(n) = c.pointer("/function/name").and_then(Value::as_str) {
                 into.insert(n.to_string());
             }
+        }
+    }
+    if turn.get("type").and_then(Value::as_str) == Some("function_call") {
+        if let Some(n) = turn.get("name").and_then(Value::as_str) {
+            into.insert(n.to_string());
         }
     }
     if let Some(parts) = turn.get("content").and_then(Value::as_array) {
@@ -112,10 +150,12 @@ pub fn count_request(
         .and_then(Value::as_array)
         .unwrap_or(&empty);
     let mut counted = 0u64;
-    if let Some(sys) = body.get("system") {
-        let mut s = String::new();
-        collect_strings(sys, &mut s);
-        counted += count(&s)?;
+    for key in ["system", "instructions"] {
+        if let Some(sys) = body.get(key) {
+            let mut s = String::new();
+            collect_strings(sys, &mut s);
+            counted += count(&s)?;
+        }
     }
     let mut turns: Vec<(&Value, u64)> = Vec::new();
     for m in messages {
@@ -124,6 +164,19 @@ pub fn count_request(
         if !is_system(m) {
             turns.push((m, n));
         }
+    }
+    match body.get("input") {
+        Some(Value::String(s)) => counted += count(s)?,
+        Some(Value::Array(items)) => {
+            for item in items {
+                let n = count(&item_text(item))?;
+                counted += n;
+                if !is_system(item) {
+                    turns.push((item, n));
+                }
+            }
+        }
+        _ => {}
     }
     let mut tool_counts = Vec::new();
     for t in tools {
@@ -148,10 +201,8 @@ pub fn count_request(
         let mut seen = HashSet::new();
         let mut dup = 0u64;
         for (i, (m, n)) in turns.iter().enumerate() {
-            let key = (
-                m.get("role").map(Value::to_string),
-                m.get("content").map(Value::to_string),
-            );
+            let key = ["role", "content", "name", "arguments", "output"]
+                .map(|k| m.get(k).map(Value::to_string));
             if !seen.insert(key) {
                 dup += n;
                 removable_turns.insert(i);
@@ -179,6 +230,138 @@ pub fn count_request(
         removable,
         by_finding,
     })
+}
+
+/// The context suite's metrics and view, from the counts recorded with the treatment runs of
+/// the live suite's evidence (`ev`).
+pub(super) fn suite(
+    m: &Methodology,
+    decl: &SuiteDecl,
+    ev: Option<&EvidenceFile>,
+    query: &EconomicsQuery,
+    boot: &super::summarize::Boot,
+) -> (Vec<EconomicsMetric>, Option<EconomicsContextView>) {
+    let _ = m;
+    let metric =
+        |id: &str, title: &str, class, inputs, unit: &str, formula: &str| EconomicsMetric {
+            id: id.into(),
+            title: title.into(),
+            class,
+            inputs,
+            unit: unit.into(),
+            formula: formula.into(),
+            status: EconomicsMetricStatus::NotMeasured,
+            n: 0,
+            suite: decl.id.clone(),
+            value: None,
+            distribution: None,
+            interval: None,
+            evidence: vec![],
+            not: None,
+            warnings: vec![],
+        };
+    let mut cr = metric(
+        "context_reduction",
+        "Context reduction",
+        EconomicsClass::Derived,
+        Some(EconomicsClass::Counted),
+        "ratio",
+        "counted tokens of the parts the gate's findings flag as removable / counted context tokens, over every request the treatment's clients sent",
+    );
+    cr.not = Some("not a total-token reduction: nothing here was billed or avoided; it is what the context carried that the findings call removable, which the gate reports and does not remove".into());
+    let mut ct = metric(
+        "context_tokens",
+        "Context tokens counted",
+        EconomicsClass::Counted,
+        None,
+        "tokens",
+        "cl100k_base tokens of system prompt, turns and tool definitions of every request",
+    );
+    let mut rt = metric(
+        "removable_context_tokens",
+        "Removable context tokens",
+        EconomicsClass::Counted,
+        None,
+        "tokens",
+        "cl100k_base tokens of the turns and tool definitions the findings flag (each part once)",
+    );
+    let Some(ev) = ev else {
+        return (vec![cr, ct, rt], None);
+    };
+    let mut per_task: BTreeMap<&str, Vec<(u64, u64)>> = BTreeMap::new();
+    let mut by_finding: BTreeMap<String, u64> = BTreeMap::new();
+    let (mut requests, mut runs, mut uncounted) = (0usize, Vec::new(), 0usize);
+    for run in ev.runs.iter().filter(|r| r.arm == "treatment") {
+        if !(query.suite.as_deref().is_none_or(|s| s == decl.id)
+            && query.category.as_deref().is_none_or(|s| s == run.category)
+            && query.model.as_deref().is_none_or(|s| s == run.model)
+            && query.task.as_deref().is_none_or(|s| s == run.task))
+        {
+            continue;
+        }
+        let (mut removable, mut counted) = (0u64, 0u64);
+        for st in &run.steps {
+            match &st.context {
+                Some(c) => {
+                    counted += c.counted;
+                    removable += c.removable;
+                    for (k, v) in &c.by_finding {
+                        *by_finding.entry(k.clone()).or_insert(0) += v;
+                    }
+                    requests += 1;
+                }
+                None => uncounted += 1,
+            }
+        }
+        per_task
+            .entry(run.task.as_str())
+            .or_default()
+            .push((removable, counted));
+        runs.push(run.id.clone());
+    }
+    let clusters: Vec<Vec<(u64, u64)>> = per_task.into_values().collect();
+    let pooled: Vec<(u64, u64)> = clusters.iter().flatten().copied().collect();
+    let counted: u64 = pooled.iter().map(|x| x.1).sum();
+    let removable: u64 = pooled.iter().map(|x| x.0).sum();
+    if uncounted > 0 {
+        cr.warnings.push(format!(
+            "{uncounted} requests carry no counts (a body the harness could not keep or count)"
+        ));
+    }
+    if counted > 0 {
+        let per: Vec<f64> = pooled
+            .iter()
+            .filter(|x| x.1 > 0)
+            .map(|x| x.0 as f64 / x.1 as f64)
+            .collect();
+        cr.n = pooled.len();
+        cr.value = super::summarize::pooled_ratio(&pooled);
+        cr.distribution = super::stats::distribution(&per);
+        cr.interval = boot.interval(
+            &clusters,
+            super::summarize::pooled_ratio,
+            "cluster bootstrap over tasks (a task's treatment runs resampled together), percentile interval",
+        );
+        cr.status = EconomicsMetricStatus::Measured;
+        cr.evidence = runs.clone();
+        for (mm, v) in [(&mut ct, counted), (&mut rt, removable)] {
+            mm.n = pooled.len();
+            mm.value = Some(v as f64);
+            mm.status = EconomicsMetricStatus::Measured;
+            mm.evidence = runs.clone();
+        }
+    }
+    let view = EconomicsContextView {
+        suite: decl.id.clone(),
+        measured_at: super::format_utc(ev.recorded_at_unix_ms),
+        tokenizer: ev.tokenizer.clone(),
+        sessions: pooled.len(),
+        requests,
+        counted_tokens: counted,
+        removable_tokens: removable,
+        removable_by_finding: by_finding,
+    };
+    (vec![cr, ct, rt], Some(view))
 }
 
 #[cfg(test)]

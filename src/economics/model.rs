@@ -76,8 +76,12 @@ pub struct EconomicsUsage {
     pub total: u64,
     /// Provider requests (a SERVE or a BLOCK is none).
     pub requests: u64,
-    /// Tool calls.
+    /// Tool calls the agent was asked to make (in every answer it got, served ones included).
     pub tool_calls: u64,
+    /// The cost of the usage at the recorded price table, in nano-USD (derived); absent when
+    /// a model had no price.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_nano_usd: Option<u64>,
 }
 
 impl EconomicsUsage {
@@ -145,7 +149,7 @@ pub struct EconomicsMetric {
     /// For a derived metric, the class of what it was derived from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inputs: Option<EconomicsClass>,
-    /// `ratio`, `tokens`, `requests`.
+    /// `ratio`, `tokens`, `requests`, `pairs`.
     pub unit: String,
     pub formula: String,
     pub status: EconomicsMetricStatus,
@@ -196,10 +200,15 @@ pub struct EconomicsPair {
     pub suite: String,
     pub task: String,
     pub category: String,
+    /// The agent client that ran both arms (`claude-code`, `codex`, `agents-sdk`, ...).
+    pub client: String,
     /// Sessions the task spans.
     pub sessions: u32,
     pub repetition: u32,
-    /// The model the session asks for.
+    /// The seed both arms were scripted (and their fixtures set up) with.
+    #[serde(default)]
+    pub seed: u64,
+    /// The model the client asks for.
     pub model: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control: Option<String>,
@@ -218,6 +227,26 @@ pub struct EconomicsPair {
     /// The same on provider requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_reduction: Option<f64>,
+    /// The same on the cost of the usage at the recorded price table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_reduction: Option<f64>,
+    /// The same on the tool calls the agent was asked to make.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_reduction: Option<f64>,
+    /// The same on the tokens of the last session only (a task of several sessions): what
+    /// continuing cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuation_reduction: Option<f64>,
+    /// First-request input of the treatment minus that of the control: what the treatment
+    /// adds before the model has done anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_request_overhead: Option<i64>,
+    /// Whether each arm's own check passed (`[control, treatment]`), when both ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub succeeded: Option<[bool; 2]>,
+    /// Treatment: the gate's refusals (verdict and reason) of requests the client sent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refusals: Vec<String>,
     /// The usage the provider reported for the answers the gate served from its store
     /// (observed; the gate's `tokens_not_bought`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -237,13 +266,16 @@ pub struct EconomicsPairCounts {
     pub other: usize,
 }
 
-/// How recorded evidence stands against the build and methodology as they are now.
+/// How recorded evidence stands against the build, gate config, methodology, tasks and
+/// harness as they are now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EconomicsFreshness {
-    /// Recorded under this methodology and gate version, within the freshness window.
+    /// Recorded under this methodology, by this build, with this gate config, over these
+    /// task files and harness, within the freshness window.
     Current,
-    /// Recorded under this methodology, but the gate changed since or it is too old.
+    /// Recorded under this methodology version, but something it measured changed since
+    /// (every reason is named).
     Stale,
     /// Recorded under another methodology version: not comparable at all.
     Incompatible,
@@ -262,23 +294,39 @@ pub struct EconomicsSuiteView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     pub freshness: EconomicsFreshness,
+    /// Why, when not current: every reason, joined.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub freshness_detail: Option<String>,
+    /// Every reason the evidence is not current.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stale_reasons: Vec<String>,
     pub runs: usize,
     pub pairs: EconomicsPairCounts,
-    /// The gate versions the evidence was recorded with.
+    /// The builds the evidence was recorded with (source BLAKE3, and commit when known).
     #[serde(default)]
     pub revisions: Vec<String>,
     #[serde(default)]
     pub harnesses: Vec<String>,
     #[serde(default)]
     pub models_reported: Vec<String>,
+    /// The provider the evidence was recorded against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<ProviderInfo>,
+    /// The agent clients and their versions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clients: Vec<ClientInfo>,
+    /// The evidence file judged (the latest of the suite).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence_file: Option<String>,
+    /// Tasks the suite declares.
+    #[serde(default)]
+    pub tasks: usize,
 }
 
 /// A metric's value within one segment of the pairs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EconomicsSegment {
-    /// `category`, `model`.
+    /// `category`, `client`, `model`.
     pub dimension: String,
     pub value: String,
     /// Valid pairs in it.
@@ -316,8 +364,14 @@ pub struct EconomicsContextView {
 pub struct EconomicsHistoryPoint {
     pub suite: String,
     pub methodology: u32,
-    /// The gate version.
+    /// The build (source BLAKE3, first 12 digits).
     pub revision: String,
+    /// `simulated` or `real`.
+    #[serde(default)]
+    pub provider: String,
+    /// The evidence file.
+    #[serde(default)]
+    pub file: String,
     pub at: String,
     pub metric: String,
     pub value: f64,
@@ -348,7 +402,9 @@ pub struct EconomicsVariant {
 }
 
 /// When a quantitative total-token claim may be published. Every threshold must hold; none
-/// has a default.
+/// has a default. The code holds a floor under each ([`crate::economics::SEED_FLOOR`], the
+/// seed's rule): a methodology cannot loosen the rule below it, and evidence recorded against
+/// a simulated provider is never publishable, whatever the thresholds say.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EconomicsPublicationPolicy {
@@ -366,6 +422,9 @@ pub struct EconomicsPublicationPolicy {
     pub min_valid_pair_rate_bp: u32,
     /// Width of the interval, in basis points of reduction, at most.
     pub max_interval_width_bp: u32,
+    /// Pairs whose treatment failed its check (alone or with the control) over attempted
+    /// pairs, in basis points, at most: a saving bought with broken tasks is no saving.
+    pub max_treatment_failed_rate_bp: u32,
     /// Whether the interval must exclude 0.
     pub interval_excludes_zero: bool,
     /// Whether the evidence must be current.
@@ -399,6 +458,12 @@ pub struct EconomicsSummary {
     pub publication: Option<EconomicsPublicationPolicy>,
     /// What the total-token evidence allows to be said.
     pub verdict: EconomicsVerdict,
+    /// Whether the evidence the verdict rests on was recorded against a simulated provider.
+    #[serde(default)]
+    pub simulated: bool,
+    /// The methodology file's BLAKE3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub methodology_blake3: Option<String>,
     pub metrics: Vec<EconomicsMetric>,
     pub suites: Vec<EconomicsSuiteView>,
     pub pairs: Vec<EconomicsPair>,
@@ -428,10 +493,10 @@ pub struct SuiteDecl {
     pub kind: String,
     pub version: u32,
     pub title: String,
-    /// Live: repetitions of every task and arm the harness runs.
+    /// Live: repetitions of every task, client and arm the harness runs.
     #[serde(default)]
     pub repetitions: u32,
-    /// Context: the live suite whose sessions and findings it reads.
+    /// Context: the live suite whose treatment requests and findings it reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reads: Option<String>,
 }
@@ -455,7 +520,37 @@ pub struct ContextDecl {
     pub removable_findings: Vec<String>,
 }
 
-/// `methodology.json`.
+/// The treatment arm's tokensaver key: one fresh key per pair, configured like this.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TreatmentKeyDecl {
+    /// The scoring profile (a `[profiles.NAME]` of the gate config), or absent for the
+    /// gate's defaults.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// The key's `human` default (false: unattended, as an agent runs).
+    pub human: bool,
+    /// The key's budget ceiling in micro-USD a day, or absent for none.
+    #[serde(default)]
+    pub budget_micro_usd_per_day: Option<u64>,
+}
+
+/// A client the suite runs, and the model it asks for unless the run names another.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientDecl {
+    /// What the client is.
+    pub program: String,
+    /// The model it asks for against the built-in provider.
+    pub model: String,
+    /// The model it asks for against a real provider (its default), if different.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub real_model: Option<String>,
+}
+
+/// `methodology.json`. Any change to it needs a new `version` (its BLAKE3 is recorded with
+/// every evidence file; a change under the same version makes that evidence stale, and
+/// `methodology-versions.json` pins the hash of every version).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Methodology {
@@ -465,35 +560,44 @@ pub struct Methodology {
     pub variants: Vec<EconomicsVariant>,
     pub hypotheses: Vec<EconomicsHypothesis>,
     pub suites: Vec<SuiteDecl>,
+    /// The clients, by id (`claude-code`, `codex`, `agents-sdk`, `agents-sdk-chat`).
+    pub clients: BTreeMap<String, ClientDecl>,
+    pub treatment_key: TreatmentKeyDecl,
     pub bootstrap: BootstrapDecl,
     pub context: ContextDecl,
     pub publication: EconomicsPublicationPolicy,
 }
 
-/// One request of a recorded agent session.
+/// A fixture task (`tasks/<id>/task.json`; `<id>/workspace/` is copied for every run).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SessionStep {
-    /// Whether the task needs an answer to this step (a retry of an answered step does not).
-    pub needed: bool,
-    /// What the agent is doing.
-    #[serde(default)]
-    pub note: String,
-    /// The provider request body, as the agent sent it.
-    pub body: serde_json::Value,
-}
-
-/// A recorded agent session: one task (`sessions/<task>.json`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Session {
-    pub task: String,
+pub struct TaskDecl {
     pub category: String,
     pub title: String,
-    /// `openai` (`/v1/chat/completions`) or `anthropic` (`/v1/messages`).
-    pub provider: String,
-    pub model: String,
-    pub steps: Vec<SessionStep>,
+    /// The task as a user would type it (against the built-in provider the harness appends
+    /// the task marker).
+    pub prompt: String,
+    /// Client sessions in a row, each with the prompt in a fresh copy of the workspace (the
+    /// same job run again on a fresh checkout); the run succeeds when every session's check
+    /// passes.
+    pub sessions: u32,
+    /// The clients that run it (ids of the methodology's `clients`).
+    pub clients: Vec<String>,
+    /// The temperature the Agents SDK sends (Claude Code and Codex send none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// The client's turn limit, where it has one.
+    pub max_turns: u32,
+    /// Per session.
+    pub timeout_s: u32,
+    /// Run in a fresh workspace before the client, `{task}` the task directory, `{seed}` the
+    /// repetition's seed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<Vec<String>>,
+    /// The task's own success check, run in the workspace after the sessions: exit 0 = done.
+    pub check: Vec<String>,
+    /// The scripted provider's plan for this task (`tokensaver mock-provider --tasks`).
+    pub script: crate::demo::provider::TaskScript,
 }
 
 /// Provider-reported usage of one answer, in the four-part split.
@@ -511,62 +615,206 @@ impl StepUsage {
     pub fn total(&self) -> u64 {
         self.input_uncached + self.cache_write + self.cache_read + self.output
     }
+
+    /// The input parts.
+    pub fn input(&self) -> u64 {
+        self.input_uncached + self.cache_write + self.cache_read
+    }
 }
 
-/// One step of a recorded run.
+/// Counted (cl100k_base) context of one request the client sent, and what the gate's findings
+/// on it flag as removable.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContextCount {
+    pub counted: u64,
+    pub removable: u64,
+    #[serde(default)]
+    pub by_finding: BTreeMap<String, u64>,
+}
+
+/// One request the client sent and what it got back (recorded in front of the gate in the
+/// treatment arm, in front of the provider in the control arm).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StepRecord {
     pub index: usize,
-    pub needed: bool,
+    /// The client session (0-based) it belongs to.
+    pub session: u32,
+    pub path: String,
     /// HTTP status (0: transport failure).
     pub status: u16,
-    /// Whether the agent got an answer.
-    pub answered: bool,
     /// Treatment: the gate's `x-tokensaver-verdict`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<String>,
-    /// Usage bought from the provider for this step (none for a SERVE or an unanswered step).
+    /// Treatment: the reason in the gate's receipt (a rule, a band, or what earned it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Treatment: the finding codes in the gate's receipt.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<String>,
+    /// The usage the answer reports (for a SERVE: the stored answer's, not bought again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<StepUsage>,
-    /// SERVE: the usage the stored answer reports (not bought again).
+    /// Tool calls the answer asks for.
+    #[serde(default)]
+    pub tool_calls: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub served_usage: Option<StepUsage>,
-    /// The model the answer names.
+    pub model_requested: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_reported: Option<String>,
-    /// Treatment: the finding codes in the gate's receipt.
-    #[serde(default)]
-    pub findings: Vec<String>,
+    /// Treatment: counted context and what the findings flag as removable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<ContextCount>,
 }
 
-/// One arm of one task at one repetition.
+/// One provider call an arm bought (recorded in front of the provider).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoughtCall {
+    pub session: u32,
+    pub path: String,
+    pub status: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<StepUsage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Its cost at the recorded price table, in nano-USD (absent: no price for the model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_nano_usd: Option<u64>,
+}
+
+/// One client session of a run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionRecord {
+    pub index: u32,
+    pub exit_code: i32,
+    pub seconds: f64,
+    /// The end of what the client printed.
+    pub output_tail: String,
+}
+
+/// The task's own check, run in the workspace after the sessions.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckRecord {
+    pub passed: bool,
+    pub exit_code: i32,
+    pub output: String,
+}
+
+/// One arm of one task, client and repetition.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunRecord {
     pub id: String,
+    /// The pair it belongs to: `<task>--<client>--r<repetition>`.
+    pub pair: String,
     pub task: String,
     pub category: String,
+    pub client: String,
     pub model: String,
     /// `control` or `treatment`.
     pub arm: String,
     pub variant: String,
     pub repetition: u32,
-    /// BLAKE3 of the session file replayed.
-    pub session_digest: String,
+    pub seed: u64,
+    /// 1 or 2: which arm of the pair ran first (drawn from the pair's id).
+    pub order: u32,
+    /// BLAKE3 of the task directory the run used.
+    pub task_digest: String,
+    pub started_at_unix_ms: u64,
+    pub seconds: f64,
+    pub sessions: Vec<SessionRecord>,
+    pub check: CheckRecord,
+    /// What the client sent and got.
     pub steps: Vec<StepRecord>,
+    /// What the arm bought from the provider.
+    pub bought: Vec<BoughtCall>,
 }
 
-/// An evidence file (`evidence/<suite>.json`), written by the live harness.
+/// Whether the provider was the built-in scripted one or a real one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// `tokensaver mock-provider`: a scripted provider. Evidence against it is a simulation
+    /// and can never be verified.
+    Simulated,
+    /// A provider the user named (`--upstream`).
+    Real,
+}
+
+/// The provider an evidence file was recorded against.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderInfo {
+    pub kind: ProviderKind,
+    /// What it is, in words.
+    pub name: String,
+    /// Its base URL (loopback for the built-in one).
+    pub upstream: String,
+    /// How its usage was counted.
+    pub usage_counting: String,
+}
+
+/// An agent client as it ran.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientInfo {
+    pub id: String,
+    pub program: String,
+    /// The version the client reported.
+    pub version: String,
+    pub model: String,
+}
+
+/// The build that recorded an evidence file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BuildInfo {
+    /// BLAKE3 of the sources (`build.rs`): what freshness compares.
+    pub source_blake3: String,
+    /// The crate version.
+    pub version: String,
+    /// `git describe --always --dirty` where the run was made, when available (information).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+}
+
+/// The harness that drove the clients.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HarnessInfo {
+    pub path: String,
+    pub version: String,
+    /// BLAKE3 over the harness's files (the script, its tap, the shared client runner).
+    pub blake3: String,
+}
+
+/// An evidence file (`evidence/<suite>/<UTC time>-<id>.json`), written once by
+/// `tokensaver economics run` and never overwritten: every run appends a file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EvidenceFile {
+    /// 2 (this layout).
+    pub format: u32,
     pub suite: String,
     pub methodology: u32,
-    pub gate_version: String,
-    pub harness: String,
-    pub provider: String,
+    /// BLAKE3 of `methodology.json` as it was when recorded.
+    pub methodology_blake3: String,
     pub recorded_at_unix_ms: u64,
+    pub build: BuildInfo,
+    /// BLAKE3 of the effective gate policy of the treatment (see
+    /// [`crate::economics::identity::gate_policy`]).
+    pub gate_config_blake3: String,
+    pub provider: ProviderInfo,
+    pub clients: Vec<ClientInfo>,
+    pub harness: HarnessInfo,
+    /// BLAKE3 of every task directory, by task id.
+    pub tasks: BTreeMap<String, String>,
     pub repetitions: u32,
+    /// The tokenizer that counted the context of the treatment's requests.
+    pub tokenizer: EconomicsTokenizer,
     pub runs: Vec<RunRecord>,
 }

@@ -16,12 +16,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 try:
@@ -30,12 +28,13 @@ except ImportError:  # pragma: no cover
     import httpx
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(os.environ.get("TOKENSAVER_BIN", ROOT / "target" / "debug" / "tokensaver"))
-CLIENTS = Path(os.environ.get("AGENT_CLIENTS", ROOT / "tests" / "agents" / ".clients"))
-CLAUDE = CLIENTS / "node_modules" / ".bin" / "claude"
-CODEX = CLIENTS / "node_modules" / ".bin" / "codex"
-SDK_AGENT = Path(__file__).with_name("sdk_agent.py")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import clients  # noqa: E402  (shared with scripts/economics_harness.py)
+from clients import (  # noqa: E402,F401
+    BIN, CLAUDE, CLIENT_TIMEOUT, CLIENTS, CODEX, ROOT, SDK_AGENT, Run,
+    free_port as _free_port, run as _run, wait_port as _wait_port,
+)
+
 ADMIN_KEY = "tsa_demo-admin-key-not-for-production"
 ADMIN_HASH = "ca9b790a34f739223b65bdd9124d2c340ee7ff59bc0140af9576813fb4cf82a8"
 PROVIDER_CREDENTIAL = "sk-agent-tests-provider"
@@ -48,7 +47,6 @@ CODEX_MODEL = "gpt-6.2-sol"
 # here, so the test config prices it (test figures, not a claim).
 CODEX_TOOLS_MODEL = "gpt-5.5"
 SDK_MODEL = "gpt-5.6-luna"
-CLIENT_TIMEOUT = 150
 
 # The keys every test gate has: (id, human default, budget in micro-USD, profile).
 KEYS = [
@@ -56,25 +54,6 @@ KEYS = [
     ("attended", True, 100_000_000, "agent"),  # a person at the terminal
     ("tight", True, 1_000_000, "agent"),  # $1 a day: an agent's worst case is held for a person
 ]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"exited ({proc.returncode}) before :{port} opened:\n{log.read_text()}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f":{port} did not open within {timeout}s:\n{log.read_text()}")
 
 
 def _new_key(key_id: str, profile: str) -> tuple[str, str]:
@@ -86,35 +65,6 @@ def _new_key(key_id: str, profile: str) -> tuple[str, str]:
     key = re.search(r"(tsk_\S+)", out).group(1)
     lines = out.split("config lines:\n", 1)[1]
     return key, lines
-
-
-@dataclass
-class Run:
-    """One client run: exit code, what it printed, and how long it took."""
-
-    code: int
-    stdout: str
-    stderr: str
-    seconds: float
-
-    @property
-    def output(self) -> str:
-        return self.stdout + self.stderr
-
-
-def _run(cmd: list, env: dict, cwd: Path, timeout: float = CLIENT_TIMEOUT) -> Run:
-    started = time.monotonic()
-    try:
-        p = subprocess.run(
-            cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-            timeout=timeout,
-        )
-        code, out, err = p.returncode, p.stdout, p.stderr
-    except subprocess.TimeoutExpired as e:
-        code = -9
-        out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = (e.stderr or b"").decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-    return Run(code, out, err, time.monotonic() - started)
 
 
 class Gate:
@@ -267,53 +217,17 @@ max_output = 128_000
 
     def claude(self, key_id: str, prompt: str, home: Path, max_turns: int = 12,
                headers: str | None = None, model: str = CLAUDE_MODEL) -> Run:
-        env = {
-            "PATH": os.environ["PATH"],
-            "HOME": str(home),
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{self.proxy_port}",
-            "ANTHROPIC_API_KEY": self.keys[key_id],
-        }
-        if headers:
-            env["ANTHROPIC_CUSTOM_HEADERS"] = headers
-        return _run(
-            [CLAUDE, "-p", prompt, "--model", model, "--max-turns", str(max_turns),
-             "--output-format", "text", "--allowedTools", "Bash"],
-            env, self.work,
-        )
+        return clients.claude(f"http://127.0.0.1:{self.proxy_port}", self.keys[key_id], prompt,
+                              home, self.work, model, max_turns, headers)
 
     def codex(self, key_id: str, prompt: str, home: Path, timeout: float = CLIENT_TIMEOUT,
               model: str = CODEX_TOOLS_MODEL) -> Run:
-        home.mkdir(parents=True, exist_ok=True)
-        (home / "config.toml").write_text(
-            f"""model = "{model}"
-model_provider = "tokensaver"
-
-[model_providers.tokensaver]
-name = "tokensaver"
-base_url = "http://127.0.0.1:{self.proxy_port}/v1"
-wire_api = "responses"
-env_key = "TOKENSAVER_KEY"
-"""
-        )
-        env = {
-            "PATH": os.environ["PATH"],
-            "HOME": str(home.parent),
-            "CODEX_HOME": str(home),
-            "TOKENSAVER_KEY": self.keys[key_id],
-        }
-        return _run(
-            [CODEX, "exec", "--skip-git-repo-check", "--sandbox", "danger-full-access", prompt],
-            env, self.work, timeout,
-        )
+        return clients.codex(f"http://127.0.0.1:{self.proxy_port}/v1", self.keys[key_id],
+                             prompt, home, self.work, model, timeout)
 
     def sdk(self, key_id: str, api: str, prompt: str, *extra: str) -> Run:
-        env = dict(os.environ)
-        return _run(
-            [sys.executable, SDK_AGENT, api, f"http://127.0.0.1:{self.proxy_port}/v1",
-             self.keys[key_id], prompt, "--model", SDK_MODEL, *extra],
-            env, self.work,
-        )
+        return clients.sdk(api, f"http://127.0.0.1:{self.proxy_port}/v1", self.keys[key_id],
+                           prompt, self.work, SDK_MODEL, *extra)
 
 
 @pytest.fixture

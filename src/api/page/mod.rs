@@ -210,8 +210,10 @@ impl Page {
                 return brief.clone();
             }
         }
-        let summary = crate::economics::summary(
-            &gk.config.economics_dir,
+        // The same summary as GET /economics: judged against this build and config.
+        let summary = crate::economics::summary_for(
+            &gk.config,
+            None,
             &crate::economics::model::EconomicsQuery::default(),
             now,
         );

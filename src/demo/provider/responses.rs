@@ -85,6 +85,29 @@ impl MockReply {
         self.output_item(true)
     }
 
+    /// The text a task script's tool call carries before it, as a message item.
+    fn preamble_item(&self, done: bool) -> Option<Value> {
+        let text = match &self.script {
+            Some(Scripted::ToolCall(c)) if !c.preamble.is_empty() => c.preamble.as_str(),
+            _ => return None,
+        };
+        Some(json!({
+            "type": "message",
+            "id": self.response_message_id(),
+            "status": if done { "completed" } else { "in_progress" },
+            "role": "assistant",
+            "content": if done { json!([self.output_text_part(text)]) } else { json!([]) },
+        }))
+    }
+
+    /// Every output item of the finished answer (the preamble's message first, if any).
+    fn output_items(&self) -> Value {
+        match self.preamble_item(true) {
+            Some(p) => json!([p, self.response_output_item()]),
+            None => json!([self.response_output_item()]),
+        }
+    }
+
     fn output_item(&self, done: bool) -> Value {
         let hex = self.call_hex();
         match &self.script {
@@ -166,14 +189,7 @@ impl MockReply {
             echo(request, "max_tool_calls", Value::Null),
         );
         put("model", json!(self.model));
-        put(
-            "output",
-            if done {
-                json!([self.response_output_item()])
-            } else {
-                json!([])
-            },
-        );
+        put("output", if done { self.output_items() } else { json!([]) });
         put(
             "parallel_tool_calls",
             echo(request, "parallel_tool_calls", json!(true)),
@@ -253,9 +269,51 @@ impl MockReply {
         let announced = self.response_object(request, false);
         ev("response.created", json!({"response": announced}));
         ev("response.in_progress", json!({"response": announced}));
+        let mut index = 0;
+        if let (Some(added), Some(done), Some(Scripted::ToolCall(c))) = (
+            self.preamble_item(false),
+            self.preamble_item(true),
+            &self.script,
+        ) {
+            let item_id = self.response_message_id();
+            let at = |extra: Value| {
+                let mut m = json!({"item_id": item_id, "output_index": 0, "content_index": 0});
+                if let (Value::Object(m), Value::Object(extra)) = (&mut m, extra) {
+                    m.extend(extra);
+                }
+                m
+            };
+            ev(
+                "response.output_item.added",
+                json!({"output_index": 0, "item": added}),
+            );
+            ev(
+                "response.content_part.added",
+                at(json!({"part": self.output_text_part("")})),
+            );
+            for d in super::word_deltas(&c.preamble) {
+                ev(
+                    "response.output_text.delta",
+                    at(json!({"delta": d, "logprobs": []})),
+                );
+            }
+            ev(
+                "response.output_text.done",
+                at(json!({"text": c.preamble, "logprobs": []})),
+            );
+            ev(
+                "response.content_part.done",
+                at(json!({"part": self.output_text_part(&c.preamble)})),
+            );
+            ev(
+                "response.output_item.done",
+                json!({"output_index": 0, "item": done}),
+            );
+            index = 1;
+        }
         ev(
             "response.output_item.added",
-            json!({"output_index": 0, "item": self.output_item(false)}),
+            json!({"output_index": index, "item": self.output_item(false)}),
         );
         match &self.script {
             Some(Scripted::ToolCall(c)) if c.local_shell => {}
@@ -264,12 +322,12 @@ impl MockReply {
                 for piece in super::argument_pieces(&c.arguments) {
                     ev(
                         "response.function_call_arguments.delta",
-                        json!({"item_id": item_id, "output_index": 0, "delta": piece}),
+                        json!({"item_id": item_id, "output_index": index, "delta": piece}),
                     );
                 }
                 ev(
                     "response.function_call_arguments.done",
-                    json!({"item_id": item_id, "output_index": 0, "arguments": c.arguments}),
+                    json!({"item_id": item_id, "output_index": index, "arguments": c.arguments}),
                 );
             }
             _ => {
@@ -303,7 +361,7 @@ impl MockReply {
         }
         ev(
             "response.output_item.done",
-            json!({"output_index": 0, "item": self.response_output_item()}),
+            json!({"output_index": index, "item": self.response_output_item()}),
         );
         let last = if self.truncated {
             "response.incomplete"

@@ -30,6 +30,11 @@ pub enum Scripted {
         /// The tool results the request carried.
         steps: u64,
     },
+    /// A task script's final answer (see [`TaskScript`]).
+    Answer {
+        /// The answer text.
+        text: String,
+    },
 }
 
 /// The tool call of a scripted answer.
@@ -45,6 +50,9 @@ pub struct MockToolCall {
     pub input: Value,
     /// `input` serialised compactly (object keys sorted): the `arguments` string.
     pub arguments: String,
+    /// Text the answer carries before the call, as real models write (task scripts only;
+    /// empty for the other markers, whose answers carry the call alone).
+    pub preamble: String,
 }
 
 impl MockToolCall {
@@ -75,6 +83,7 @@ pub fn scripted(body: &Value) -> Option<Scripted> {
         command,
         input,
         arguments,
+        preamble: String::new(),
     }))
 }
 
@@ -305,6 +314,407 @@ fn arguments_for(tool: &ToolDef<'_>, command: &str, k: u64) -> Value {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Task scripts: the scripted provider of the economics suite
+// ---------------------------------------------------------------------------------------------
+
+/// The text that introduces a task marker: `tokensaver-mock:task=<id>,seed=<n>`.
+pub const TASK_MARKER: &str = "tokensaver-mock:task=";
+
+/// What a scripted agent does on one fixture task (the `script` of
+/// `corpus/economics/tasks/<id>/task.json`): shell commands in order, each a tool call, then a
+/// final answer. Behaviours modelled on published agent traces are steps of their own:
+/// re-reading a file or repeating a lookup (`times`), polling a job (`until`), retrying a
+/// failing tool (`while`), a stuck agent repeating one command (`times` with a large range).
+/// The `seed` of the marker picks every range, so the repetitions of a task differ while the
+/// control and treatment runs of one repetition (same prompt, same seed) are scripted alike.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskScript {
+    /// The steps, in order; the last one is an `answer`.
+    pub steps: Vec<ScriptStep>,
+}
+
+/// One step of a [`TaskScript`]: exactly one of `run` (a command) or `answer` (the end).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptStep {
+    /// A shell command: one tool call of the client's shell tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
+    /// `run` this many times, drawn from the seed in `[low, high]` (0 skips the step); default
+    /// once. Without `until`/`while` each time is a separate call whatever its result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub times: Option<[u32; 2]>,
+    /// Poll: repeat `run` until its result contains this text (at most `max` calls).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+    /// Retry: repeat `run` while its result contains this text (at most `max` calls).
+    #[serde(default, rename = "while", skip_serializing_if = "Option::is_none")]
+    pub while_: Option<String>,
+    /// The cap of `until` / `while` (default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<u32>,
+    /// The final answer's opening text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+    /// Words of explanation after the answer's opening text, drawn from the seed in
+    /// `[low, high]` (default none), so that answers have the lengths real ones have.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub words: Option<[u32; 2]>,
+    /// The text the answer carries before each call of this step (default: a sentence or two
+    /// of prose drawn from the seed, so that every call comes with text, as real models write).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub say: Option<String>,
+    /// What the step stands for (documentation; the mock ignores it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// One call (or poll, or retry) of an expanded task script.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Slot {
+    /// One call, whatever its result.
+    Once(String),
+    /// Repeat the command until its result contains `text` (or `max` calls).
+    Until {
+        command: String,
+        text: String,
+        max: u32,
+    },
+    /// Repeat the command while its result contains `text` (or `max` calls).
+    While {
+        command: String,
+        text: String,
+        max: u32,
+    },
+}
+
+/// A task script expanded for one seed: the calls, then the answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub slots: Vec<Slot>,
+    /// The text before each slot's calls (`None`: drawn per call from the seed).
+    pub says: Vec<Option<String>>,
+    pub answer: String,
+    task: String,
+    seed: u64,
+}
+
+/// The next call of a plan: its command and the text before it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NextCall<'a> {
+    pub command: &'a str,
+    pub say: String,
+}
+
+/// A number drawn from `[low, high]` for (task, seed, draw index): BLAKE3 of the three, so a
+/// plan is a pure function of them.
+fn draw(task: &str, seed: u64, index: usize, range: [u32; 2]) -> u32 {
+    let [low, high] = if range[0] <= range[1] {
+        range
+    } else {
+        [range[1], range[0]]
+    };
+    let mut h = blake3::Hasher::new();
+    h.update(task.as_bytes());
+    h.update(&[0]);
+    h.update(&seed.to_le_bytes());
+    h.update(&(index as u64).to_le_bytes());
+    let b = h.finalize();
+    let mut x = [0u8; 8];
+    x.copy_from_slice(&b.as_bytes()[..8]);
+    let span = u64::from(high - low) + 1;
+    low + (u64::from_le_bytes(x) % span) as u32
+}
+
+/// Sentences of filler prose, `n` words long, drawn from the mock's word list.
+fn prose(task: &str, seed: u64, n: u32) -> String {
+    let mut out = String::new();
+    let mut in_sentence = 0u32;
+    for i in 0..n as usize {
+        let w = super::WORDS[draw(task, seed, 10_000 + i, [0, 63]) as usize];
+        if in_sentence == 0 {
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            let mut c = w.chars();
+            if let Some(f) = c.next() {
+                out.extend(f.to_uppercase());
+                out.push_str(c.as_str());
+            }
+        } else {
+            out.push(' ');
+            out.push_str(w);
+        }
+        in_sentence += 1;
+        if in_sentence >= 6 + draw(task, seed, 20_000 + i, [0, 10]) || i + 1 == n as usize {
+            out.push('.');
+            in_sentence = 0;
+        }
+    }
+    out
+}
+
+impl TaskScript {
+    /// The plan for `seed`: every range drawn, steps with 0 times left out.
+    pub fn plan(&self, task: &str, seed: u64) -> Plan {
+        let mut slots = Vec::new();
+        let mut says = Vec::new();
+        let mut answer = None;
+        for (i, step) in self.steps.iter().enumerate() {
+            if let Some(text) = &step.answer {
+                let extra = step.words.map_or(0, |w| draw(task, seed, i, w));
+                let mut a = text.clone();
+                if extra > 0 {
+                    a.push_str("\n\n");
+                    a.push_str(&prose(task, seed.wrapping_add(i as u64 * 7919), extra));
+                }
+                answer = Some(a);
+                break;
+            }
+            let Some(command) = &step.run else { continue };
+            let times = step.times.map_or(1, |t| draw(task, seed, i, t));
+            let max = step.max.unwrap_or(10).max(1);
+            for _ in 0..times {
+                says.push(step.say.clone());
+                slots.push(match (&step.until, &step.while_) {
+                    (Some(text), _) => Slot::Until {
+                        command: command.clone(),
+                        text: text.clone(),
+                        max,
+                    },
+                    (None, Some(text)) => Slot::While {
+                        command: command.clone(),
+                        text: text.clone(),
+                        max,
+                    },
+                    (None, None) => Slot::Once(command.clone()),
+                });
+            }
+        }
+        Plan {
+            slots,
+            says,
+            answer: answer.unwrap_or_else(|| "Done.".to_owned()),
+            task: task.to_owned(),
+            seed,
+        }
+    }
+}
+
+impl Plan {
+    /// The next call given the results of the calls made so far (in order), or `None` when
+    /// the plan is done and the answer is due.
+    pub fn next_call(&self, results: &[String]) -> Option<NextCall<'_>> {
+        let (slot, attempts) = self.position(results)?;
+        let command = self.next(results)?;
+        let say = match self.says.get(slot).cloned().flatten() {
+            Some(s) => s,
+            None => {
+                let seed = self
+                    .seed
+                    .wrapping_mul(1_000_003)
+                    .wrapping_add(slot as u64 * 101 + u64::from(attempts));
+                let n = draw(&self.task, seed, 30_000, [6, 18]);
+                prose(&self.task, seed, n)
+            }
+        };
+        Some(NextCall { command, say })
+    }
+
+    fn position(&self, results: &[String]) -> Option<(usize, u32)> {
+        let mut slot = 0usize;
+        let mut attempts = 0u32;
+        for r in results {
+            let s = self.slots.get(slot)?;
+            attempts += 1;
+            if Self::done(s, r, attempts) {
+                slot += 1;
+                attempts = 0;
+            }
+        }
+        (slot < self.slots.len()).then_some((slot, attempts))
+    }
+
+    fn done(s: &Slot, r: &str, attempts: u32) -> bool {
+        match s {
+            Slot::Once(_) => true,
+            Slot::Until { text, max, .. } => r.contains(text.as_str()) || attempts >= *max,
+            Slot::While { text, max, .. } => !r.contains(text.as_str()) || attempts >= *max,
+        }
+    }
+
+    /// The next command given the results of the calls made so far (in order), or `None`
+    /// when the plan is done and the answer is due.
+    pub fn next<'a>(&'a self, results: &[String]) -> Option<&'a str> {
+        let mut slot = 0usize;
+        let mut attempts = 0u32;
+        for r in results {
+            let s = self.slots.get(slot)?;
+            attempts += 1;
+            if Self::done(s, r, attempts) {
+                slot += 1;
+                attempts = 0;
+            }
+        }
+        self.slots.get(slot).map(|s| match s {
+            Slot::Once(c) | Slot::Until { command: c, .. } | Slot::While { command: c, .. } => {
+                c.as_str()
+            }
+        })
+    }
+}
+
+/// The first task marker in the text of the request's user turns: `(task id, seed)`.
+pub fn task_marker(body: &Value) -> Option<(String, u64)> {
+    let mut found = None;
+    let mut visit = |text: &str| {
+        if found.is_none() {
+            found = parse_task_marker(text);
+        }
+    };
+    if let Some(Value::Array(msgs)) = body.get("messages") {
+        for m in msgs.iter().filter(|m| is_user(m)) {
+            for_each_text(m.get("content"), &mut visit);
+        }
+    }
+    match body.get("input") {
+        Some(Value::String(s)) => visit(s),
+        Some(Value::Array(items)) => {
+            for item in items.iter().filter(|m| is_user(m)) {
+                for_each_text(item.get("content"), &mut visit);
+            }
+        }
+        _ => {}
+    }
+    found
+}
+
+/// `tokensaver-mock:task=<id>,seed=<n>` in `text`: the id is ASCII letters, digits, `-` and
+/// `_`; the seed decimal.
+pub fn parse_task_marker(text: &str) -> Option<(String, u64)> {
+    let mut rest = text;
+    while let Some(i) = rest.find(TASK_MARKER) {
+        let after = &rest[i + TASK_MARKER.len()..];
+        let id_end = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+            .unwrap_or(after.len());
+        let (id, tail) = after.split_at(id_end);
+        if let Some(digits) = tail.strip_prefix(",seed=") {
+            let end = digits
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(digits.len());
+            if !id.is_empty() && end > 0 {
+                if let Ok(seed) = digits[..end].parse::<u64>() {
+                    return Some((id.to_owned(), seed));
+                }
+            }
+        }
+        rest = after;
+    }
+    None
+}
+
+fn push_text(v: &Value, out: &mut String) {
+    match v {
+        Value::String(s) => out.push_str(s),
+        Value::Array(parts) => {
+            for p in parts {
+                match p {
+                    Value::String(s) => out.push_str(s),
+                    _ => {
+                        if let Some(t) = p
+                            .get("text")
+                            .or_else(|| p.get("output"))
+                            .and_then(Value::as_str)
+                        {
+                            out.push_str(t);
+                        }
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The text of every tool result in the request, in order (the results [`tool_results`]
+/// counts).
+pub fn tool_result_texts(body: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(Value::Array(msgs)) = body.get("messages") {
+        for m in msgs {
+            if m.get("role").and_then(Value::as_str) == Some("tool") {
+                let mut t = String::new();
+                if let Some(c) = m.get("content") {
+                    push_text(c, &mut t);
+                }
+                out.push(t);
+            }
+            if let Some(Value::Array(parts)) = m.get("content") {
+                for p in parts
+                    .iter()
+                    .filter(|p| p.get("type").and_then(Value::as_str) == Some("tool_result"))
+                {
+                    let mut t = String::new();
+                    if let Some(c) = p.get("content") {
+                        push_text(c, &mut t);
+                    }
+                    out.push(t);
+                }
+            }
+        }
+    }
+    if let Some(Value::Array(items)) = body.get("input") {
+        for i in items.iter().filter(|i| {
+            matches!(
+                i.get("type").and_then(Value::as_str),
+                Some(
+                    "function_call_output" | "local_shell_call_output" | "custom_tool_call_output"
+                )
+            )
+        }) {
+            let mut t = String::new();
+            if let Some(o) = i.get("output") {
+                push_text(o, &mut t);
+            }
+            out.push(t);
+        }
+    }
+    out
+}
+
+/// The answer a task-scripted request gets: its first task marker names a script in `tasks`
+/// and it defines a usable tool (as for the other markers). `None` otherwise.
+pub fn task_scripted(
+    body: &Value,
+    tasks: &std::collections::BTreeMap<String, TaskScript>,
+) -> Option<Scripted> {
+    if tasks.is_empty() {
+        return None;
+    }
+    let (task, seed) = task_marker(body)?;
+    let script = tasks.get(&task)?;
+    let tools = tool_defs(body);
+    let tool = pick(&tools)?;
+    let plan = script.plan(&task, seed);
+    let results = tool_result_texts(body);
+    let Some(next) = plan.next_call(&results) else {
+        return Some(Scripted::Answer { text: plan.answer });
+    };
+    let input = arguments_for(tool, next.command, results.len() as u64);
+    let arguments = serde_json::to_string(&input).unwrap_or_default();
+    Some(Scripted::ToolCall(MockToolCall {
+        name: tool.name.to_owned(),
+        local_shell: tool.local_shell,
+        command: next.command.to_owned(),
+        input,
+        arguments,
+        preamble: next.say,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -363,5 +773,111 @@ mod tests {
             c.input,
             json!({"command": ["bash", "-lc", "echo tokensaver-loop"]})
         );
+    }
+    fn script(v: Value) -> TaskScript {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn task_markers_parse() {
+        assert_eq!(
+            parse_task_marker("Fix it. tokensaver-mock:task=bugfix-vat,seed=3."),
+            Some(("bugfix-vat".to_owned(), 3))
+        );
+        assert_eq!(parse_task_marker("tokensaver-mock:task=x"), None);
+        assert_eq!(parse_task_marker("tokensaver-mock:task=,seed=1"), None);
+        assert_eq!(
+            parse_task_marker("tokensaver-mock:task=a tokensaver-mock:task=b_2,seed=12"),
+            Some(("b_2".to_owned(), 12))
+        );
+    }
+
+    #[test]
+    fn plans_are_seeded_and_react_to_results() {
+        let s = script(json!({"steps": [
+            {"run": "cat a.py", "times": [0, 3]},
+            {"run": "./job status", "until": "done", "max": 4},
+            {"run": "./fetch", "while": "error", "max": 3},
+            {"answer": "Finished.", "words": [20, 40]}
+        ]}));
+        let plans: Vec<Plan> = (1..=8).map(|seed| s.plan("t", seed)).collect();
+        assert_eq!(
+            s.plan("t", 1),
+            plans[0],
+            "a plan is a pure function of task and seed"
+        );
+        assert!(
+            plans.iter().any(|p| p.slots.len() != plans[0].slots.len())
+                && plans.iter().any(|p| p.answer != plans[0].answer),
+            "repetitions differ"
+        );
+        for p in &plans {
+            let words = p.answer.split_whitespace().count();
+            assert!(
+                p.answer.starts_with("Finished.") && (21..=41).contains(&words),
+                "{p:?}"
+            );
+        }
+        let p = &plans[0];
+        let reads = p.slots.len() - 2;
+        let r = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let mut results = r(&vec!["source"; reads]);
+        assert_eq!(p.next(&results), Some("./job status"));
+        results.push("running".into());
+        assert_eq!(p.next(&results), Some("./job status"), "polls until done");
+        results.push("state: done".into());
+        assert_eq!(p.next(&results), Some("./fetch"));
+        results.push("error: reset".into());
+        assert_eq!(p.next(&results), Some("./fetch"), "retries while failing");
+        results.push("ok".into());
+        assert_eq!(p.next(&results), None, "then answers");
+        // The caps hold.
+        let mut stuck = r(&vec!["source"; reads]);
+        stuck.extend(r(&["running"; 4]));
+        assert_eq!(p.next(&stuck), Some("./fetch"));
+        stuck.extend(r(&["error"; 3]));
+        assert_eq!(p.next(&stuck), None);
+    }
+
+    #[test]
+    fn task_scripted_uses_the_clients_shell_tool() {
+        let mut tasks = std::collections::BTreeMap::new();
+        tasks.insert(
+            "t".to_owned(),
+            script(json!({"steps": [{"run": "ls"}, {"answer": "All done."}]})),
+        );
+        let body = json!({
+            "messages": [{"role": "user", "content": "Do it. tokensaver-mock:task=t,seed=1"}],
+            "tools": [{"name": "Bash", "input_schema": {"type": "object"}}],
+        });
+        let Some(Scripted::ToolCall(c)) = task_scripted(&body, &tasks) else {
+            panic!("no tool call")
+        };
+        assert_eq!(
+            c.input,
+            json!({"command": "ls", "description": STEP_DESCRIPTION})
+        );
+        let words = c.preamble.split_whitespace().count();
+        assert!(
+            (6..=18).contains(&words),
+            "text before the call: {:?}",
+            c.preamble
+        );
+        let done = json!({
+            "messages": [
+                {"role": "user", "content": "Do it. tokensaver-mock:task=t,seed=1"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "x", "name": "Bash", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x", "content": "a.py"}]},
+            ],
+            "tools": [{"name": "Bash", "input_schema": {"type": "object"}}],
+        });
+        assert_eq!(
+            task_scripted(&done, &tasks),
+            Some(Scripted::Answer {
+                text: "All done.".into()
+            })
+        );
+        assert_eq!(task_scripted(&body, &Default::default()), None);
+        assert_eq!(tool_result_texts(&done), vec!["a.py".to_owned()]);
     }
 }

@@ -1,0 +1,697 @@
+//! `tokensaver economics run`: record a new evidence file for a live suite.
+//!
+//! The clients are external programs (Claude Code and Codex CLI from npm, the Agents SDK in
+//! Python), so driving them — processes, workspaces, the recording taps — is a Python script,
+//! `scripts/economics_harness.py`, which the agent tests' client runner
+//! (`tests/agents/clients.py`) is shared with. This command owns everything the evidence must be
+//! trusted for: it reads the methodology and tasks, plans the pairs and their seeds, makes one
+//! fresh tokensaver key per pair, writes the treatment gate's config (the policy of the config
+//! it is given; listeners, data dir, upstreams and keys replaced) and checks its policy hash,
+//! runs the harness, then turns what the harness saw into the evidence file: costs at the
+//! price table, the context counts of every treatment request (cl100k_base), the identities
+//! (build, gate config, methodology, tasks, harness), and writes it under
+//! `evidence/<suite>/` as a new file — history appends, nothing is overwritten.
+//!
+//! Without `--upstream` the provider is the built-in scripted one (`tokensaver mock-provider
+//! --usage cl100k --tasks <dir>/tasks`), and the evidence is a simulation. With `--upstream URL
+//! --credential-env VAR` the same harness runs against the user's provider: the control arm's
+//! clients get the credential from `$VAR`, the gate swaps it in for the treatment's keys.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::model::*;
+use super::{identity, pair_id, EVIDENCE_FORMAT};
+use crate::config::Config;
+
+/// `tokensaver economics run` arguments.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// The live suite to record.
+    #[arg(long, default_value = "agent-sessions")]
+    pub suite: String,
+    /// The economics directory (methodology.json, tasks/, evidence/).
+    #[arg(long, default_value = "corpus/economics")]
+    pub dir: PathBuf,
+    /// The gate config whose policy the treatment runs with (its listeners, data dir,
+    /// upstreams and keys are replaced by the harness's own).
+    #[arg(long, default_value = "config/tokensaver.toml")]
+    pub config: PathBuf,
+    /// A real provider's base URL (scheme://host[:port]): record against it instead of the
+    /// built-in scripted provider.
+    #[arg(long, requires = "credential_env")]
+    pub upstream: Option<String>,
+    /// The environment variable that holds the real provider's credential.
+    #[arg(long, requires = "upstream")]
+    pub credential_env: Option<String>,
+    /// Repetitions of every task and client (default: the suite's).
+    #[arg(long)]
+    pub reps: Option<u32>,
+    /// Only these tasks, or task:client pairs, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// A client's model, CLIENT=MODEL (repeatable; default: the methodology's).
+    #[arg(long = "model", value_name = "CLIENT=MODEL")]
+    pub models: Vec<String>,
+    /// The Python that runs the harness and the Agents SDK (default: .venv/bin/python when it
+    /// exists, else python3).
+    #[arg(long)]
+    pub python: Option<PathBuf>,
+    /// The harness script.
+    #[arg(long, default_value = "scripts/economics_harness.py")]
+    pub harness: PathBuf,
+    /// Keep the scratch directory (logs, workspaces' request bodies) and print its path.
+    #[arg(long)]
+    pub keep_scratch: bool,
+}
+
+/// One planned pair.
+struct Planned {
+    id: String,
+    task: String,
+    client: String,
+    model: String,
+    repetition: u32,
+    key: String,
+    key_lines: String,
+}
+
+fn free_port() -> Result<u16, String> {
+    crate::demo::free_port()
+}
+
+fn git_describe() -> Option<String> {
+    let out = Command::new("git")
+        .args(["describe", "--always", "--dirty", "--abbrev=12"])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+fn selected(only: &[String], task: &str, client: &str) -> bool {
+    only.is_empty()
+        || only.iter().any(|o| match o.split_once(':') {
+            Some((t, c)) => t == task && c == client,
+            None => o == task,
+        })
+}
+
+fn plan_pairs(
+    args: &RunArgs,
+    m: &Methodology,
+    tasks: &BTreeMap<String, (TaskDecl, String)>,
+    reps: u32,
+    real: bool,
+) -> Result<Vec<Planned>, String> {
+    let mut overrides = BTreeMap::new();
+    for s in &args.models {
+        let (c, model) = s
+            .split_once('=')
+            .ok_or_else(|| format!("--model {s}: expected CLIENT=MODEL"))?;
+        overrides.insert(c.to_string(), model.to_string());
+    }
+    let profile = m.treatment_key.profile.as_deref();
+    let mut out = Vec::new();
+    for (task, (t, _)) in tasks {
+        for client in &t.clients {
+            if !selected(&args.only, task, client) {
+                continue;
+            }
+            let decl = m.clients.get(client).ok_or_else(|| {
+                format!(
+                    "task {task} names client {client}, which methodology.json does not declare"
+                )
+            })?;
+            let model = overrides.get(client).cloned().unwrap_or_else(|| {
+                if real {
+                    decl.real_model
+                        .clone()
+                        .unwrap_or_else(|| decl.model.clone())
+                } else {
+                    decl.model.clone()
+                }
+            });
+            for rep in 1..=reps {
+                let n = out.len() + 1;
+                let (key, mut lines) = crate::auth::new_key(&format!("econ-{n}"), profile)
+                    .ok_or("cannot make a key for the treatment")?;
+                lines = lines
+                    .lines()
+                    .map(|l| l.split("   #").next().unwrap_or(l).trim_end().to_string())
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                lines.push_str(&format!("\nhuman = {}\n", m.treatment_key.human));
+                if let Some(b) = m.treatment_key.budget_micro_usd_per_day {
+                    lines.push_str(&format!(
+                        "budget = {{ ceiling_micro_usd = {b}, period = \"day\" }}\n"
+                    ));
+                }
+                out.push(Planned {
+                    id: pair_id(task, client, rep),
+                    task: task.clone(),
+                    client: client.clone(),
+                    model: model.clone(),
+                    repetition: rep,
+                    key,
+                    key_lines: lines,
+                });
+            }
+        }
+    }
+    for o in &args.only {
+        let (t, c) = o
+            .split_once(':')
+            .map_or((o.as_str(), None), |(t, c)| (t, Some(c)));
+        if !out
+            .iter()
+            .any(|p| p.task == t && c.is_none_or(|c| p.client == c))
+        {
+            return Err(format!("--only {o}: no declared task (and client) matches"));
+        }
+    }
+    if out.is_empty() {
+        return Err("no pair selected".into());
+    }
+    Ok(out)
+}
+
+/// The treatment gate's config: the given config's policy, with the harness's listeners,
+/// data dir, upstreams (the provider tap, named by `placeholder`) and keys.
+fn treatment_config(
+    base: &Path,
+    scratch: &Path,
+    ports: &BTreeMap<&str, u16>,
+    placeholder: &str,
+    credential_env: &str,
+    planned: &[Planned],
+) -> Result<String, String> {
+    let text = std::fs::read_to_string(base).map_err(|e| format!("{}: {e}", base.display()))?;
+    let mut v: toml::Table =
+        toml::from_str(&text).map_err(|e| format!("{}: {e}", base.display()))?;
+    for k in ["listen", "data", "upstreams", "keys", "client", "admin"] {
+        v.remove(k);
+    }
+    let mut listen = toml::Table::new();
+    for (name, port) in ports {
+        listen.insert(
+            (*name).to_string(),
+            toml::Value::String(format!("127.0.0.1:{port}")),
+        );
+    }
+    v.insert("listen".into(), toml::Value::Table(listen));
+    let mut data = toml::Table::new();
+    data.insert(
+        "dir".into(),
+        toml::Value::String(scratch.join("gate-data").display().to_string()),
+    );
+    v.insert("data".into(), toml::Value::Table(data));
+    let mut ups = toml::Table::new();
+    for name in ["openai", "anthropic"] {
+        let mut u = toml::Table::new();
+        u.insert("base_url".into(), toml::Value::String(placeholder.into()));
+        u.insert(
+            "credential_env".into(),
+            toml::Value::String(credential_env.into()),
+        );
+        ups.insert(name.into(), toml::Value::Table(u));
+    }
+    v.insert("upstreams".into(), toml::Value::Table(ups));
+    let mut out = toml::to_string(&v).map_err(|e| e.to_string())?;
+    for p in planned {
+        out.push('\n');
+        out.push_str(&p.key_lines);
+    }
+    Ok(out)
+}
+
+/// What the harness writes back.
+#[derive(Deserialize)]
+struct HarnessOut {
+    harness: HarnessId,
+    clients: BTreeMap<String, String>,
+    runs: Vec<HarnessRun>,
+}
+
+#[derive(Deserialize)]
+struct HarnessId {
+    path: String,
+    version: String,
+}
+
+#[derive(Deserialize)]
+struct HarnessRun {
+    id: String,
+    pair: String,
+    task: String,
+    client: String,
+    model: String,
+    arm: String,
+    repetition: u32,
+    seed: u64,
+    order: u32,
+    started_at_unix_ms: u64,
+    seconds: f64,
+    sessions: Vec<SessionRecord>,
+    check: CheckRecord,
+    calls: Vec<TapRecord>,
+    provider_calls: Vec<TapRecord>,
+}
+
+#[derive(Deserialize)]
+struct TapRecord {
+    session: u32,
+    path: String,
+    status: u16,
+    #[serde(default)]
+    verdict: Option<String>,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    findings: Vec<String>,
+    #[serde(default)]
+    usage: Option<StepUsage>,
+    #[serde(default)]
+    tool_calls: u64,
+    #[serde(default)]
+    model_requested: Option<String>,
+    #[serde(default)]
+    model_reported: Option<String>,
+    #[serde(default)]
+    body_file: Option<String>,
+}
+
+fn cost(config: &Config, model: Option<&str>, u: Option<&StepUsage>) -> Option<u64> {
+    let prices = config.prices.get(model?)?;
+    let u = u?;
+    Some(
+        crate::gate::Usage {
+            input: u.input_uncached,
+            cache_write: u.cache_write,
+            cache_read: u.cache_read,
+            output: u.output,
+        }
+        .cost_nano(prices),
+    )
+}
+
+fn context_of(m: &Methodology, t: &TapRecord) -> Option<ContextCount> {
+    let body: Value = serde_json::from_slice(&std::fs::read(t.body_file.as_ref()?).ok()?).ok()?;
+    let c = super::context::count_request(
+        &body,
+        &t.findings,
+        m.context.keep_recent_turns,
+        &m.context.removable_findings,
+    )?;
+    Some(ContextCount {
+        counted: c.counted,
+        removable: c.removable,
+        by_finding: c.by_finding,
+    })
+}
+
+fn to_record(
+    r: HarnessRun,
+    m: &Methodology,
+    config: &Config,
+    tasks: &BTreeMap<String, (TaskDecl, String)>,
+) -> RunRecord {
+    let (category, digest) = tasks
+        .get(&r.task)
+        .map(|(t, d)| (t.category.clone(), d.clone()))
+        .unwrap_or_default();
+    let treatment = r.arm == "treatment";
+    let steps = r
+        .calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| StepRecord {
+            index: i,
+            session: c.session,
+            path: c.path.clone(),
+            status: c.status,
+            verdict: c.verdict.clone(),
+            reason: c.reason.clone(),
+            findings: c.findings.clone(),
+            usage: c.usage.clone(),
+            tool_calls: c.tool_calls,
+            model_requested: c.model_requested.clone(),
+            model_reported: c.model_reported.clone(),
+            context: if treatment { context_of(m, c) } else { None },
+        })
+        .collect();
+    let bought = r
+        .provider_calls
+        .iter()
+        .map(|c| {
+            let model = c
+                .model_reported
+                .clone()
+                .or_else(|| c.model_requested.clone());
+            BoughtCall {
+                session: c.session,
+                path: c.path.clone(),
+                status: c.status,
+                usage: c.usage.clone(),
+                cost_nano_usd: cost(config, model.as_deref(), c.usage.as_ref()),
+                model,
+            }
+        })
+        .collect();
+    RunRecord {
+        variant: if treatment { "gate" } else { "direct" }.into(),
+        id: r.id,
+        pair: r.pair,
+        task: r.task,
+        category,
+        client: r.client,
+        model: r.model,
+        arm: r.arm,
+        repetition: r.repetition,
+        seed: r.seed,
+        order: r.order,
+        task_digest: digest,
+        started_at_unix_ms: r.started_at_unix_ms,
+        seconds: r.seconds,
+        sessions: r.sessions,
+        check: r.check,
+        steps,
+        bought,
+    }
+}
+
+fn python(args: &RunArgs) -> PathBuf {
+    args.python.clone().unwrap_or_else(|| {
+        let venv = PathBuf::from(".venv/bin/python");
+        if venv.exists() {
+            venv
+        } else {
+            PathBuf::from("python3")
+        }
+    })
+}
+
+fn scratch_dir() -> Result<PathBuf, String> {
+    let mut seed = [0u8; 6];
+    rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut seed);
+    let hex: String = seed.iter().map(|b| format!("{b:02x}")).collect();
+    let d = std::env::temp_dir().join(format!("tokensaver-economics-{hex}"));
+    std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+    Ok(d)
+}
+
+/// Record a new evidence file (see the module docs). Prints the file and the statement.
+pub fn run(args: &RunArgs) -> Result<(), String> {
+    let loaded = super::load(&args.dir);
+    let m = loaded.methodology.clone().ok_or_else(|| {
+        format!(
+            "no methodology in {}: {:?}",
+            args.dir.display(),
+            loaded.diagnostics
+        )
+    })?;
+    if !loaded.diagnostics.is_empty() {
+        return Err(format!(
+            "{} cannot be read: {}",
+            args.dir.display(),
+            loaded.diagnostics.join("; ")
+        ));
+    }
+    let decl = m
+        .suites
+        .iter()
+        .find(|s| s.id == args.suite && s.kind == "live")
+        .ok_or_else(|| format!("methodology.json declares no live suite {:?}", args.suite))?;
+    let config = Config::load(&args.config).map_err(|e| e.to_string())?;
+    let policy = identity::gate_policy_blake3(&config, &m.treatment_key)?;
+    let real = args.upstream.is_some();
+    let reps = args.reps.unwrap_or(decl.repetitions).max(1);
+    let planned = plan_pairs(args, &m, &loaded.tasks, reps, real)?;
+    let root = identity::repo_root(&args.dir).unwrap_or_else(|| PathBuf::from("."));
+    let harness_blake3 = identity::harness_blake3(&root)
+        .ok_or_else(|| format!("the harness files are not under {}", root.display()))?;
+
+    let scratch = scratch_dir()?;
+    let result = record(
+        args,
+        &m,
+        decl,
+        &loaded,
+        &config,
+        &policy,
+        &planned,
+        &scratch,
+        real,
+        &harness_blake3,
+    );
+    if args.keep_scratch {
+        eprintln!("scratch kept: {}", scratch.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&scratch);
+    }
+    let path = result?;
+    let now = crate::now_ms();
+    let s = super::summary(
+        &args.dir,
+        &EconomicsQuery::default(),
+        now,
+        &super::Current::this_build(Some(&config)),
+    );
+    println!("wrote {}", path.display());
+    println!("{}", s.verdict.statement);
+    Ok(())
+}
+
+const PROVIDER_PLACEHOLDER: &str = "http://tokensaver-economics-provider-tap:1";
+const GATE_CREDENTIAL_ENV: &str = "TOKENSAVER_ECONOMICS_PROVIDER_KEY";
+
+#[allow(clippy::too_many_arguments)]
+fn record(
+    args: &RunArgs,
+    m: &Methodology,
+    decl: &SuiteDecl,
+    loaded: &super::Loaded,
+    config: &Config,
+    policy: &str,
+    planned: &[Planned],
+    scratch: &Path,
+    real: bool,
+    harness_blake3: &str,
+) -> Result<PathBuf, String> {
+    let mut ports = BTreeMap::new();
+    for name in ["proxy", "api", "admin"] {
+        ports.insert(name, free_port()?);
+    }
+    let gate_toml = treatment_config(
+        &args.config,
+        scratch,
+        &ports,
+        PROVIDER_PLACEHOLDER,
+        GATE_CREDENTIAL_ENV,
+        planned,
+    )?;
+    let gate_config =
+        Config::parse(&gate_toml).map_err(|e| format!("the treatment config: {e}"))?;
+    let generated = identity::gate_policy_blake3(&gate_config, &m.treatment_key)?;
+    if generated != policy {
+        return Err(format!(
+            "the treatment config's policy ({generated}) is not the config's ({policy})"
+        ));
+    }
+    let config_path = scratch.join("gate.toml");
+    std::fs::write(&config_path, gate_toml).map_err(|e| e.to_string())?;
+    let tasks_dir = std::fs::canonicalize(args.dir.join("tasks")).map_err(|e| e.to_string())?;
+    let mut credential = [0u8; 16];
+    rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut credential);
+    let credential: String = credential.iter().map(|b| format!("{b:02x}")).collect();
+    let provider = match (&args.upstream, &args.credential_env) {
+        (Some(u), Some(env)) => json!({"kind": "real", "upstream": u, "credential_env": env}),
+        _ => json!({"kind": "simulated", "mock": {
+            "port": free_port()?, "credential": format!("sk-economics-{credential}"),
+            "tasks": tasks_dir, "usage": "cl100k"}}),
+    };
+    let runs: Vec<Value> = planned
+        .iter()
+        .filter_map(|p| {
+            let (t, _) = loaded.tasks.get(&p.task)?;
+            let mut prompt = t.prompt.clone();
+            if !real {
+                prompt.push_str(&format!(
+                    "\n\ntokensaver-mock:task={},seed={}",
+                    p.task, p.repetition
+                ));
+            }
+            Some(json!({
+                "id": p.id, "task": p.task, "client": p.client, "model": p.model,
+                "repetition": p.repetition, "seed": p.repetition, "key": p.key,
+                "task_dir": tasks_dir.join(&p.task), "prompt": prompt, "sessions": t.sessions,
+                "max_turns": t.max_turns, "timeout_s": t.timeout_s, "temperature": t.temperature,
+                "setup": t.setup, "check": t.check,
+            }))
+        })
+        .collect();
+    let out_path = scratch.join("runs.json");
+    let bin = std::env::current_exe().map_err(|e| e.to_string())?;
+    let plan = json!({
+        "suite": decl.id, "scratch": scratch, "out": out_path, "bin": bin,
+        "provider": provider,
+        "gate": {"config": config_path, "ports": ports, "credential_env": GATE_CREDENTIAL_ENV,
+                 "upstream_placeholder": PROVIDER_PLACEHOLDER},
+        "runs": runs,
+    });
+    let plan_path = scratch.join("plan.json");
+    std::fs::write(
+        &plan_path,
+        serde_json::to_vec_pretty(&plan).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?;
+    let recorded_at = crate::now_ms();
+    let status = Command::new(python(args))
+        .arg(&args.harness)
+        .arg(&plan_path)
+        .status()
+        .map_err(|e| format!("cannot start the harness ({}): {e}", args.harness.display()))?;
+    if !status.success() {
+        return Err(format!(
+            "the harness failed ({status}); its logs are in {}",
+            scratch.display()
+        ));
+    }
+    let out: HarnessOut = serde_json::from_slice(
+        &std::fs::read(&out_path).map_err(|e| format!("{}: {e}", out_path.display()))?,
+    )
+    .map_err(|e| format!("the harness's output: {e}"))?;
+    let ev = evidence(
+        m,
+        decl,
+        loaded,
+        config,
+        policy,
+        out,
+        recorded_at,
+        real,
+        args,
+        harness_blake3,
+    );
+    write_evidence(&args.dir, &ev)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn evidence(
+    m: &Methodology,
+    decl: &SuiteDecl,
+    loaded: &super::Loaded,
+    config: &Config,
+    policy: &str,
+    out: HarnessOut,
+    recorded_at: u64,
+    real: bool,
+    args: &RunArgs,
+    harness_blake3: &str,
+) -> EvidenceFile {
+    let mut clients: BTreeMap<String, ClientInfo> = BTreeMap::new();
+    for r in &out.runs {
+        let program = m
+            .clients
+            .get(&r.client)
+            .map(|c| c.program.clone())
+            .unwrap_or_else(|| r.client.clone());
+        let version_key = if r.client.starts_with("agents-sdk") {
+            "openai-agents"
+        } else {
+            r.client.as_str()
+        };
+        clients
+            .entry(r.client.clone())
+            .or_insert_with(|| ClientInfo {
+                id: r.client.clone(),
+                program,
+                version: out
+                    .clients
+                    .get(version_key)
+                    .cloned()
+                    .unwrap_or_else(|| "unknown".into()),
+                model: r.model.clone(),
+            });
+    }
+    let provider = if real {
+        ProviderInfo {
+            kind: ProviderKind::Real,
+            name: "a real provider named by the user".into(),
+            upstream: args.upstream.clone().unwrap_or_default(),
+            usage_counting: "as the provider reported it".into(),
+        }
+    } else {
+        ProviderInfo {
+            kind: ProviderKind::Simulated,
+            name: format!(
+                "tokensaver mock-provider {} (scripted from the task plans)",
+                env!("CARGO_PKG_VERSION")
+            ),
+            upstream: "127.0.0.1 (built in)".into(),
+            usage_counting: "cl100k_base over the whole canonical request body (tools, calls and results included) and over the answer; no prompt caching".into(),
+        }
+    };
+    let runs = out
+        .runs
+        .into_iter()
+        .map(|r| to_record(r, m, config, &loaded.tasks))
+        .collect();
+    EvidenceFile {
+        format: EVIDENCE_FORMAT,
+        suite: decl.id.clone(),
+        methodology: m.version,
+        methodology_blake3: loaded.methodology_blake3.clone().unwrap_or_default(),
+        recorded_at_unix_ms: recorded_at,
+        build: identity::build(git_describe()),
+        gate_config_blake3: policy.to_string(),
+        provider,
+        clients: clients.into_values().collect(),
+        harness: HarnessInfo {
+            path: out.harness.path,
+            version: out.harness.version,
+            blake3: harness_blake3.to_string(),
+        },
+        tasks: loaded
+            .tasks
+            .iter()
+            .map(|(id, (_, d))| (id.clone(), d.clone()))
+            .collect(),
+        repetitions: args.reps.unwrap_or(decl.repetitions),
+        tokenizer: EconomicsTokenizer {
+            encoding: "cl100k_base".into(),
+            implementation: format!(
+                "tiktoken-rs {} data, counted by tokensaver::split_profile::tokenizer",
+                crate::split_profile::tokenizer::TIKTOKEN_RS_VERSION
+            ),
+        },
+        runs,
+    }
+}
+
+/// Write a new evidence file (never overwriting one): `evidence/<suite>/<UTC>-<blake3>.json`.
+fn write_evidence(dir: &Path, ev: &EvidenceFile) -> Result<PathBuf, String> {
+    let mut text = serde_json::to_string_pretty(ev).map_err(|e| e.to_string())?;
+    text.push('\n');
+    let stamp: String = super::format_utc(ev.recorded_at_unix_ms)
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect();
+    let hash = blake3::hash(text.as_bytes()).to_hex();
+    let folder = dir.join("evidence").join(&ev.suite);
+    std::fs::create_dir_all(&folder).map_err(|e| format!("{}: {e}", folder.display()))?;
+    let path = folder.join(format!("{stamp}-{}.json", &hash[..8]));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    std::io::Write::write_all(&mut f, text.as_bytes()).map_err(|e| e.to_string())?;
+    Ok(path)
+}

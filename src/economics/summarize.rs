@@ -1,0 +1,725 @@
+//! The summary: suites and their evidence, pairs, metrics, segments, history, the rule and the
+//! statement.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::model::*;
+use super::pairs::{comparable, count_pairs, per_success_reduction, per_success_row};
+use super::rule::{effective_rule, evaluate_rule, verdict_statement, RuleInputs, StatementInputs};
+use super::{format_utc, freshness_of, pairs_of, stats, Current, Loaded};
+
+pub(super) struct Boot {
+    pub(super) seed: u64,
+    pub(super) resamples: u32,
+    pub(super) level_bp: u32,
+}
+
+impl Boot {
+    pub(super) fn interval<T: Clone>(
+        &self,
+        clusters: &[Vec<T>],
+        stat: impl Fn(&[T]) -> Option<f64>,
+        method: &str,
+    ) -> Option<EconomicsInterval> {
+        let (low, high) =
+            stats::cluster_bootstrap(clusters, stat, self.resamples, self.seed, self.level_bp)?;
+        Some(EconomicsInterval {
+            level_bp: self.level_bp,
+            low,
+            high,
+            method: method.to_string(),
+            resamples: self.resamples,
+            seed: self.seed,
+        })
+    }
+}
+
+const CLUSTER_METHOD: &str =
+    "cluster bootstrap over tasks (a task's pairs, every client and repetition, resampled together), percentile interval";
+
+const SIMULATION_WARNING: &str = "a simulation against a scripted provider: it measures the gate's mechanisms on scripted agent behaviour, not a real model's costs";
+
+fn metric(
+    id: &str,
+    title: &str,
+    class: EconomicsClass,
+    inputs: Option<EconomicsClass>,
+    unit: &str,
+    formula: &str,
+    suite: &str,
+) -> EconomicsMetric {
+    EconomicsMetric {
+        id: id.into(),
+        title: title.into(),
+        class,
+        inputs,
+        unit: unit.into(),
+        formula: formula.into(),
+        status: EconomicsMetricStatus::NotMeasured,
+        n: 0,
+        suite: suite.into(),
+        value: None,
+        distribution: None,
+        interval: None,
+        evidence: vec![],
+        not: None,
+        warnings: vec![],
+    }
+}
+
+fn matches(q: &EconomicsQuery, p: &EconomicsPair) -> bool {
+    q.suite.as_deref().is_none_or(|s| s == p.suite)
+        && q.category.as_deref().is_none_or(|s| s == p.category)
+        && q.model.as_deref().is_none_or(|s| s == p.model)
+        && q.task.as_deref().is_none_or(|s| s == p.task)
+}
+
+/// Per-task clusters of a per-pair value over valid pairs (in task order).
+fn clusters(pairs: &[&EconomicsPair], f: impl Fn(&EconomicsPair) -> Option<f64>) -> Vec<Vec<f64>> {
+    let mut m: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for p in pairs
+        .iter()
+        .filter(|p| p.status == EconomicsPairStatus::Valid)
+    {
+        if let Some(v) = f(p) {
+            m.entry(p.task.as_str()).or_default().push(v);
+        }
+    }
+    m.into_values().collect()
+}
+
+fn row_clusters(pairs: &[&EconomicsPair]) -> Vec<Vec<(u64, bool, u64, bool)>> {
+    let mut m: BTreeMap<&str, Vec<(u64, bool, u64, bool)>> = BTreeMap::new();
+    for p in pairs {
+        if let Some(r) = per_success_row(p) {
+            m.entry(p.task.as_str()).or_default().push(r);
+        }
+    }
+    m.into_values().collect()
+}
+
+fn pooled(v: &[(u64, u64)]) -> Option<f64> {
+    let c: u64 = v.iter().map(|x| x.0).sum();
+    let t: u64 = v.iter().map(|x| x.1).sum();
+    (c > 0).then(|| 1.0 - t as f64 / c as f64)
+}
+
+fn ratio(v: &[(u64, u64)]) -> Option<f64> {
+    let r: u64 = v.iter().map(|x| x.0).sum();
+    let t: u64 = v.iter().map(|x| x.1).sum();
+    (t > 0).then(|| r as f64 / t as f64)
+}
+
+fn empty(query: &EconomicsQuery, diagnostics: Vec<String>) -> EconomicsSummary {
+    EconomicsSummary {
+        present: false,
+        methodology: None,
+        question: None,
+        primary_metric: None,
+        publication: None,
+        verdict: EconomicsVerdict {
+            publishable: false,
+            statement: "No methodology is declared.".into(),
+            unmet: vec![],
+        },
+        simulated: false,
+        methodology_blake3: None,
+        metrics: vec![],
+        suites: vec![],
+        pairs: vec![],
+        segments: vec![],
+        history: vec![],
+        variants: vec![],
+        hypotheses: vec![],
+        context: None,
+        query: query.clone(),
+        diagnostics,
+    }
+}
+
+/// [`super::summary`] over already-loaded data; `resamples` overrides the methodology's
+/// count (tests use fewer; the real summary passes `None`).
+pub fn summarize(
+    loaded: &Loaded,
+    query: &EconomicsQuery,
+    now_unix_ms: u64,
+    current: &Current<'_>,
+    resamples: Option<u32>,
+) -> EconomicsSummary {
+    let mut s = empty(query, loaded.diagnostics.clone());
+    let Some(m) = &loaded.methodology else {
+        return s;
+    };
+    let (rule, raised) = effective_rule(&m.publication);
+    s.diagnostics.extend(
+        raised
+            .into_iter()
+            .map(|r| format!("methodology.json publication rule: {r}")),
+    );
+    s.present = true;
+    s.methodology = Some(m.version);
+    s.methodology_blake3 = loaded.methodology_blake3.clone();
+    s.question = Some(m.question.clone());
+    s.primary_metric = Some(m.primary_metric.clone());
+    s.publication = Some(rule.clone());
+    s.variants = m.variants.clone();
+    s.hypotheses = m.hypotheses.clone();
+    let boot = Boot {
+        seed: m.bootstrap.seed,
+        resamples: resamples.unwrap_or(m.bootstrap.resamples),
+        level_bp: m.bootstrap.level_bp,
+    };
+    s.history = history(loaded);
+
+    let mut primary_verdict: Option<EconomicsVerdict> = None;
+    for decl in &m.suites {
+        let source = if decl.kind == "context" {
+            decl.reads.clone().unwrap_or_default()
+        } else {
+            decl.id.clone()
+        };
+        let latest = loaded
+            .evidence
+            .iter()
+            .filter(|(_, e)| e.suite == source)
+            .max_by_key(|(name, e)| (e.recorded_at_unix_ms, name.clone()));
+        let (freshness, reasons) = match latest {
+            None => (
+                EconomicsFreshness::NoEvidence,
+                vec!["no run recorded".to_string()],
+            ),
+            Some((_, ev)) => freshness_of(ev, loaded, current, now_unix_ms),
+        };
+        let usable = latest
+            .filter(|_| freshness != EconomicsFreshness::Incompatible)
+            .map(|(_, e)| e);
+        if let (Some((name, ev)), EconomicsFreshness::Incompatible) = (latest, freshness) {
+            s.diagnostics.push(format!(
+                "evidence/{name} of suite {} was recorded under methodology v{} and is incompatible with v{}: not used",
+                ev.suite, ev.methodology, m.version
+            ));
+        }
+        let mut view = suite_view(decl, loaded, latest, freshness, reasons);
+        if decl.kind == "context" {
+            if query.suite.as_deref().is_some_and(|q| q != decl.id) {
+                continue;
+            }
+            let (metrics, ctx) = super::context::suite(m, decl, usable, query, &boot);
+            view.runs = usable.map_or(0, |e| e.runs.len());
+            s.metrics.extend(metrics);
+            s.context = ctx;
+            s.suites.push(view);
+            continue;
+        }
+        let all_pairs = pairs_of(&decl.id, loaded, usable, decl.repetitions);
+        let all: Vec<&EconomicsPair> = all_pairs.iter().collect();
+        view.pairs = count_pairs(
+            &all,
+            loaded
+                .tasks
+                .values()
+                .map(|(t, _)| t.clients.len())
+                .sum::<usize>()
+                * decl.repetitions as usize,
+        );
+        let simulated = usable.is_some_and(|e| e.provider.kind == ProviderKind::Simulated);
+        if primary_verdict.is_none() {
+            s.simulated = simulated;
+            primary_verdict = Some(verdict(
+                &decl.id, loaded, usable, &all, &view, freshness, &rule, &boot,
+            ));
+        }
+        if query.suite.as_deref().is_some_and(|q| q != decl.id) {
+            s.suites.push(view);
+            continue;
+        }
+        let narrowed: Vec<&EconomicsPair> =
+            all_pairs.iter().filter(|p| matches(query, p)).collect();
+        let publishable = primary_verdict.as_ref().is_some_and(|v| v.publishable)
+            && m.primary_metric == "token_reduction"
+            && !simulated;
+        s.metrics.extend(live_metrics(
+            &decl.id,
+            &narrowed,
+            query,
+            publishable,
+            simulated,
+            &boot,
+        ));
+        s.segments.extend(segments(&narrowed));
+        s.pairs.extend(narrowed.into_iter().cloned());
+        s.suites.push(view);
+    }
+    s.verdict = primary_verdict.unwrap_or_else(|| EconomicsVerdict {
+        publishable: false,
+        statement: "No quantitative token claim: the methodology declares no live suite.".into(),
+        unmet: vec![],
+    });
+    s
+}
+
+fn suite_view(
+    decl: &SuiteDecl,
+    loaded: &Loaded,
+    latest: Option<&(String, EvidenceFile)>,
+    freshness: EconomicsFreshness,
+    reasons: Vec<String>,
+) -> EconomicsSuiteView {
+    let ev = latest.map(|(_, e)| e);
+    let models: BTreeSet<String> = ev
+        .into_iter()
+        .flat_map(|e| e.runs.iter())
+        .flat_map(|r| r.bought.iter().filter_map(|b| b.model.clone()))
+        .collect();
+    EconomicsSuiteView {
+        id: decl.id.clone(),
+        kind: decl.kind.clone(),
+        version: decl.version,
+        title: decl.title.clone(),
+        model: None,
+        freshness,
+        freshness_detail: (!reasons.is_empty()).then(|| reasons.join("; ")),
+        stale_reasons: if freshness == EconomicsFreshness::Stale {
+            reasons
+        } else {
+            vec![]
+        },
+        runs: ev.map_or(0, |e| e.runs.len()),
+        pairs: EconomicsPairCounts::default(),
+        revisions: ev
+            .map(|e| {
+                let mut r = e.build.source_blake3.clone();
+                if let Some(c) = &e.build.commit {
+                    r.push_str(&format!(" (commit {c})"));
+                }
+                vec![r]
+            })
+            .unwrap_or_default(),
+        harnesses: ev
+            .map(|e| {
+                vec![format!(
+                    "{} v{} (blake3 {})",
+                    e.harness.path, e.harness.version, e.harness.blake3
+                )]
+            })
+            .unwrap_or_default(),
+        models_reported: models.into_iter().collect(),
+        provider: ev.map(|e| e.provider.clone()),
+        clients: ev.map(|e| e.clients.clone()).unwrap_or_default(),
+        evidence_file: latest.map(|(n, _)| format!("evidence/{n}")),
+        tasks: loaded.tasks.len(),
+    }
+}
+
+fn failed_lists(all: &[&EconomicsPair]) -> (Vec<String>, Vec<String>) {
+    let mut under_gate: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut both: BTreeMap<&str, usize> = BTreeMap::new();
+    for p in all {
+        match p.status {
+            EconomicsPairStatus::TreatmentFailed => under_gate
+                .entry(p.task.as_str())
+                .or_default()
+                .push(format!("{} r{}", p.client, p.repetition)),
+            EconomicsPairStatus::BothFailed => *both.entry(p.task.as_str()).or_insert(0) += 1,
+            _ => {}
+        }
+    }
+    (
+        under_gate
+            .into_iter()
+            .map(|(t, v)| format!("{t} ({})", v.join(", ")))
+            .collect(),
+        both.into_iter()
+            .map(|(t, n)| format!("{t} ({n} pair{})", if n == 1 { "" } else { "s" }))
+            .collect(),
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn verdict(
+    suite: &str,
+    loaded: &Loaded,
+    ev: Option<&EvidenceFile>,
+    all: &[&EconomicsPair],
+    view: &EconomicsSuiteView,
+    freshness: EconomicsFreshness,
+    rule: &EconomicsPublicationPolicy,
+    boot: &Boot,
+) -> EconomicsVerdict {
+    let cl = clusters(all, |p| p.token_reduction);
+    let vals: Vec<f64> = cl.iter().flatten().copied().collect();
+    let interval = boot.interval(&cl, stats::median, CLUSTER_METHOD);
+    let mut category_pairs: BTreeMap<String, usize> = BTreeMap::new();
+    for (t, _) in loaded.tasks.values() {
+        category_pairs.entry(t.category.clone()).or_insert(0);
+    }
+    for p in all
+        .iter()
+        .filter(|p| p.status == EconomicsPairStatus::Valid)
+    {
+        *category_pairs.entry(p.category.clone()).or_insert(0) += 1;
+    }
+    let min_reps = loaded
+        .tasks
+        .iter()
+        .flat_map(|(id, (t, _))| {
+            t.clients.iter().flat_map(move |c| {
+                ["control", "treatment"].map(|arm| {
+                    ev.map_or(0, |ev| {
+                        ev.runs
+                            .iter()
+                            .filter(|r| &r.task == id && &r.client == c && r.arm == arm)
+                            .count() as u32
+                    })
+                })
+            })
+        })
+        .min()
+        .unwrap_or(0);
+    let simulated = ev.is_some_and(|e| e.provider.kind == ProviderKind::Simulated);
+    let inputs = RuleInputs {
+        valid_pairs: view.pairs.valid,
+        attempted_pairs: view.pairs.attempted,
+        treatment_failed_pairs: view.pairs.treatment_failed + view.pairs.both_failed,
+        tasks_with_valid_pairs: cl.len(),
+        category_pairs,
+        min_repetitions: min_reps,
+        interval: interval.as_ref().map(|i| (i.low, i.high)),
+        freshness: Some(freshness),
+        simulated,
+    };
+    let outcome = evaluate_rule(rule, &inputs);
+    let attempted: Vec<&&EconomicsPair> = all
+        .iter()
+        .filter(|p| p.control.is_some() || p.treatment.is_some())
+        .collect();
+    let rows: Vec<_> = all.iter().filter_map(|p| per_success_row(p)).collect();
+    let (failed_under_gate, failed_in_both) = failed_lists(all);
+    let st = StatementInputs {
+        suite: suite.to_string(),
+        simulated,
+        provider: ev
+            .map(|e| format!("{} ({})", e.provider.name, e.provider.upstream))
+            .unwrap_or_default(),
+        clients: ev.map(|e| e.clients.clone()).unwrap_or_default(),
+        level_bp: boot.level_bp,
+        median: stats::median(&vals),
+        rule: inputs,
+        tasks: attempted
+            .iter()
+            .map(|p| p.task.as_str())
+            .collect::<BTreeSet<_>>()
+            .len(),
+        categories: attempted
+            .iter()
+            .map(|p| p.category.as_str())
+            .collect::<BTreeSet<_>>()
+            .len(),
+        failed_under_gate,
+        failed_in_both,
+        per_success: per_success_reduction(&rows),
+        successes: (
+            rows.iter().filter(|r| r.1).count(),
+            rows.iter().filter(|r| r.3).count(),
+            rows.len(),
+        ),
+    };
+    EconomicsVerdict {
+        publishable: outcome.publishable,
+        statement: verdict_statement(&st, &outcome),
+        unmet: outcome.unmet,
+    }
+}
+
+fn valid_values(pairs: &[&EconomicsPair], f: impl Fn(&EconomicsPair) -> Option<f64>) -> Vec<f64> {
+    pairs
+        .iter()
+        .filter(|p| p.status == EconomicsPairStatus::Valid)
+        .filter_map(|p| f(p))
+        .collect()
+}
+
+fn measured(m: &mut EconomicsMetric, n: usize) {
+    m.n = n;
+    m.status = if n == 0 {
+        EconomicsMetricStatus::NotMeasured
+    } else {
+        EconomicsMetricStatus::Preliminary
+    };
+}
+
+fn live_metrics(
+    suite: &str,
+    pairs: &[&EconomicsPair],
+    query: &EconomicsQuery,
+    publishable: bool,
+    simulated: bool,
+    boot: &Boot,
+) -> Vec<EconomicsMetric> {
+    let evidence: Vec<String> = pairs
+        .iter()
+        .filter(|p| p.status == EconomicsPairStatus::Valid)
+        .map(|p| super::pair_id(&p.task, &p.client, p.repetition))
+        .collect();
+    let mut out = Vec::new();
+
+    let cl = clusters(pairs, |p| p.token_reduction);
+    let vals: Vec<f64> = cl.iter().flatten().copied().collect();
+    let mut tr = metric(
+        "token_reduction",
+        "Total-token reduction",
+        EconomicsClass::Derived,
+        Some(EconomicsClass::Observed),
+        "ratio",
+        "median over valid pairs of 1 - treatment total tokens / control total tokens (provider-reported usage, as the provider answered it; a SERVE or a refusal buys 0 tokens)",
+        suite,
+    );
+    tr.not = Some("not the context reduction (counted removable context), and not a saving over failed runs: a pair counts only when both arms' tasks passed their checks (see tokens_per_success_reduction for one that counts failures)".into());
+    tr.value = stats::median(&vals);
+    tr.distribution = stats::distribution(&vals);
+    tr.interval = boot.interval(&cl, stats::median, CLUSTER_METHOD);
+    tr.evidence = evidence.clone();
+    measured(&mut tr, vals.len());
+    if publishable && !query.is_narrowed() && !vals.is_empty() && !simulated {
+        tr.status = EconomicsMetricStatus::Verified;
+    }
+    if query.is_narrowed() && !vals.is_empty() {
+        tr.warnings.push("narrowed by the query: the publication rule was evaluated over all the evidence, not this slice".into());
+    }
+    if !publishable && !vals.is_empty() {
+        tr.warnings
+            .push("below the publication rule: a result, not a claim".into());
+    }
+    if cl.len() < 2 && !vals.is_empty() {
+        tr.warnings
+            .push("fewer than two tasks: the interval says nothing about other tasks".into());
+    }
+    out.push(tr);
+
+    let rows = row_clusters(pairs);
+    let flat: Vec<_> = rows.iter().flatten().copied().collect();
+    let mut ps = metric(
+        "tokens_per_success_reduction",
+        "Tokens per successful task: reduction, failures counted",
+        EconomicsClass::Derived,
+        Some(EconomicsClass::Observed),
+        "ratio",
+        "over every attempted comparable pair (valid, control failed, treatment failed, both failed): 1 - (treatment tokens / treatment successes) / (control tokens / control successes)",
+        suite,
+    );
+    ps.not = Some("not a per-pair median: it pools all runs, so a runaway the gate stopped counts as the tokens it did not buy, and a task the gate broke counts as tokens with no success".into());
+    ps.value = per_success_reduction(&flat);
+    ps.interval = boot.interval(&rows, per_success_reduction, CLUSTER_METHOD);
+    ps.evidence = pairs
+        .iter()
+        .filter(|p| comparable(p))
+        .map(|p| super::pair_id(&p.task, &p.client, p.repetition))
+        .collect();
+    measured(&mut ps, flat.len());
+    if ps.value.is_none() {
+        ps.status = EconomicsMetricStatus::NotMeasured;
+    }
+    ps.warnings
+        .push("secondary: the publication rule is evaluated for the primary metric only".into());
+    out.push(ps);
+
+    let failed: Vec<&&EconomicsPair> = pairs
+        .iter()
+        .filter(|p| p.status == EconomicsPairStatus::TreatmentFailed)
+        .collect();
+    let attempted = pairs.iter().filter(|p| comparable(p)).count();
+    let mut gf = metric(
+        "gate_caused_failures",
+        "Tasks that failed under the gate and passed without it",
+        EconomicsClass::Observed,
+        None,
+        "pairs",
+        "pairs whose control passed its task's check and whose treatment did not",
+        suite,
+    );
+    gf.not = Some("not every failure: pairs failing in both arms (a task the agent could not do anyway) are counted in both_failed".into());
+    if attempted > 0 {
+        gf.value = Some(failed.len() as f64);
+        gf.n = attempted;
+        gf.status = EconomicsMetricStatus::Preliminary;
+    }
+    gf.evidence = failed
+        .iter()
+        .map(|p| {
+            format!(
+                "{} ({})",
+                super::pair_id(&p.task, &p.client, p.repetition),
+                p.refusals.join(", ")
+            )
+        })
+        .collect();
+    out.push(gf);
+
+    let pooled_rows: Vec<(u64, u64)> = pairs
+        .iter()
+        .filter(|p| p.status == EconomicsPairStatus::Valid)
+        .filter_map(|p| {
+            Some((
+                p.control_usage.as_ref()?.total,
+                p.treatment_usage.as_ref()?.total,
+            ))
+        })
+        .collect();
+    let mut pr = metric(
+        "pooled_token_reduction",
+        "Pooled total-token reduction",
+        EconomicsClass::Derived,
+        Some(EconomicsClass::Observed),
+        "ratio",
+        "1 - sum of treatment total tokens / sum of control total tokens, over valid pairs",
+        suite,
+    );
+    pr.value = pooled(&pooled_rows);
+    measured(&mut pr, pooled_rows.len());
+    pr.warnings
+        .push("secondary: the publication rule is evaluated for the primary metric only".into());
+    out.push(pr);
+
+    for (id, title, formula, f) in [
+        (
+            "request_reduction",
+            "Provider-request reduction",
+            "median over valid pairs of 1 - treatment provider requests / control provider requests",
+            (|p: &EconomicsPair| p.request_reduction) as fn(&EconomicsPair) -> Option<f64>,
+        ),
+        (
+            "tool_call_reduction",
+            "Tool-call reduction",
+            "median over valid pairs of 1 - tool calls the treatment's agent was asked to make / the control's",
+            |p| p.tool_call_reduction,
+        ),
+        (
+            "cost_reduction",
+            "Cost reduction at the recorded price table",
+            "median over valid pairs (both arms priced) of 1 - treatment cost / control cost, each part of the usage at the gate's price for the model",
+            |p| p.cost_reduction,
+        ),
+        (
+            "continuation_reduction",
+            "Continuation reduction (last session)",
+            "median over valid pairs of tasks of several sessions of 1 - treatment tokens / control tokens in the last session",
+            |p| p.continuation_reduction,
+        ),
+    ] {
+        let v = valid_values(pairs, f);
+        let mut mm = metric(id, title, EconomicsClass::Derived, Some(EconomicsClass::Observed), "ratio", formula, suite);
+        mm.value = stats::median(&v);
+        mm.distribution = stats::distribution(&v);
+        measured(&mut mm, v.len());
+        out.push(mm);
+    }
+    if let Some(c) = out.iter_mut().find(|m| m.id == "cost_reduction") {
+        c.class = EconomicsClass::Derived;
+        c.not = Some("not an invoice: the cost is the usage at the price table recorded with the evidence, with no discount or provider-side caching the provider did not report".into());
+    }
+
+    let nb: Vec<&&EconomicsPair> = pairs
+        .iter()
+        .filter(|p| p.status == EconomicsPairStatus::Valid)
+        .collect();
+    let mut tnb = metric(
+        "tokens_not_bought",
+        "Tokens not bought (SERVE)",
+        EconomicsClass::Observed,
+        None,
+        "tokens",
+        "sum over valid pairs of the usage the provider reported for the answers the gate served from its store",
+        suite,
+    );
+    if !nb.is_empty() {
+        tnb.value = Some(nb.iter().filter_map(|p| p.tokens_not_bought).sum::<u64>() as f64);
+        tnb.n = nb.len();
+        tnb.status = EconomicsMetricStatus::Preliminary;
+    }
+    tnb.not = Some(
+        "not a total of savings across tiers: worst-case avoided tokens of BLOCKs are never added"
+            .into(),
+    );
+    out.push(tnb);
+
+    if simulated {
+        for mm in &mut out {
+            mm.warnings.insert(0, SIMULATION_WARNING.to_string());
+        }
+    }
+    out
+}
+
+fn segments(pairs: &[&EconomicsPair]) -> Vec<EconomicsSegment> {
+    let mut out = Vec::new();
+    for dim in ["category", "client", "model"] {
+        let mut seg: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        for p in pairs {
+            let k = match dim {
+                "category" => &p.category,
+                "client" => &p.client,
+                _ => &p.model,
+            };
+            let e = seg.entry(k.clone()).or_default();
+            if let (EconomicsPairStatus::Valid, Some(r)) = (p.status, p.token_reduction) {
+                e.push(r);
+            }
+        }
+        for (value, v) in seg {
+            out.push(EconomicsSegment {
+                dimension: dim.into(),
+                value,
+                n: v.len(),
+                token_reduction: stats::distribution(&v),
+            });
+        }
+    }
+    out
+}
+
+/// One point per evidence file and metric (compatible or not, each labelled with its
+/// methodology and build): the history that appends.
+fn history(loaded: &Loaded) -> Vec<EconomicsHistoryPoint> {
+    let mut out = Vec::new();
+    for (name, ev) in &loaded.evidence {
+        let pairs = pairs_of(&ev.suite, loaded, Some(ev), 0);
+        let refs: Vec<&EconomicsPair> = pairs
+            .iter()
+            .filter(|p| p.control.is_some() || p.treatment.is_some())
+            .collect();
+        let vals = valid_values(&refs, |p| p.token_reduction);
+        let rows: Vec<_> = refs.iter().filter_map(|p| per_success_row(p)).collect();
+        let point = |metric: &str, value: f64, n: usize| EconomicsHistoryPoint {
+            suite: ev.suite.clone(),
+            methodology: ev.methodology,
+            revision: ev
+                .build
+                .source_blake3
+                .get(..12)
+                .unwrap_or_default()
+                .to_string(),
+            provider: match ev.provider.kind {
+                ProviderKind::Simulated => "simulated".into(),
+                ProviderKind::Real => "real".into(),
+            },
+            file: format!("evidence/{name}"),
+            at: format_utc(ev.recorded_at_unix_ms),
+            metric: metric.into(),
+            value,
+            n,
+        };
+        if let Some(v) = stats::median(&vals) {
+            out.push(point("token_reduction", v, vals.len()));
+        }
+        if let Some(v) = per_success_reduction(&rows) {
+            out.push(point("tokens_per_success_reduction", v, rows.len()));
+        }
+    }
+    out.sort_by(|a, b| (&a.at, &a.file, &a.metric).cmp(&(&b.at, &b.file, &b.metric)));
+    out
+}
+
+/// The ratio of two pooled sums (the context suite's).
+pub(super) fn pooled_ratio(v: &[(u64, u64)]) -> Option<f64> {
+    ratio(v)
+}

@@ -1,0 +1,182 @@
+"""The closed-loop economics suite end to end, at CI size (one repetition of five pairs).
+
+`tokensaver economics run` against the built-in scripted provider: real Claude Code, Codex CLI
+and Agents SDK processes do fixture tasks straight to the provider and through the gate; then
+`tokensaver economics summary` reads the evidence file it appended. Checks the pipeline, not
+the savings: every pair is recorded and judged by its task's own check, the gate's refusals
+show up as the failures they cause, a rerun at temperature 0 is served, the bought usage is
+what the client was answered, and the statement is a simulation's.
+
+    .venv/bin/python -m pytest -q tests/economics_live      (after cargo build and
+                                                             bash tests/agents/install.sh)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(os.environ.get("TOKENSAVER_BIN", ROOT / "target" / "debug" / "tokensaver"))
+PAIRS = [
+    "bugfix-vat-rounding:agents-sdk",       # a bug fixed; nothing for the gate to do
+    "poll-export-job:claude-code",          # r1 polls 4 identical times: the loop rule stops it
+    "rerun-sales-report:agents-sdk-chat",   # temperature 0, two sessions: the second is served
+    "runaway-migration:claude-code",        # a stuck agent: stopped early, fails either way
+    "flaky-fetch:codex",                    # retries of a flaky tool: not a runaway
+]
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    if not BIN.exists():
+        pytest.fail(f"{BIN} is missing: build it first (cargo build)")
+    tmp = Path(tempfile.mkdtemp(prefix="tokensaver-economics-ci-"))
+    econ = tmp / "economics"
+    econ.mkdir()
+    shutil.copy(ROOT / "corpus/economics/methodology.json", econ)
+    shutil.copytree(ROOT / "corpus/economics/tasks", econ / "tasks")
+    run = subprocess.run(
+        [BIN, "economics", "run", "--dir", econ, "--reps", "1", "--only", ",".join(PAIRS),
+         "--config", ROOT / "config/tokensaver.toml"],
+        cwd=ROOT, capture_output=True, text=True, timeout=170,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    summary = subprocess.run(
+        [BIN, "economics", "summary", "--dir", econ, "--json",
+         "--config", ROOT / "config/tokensaver.toml"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )
+    text = subprocess.run(
+        [BIN, "economics", "summary", "--dir", econ, "--config", ROOT / "config/tokensaver.toml"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout
+    files = sorted((econ / "evidence" / "agent-sessions").glob("*.json"))
+    yield {"run": run, "summary": json.loads(summary.stdout), "text": text,
+           "evidence": [json.loads(f.read_text()) for f in files]}
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def pair(s: dict, name: str) -> dict:
+    task, client = name.split(":")
+    return next(p for p in s["pairs"] if p["task"] == task and p["client"] == client
+                and p["repetition"] == 1)
+
+
+def test_one_evidence_file_with_its_identities(recorded):
+    assert len(recorded["evidence"]) == 1
+    ev = recorded["evidence"][0]
+    assert ev["format"] == 2 and ev["provider"]["kind"] == "simulated"
+    assert "cl100k_base" in ev["provider"]["usage_counting"]
+    assert {c["id"] for c in ev["clients"]} == {"agents-sdk-chat", "claude-code", "agents-sdk",
+                                                  "codex"}
+    assert all(c["version"] not in ("", "unknown", "unavailable") for c in ev["clients"])
+    assert len(ev["build"]["source_blake3"]) == 64 and len(ev["gate_config_blake3"]) == 64
+    assert set(ev["tasks"]) >= {p.split(":")[0] for p in PAIRS}
+    assert len(ev["runs"]) == 2 * len(PAIRS)
+
+
+def test_every_pair_is_judged_by_its_task(recorded):
+    s = recorded["summary"]
+    live = next(v for v in s["suites"] if v["kind"] == "live")
+    assert live["freshness"] == "current", live.get("freshness_detail")
+    assert live["pairs"]["attempted"] == len(PAIRS)
+    assert pair(s, "bugfix-vat-rounding:agents-sdk")["status"] == "valid"
+    assert pair(s, "flaky-fetch:codex")["status"] == "valid"
+    poll = pair(s, "poll-export-job:claude-code")
+    assert poll["status"] == "treatment_failed", poll
+    assert any("runaway_loop_unattended" in r for r in poll["refusals"]), poll
+    runaway = pair(s, "runaway-migration:claude-code")
+    assert runaway["status"] == "both_failed", runaway
+    assert runaway["treatment_usage"]["total"] < runaway["control_usage"]["total"] / 2
+
+
+def test_a_rerun_at_temperature_zero_is_served(recorded):
+    p = pair(recorded["summary"], "rerun-sales-report:agents-sdk-chat")
+    assert p["status"] == "valid" and p["sessions"] == 2
+    assert p["continuation_reduction"] == 1.0, p
+    assert p["tokens_not_bought"] > 0
+
+
+def test_bought_usage_is_what_the_clients_were_answered(recorded):
+    for run in recorded["evidence"][0]["runs"]:
+        if run["arm"] != "treatment":
+            continue
+        answered = [s["usage"] for s in run["steps"]
+                    if s.get("verdict") in ("ALLOW", "DOWNGRADE") and s.get("usage")]
+        bought = [b["usage"] for b in run["bought"] if b.get("usage")]
+        assert answered == bought, run["id"]
+        counted = [s["context"]["counted"] for s in run["steps"] if s.get("context")]
+        assert len(counted) == len(run["steps"]) and all(c > 0 for c in counted), run["id"]
+
+
+def test_the_statement_is_a_simulations(recorded):
+    s = recorded["summary"]
+    assert s["simulated"] is True and s["verdict"]["publishable"] is False
+    st = s["verdict"]["statement"]
+    assert st.startswith("In a simulation against a scripted provider, "), st
+    assert "poll-export-job (claude-code r1)" in st, st
+    assert f"of {len(PAIRS)} attempted pairs over {len(PAIRS)} tasks" in st, st
+    assert all(m["status"] != "verified" for m in s["metrics"])
+    text = recorded["text"]
+    assert st in text and "provider: simulated" in text and "    not: " in text
+    assert "wrote " in recorded["run"].stdout
+
+
+def test_the_real_provider_path_against_the_built_in_provider():
+    """`--upstream URL --credential-env VAR`: the harness as a user runs it against their own
+    provider, here the built-in one without task scripts (so the model does no work and the
+    tasks fail): the credential comes from the environment in both arms, the evidence names a
+    real provider, and the statement is no simulation's — and no claim."""
+    import socket
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests" / "agents"))
+    import clients
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tmp = Path(tempfile.mkdtemp(prefix="tokensaver-economics-real-"))
+    econ = tmp / "economics"
+    econ.mkdir()
+    shutil.copy(ROOT / "corpus/economics/methodology.json", econ)
+    shutil.copytree(ROOT / "corpus/economics/tasks", econ / "tasks")
+    log = tmp / "provider.log"
+    provider = subprocess.Popen(
+        [BIN, "mock-provider", "--listen", f"127.0.0.1:{port}", "--expected-credential",
+         "sk-users-own-key", "--usage", "cl100k"],
+        stdout=log.open("w"), stderr=subprocess.STDOUT,
+    )
+    try:
+        clients.wait_port(port, provider, log)
+        run = subprocess.run(
+            [BIN, "economics", "run", "--dir", econ, "--reps", "1",
+             "--only", "bugfix-vat-rounding:agents-sdk", "--upstream", f"http://127.0.0.1:{port}",
+             "--credential-env", "USERS_PROVIDER_KEY"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+            env=dict(os.environ, USERS_PROVIDER_KEY="sk-users-own-key"),
+        )
+        assert run.returncode == 0, run.stdout + run.stderr
+        (f,) = (econ / "evidence" / "agent-sessions").glob("*.json")
+        ev = json.loads(f.read_text())
+        assert ev["provider"]["kind"] == "real"
+        assert ev["provider"]["upstream"] == f"http://127.0.0.1:{port}"
+        statuses = {b["status"] for r in ev["runs"] for b in r["bought"]}
+        assert statuses == {200}, "the credential reached the provider in both arms"
+        summary = json.loads(subprocess.run(
+            [BIN, "economics", "summary", "--dir", econ, "--json"],
+            cwd=ROOT, capture_output=True, text=True, check=True).stdout)
+        st = summary["verdict"]["statement"]
+        assert summary["simulated"] is False
+        assert st.startswith("No quantitative token claim for suite agent-sessions against a real provider"), st
+    finally:
+        provider.terminate()
+        provider.wait(timeout=10)
+        shutil.rmtree(tmp, ignore_errors=True)
