@@ -33,7 +33,7 @@ impl ServeHttp for ApiApp {
                         .and_then(|a| a.as_inet())
                         .map(|a| a.ip()),
                 };
-                self.api.handle(self.listener, &req)
+                self.api.handle(self.listener, &req).await
             }
             Err(resp) => resp,
         };

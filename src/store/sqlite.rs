@@ -52,8 +52,8 @@ use rusqlite::ToSql;
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 
 use super::{
-    civil_from_days, period_start, DecisionRow, Event, HoldOpening, HoldRow, HoldState, LeaseRow,
-    LedgerDay, LedgerTotals, Snapshot, Store, StoreError, UsageRow,
+    civil_from_days, period_start, Acked, DecisionRow, Event, HoldOpening, HoldRow, HoldState,
+    LeaseRow, LedgerDay, LedgerTotals, Snapshot, Store, StoreError, UsageRow,
 };
 use crate::config::{BudgetPeriod, Prices};
 use crate::gate::{Usage, Verdict};
@@ -294,7 +294,25 @@ const SELECT_OPEN: &str = concat!(
     " ORDER BY decided_at_ms, id"
 );
 
-type Ack = SyncSender<Result<(), StoreError>>;
+/// Where a commit's outcome goes: a thread blocked on it, or a task awaiting it.
+enum Ack {
+    Blocking(SyncSender<Result<(), StoreError>>),
+    Async(tokio::sync::oneshot::Sender<Result<(), StoreError>>),
+}
+
+impl Ack {
+    /// Hand over the outcome; a waiter that went away is no error.
+    fn send(self, result: Result<(), StoreError>) {
+        match self {
+            Ack::Blocking(tx) => {
+                let _ = tx.send(result);
+            }
+            Ack::Async(tx) => {
+                let _ = tx.send(result);
+            }
+        }
+    }
+}
 
 enum Msg {
     Event(Box<Event>, Option<Ack>),
@@ -595,16 +613,37 @@ impl Store for SqliteStore {
 
     fn submit_and_wait(&self, event: Event) -> Result<(), StoreError> {
         let (ack, done) = mpsc::sync_channel(1);
-        self.send(Msg::Event(Box::new(event), Some(ack)))?;
+        self.send(Msg::Event(Box::new(event), Some(Ack::Blocking(ack))))?;
         self.writer_thread.unpark();
         done.recv().map_err(|_| StoreError::Unavailable)?
     }
 
     fn flush(&self) -> Result<(), StoreError> {
         let (ack, done) = mpsc::sync_channel(1);
-        self.send(Msg::Flush(ack))?;
+        self.send(Msg::Flush(Ack::Blocking(ack)))?;
         self.writer_thread.unpark();
         done.recv().map_err(|_| StoreError::Unavailable)?
+    }
+
+    fn submit_acked(&self, event: Event) -> Acked {
+        let (ack, done) = tokio::sync::oneshot::channel();
+        // A closed writer drops the sender with the message: the receiver answers Unavailable.
+        let _ = self.send(Msg::Event(Box::new(event), Some(Ack::Async(ack))));
+        self.writer_thread.unpark();
+        Acked::new(done)
+    }
+
+    fn flush_acked(&self) -> Acked {
+        let (ack, done) = tokio::sync::oneshot::channel();
+        let _ = self.send(Msg::Flush(Ack::Async(ack)));
+        self.writer_thread.unpark();
+        Acked::new(done)
+    }
+
+    fn close(&self) -> Result<(), StoreError> {
+        let flushed = self.flush();
+        self.shutdown()?;
+        flushed
     }
 
     fn ledger(
@@ -875,7 +914,7 @@ impl Writer {
                     });
                     match ack {
                         Some(ack) => {
-                            let _ = ack.send(result);
+                            ack.send(result);
                         }
                         None if result.is_err() => self.failed_since_flush += 1,
                         None => {}
@@ -890,7 +929,7 @@ impl Writer {
                 for (_, ack) in events {
                     match ack {
                         Some(ack) => {
-                            let _ = ack.send(Err(StoreError::Sqlite(kind.clone())));
+                            ack.send(Err(StoreError::Sqlite(kind.clone())));
                         }
                         None => self.failed_since_flush += 1,
                     }
@@ -912,7 +951,7 @@ impl Writer {
                     "{n} events were not committed since the last flush"
                 ))),
             };
-            let _ = ack.send(result);
+            ack.send(result);
         }
     }
 }
