@@ -271,7 +271,7 @@ impl Forward<'_> {
                 )),
             ));
         }
-        if let Err(e) = upstream.read_response_header().await {
+        if let Err(e) = crate::lifecycle::unless_cut(upstream.read_response_header()).await {
             let err = if is_timeout(&e) {
                 GateError::new(
                     504,
@@ -353,7 +353,7 @@ impl Forward<'_> {
         let mut tap = is_sse.then(|| SseTap::new(self.route, strip));
         let mut json_body: Vec<u8> = Vec::new();
         loop {
-            match upstream.read_response_body().await {
+            match crate::lifecycle::unless_cut(upstream.read_response_body()).await {
                 Ok(Some(chunk)) => {
                     let held = if is_sse { kept.len() } else { json_body.len() };
                     if kept_whole && held + chunk.len() > cap {
