@@ -1044,10 +1044,17 @@ fn apply(conn: &Connection, event: &Event) -> rusqlite::Result<()> {
             at_ms,
             charged_nano,
         } => {
-            // Charged once: a repeated expiry is a no-op.
+            // Charged once: a repeated expiry is a no-op. Never for a decision whose usage is
+            // recorded: after a graceful upgrade, the old process records the usage of the
+            // streams it drains, while the new one loaded their reservations as open.
             conn.prepare_cached(
                 "INSERT INTO reservation_expiries (decision_id, key_id, at_ms, charged_nano) \
-                 VALUES (?1, ?2, ?3, ?4) ON CONFLICT (decision_id) DO NOTHING",
+                 SELECT ?1, ?2, ?3, ?4 \
+                 WHERE NOT EXISTS (SELECT 1 FROM usage AS u JOIN decisions AS d \
+                                   ON u.decision = d.id WHERE d.decision_id = ?1) \
+                   AND NOT EXISTS (SELECT 1 FROM usage AS u \
+                                   WHERE u.decision IS NULL AND u.decision_id = ?1) \
+                 ON CONFLICT (decision_id) DO NOTHING",
             )?
             .execute(params![
                 Hex32::of(decision_id),
