@@ -115,7 +115,11 @@ impl Ops {
 
 fn probe_write(dir: PathBuf) -> bool {
     use std::io::Write;
-    let path = dir.join(format!(".readyz-{}", std::process::id()));
+    use std::sync::atomic::{AtomicU64, Ordering};
+    // One file per probe: probes run concurrently.
+    static PROBES: AtomicU64 = AtomicU64::new(0);
+    let n = PROBES.fetch_add(1, Ordering::Relaxed);
+    let path = dir.join(format!(".readyz-{}-{n}", std::process::id()));
     let written = std::fs::File::create(&path)
         .and_then(|mut f| {
             f.write_all(b"readyz\n")?;
