@@ -82,6 +82,9 @@ pub struct SseTap {
     route: Route,
     strip_usage_chunk: bool,
     pending: Vec<u8>,
+    /// How much of `pending` has been searched for an event's end: a long event that arrives
+    /// in many reads is searched once, not again from its start at every read.
+    searched: usize,
     pub usage: Option<Usage>,
     pub finished: bool,
 }
@@ -92,6 +95,7 @@ impl SseTap {
             route,
             strip_usage_chunk,
             pending: Vec::new(),
+            searched: 0,
             usage: None,
             finished: false,
         }
@@ -100,22 +104,27 @@ impl SseTap {
     /// Feed bytes; returns the bytes to pass on (whole events only; a partial event waits).
     pub fn feed(&mut self, chunk: &[u8]) -> Vec<u8> {
         self.pending.extend_from_slice(chunk);
-        let mut out = Vec::with_capacity(self.pending.len());
+        let mut out = Vec::new();
         let mut start = 0;
-        while let Some(end) = find_event_end(&self.pending[start..]) {
-            let event_end = start + end;
+        // An event's end (at most 3 bytes) may straddle the previous read.
+        let mut from = self.searched.saturating_sub(2);
+        while let Some(end) = find_event_end(&self.pending[from..]) {
+            let event_end = from + end;
             let keep = self.observe(start, event_end);
             if keep {
                 out.extend_from_slice(&self.pending[start..event_end]);
             }
             start = event_end;
+            from = event_end;
         }
         self.pending.drain(..start);
+        self.searched = self.pending.len();
         out
     }
 
     /// What is left when the stream ends (a partial event is passed on as it is).
     pub fn finish(&mut self) -> Vec<u8> {
+        self.searched = 0;
         std::mem::take(&mut self.pending)
     }
 
@@ -360,5 +369,37 @@ mod tests {
                 output: 50
             })
         );
+    }
+
+    /// Found by fuzzing (`fuzz/fuzz_targets/sse_usage.rs`): a long event fed in small reads
+    /// was searched again from its start at every read (quadratic). The search now resumes;
+    /// an event's end split across reads in every way must still be found, and the bytes
+    /// relayed must not depend on the reads.
+    #[test]
+    fn an_event_end_split_across_reads_is_found_once() {
+        let stream = b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2}}\n\ndata: {\"choices\":[{\"delta\":{}}]}\n\r\ndata: [DONE]\n\n";
+        let mut whole = SseTap::new(Route::OpenAiChat, false);
+        let expected = whole.feed(stream);
+        for size in 1..=stream.len() {
+            let mut tap = SseTap::new(Route::OpenAiChat, false);
+            let mut out = Vec::new();
+            for chunk in stream.chunks(size) {
+                out.extend(tap.feed(chunk));
+            }
+            assert_eq!(out, expected, "reads of {size} bytes");
+            assert!(
+                tap.finished && tap.usage == whole.usage,
+                "reads of {size} bytes"
+            );
+            assert!(tap.finish().is_empty());
+        }
+        // A 1 MiB event in 1 KiB reads is relayed whole when it ends.
+        let mut tap = SseTap::new(Route::OpenAiChat, false);
+        let big = format!("data: \"{}\"\n\n", "x".repeat(1 << 20));
+        let mut relayed = 0;
+        for chunk in big.as_bytes().chunks(1024) {
+            relayed += tap.feed(chunk).len();
+        }
+        assert_eq!(relayed, big.len());
     }
 }
