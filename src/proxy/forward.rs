@@ -434,8 +434,11 @@ impl Recorder {
             }
             Recorder::Remote(remote) => {
                 let remote = remote.clone();
-                // The client has its answer; the record travels in the background.
+                // The client has its answer; the record travels in the background, and a drain
+                // waits for it.
+                let in_flight = crate::lifecycle::enter();
                 tokio::task::spawn_blocking(move || {
+                    let _in_flight = in_flight;
                     if remote.record(&report).is_err() {
                         tracing::warn!("could not record usage with the central gate");
                     }
