@@ -18,6 +18,16 @@ pub enum LogFormat {
     Json,
 }
 
+impl LogFormat {
+    /// Its name on the command line and in the config.
+    pub fn name(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
+}
+
 /// Install the process's subscriber; a second call is a no-op.
 pub fn init(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

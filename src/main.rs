@@ -305,83 +305,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// `serve --detach`: the same server, started in the background.
-fn detach(
-    serve: tokensaver::server::ServeOptions,
-    log_format: Option<LogFormat>,
-) -> Result<(), String> {
-    let config = Config::load(&serve.config).map_err(|e| e.to_string())?;
-    let pid_file = serve.pid_file.clone().ok_or("--detach needs --pid-file")?;
-    let sock = tokensaver::server::upgrade_sock(&config, serve.upgrade_sock.as_deref());
-    let mut args: Vec<String> = vec![
-        "serve".into(),
-        "--config".into(),
-        serve.config.display().to_string(),
-        "--threads".into(),
-        serve.threads.to_string(),
-        "--pid-file".into(),
-        pid_file.display().to_string(),
-        "--upgrade-sock".into(),
-        sock.display().to_string(),
-    ];
-    if let Some(url) = &serve.gate_url {
-        args.extend(["--gate-url".into(), url.clone()]);
-    }
-    if serve.upgrade {
-        args.push("--upgrade".into());
-    }
-    if let Some(format) = log_format {
-        let name = match format {
-            LogFormat::Text => "text",
-            LogFormat::Json => "json",
-        };
-        args.extend(["--log-format".into(), name.into()]);
-    }
-    let pid = tokensaver::lifecycle::detach(tokensaver::lifecycle::Detach {
-        args,
-        // The gate key travels in the environment, never in a process's arguments.
-        envs: serve
-            .gate_key
-            .map(|k| vec![("TOKENSAVER_GATE_KEY".to_string(), k)])
-            .unwrap_or_default(),
-        pid_file: &pid_file,
-        upgrade: serve.upgrade,
-        upgrade_sock: &sock,
-    })?;
-    println!("tokensaver serving (pid {pid})");
-    Ok(())
-}
-
-fn health(config: &std::path::Path, ready: bool, wait: u64) -> Result<(), String> {
-    let config = Config::load(config).map_err(|e| e.to_string())?;
-    let url = format!(
-        "http://{}/{}",
-        config.admin_addr,
-        if ready { "readyz" } else { "healthz" }
-    );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(wait);
-    loop {
-        let answer = match ureq::get(&url)
-            .timeout(std::time::Duration::from_secs(5))
-            .call()
-        {
-            Ok(r) => Ok(r.into_string().unwrap_or_default()),
-            Err(ureq::Error::Status(code, r)) => {
-                Err(format!("{code}: {}", r.into_string().unwrap_or_default()))
-            }
-            Err(e) => Err(format!("no answer from {url}: {e}")),
-        };
-        match answer {
-            Ok(body) => {
-                println!("{}", body.trim());
-                return Ok(());
-            }
-            Err(e) if std::time::Instant::now() >= deadline => return Err(e),
-            Err(_) => std::thread::sleep(std::time::Duration::from_millis(200)),
-        }
-    }
-}
-
 fn run(command: Command, log_format: Option<LogFormat>) -> Result<(), String> {
     match command {
         Command::Serve {
@@ -404,7 +327,9 @@ fn run(command: Command, log_format: Option<LogFormat>) -> Result<(), String> {
                 pid_file,
             };
             if background {
-                detach(opts, log_format)
+                let pid = tokensaver::server::serve_detached(opts, log_format)?;
+                println!("tokensaver serving (pid {pid})");
+                Ok(())
             } else {
                 tokensaver::server::serve(opts)
             }
@@ -413,7 +338,12 @@ fn run(command: Command, log_format: Option<LogFormat>) -> Result<(), String> {
             config,
             ready,
             wait,
-        } => health(&config, ready, wait),
+        } => {
+            let config = Config::load(&config).map_err(|e| e.to_string())?;
+            let answer = tokensaver::api::ops::ask(config.admin_addr, ready, wait)?;
+            println!("{answer}");
+            Ok(())
+        }
         Command::Demo { config } => tokensaver::demo::run(&config),
         Command::Digest { file, key, route } => {
             let body = read_input(&file)?;

@@ -101,6 +101,47 @@ impl BackgroundService for ExpirySweep {
     }
 }
 
+/// `serve --detach`: the same server started in the background (its gate key in the
+/// environment, never in its arguments); returns its pid once it serves.
+pub fn serve_detached(
+    serve: ServeOptions,
+    log_format: Option<crate::logging::LogFormat>,
+) -> Result<u32, String> {
+    let config = Config::load(&serve.config).map_err(|e| e.to_string())?;
+    let pid_file = serve.pid_file.clone().ok_or("--detach needs --pid-file")?;
+    let sock = upgrade_sock(&config, serve.upgrade_sock.as_deref());
+    let mut args: Vec<String> = vec![
+        "serve".into(),
+        "--config".into(),
+        serve.config.display().to_string(),
+        "--threads".into(),
+        serve.threads.to_string(),
+        "--pid-file".into(),
+        pid_file.display().to_string(),
+        "--upgrade-sock".into(),
+        sock.display().to_string(),
+    ];
+    if let Some(url) = &serve.gate_url {
+        args.extend(["--gate-url".into(), url.clone()]);
+    }
+    if serve.upgrade {
+        args.push("--upgrade".into());
+    }
+    if let Some(format) = log_format {
+        args.extend(["--log-format".into(), format.name().into()]);
+    }
+    lifecycle::detach(lifecycle::Detach {
+        args,
+        envs: serve
+            .gate_key
+            .map(|k| vec![("TOKENSAVER_GATE_KEY".to_string(), k)])
+            .unwrap_or_default(),
+        pid_file: &pid_file,
+        upgrade: serve.upgrade,
+        upgrade_sock: &sock,
+    })
+}
+
 pub fn serve(opts: ServeOptions) -> Result<(), String> {
     let mut config = Config::load(&opts.config).map_err(|e| e.to_string())?;
     let client = client_mode(&config, opts.gate_url, opts.gate_key)?;

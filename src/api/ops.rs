@@ -113,6 +113,30 @@ impl Ops {
     }
 }
 
+/// `tokensaver health`: ask the admin listener at `admin` for `/healthz` (or `/readyz`), for up
+/// to `wait_secs`; the answer's body, or why there is none.
+pub fn ask(admin: std::net::SocketAddr, ready: bool, wait_secs: u64) -> Result<String, String> {
+    let url = format!(
+        "http://{admin}/{}",
+        if ready { "readyz" } else { "healthz" }
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(wait_secs);
+    loop {
+        let answer = match ureq::get(&url).timeout(Duration::from_secs(5)).call() {
+            Ok(r) => Ok(r.into_string().unwrap_or_default()),
+            Err(ureq::Error::Status(code, r)) => {
+                Err(format!("{code}: {}", r.into_string().unwrap_or_default()))
+            }
+            Err(e) => Err(format!("no answer from {url}: {e}")),
+        };
+        match answer {
+            Ok(body) => return Ok(body.trim().to_string()),
+            Err(e) if std::time::Instant::now() >= deadline => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
 fn probe_write(dir: PathBuf) -> bool {
     use std::io::Write;
     use std::sync::atomic::{AtomicU64, Ordering};
