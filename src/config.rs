@@ -50,6 +50,40 @@ struct RawConfig {
     limits: RawLimits,
     #[serde(default)]
     client: Option<RawClient>,
+    #[serde(default)]
+    server: RawServer,
+    #[serde(default)]
+    log: RawLog,
+}
+
+/// How the process stops: `tokensaver serve` drains on SIGTERM.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    /// How long in-flight requests and streams may take to finish after SIGTERM (or after a
+    /// graceful upgrade's hand-over) before the streams still running are cut.
+    #[serde(default = "default_grace_period")]
+    grace_period_secs: u64,
+}
+
+impl Default for RawServer {
+    fn default() -> Self {
+        Self {
+            grace_period_secs: default_grace_period(),
+        }
+    }
+}
+
+fn default_grace_period() -> u64 {
+    60
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLog {
+    /// `text` (default) or `json`; `--log-format` overrides it.
+    #[serde(default)]
+    format: crate::logging::LogFormat,
 }
 
 #[derive(Debug, Deserialize)]
@@ -339,6 +373,9 @@ pub struct Config {
     pub upstream_timeout_secs: u64,
     pub commit_interval_ms: u64,
     pub client: Option<ClientConfig>,
+    /// `[server] grace_period_secs`: the drain's grace period.
+    pub grace_period_secs: u64,
+    pub log_format: crate::logging::LogFormat,
 }
 
 impl Config {
@@ -517,6 +554,8 @@ impl Config {
             upstream_timeout_secs: raw.limits.upstream_timeout_secs.max(1),
             commit_interval_ms: raw.limits.commit_interval_ms.max(1),
             client,
+            grace_period_secs: raw.server.grace_period_secs,
+            log_format: raw.log.format,
         })
     }
 

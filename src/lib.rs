@@ -12,6 +12,8 @@ pub mod demo;
 pub mod economics;
 pub mod gate;
 pub mod ledger;
+pub mod lifecycle;
+pub mod logging;
 pub mod metrics;
 pub mod proxy;
 pub mod receipt;

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use tokensaver::config::Config;
+use tokensaver::logging::LogFormat;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -19,6 +20,10 @@ use tokensaver::request::{self, Digest, Route};
     about = "A deterministic cost gate for language-model traffic"
 )]
 struct Cli {
+    /// Log format: `text` (colour only on a terminal) or `json`; else the config's
+    /// `[log] format` for `serve`, else text.
+    #[arg(long, global = true, value_enum)]
+    log_format: Option<LogFormat>,
     #[command(subcommand)]
     command: Command,
 }
@@ -38,6 +43,36 @@ enum Command {
         /// Digest mode: the tokensaver key used with the central gate.
         #[arg(long, env = "TOKENSAVER_GATE_KEY", hide_env_values = true)]
         gate_key: Option<String>,
+        /// Write this process's pid here once it serves (removed when it drains, unless a
+        /// newer process replaced it).
+        #[arg(long)]
+        pid_file: Option<PathBuf>,
+        /// Start the server in the background and return once it serves (a service
+        /// manager's `Type=forking`); needs --pid-file.
+        #[arg(long, requires = "pid_file")]
+        detach: bool,
+        /// Graceful upgrade: take the listening sockets over from the running server. With
+        /// --detach, the server named by --pid-file gets SIGQUIT at the right moment;
+        /// without, send it SIGQUIT yourself once this process has started.
+        #[arg(long)]
+        upgrade: bool,
+        /// The socket the old and new process meet on during an upgrade (default:
+        /// upgrade.sock in the data dir).
+        #[arg(long)]
+        upgrade_sock: Option<PathBuf>,
+    },
+    /// Ask the running server's admin listener whether it is alive (`/healthz`) or ready for
+    /// traffic (`/readyz`); exits non-zero when it is not.
+    Health {
+        #[arg(long, default_value = "config/tokensaver.toml")]
+        config: PathBuf,
+        /// Readiness (store writable, signing key, upstreams resolved, not draining) rather
+        /// than liveness.
+        #[arg(long)]
+        ready: bool,
+        /// Keep asking for up to this many seconds.
+        #[arg(long, default_value_t = 0)]
+        wait: u64,
     },
     /// The quick start: the proxy with the example config, in front of a built-in local
     /// provider, driven by a scripted agent session.
@@ -260,13 +295,17 @@ fn read_input(file: &str) -> Result<Vec<u8>, String> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match run(Cli::parse().command) {
+    let cli = Cli::parse();
+    let format = cli.log_format.unwrap_or_else(|| match &cli.command {
+        // `serve` takes the config's `[log] format` (a config that does not load fails later,
+        // with its message).
+        Command::Serve { config, .. } => Config::load(config)
+            .map(|c| c.log_format)
+            .unwrap_or_default(),
+        _ => LogFormat::Text,
+    });
+    tokensaver::logging::init(format);
+    match run(cli.command, cli.log_format) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("tokensaver: {message}");
@@ -275,14 +314,45 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(command: Command) -> Result<(), String> {
+fn run(command: Command, log_format: Option<LogFormat>) -> Result<(), String> {
     match command {
         Command::Serve {
             config,
             threads,
             gate_url,
             gate_key,
-        } => tokensaver::server::serve(&config, threads, gate_url, gate_key),
+            pid_file,
+            detach: background,
+            upgrade,
+            upgrade_sock,
+        } => {
+            let opts = tokensaver::server::ServeOptions {
+                config,
+                threads,
+                gate_url,
+                gate_key,
+                upgrade,
+                upgrade_sock,
+                pid_file,
+            };
+            if background {
+                let pid = tokensaver::server::serve_detached(opts, log_format)?;
+                println!("tokensaver serving (pid {pid})");
+                Ok(())
+            } else {
+                tokensaver::server::serve(opts)
+            }
+        }
+        Command::Health {
+            config,
+            ready,
+            wait,
+        } => {
+            let config = Config::load(&config).map_err(|e| e.to_string())?;
+            let answer = tokensaver::api::ops::ask(config.admin_addr, ready, wait)?;
+            println!("{answer}");
+            Ok(())
+        }
         Command::Demo { config } => tokensaver::demo::run(&config),
         Command::Digest { file, key, route } => {
             let body = read_input(&file)?;

@@ -1,18 +1,23 @@
 //! `tokensaver serve`: three pingora services on one server — the proxy, the API listener and
-//! the admin listener — around one [`Gatekeeper`].
+//! the admin listener — around one [`Gatekeeper`], and the expiry sweep as a background
+//! service. How it stops, drains and hands over to a new binary: [`crate::lifecycle`].
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use pingora::server::configuration::ServerConf;
-use pingora::server::Server;
+use async_trait::async_trait;
+use pingora::server::configuration::{Opt, ServerConf};
+use pingora::server::{RunArgs, Server, ShutdownWatch};
+use pingora::services::background::{background_service, BackgroundService};
 use pingora::services::listening::Service;
 
+use crate::api::ops::Ops;
 use crate::api::server::ApiApp;
 use crate::api::{Api, Listener};
 use crate::config::Config;
 use crate::ledger::Gatekeeper;
+use crate::lifecycle;
 use crate::now_ms;
 use crate::proxy::GateProxy;
 use crate::receipt::ReceiptSigner;
@@ -58,14 +63,88 @@ pub fn client_mode(
     Ok(Some(ClientMode { gate_url, key }))
 }
 
-pub fn serve(
-    config_path: &Path,
-    threads: usize,
-    gate_url: Option<String>,
-    gate_key: Option<String>,
-) -> Result<(), String> {
-    let mut config = Config::load(config_path).map_err(|e| e.to_string())?;
-    let client = client_mode(&config, gate_url, gate_key)?;
+/// How `serve` was asked to run.
+pub struct ServeOptions {
+    pub config: PathBuf,
+    pub threads: usize,
+    pub gate_url: Option<String>,
+    pub gate_key: Option<String>,
+    /// Take the listening sockets over from the running server (graceful upgrade).
+    pub upgrade: bool,
+    /// Where the old and new process meet during an upgrade (default: in the data dir).
+    pub upgrade_sock: Option<PathBuf>,
+    /// Written with this process's pid once it serves; removed when it drains, unless a newer
+    /// process has replaced it.
+    pub pid_file: Option<PathBuf>,
+}
+
+/// The upgrade socket: as given, else `upgrade.sock` in the data dir (old and new process
+/// read the same config, so they agree on it).
+pub fn upgrade_sock(config: &Config, given: Option<&Path>) -> PathBuf {
+    given.map_or_else(|| config.data_dir.join("upgrade.sock"), Path::to_path_buf)
+}
+
+/// The expiry of reservations and holds runs on requests too; this sweep covers idle keys.
+struct ExpirySweep(Arc<Gatekeeper>);
+
+#[async_trait]
+impl BackgroundService for ExpirySweep {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut every = tokio::time::interval(Duration::from_secs(1));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = every.tick() => self.0.tick(now_ms()),
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+}
+
+/// `serve --detach`: the same server started in the background (its gate key in the
+/// environment, never in its arguments); returns its pid once it serves.
+pub fn serve_detached(
+    serve: ServeOptions,
+    log_format: Option<crate::logging::LogFormat>,
+) -> Result<u32, String> {
+    let config = Config::load(&serve.config).map_err(|e| e.to_string())?;
+    let pid_file = serve.pid_file.clone().ok_or("--detach needs --pid-file")?;
+    let sock = upgrade_sock(&config, serve.upgrade_sock.as_deref());
+    let mut args: Vec<String> = vec![
+        "serve".into(),
+        "--config".into(),
+        serve.config.display().to_string(),
+        "--threads".into(),
+        serve.threads.to_string(),
+        "--pid-file".into(),
+        pid_file.display().to_string(),
+        "--upgrade-sock".into(),
+        sock.display().to_string(),
+    ];
+    if let Some(url) = &serve.gate_url {
+        args.extend(["--gate-url".into(), url.clone()]);
+    }
+    if serve.upgrade {
+        args.push("--upgrade".into());
+    }
+    if let Some(format) = log_format {
+        args.extend(["--log-format".into(), format.name().into()]);
+    }
+    lifecycle::detach(lifecycle::Detach {
+        args,
+        envs: serve
+            .gate_key
+            .map(|k| vec![("TOKENSAVER_GATE_KEY".to_string(), k)])
+            .unwrap_or_default(),
+        pid_file: &pid_file,
+        upgrade: serve.upgrade,
+        upgrade_sock: &sock,
+    })
+}
+
+pub fn serve(opts: ServeOptions) -> Result<(), String> {
+    let mut config = Config::load(&opts.config).map_err(|e| e.to_string())?;
+    let client = client_mode(&config, opts.gate_url, opts.gate_key)?;
     if let Some(dir) = config
         .client
         .as_ref()
@@ -76,21 +155,38 @@ pub fn serve(
     }
     let (proxy_addr, api_addr, admin_addr) =
         (config.proxy_addr, config.api_addr, config.admin_addr);
+    let grace = Duration::from_secs(config.grace_period_secs);
+    let sock = upgrade_sock(&config, opts.upgrade_sock.as_deref());
+
+    let conf = ServerConf {
+        threads: opts.threads.max(1),
+        // The drain decides when the process exits (`lifecycle`); pingora's blind sleep only
+        // backs it up, so it is longer than the grace period and the cut together.
+        grace_period_seconds: Some(config.grace_period_secs + lifecycle::CUT_WAIT.as_secs() + 10),
+        graceful_shutdown_timeout_seconds: Some(2),
+        upgrade_sock: sock.to_string_lossy().into_owned(),
+        ..ServerConf::default()
+    };
+    let opt = Opt {
+        upgrade: opts.upgrade,
+        ..Opt::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(opt, conf);
+    let phases = server.watch_execution_phase();
+    // An upgrade receives the listening sockets here, before the ledger is read: the old
+    // process keeps serving meanwhile, and what it writes until then is in our snapshot.
+    server.bootstrap();
+
     let gatekeeper = open_gatekeeper(config)?;
     let remote = client.map(|c| crate::proxy::remote::RemoteGate::new(&c.gate_url, c.key));
     let digest_mode = remote.is_some();
 
-    let conf = ServerConf {
-        threads: threads.max(1),
-        grace_period_seconds: Some(0),
-        graceful_shutdown_timeout_seconds: Some(1),
-        ..ServerConf::default()
-    };
-    let mut server = Server::new_with_opt_and_conf(None, conf);
-    server.bootstrap();
-
     let proxy =
         GateProxy::new(gatekeeper.clone(), remote).map_err(|e| format!("upstream address: {e}"))?;
+    let ops = Arc::new(Ops {
+        gatekeeper: gatekeeper.clone(),
+        upstreams: proxy.upstreams(),
+    });
     let mut proxy_service = pingora::proxy::http_proxy_service_with_name(
         &server.configuration,
         proxy,
@@ -104,6 +200,7 @@ pub fn serve(
         ApiApp {
             api: api.clone(),
             listener: Listener::Api,
+            ops: None,
         },
     );
     api_service.add_tcp(&api_addr.to_string());
@@ -112,18 +209,16 @@ pub fn serve(
         ApiApp {
             api,
             listener: Listener::Admin,
+            ops: Some(ops),
         },
     );
     admin_service.add_tcp(&admin_addr.to_string());
 
-    // Expiry of reservations and holds runs on requests too; this tick covers idle keys.
-    let ticker = gatekeeper.clone();
-    std::thread::spawn(move || loop {
-        std::thread::sleep(Duration::from_secs(1));
-        ticker.tick(now_ms());
-    });
-
     server.add_service(proxy_service);
+    server.add_service(background_service(
+        "expiry sweep",
+        ExpirySweep(gatekeeper.clone()),
+    ));
     if digest_mode {
         // A digest-mode client keeps answers only; the ledger and routes live at the gate.
         tracing::info!(%proxy_addr, "tokensaver digest-mode client listening");
@@ -132,5 +227,18 @@ pub fn serve(
         server.add_service(admin_service);
         tracing::info!(%proxy_addr, %api_addr, %admin_addr, "tokensaver listening");
     }
-    server.run_forever()
+    lifecycle::watch(
+        phases,
+        lifecycle::Drain {
+            grace,
+            gatekeeper: gatekeeper.clone(),
+            pid_file: opts.pid_file,
+        },
+    )
+    .map_err(|e| format!("cannot start the lifecycle thread: {e}"))?;
+    server.run(RunArgs::default());
+    // Reached after a fast shutdown (SIGINT): the drain did not run; commit what is queued.
+    gatekeeper
+        .close_store()
+        .map_err(|e| format!("ledger: the last commit failed: {e}"))
 }

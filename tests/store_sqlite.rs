@@ -952,3 +952,68 @@ fn an_unbounded_commit_interval_is_harmless() {
     let store = open(dir.path());
     assert_eq!(store.load(T0 + 1).expect("load").recent_decisions.len(), 2);
 }
+
+#[test]
+fn an_expiry_never_charges_a_reservation_whose_usage_is_recorded() {
+    // After a graceful upgrade the new process loaded the long stream's reservation as open;
+    // the old one recorded its usage while draining. The new one's expiry must not charge it
+    // again.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path());
+    store.submit(Event::Decision(decision(
+        "drained",
+        "a",
+        Verdict::Allow,
+        T0,
+    )));
+    store.submit(Event::Decision(decision(
+        "lost",
+        "a",
+        Verdict::Allow,
+        T0 + 1,
+    )));
+    store.submit(Event::Usage(usage_row("drained", "a", T0 + 50, 7)));
+    store.submit(expiry("drained", "a", T0 + 600_000, 1_000));
+    store.submit(expiry("lost", "a", T0 + 600_001, 1_000));
+    store.flush().expect("flush");
+    let (_, total) = store.ledger(Some("a"), None, None).expect("ledger");
+    assert_eq!(total.spend_nano, 7 + 1_000);
+    let expiries: u64 = raw(dir.path())
+        .query_row("SELECT count(*) FROM reservation_expiries", [], |r| {
+            r.get(0)
+        })
+        .expect("count");
+    assert_eq!(expiries, 1);
+}
+
+#[test]
+fn an_async_waiter_gets_its_acknowledgement_over_a_channel() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        store.submit(Event::Decision(decision("d1", "a", Verdict::Allow, T0)));
+        store
+            .submit_acked(Event::Usage(usage_row("d1", "a", T0 + 1, 500)))
+            .await
+            .expect("committed");
+        // A second record is refused, and the refusal arrives the same way.
+        let second = store
+            .submit_acked(Event::Usage(usage_row("d1", "a", T0 + 2, 9)))
+            .await;
+        assert!(matches!(second, Err(StoreError::Sqlite(_))), "{second:?}");
+        store.flush_acked().await.expect("flush");
+    });
+    assert!(store.usage_recorded("d1").expect("read"));
+    store.shutdown().expect("shutdown");
+    // A closed store answers at once, never hangs.
+    rt.block_on(async {
+        assert!(matches!(
+            store.flush_acked().await,
+            Err(StoreError::Unavailable)
+        ));
+    });
+}

@@ -17,7 +17,10 @@
 //! - `POST /holds/{id}/deny`       the key's owner secret denies its hold (its worst case counts as avoided)
 //! - `/page/...`                   the ledger page, a key's view: sign in with the key (see [`page`])
 //!
-//! Admin listener (default 127.0.0.1:8789; admin key on every route but `/metrics`):
+//! Admin listener (default 127.0.0.1:8789; admin key on every route but `/metrics`, `/healthz`
+//! and `/readyz`):
+//! - `GET  /healthz`               the process is alive (also while draining); names its pid
+//! - `GET  /readyz`                ready for traffic: store writable, signing key, upstreams resolved, not draining (503 otherwise)
 //! - `PUT  /budget/{key_id}`       set a key's ceiling and period
 //! - `PUT  /prices`                set per-model prices
 //! - `GET  /holds`                 every key's pending and approved-unused holds (`?key=ID` for one key) and running leases; never content
@@ -32,6 +35,7 @@
 mod holds;
 pub mod holds_client;
 pub mod http;
+pub mod ops;
 pub mod page;
 mod routes;
 pub mod server;

@@ -1,4 +1,8 @@
 //! Route logic for the API and admin listeners, over plain [`ApiRequest`]s.
+//!
+//! Handlers run on the listener's async workers, so none of them waits on a thread: a route
+//! that needs a commit awaits the store's acknowledgement over a channel, and one that reads
+//! SQLite or the economics evidence does so on the blocking pool.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -86,10 +90,10 @@ impl Api {
         }
     }
 
-    pub fn handle(&self, listener: Listener, req: &ApiRequest) -> ApiResponse {
+    pub async fn handle(&self, listener: Listener, req: &ApiRequest) -> ApiResponse {
         match listener {
-            Listener::Api => self.api(req),
-            Listener::Admin => self.admin(req),
+            Listener::Api => self.api(req).await,
+            Listener::Admin => self.admin(req).await,
         }
     }
 
@@ -101,13 +105,13 @@ impl Api {
             .map_err(keyed_error)
     }
 
-    fn api(&self, req: &ApiRequest) -> ApiResponse {
+    async fn api(&self, req: &ApiRequest) -> ApiResponse {
         let path = req.path.as_str();
         let m = &req.method;
         match path {
             p if super::page::owns(p) => self.page.handle(Listener::Api, &self.gatekeeper, req),
             "/spec" => only(m, Method::GET, || self.spec()),
-            "/stats" => only(m, Method::GET, || self.stats()),
+            "/stats" => only_async(m, Method::GET, self.stats()).await,
             "/verify" => only(m, Method::POST, || self.verify(req)),
             "/estimate" => only(m, Method::POST, || {
                 self.keyed(req, |k, c| self.estimate(req, k, c))
@@ -115,12 +119,22 @@ impl Api {
             "/gate" => only(m, Method::POST, || {
                 self.keyed(req, |k, _| self.gate(req, k))
             }),
-            "/record" => only(m, Method::POST, || {
-                self.keyed(req, |k, _| self.record(req, k))
-            }),
-            "/ledger" => only(m, Method::GET, || {
-                self.keyed(req, |k, _| self.ledger(req, k))
-            }),
+            "/record" => {
+                only_async(
+                    m,
+                    Method::POST,
+                    self.keyed_async(req, |k| self.record(req, k)),
+                )
+                .await
+            }
+            "/ledger" => {
+                only_async(
+                    m,
+                    Method::GET,
+                    self.keyed_async(req, |k| self.ledger(req, k)),
+                )
+                .await
+            }
             "/ledger/decisions" => only(m, Method::GET, || {
                 self.keyed(req, |k, _| self.decisions(req, Some(&k.id)))
             }),
@@ -134,7 +148,9 @@ impl Api {
                     ApiResponse::json(200, &self.gatekeeper.policy().prices)
                 })
             }),
-            "/forget" => only(m, Method::POST, || self.keyed(req, |k, _| self.forget(k))),
+            "/forget" => {
+                only_async(m, Method::POST, self.keyed_async(req, |k| self.forget(k))).await
+            }
             _ => match HoldRoute::parse(path) {
                 Some(route) => only(m, route.method(), || self.owner_holds(req, route)),
                 None => not_found(),
@@ -142,7 +158,7 @@ impl Api {
         }
     }
 
-    fn admin(&self, req: &ApiRequest) -> ApiResponse {
+    async fn admin(&self, req: &ApiRequest) -> ApiResponse {
         let path = req.path.as_str();
         if super::page::owns(path) {
             return self.page.handle(Listener::Admin, &self.gatekeeper, req);
@@ -168,10 +184,10 @@ impl Api {
             return ApiResponse::error(401, "admin_key_required", "this route needs the admin key");
         }
         if path == "/prices" {
-            return only(&req.method, Method::PUT, || self.put_prices(req));
+            return only_async(&req.method, Method::PUT, self.put_prices(req)).await;
         }
         if let Some(key_id) = path.strip_prefix("/budget/") {
-            return only(&req.method, Method::PUT, || self.put_budget(req, key_id));
+            return only_async(&req.method, Method::PUT, self.put_budget(req, key_id)).await;
         }
         if let Some(route) = HoldRoute::parse(path) {
             return only(&req.method, route.method(), || {
@@ -184,7 +200,7 @@ impl Api {
             });
         }
         if path == "/economics" {
-            return only(&req.method, Method::GET, || self.economics(req));
+            return only_async(&req.method, Method::GET, self.economics(req)).await;
         }
         if path == "/ledger/decisions" {
             // Every key's decisions, or one key's with `?key=ID`.
@@ -206,6 +222,18 @@ impl Api {
         }
     }
 
+    /// [`Self::keyed`] for a handler that awaits (a commit, a read).
+    async fn keyed_async<'a, F, Fut>(&'a self, req: &ApiRequest, f: F) -> ApiResponse
+    where
+        F: FnOnce(&'a KeyConfig) -> Fut,
+        Fut: std::future::Future<Output = ApiResponse>,
+    {
+        match self.caller(req) {
+            Ok((key, _)) => f(key).await,
+            Err(resp) => resp,
+        }
+    }
+
     fn spec(&self) -> ApiResponse {
         let card = crate::spec_card::render(
             &self.gatekeeper.config,
@@ -215,8 +243,8 @@ impl Api {
         ApiResponse::json(200, &card)
     }
 
-    fn stats(&self) -> ApiResponse {
-        match self.gatekeeper.ledger(None, None, None) {
+    async fn stats(&self) -> ApiResponse {
+        match self.gatekeeper.ledger_acked(None, None, None).await {
             Ok((_, totals)) => ApiResponse::json(
                 200,
                 &json!({"fleet": totals, "tiers_are_never_merged": true}),
@@ -347,7 +375,7 @@ impl Api {
         ApiResponse::json(200, &answer)
     }
 
-    fn record(&self, req: &ApiRequest, key: &KeyConfig) -> ApiResponse {
+    async fn record(&self, req: &ApiRequest, key: &KeyConfig) -> ApiResponse {
         let Ok(rec) = serde_json::from_slice::<RecordBody>(&req.body) else {
             return bad_json();
         };
@@ -372,7 +400,8 @@ impl Api {
         };
         match self
             .gatekeeper
-            .record_usage(&report, now_ms(), RecordSource::Digest)
+            .record_usage_acked(&report, now_ms(), RecordSource::Digest)
+            .await
         {
             Ok(row) => ApiResponse::json(
                 200,
@@ -401,7 +430,7 @@ impl Api {
         }
     }
 
-    fn ledger(&self, req: &ApiRequest, key: &KeyConfig) -> ApiResponse {
+    async fn ledger(&self, req: &ApiRequest, key: &KeyConfig) -> ApiResponse {
         let (from, to) = (req.query_param("from"), req.query_param("to"));
         if [from, to].iter().flatten().any(|d| !valid_day(d)) {
             return ApiResponse::error(
@@ -410,7 +439,7 @@ impl Api {
                 "from and to must be days as YYYY-MM-DD",
             );
         }
-        let (days, total) = match self.gatekeeper.ledger(Some(&key.id), from, to) {
+        let (days, total) = match self.gatekeeper.ledger_acked(Some(&key.id), from, to).await {
             Ok(x) => x,
             Err(_) => {
                 return ApiResponse::error(503, "storage_unavailable", "the ledger is unavailable")
@@ -492,8 +521,8 @@ impl Api {
         }
     }
 
-    fn forget(&self, key: &KeyConfig) -> ApiResponse {
-        match self.gatekeeper.forget(&key.id) {
+    async fn forget(&self, key: &KeyConfig) -> ApiResponse {
+        match self.gatekeeper.forget_acked(&key.id).await {
             Ok(()) => ApiResponse::json(200, &json!({"forgotten": true})),
             Err(_) => ApiResponse::error(503, "storage_unavailable", "the ledger is unavailable"),
         }
@@ -524,7 +553,7 @@ impl Api {
     }
 
     /// `GET /economics?suite=&category=&model=&task=`: unknown parameters are refused.
-    fn economics(&self, req: &ApiRequest) -> ApiResponse {
+    async fn economics(&self, req: &ApiRequest) -> ApiResponse {
         let mut filters = serde_json::Map::new();
         for pair in req
             .query
@@ -545,12 +574,19 @@ impl Api {
                 "filters are suite, category, model and task",
             );
         };
-        let summary =
-            crate::economics::summary_for(&self.gatekeeper.config, None, &query, now_ms());
-        ApiResponse::json(200, &summary)
+        // Files and 10 000 bootstrap resamples: the blocking pool's work, not a worker's.
+        let config = self.gatekeeper.config.clone();
+        let summary = tokio::task::spawn_blocking(move || {
+            crate::economics::summary_for(&config, None, &query, now_ms())
+        })
+        .await;
+        match summary {
+            Ok(summary) => ApiResponse::json(200, &summary),
+            Err(_) => ApiResponse::error(503, "economics_unavailable", "the report failed"),
+        }
     }
 
-    fn put_budget(&self, req: &ApiRequest, key_id: &str) -> ApiResponse {
+    async fn put_budget(&self, req: &ApiRequest, key_id: &str) -> ApiResponse {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
         struct BudgetBody {
@@ -564,24 +600,28 @@ impl Api {
         let Ok(b) = serde_json::from_slice::<BudgetBody>(&req.body) else {
             return bad_json();
         };
-        match self.gatekeeper.set_budget(
-            key_id,
-            b.ceiling_micro_usd.map(|c| c.saturating_mul(1000)),
-            b.period,
-        ) {
+        match self
+            .gatekeeper
+            .set_budget_acked(
+                key_id,
+                b.ceiling_micro_usd.map(|c| c.saturating_mul(1000)),
+                b.period,
+            )
+            .await
+        {
             Ok(()) => ApiResponse::json(200, &self.gatekeeper.budget_view(key_id, now_ms())),
             Err(_) => ApiResponse::error(503, "storage_unavailable", "the ledger is unavailable"),
         }
     }
 
-    fn put_prices(&self, req: &ApiRequest) -> ApiResponse {
+    async fn put_prices(&self, req: &ApiRequest) -> ApiResponse {
         let Ok(prices) = serde_json::from_slice::<BTreeMap<String, Prices>>(&req.body) else {
             return bad_json();
         };
         if prices.values().any(|p| p.max_output == 0) {
             return ApiResponse::error(400, "invalid_prices", "max_output must be at least 1");
         }
-        match self.gatekeeper.set_prices(&prices) {
+        match self.gatekeeper.set_prices_acked(&prices).await {
             Ok(()) => ApiResponse::json(200, &self.gatekeeper.policy().prices),
             Err(_) => ApiResponse::error(503, "storage_unavailable", "the ledger is unavailable"),
         }
@@ -636,6 +676,19 @@ pub fn gate_answer(outcome: &GateOutcome) -> serde_json::Value {
 fn only(method: &Method, allowed: Method, f: impl FnOnce() -> ApiResponse) -> ApiResponse {
     if *method == allowed {
         f()
+    } else {
+        method_not_allowed()
+    }
+}
+
+/// [`only`] for a handler that awaits: the future is polled only when the method is allowed.
+async fn only_async(
+    method: &Method,
+    allowed: Method,
+    f: impl std::future::Future<Output = ApiResponse>,
+) -> ApiResponse {
+    if *method == allowed {
+        f.await
     } else {
         method_not_allowed()
     }

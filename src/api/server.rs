@@ -1,4 +1,6 @@
 //! The pingora shell around [`Api`]: read the request (bounded), route it, write the answer.
+//! The admin listener answers `/healthz` and `/readyz` here ([`Ops`]), before the route table:
+//! they report on the process, not on the gate.
 
 use std::sync::Arc;
 
@@ -8,16 +10,21 @@ use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 
 use super::http::{ApiRequest, ApiResponse};
+use super::ops::Ops;
 use super::routes::{Api, Listener};
 
 pub struct ApiApp {
     pub api: Arc<Api>,
     pub listener: Listener,
+    /// Health and readiness (admin listener only).
+    pub ops: Option<Arc<Ops>>,
 }
 
 #[async_trait]
 impl ServeHttp for ApiApp {
     async fn response(&self, session: &mut ServerSession) -> http::Response<Vec<u8>> {
+        // A drain waits for this answer (and for its commit, if it makes one).
+        let _in_flight = crate::lifecycle::enter();
         let cap = self.api.body_cap(self.listener);
         let resp = match read_body(session, cap).await {
             Ok(body) => {
@@ -33,7 +40,14 @@ impl ServeHttp for ApiApp {
                         .and_then(|a| a.as_inet())
                         .map(|a| a.ip()),
                 };
-                self.api.handle(self.listener, &req)
+                let ops = match &self.ops {
+                    Some(ops) => ops.route(&req).await,
+                    None => None,
+                };
+                match ops {
+                    Some(resp) => resp,
+                    None => self.api.handle(self.listener, &req).await,
+                }
             }
             Err(resp) => resp,
         };

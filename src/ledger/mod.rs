@@ -743,6 +743,42 @@ impl Gatekeeper {
         now_ms: u64,
         source: RecordSource,
     ) -> Result<UsageRow, RecordError> {
+        let (row, commit) = self.settle_usage(report, now_ms, source)?;
+        if let Some(event) = commit {
+            self.store
+                .submit_and_wait(event)
+                .map_err(|_| RecordError::Storage)?;
+        }
+        Ok(row)
+    }
+
+    /// [`Self::record_usage`] for async callers (`POST /record`): the commit a digest client's
+    /// record waits for is acknowledged over a channel, so no thread blocks on the disk.
+    pub async fn record_usage_acked(
+        &self,
+        report: &UsageReport,
+        now_ms: u64,
+        source: RecordSource,
+    ) -> Result<UsageRow, RecordError> {
+        let (row, commit) = self.settle_usage(report, now_ms, source)?;
+        if let Some(event) = commit {
+            self.store
+                .submit_acked(event)
+                .await
+                .map_err(|_| RecordError::Storage)?;
+        }
+        Ok(row)
+    }
+
+    /// The memory half of a record: settle the reservation and the spend, queue what needs no
+    /// acknowledgement, and return the event the caller must see committed (a digest
+    /// client's usage row), if any.
+    fn settle_usage(
+        &self,
+        report: &UsageReport,
+        now_ms: u64,
+        source: RecordSource,
+    ) -> Result<(UsageRow, Option<Event>), RecordError> {
         let (key_id, decision_id, served_model) = (
             report.key_id.as_str(),
             report.decision_id.as_str(),
@@ -823,13 +859,10 @@ impl Gatekeeper {
             self.store.submit(e);
         }
         if source == RecordSource::Digest {
-            self.store
-                .submit_and_wait(Event::Usage(row.clone()))
-                .map_err(|_| RecordError::Storage)?;
-        } else {
-            self.store.submit(Event::Usage(row.clone()));
+            return Ok((row.clone(), Some(Event::Usage(row))));
         }
-        Ok(row)
+        self.store.submit(Event::Usage(row.clone()));
+        Ok((row, None))
     }
 
     /// The answer held for this key, fingerprint and wire form, if any.
@@ -971,14 +1004,23 @@ impl Gatekeeper {
 
     /// Delete the key's stored answers and fingerprint records; windows stay.
     pub fn forget(&self, key_id: &str) -> Result<(), StoreError> {
+        self.store.submit_and_wait(self.forget_in_memory(key_id))
+    }
+
+    /// [`Self::forget`], acknowledged over a channel.
+    pub async fn forget_acked(&self, key_id: &str) -> Result<(), StoreError> {
+        self.store.submit_acked(self.forget_in_memory(key_id)).await
+    }
+
+    fn forget_in_memory(&self, key_id: &str) -> Event {
         lock(&self.answers).forget(key_id);
         let mut st = lock(&self.state);
         st.recorded.remove(key_id);
         st.windows.forget_fingerprints(key_id);
         drop(st);
-        self.store.submit_and_wait(Event::Forget {
+        Event::Forget {
             key_id: key_id.to_string(),
-        })
+        }
     }
 
     pub fn budget_view(&self, key_id: &str, now_ms: u64) -> BudgetView {
@@ -1003,12 +1045,32 @@ impl Gatekeeper {
         ceiling_nano: Option<u64>,
         period: BudgetPeriod,
     ) -> Result<(), StoreError> {
+        let event = self.set_budget_in_memory(key_id, ceiling_nano, period)?;
+        self.store.submit_and_wait(event)
+    }
+
+    /// [`Self::set_budget`], acknowledged over a channel.
+    pub async fn set_budget_acked(
+        &self,
+        key_id: &str,
+        ceiling_nano: Option<u64>,
+        period: BudgetPeriod,
+    ) -> Result<(), StoreError> {
+        let event = self.set_budget_in_memory(key_id, ceiling_nano, period)?;
+        self.store.submit_acked(event).await
+    }
+
+    fn set_budget_in_memory(
+        &self,
+        key_id: &str,
+        ceiling_nano: Option<u64>,
+        period: BudgetPeriod,
+    ) -> Result<Event, StoreError> {
         let mut st = lock(&self.state);
         let b = st.budgets.get_mut(key_id).ok_or(StoreError::Unavailable)?;
         b.ceiling_nano = ceiling_nano;
         b.period = period;
-        drop(st);
-        self.store.submit_and_wait(Event::BudgetSet {
+        Ok(Event::BudgetSet {
             key_id: key_id.to_string(),
             ceiling_nano,
             period,
@@ -1016,6 +1078,20 @@ impl Gatekeeper {
     }
 
     pub fn set_prices(&self, prices: &BTreeMap<String, Prices>) -> Result<(), StoreError> {
+        self.set_prices_in_memory(prices);
+        self.store.flush()
+    }
+
+    /// [`Self::set_prices`], acknowledged over a channel.
+    pub async fn set_prices_acked(
+        &self,
+        prices: &BTreeMap<String, Prices>,
+    ) -> Result<(), StoreError> {
+        self.set_prices_in_memory(prices);
+        self.store.flush_acked().await
+    }
+
+    fn set_prices_in_memory(&self, prices: &BTreeMap<String, Prices>) {
         if let Ok(mut p) = self.policy.write() {
             for (model, price) in prices {
                 p.prices.insert(model.clone(), *price);
@@ -1027,7 +1103,6 @@ impl Gatekeeper {
                 prices: *price,
             });
         }
-        self.store.flush()
     }
 
     pub fn ledger(
@@ -1045,6 +1120,28 @@ impl Gatekeeper {
     pub fn decisions(&self, query: &DecisionQuery) -> Result<DecisionPage, StoreError> {
         self.store.flush()?;
         self.store.decisions(query)
+    }
+
+    /// [`Self::ledger`] for async callers: the flush is acknowledged over a channel and the
+    /// read (SQLite, synchronous) runs on the blocking pool, never on a worker thread.
+    pub async fn ledger_acked(
+        &self,
+        key_id: Option<&str>,
+        from: Option<&str>,
+        to: Option<&str>,
+    ) -> Result<(Vec<LedgerDay>, LedgerTotals), StoreError> {
+        self.store.flush_acked().await?;
+        let store = Arc::clone(&self.store);
+        let (key_id, from, to) = (
+            key_id.map(str::to_string),
+            from.map(str::to_string),
+            to.map(str::to_string),
+        );
+        tokio::task::spawn_blocking(move || {
+            store.ledger(key_id.as_deref(), from.as_deref(), to.as_deref())
+        })
+        .await
+        .map_err(|_| StoreError::Unavailable)?
     }
 
     pub fn flush(&self) -> Result<(), StoreError> {
@@ -1078,6 +1175,17 @@ impl Gatekeeper {
     /// (`None`: any key).
     pub fn recent_receipt(&self, decision_id: &str, key_id: Option<&str>) -> Option<Envelope> {
         lock(&self.recent).get(decision_id, key_id)
+    }
+
+    /// [`Self::flush`] for async callers.
+    pub async fn flush_acked(&self) -> Result<(), StoreError> {
+        self.store.flush_acked().await
+    }
+
+    /// Shut the store down: commit everything queued and stop its writer. Later submits are
+    /// dropped; called once the server has stopped serving.
+    pub fn close_store(&self) -> Result<(), StoreError> {
+        self.store.close()
     }
 
     /// Run expiry without a request (a background tick).

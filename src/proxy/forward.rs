@@ -275,7 +275,7 @@ impl Forward<'_> {
                 )),
             ));
         }
-        if let Err(e) = upstream.read_response_header().await {
+        if let Err(e) = crate::lifecycle::unless_cut(upstream.read_response_header()).await {
             let err = if is_timeout(&e) {
                 GateError::new(
                     504,
@@ -362,7 +362,7 @@ impl Forward<'_> {
         let mut tap = is_sse.then(|| SseTap::new(self.route, strip));
         let mut json_body: Vec<u8> = Vec::new();
         loop {
-            match upstream.read_response_body().await {
+            match crate::lifecycle::unless_cut(upstream.read_response_body()).await {
                 Ok(Some(chunk)) => {
                     let held = if is_sse { kept.len() } else { json_body.len() };
                     if kept_whole && held + chunk.len() > cap {
@@ -455,8 +455,11 @@ impl Recorder {
             }
             Recorder::Remote(remote) => {
                 let remote = remote.clone();
-                // The client has its answer; the record travels in the background.
+                // The client has its answer; the record travels in the background, and a drain
+                // waits for it.
+                let in_flight = crate::lifecycle::enter();
                 tokio::task::spawn_blocking(move || {
+                    let _in_flight = in_flight;
                     if remote.record(&report).is_err() {
                         tracing::warn!("could not record usage with the central gate");
                     }

@@ -152,12 +152,28 @@ impl GateProxy {
     fn config(&self) -> &Config {
         &self.gatekeeper.config
     }
+
+    /// The configured upstreams and the addresses they resolved to at start (`/readyz`); an
+    /// upstream that does not resolve stops `serve` before it listens.
+    pub fn upstreams(&self) -> Vec<crate::api::ops::ResolvedUpstream> {
+        use pingora::upstreams::peer::Peer;
+        [("openai", &self.openai), ("anthropic", &self.anthropic)]
+            .into_iter()
+            .filter_map(|(provider, peer)| {
+                peer.as_ref().map(|p| crate::api::ops::ResolvedUpstream {
+                    provider,
+                    address: Some(p.peer.address().to_string()),
+                })
+            })
+            .collect()
+    }
 }
 
-/// Per-request state: which provider a pass-through request goes to.
-#[derive(Default)]
+/// Per-request state: which provider a pass-through request goes to. It lives from the
+/// request's header to the end of `logging`, and counts the request in flight for the drain.
 pub struct Ctx {
     passthrough: Option<ProviderPeer>,
+    _in_flight: crate::lifecycle::InFlight,
 }
 
 /// Write a complete response the gate produced itself.
@@ -528,7 +544,10 @@ impl ProxyHttp for GateProxy {
     type CTX = Ctx;
 
     fn new_ctx(&self) -> Ctx {
-        Ctx::default()
+        Ctx {
+            passthrough: None,
+            _in_flight: crate::lifecycle::enter(),
+        }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {

@@ -335,6 +335,9 @@ pub struct SseTap {
     route: Route,
     strip_usage_chunk: bool,
     pending: Vec<u8>,
+    /// How much of `pending` has been searched for an event's end: a long event that arrives
+    /// in many reads is searched once, not again from its start at every read.
+    searched: usize,
     /// The usage figures so far (chat, Responses: the last report).
     usage: Option<Billed>,
     /// Anthropic: the accumulated `usage` snapshot (`message_start`, then each delta).
@@ -348,6 +351,7 @@ impl SseTap {
             route,
             strip_usage_chunk,
             pending: Vec::new(),
+            searched: 0,
             usage: None,
             snapshot: None,
             end: AnswerEnd::Open,
@@ -371,22 +375,27 @@ impl SseTap {
     /// Feed bytes; returns the bytes to pass on (whole events only; a partial event waits).
     pub fn feed(&mut self, chunk: &[u8]) -> Vec<u8> {
         self.pending.extend_from_slice(chunk);
-        let mut out = Vec::with_capacity(self.pending.len());
+        let mut out = Vec::new();
         let mut start = 0;
-        while let Some(end) = find_event_end(&self.pending[start..]) {
-            let event_end = start + end;
+        // An event's end (at most 3 bytes) may straddle the previous read.
+        let mut from = self.searched.saturating_sub(2);
+        while let Some(end) = find_event_end(&self.pending[from..]) {
+            let event_end = from + end;
             let keep = self.observe(start, event_end);
             if keep {
                 out.extend_from_slice(&self.pending[start..event_end]);
             }
             start = event_end;
+            from = event_end;
         }
         self.pending.drain(..start);
+        self.searched = self.pending.len();
         out
     }
 
     /// What is left when the stream ends (a partial event is passed on as it is).
     pub fn finish(&mut self) -> Vec<u8> {
+        self.searched = 0;
         std::mem::take(&mut self.pending)
     }
 

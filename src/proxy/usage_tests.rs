@@ -350,3 +350,36 @@ fn stored_stream_replay_strips_only_the_usage_only_chunk() {
         ])
     );
 }
+
+/// Found by fuzzing (`fuzz/fuzz_targets/sse_usage.rs`): a long event fed in small reads
+/// was searched again from its start at every read (quadratic). The search now resumes;
+/// an event's end split across reads in every way must still be found, and the bytes
+/// relayed must not depend on the reads.
+#[test]
+fn an_event_end_split_across_reads_is_found_once() {
+    let stream = b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2}}\n\ndata: {\"choices\":[{\"delta\":{}}]}\n\r\ndata: [DONE]\n\n";
+    let mut whole = SseTap::new(Route::OpenAiChat, false);
+    let expected = whole.feed(stream);
+    for size in 1..=stream.len() {
+        let mut tap = SseTap::new(Route::OpenAiChat, false);
+        let mut out = Vec::new();
+        for chunk in stream.chunks(size) {
+            out.extend(tap.feed(chunk));
+        }
+        assert_eq!(out, expected, "reads of {size} bytes");
+        assert!(
+            tap.end() == whole.end() && tap.usage() == whole.usage(),
+            "reads of {size} bytes"
+        );
+        assert!(tap.finish().is_empty());
+    }
+    assert_eq!(whole.end(), AnswerEnd::Finished);
+    // A 1 MiB event in 1 KiB reads is relayed whole when it ends.
+    let mut tap = SseTap::new(Route::OpenAiChat, false);
+    let big = format!("data: \"{}\"\n\n", "x".repeat(1 << 20));
+    let mut relayed = 0;
+    for chunk in big.as_bytes().chunks(1024) {
+        relayed += tap.feed(chunk).len();
+    }
+    assert_eq!(relayed, big.len());
+}

@@ -3,7 +3,7 @@
 //! The hot path never waits on storage: decisions and usage are sent as [`Event`]s to a
 //! background writer that group-commits them; reads for the hot path come from memory, rebuilt
 //! from the store at start ([`Snapshot`]). `/record` is the exception: it is acknowledged only
-//! once committed ([`Store::submit_and_wait`]). A PostgreSQL backend for a fleet of gate
+//! once committed ([`Store::submit_and_wait`], or [`Store::submit_acked`] from async code). A PostgreSQL backend for a fleet of gate
 //! instances implements this same trait.
 
 pub mod answers;
@@ -380,6 +380,16 @@ pub trait Store: Send + Sync {
     fn submit_and_wait(&self, event: Event) -> Result<(), StoreError>;
     /// Wait until everything submitted so far is committed.
     fn flush(&self) -> Result<(), StoreError>;
+    /// Queue an event; the answer resolves once it is committed. For async callers: the task
+    /// waits on a channel, no thread blocks on the disk.
+    fn submit_acked(&self, event: Event) -> Acked;
+    /// [`Store::flush`] for async callers.
+    fn flush_acked(&self) -> Acked;
+    /// Commit everything queued and stop writing (the server stopped serving). Later submits
+    /// are dropped and later waits answer [`StoreError::Unavailable`].
+    fn close(&self) -> Result<(), StoreError> {
+        self.flush()
+    }
     /// Per-day and total figures for a key (`None`: the fleet), days inclusive (`YYYY-MM-DD`).
     fn ledger(
         &self,
@@ -465,6 +475,29 @@ pub struct DecisionPage {
     pub decisions: Vec<DecisionLine>,
     /// Pass as `after` for the next page; `None` on the last page.
     pub next_after: Option<String>,
+}
+
+/// A commit's outcome, awaited by an async caller: resolves when the writer has committed (or
+/// refused) what it was given. A writer that went away answers [`StoreError::Unavailable`].
+pub struct Acked(tokio::sync::oneshot::Receiver<Result<(), StoreError>>);
+
+impl Acked {
+    pub fn new(rx: tokio::sync::oneshot::Receiver<Result<(), StoreError>>) -> Self {
+        Self(rx)
+    }
+}
+
+impl std::future::Future for Acked {
+    type Output = Result<(), StoreError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|r| r.unwrap_or(Err(StoreError::Unavailable)))
+    }
 }
 
 /// `YYYY-MM-DD` for a unix-milliseconds time (UTC), by the civil-from-days algorithm.

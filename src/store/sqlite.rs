@@ -54,8 +54,8 @@ use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 mod page_reads;
 
 use super::{
-    civil_from_days, period_start, DecisionLine, DecisionPage, DecisionQuery, DecisionRow, Ending,
-    Event, HoldOpening, HoldRow, HoldState, LeaseRow, LedgerDay, LedgerTotals, Snapshot,
+    civil_from_days, period_start, Acked, DecisionLine, DecisionPage, DecisionQuery, DecisionRow,
+    Ending, Event, HoldOpening, HoldRow, HoldState, LeaseRow, LedgerDay, LedgerTotals, Snapshot,
     SpendBasis, Store, StoreError, UsageRow,
 };
 use super::{DecisionListing, VerdictCount};
@@ -313,7 +313,25 @@ const SELECT_OPEN: &str = concat!(
     " ORDER BY decided_at_ms, id"
 );
 
-type Ack = SyncSender<Result<(), StoreError>>;
+/// Where a commit's outcome goes: a thread blocked on it, or a task awaiting it.
+enum Ack {
+    Blocking(SyncSender<Result<(), StoreError>>),
+    Async(tokio::sync::oneshot::Sender<Result<(), StoreError>>),
+}
+
+impl Ack {
+    /// Hand over the outcome; a waiter that went away is no error.
+    fn send(self, result: Result<(), StoreError>) {
+        match self {
+            Ack::Blocking(tx) => {
+                let _ = tx.send(result);
+            }
+            Ack::Async(tx) => {
+                let _ = tx.send(result);
+            }
+        }
+    }
+}
 
 enum Msg {
     Event(Box<Event>, Option<Ack>),
@@ -616,16 +634,37 @@ impl Store for SqliteStore {
 
     fn submit_and_wait(&self, event: Event) -> Result<(), StoreError> {
         let (ack, done) = mpsc::sync_channel(1);
-        self.send(Msg::Event(Box::new(event), Some(ack)))?;
+        self.send(Msg::Event(Box::new(event), Some(Ack::Blocking(ack))))?;
         self.writer_thread.unpark();
         done.recv().map_err(|_| StoreError::Unavailable)?
     }
 
     fn flush(&self) -> Result<(), StoreError> {
         let (ack, done) = mpsc::sync_channel(1);
-        self.send(Msg::Flush(ack))?;
+        self.send(Msg::Flush(Ack::Blocking(ack)))?;
         self.writer_thread.unpark();
         done.recv().map_err(|_| StoreError::Unavailable)?
+    }
+
+    fn submit_acked(&self, event: Event) -> Acked {
+        let (ack, done) = tokio::sync::oneshot::channel();
+        // A closed writer drops the sender with the message: the receiver answers Unavailable.
+        let _ = self.send(Msg::Event(Box::new(event), Some(Ack::Async(ack))));
+        self.writer_thread.unpark();
+        Acked::new(done)
+    }
+
+    fn flush_acked(&self) -> Acked {
+        let (ack, done) = tokio::sync::oneshot::channel();
+        let _ = self.send(Msg::Flush(Ack::Async(ack)));
+        self.writer_thread.unpark();
+        Acked::new(done)
+    }
+
+    fn close(&self) -> Result<(), StoreError> {
+        let flushed = self.flush();
+        self.shutdown()?;
+        flushed
     }
 
     fn ledger(
@@ -1059,7 +1098,7 @@ impl Writer {
                     });
                     match ack {
                         Some(ack) => {
-                            let _ = ack.send(result);
+                            ack.send(result);
                         }
                         None if result.is_err() => self.failed_since_flush += 1,
                         None => {}
@@ -1074,7 +1113,7 @@ impl Writer {
                 for (_, ack) in events {
                     match ack {
                         Some(ack) => {
-                            let _ = ack.send(Err(StoreError::Sqlite(kind.clone())));
+                            ack.send(Err(StoreError::Sqlite(kind.clone())));
                         }
                         None => self.failed_since_flush += 1,
                     }
@@ -1096,7 +1135,7 @@ impl Writer {
                     "{n} events were not committed since the last flush"
                 ))),
             };
-            let _ = ack.send(result);
+            ack.send(result);
         }
     }
 }
@@ -1189,10 +1228,17 @@ fn apply(conn: &Connection, event: &Event) -> rusqlite::Result<()> {
             at_ms,
             charged_nano,
         } => {
-            // Charged once: a repeated expiry is a no-op.
+            // Charged once: a repeated expiry is a no-op. Never for a decision whose usage is
+            // recorded: after a graceful upgrade, the old process records the usage of the
+            // streams it drains, while the new one loaded their reservations as open.
             conn.prepare_cached(
                 "INSERT INTO reservation_expiries (decision_id, key_id, at_ms, charged_nano) \
-                 VALUES (?1, ?2, ?3, ?4) ON CONFLICT (decision_id) DO NOTHING",
+                 SELECT ?1, ?2, ?3, ?4 \
+                 WHERE NOT EXISTS (SELECT 1 FROM usage AS u JOIN decisions AS d \
+                                   ON u.decision = d.id WHERE d.decision_id = ?1) \
+                   AND NOT EXISTS (SELECT 1 FROM usage AS u \
+                                   WHERE u.decision IS NULL AND u.decision_id = ?1) \
+                 ON CONFLICT (decision_id) DO NOTHING",
             )?
             .execute(params![
                 Hex32::of(decision_id),

@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -51,6 +51,14 @@ pub struct Opts {
     pub upstream: Option<String>,
     /// TOML appended to the config (extra `[prices."MODEL"]` tables).
     pub extra_config: String,
+    /// The mock's pause between SSE events (0: a stream is written at once).
+    pub stream_delay_ms: u64,
+    /// `[server] grace_period_secs` (absent: the default, 60 s).
+    pub grace_period_secs: Option<u64>,
+    /// `RUST_LOG` of the server (its log is kept: [`Harness::log`]).
+    pub rust_log: &'static str,
+    /// Extra arguments to `tokensaver serve`.
+    pub serve_args: Vec<String>,
 }
 
 impl Default for Opts {
@@ -64,6 +72,10 @@ impl Default for Opts {
             slow_ms: 3000,
             upstream: None,
             extra_config: String::new(),
+            stream_delay_ms: 0,
+            grace_period_secs: None,
+            rust_log: "error",
+            serve_args: Vec::new(),
         }
     }
 }
@@ -101,6 +113,7 @@ impl Harness {
         let mock = MockProvider::start_background(ProviderOptions {
             expected_credential: Some(PROVIDER_CREDENTIAL.into()),
             slow_ms: opts.slow_ms,
+            stream_delay_ms: opts.stream_delay_ms,
             ..Default::default()
         })
         .expect("mock provider");
@@ -122,7 +135,7 @@ impl Harness {
         Harness::start(Opts::default())
     }
 
-    fn config_path(&self) -> PathBuf {
+    pub fn config_path(&self) -> PathBuf {
         self.dir.path().join("tokensaver.toml")
     }
 
@@ -171,6 +184,9 @@ impl Harness {
             o.answer_store_bytes.unwrap_or(268_435_456)
         ));
         c.push_str(&o.extra_config);
+        if let Some(grace) = o.grace_period_secs {
+            c.push_str(&format!("\n[server]\ngrace_period_secs = {grace}\n"));
+        }
         std::fs::write(self.config_path(), c).expect("write config");
     }
 
@@ -179,15 +195,21 @@ impl Harness {
         self.api = ([127, 0, 0, 1], free_port().unwrap()).into();
         self.admin = ([127, 0, 0, 1], free_port().unwrap()).into();
         self.write_config();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("server log");
         let child = Command::new(env!("CARGO_BIN_EXE_tokensaver"))
             .arg("serve")
             .arg("--config")
             .arg(self.config_path())
+            .args(&self.opts.serve_args)
             .env("OPENAI_API_KEY", PROVIDER_CREDENTIAL)
             .env("ANTHROPIC_API_KEY", PROVIDER_CREDENTIAL)
-            .env("RUST_LOG", "error")
+            .env("RUST_LOG", self.opts.rust_log)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .expect("spawn tokensaver serve");
         self.child = Some(child);
@@ -203,6 +225,46 @@ impl Harness {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
+        }
+    }
+
+    /// The server's standard error (its log), all runs appended.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("serve.log")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// The ledger database of the data dir.
+    pub fn db_path(&self) -> PathBuf {
+        self.dir.path().join("data").join("tokensaver.db")
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Send a signal (`TERM`, `QUIT`, `INT`, `KILL`) to the server.
+    pub fn signal(&self, sig: &str) {
+        let pid = self.pid().expect("server running");
+        send_signal(pid, sig);
+    }
+
+    /// Wait for the server to exit; `None` if it still runs after `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let start = std::time::Instant::now();
+        loop {
+            let child = self.child.as_mut()?;
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                self.child = None;
+                return Some(status);
+            }
+            if start.elapsed() > timeout {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -349,6 +411,16 @@ impl Resp {
             .expect("envelope")
             .to_json()
     }
+}
+
+/// Send a signal to a process with `kill(1)`.
+pub fn send_signal(pid: u32, sig: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -{sig} {pid}");
 }
 
 /// Send a request with an optional body.
