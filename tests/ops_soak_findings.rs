@@ -1,6 +1,4 @@
-//! What the soak (`scripts/soak.sh`) found outside this branch's files, kept as failing tests
-//! (ignored, so CI stays green) for the owners to fix:
-//! `cargo test --test ops_soak_findings -- --ignored`.
+//! What the soak (`scripts/soak.sh`) found, each kept as a regression test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
@@ -15,10 +13,13 @@ use support::*;
 /// event, so an unrelated `GET /ledger` or `/stats` answers 503 (and `/readyz` says the store
 /// is not writable). In the soak: 7 errors in 30 000 requests.
 #[test]
-#[ignore = "found by the soak: identical decisions in one millisecond collide in the ledger"]
 fn every_decision_of_a_hammering_agent_is_in_the_ledger() {
     let h = Harness::default();
-    let body = chat("gpt-4o-mini", "the same thing again", json!({"temperature": 0.7}));
+    let body = chat(
+        "gpt-4o-mini",
+        "the same thing again",
+        json!({"temperature": 0.7}),
+    );
     let sent = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|s| {
         for _ in 0..4 {

@@ -257,6 +257,8 @@ struct State {
     /// Expiry sweeps every open reservation and hold; once a second is enough for TTLs of
     /// minutes, and keeps the sweep off most requests.
     next_sweep_ms: u64,
+    /// Key → the time of its latest committed decision (the decision clock, see `gate`).
+    last_decided_ms: HashMap<String, u64>,
 }
 
 const SWEEP_INTERVAL_MS: u64 = 1_000;
@@ -531,24 +533,41 @@ impl Gatekeeper {
             return (*opened).clone();
         }
 
+        // The decision clock is strictly increasing per key: two decisions of one key never
+        // share a millisecond, so their receipts — and the decision ids derived from them —
+        // differ. (An agent hammering one request, every signal saturated, once got two
+        // byte-identical BLOCK receipts in one millisecond, and the ledger kept only one.)
+        let now_ms = match mode {
+            Mode::Commit => {
+                let last = st.last_decided_ms.get(key_id).copied();
+                let now = last.map_or(req.now_ms, |l| req.now_ms.max(l.saturating_add(1)));
+                if let Some(l) = st.last_decided_ms.get_mut(key_id) {
+                    *l = now;
+                } else {
+                    st.last_decided_ms.insert(key_id.to_string(), now);
+                }
+                now
+            }
+            Mode::Estimate => req.now_ms,
+        };
         let counts = st.windows.observe_step(
             key_id,
             &shape.fingerprint,
             &shape.step_fingerprint,
             &shape.model,
-            req.now_ms,
+            now_ms,
         );
         let held_usage = st
             .recorded
             .get(key_id)
             .and_then(|by_request| by_request.get(&(shape.fingerprint, wire)))
             .copied();
-        let approval = st.approval_for(req.hold_id, key_id, &shape.fingerprint, req.now_ms);
+        let approval = st.approval_for(req.hold_id, key_id, &shape.fingerprint, now_ms);
         // A lease makes attended only the requests that declare nothing, on a key whose
         // default is unattended; a request that says `x-tokensaver-human: 0` stays unattended.
         let lease = match req.human {
             None if !req.key.human_default => {
-                st.lease_for(key_id, req.now_ms).map(|l| l.hold_id.clone())
+                st.lease_for(key_id, now_ms).map(|l| l.hold_id.clone())
             }
             _ => None,
         };
@@ -566,9 +585,9 @@ impl Gatekeeper {
         };
         let state = KeyState {
             counts,
-            budget: st.budget_state(key_id, req.now_ms),
+            budget: st.budget_state(key_id, now_ms),
         };
-        let decision = decide_with(&policy, &input, approvals, &state, req.now_ms);
+        let decision = decide_with(&policy, &input, approvals, &state, now_ms);
         drop(policy);
 
         let body = decision.receipt_body();
@@ -581,7 +600,7 @@ impl Gatekeeper {
                 &shape.fingerprint,
                 &shape.step_fingerprint,
                 &shape.model,
-                req.now_ms,
+                now_ms,
             );
             let mut events = Vec::new();
             // An approval is used up only by the request it released; one that a runaway rule
@@ -598,8 +617,8 @@ impl Gatekeeper {
                     hold_id: hold_id.clone(),
                     key_id: key_id.to_string(),
                     fingerprint: shape.fingerprint.to_hex(),
-                    created_ms: req.now_ms,
-                    expires_ms: req.now_ms + self.config.hold_ttl_ms,
+                    created_ms: now_ms,
+                    expires_ms: now_ms + self.config.hold_ttl_ms,
                     state: HoldState::Pending,
                     worst_case_tokens: decision.worst_case.tokens().unwrap_or(0),
                 };
@@ -633,7 +652,7 @@ impl Gatekeeper {
                         wire,
                         nano,
                         output_ceiling: decision.worst_case.output_tokens,
-                        expires_ms: req.now_ms + self.config.reservation_ttl_ms,
+                        expires_ms: now_ms + self.config.reservation_ttl_ms,
                         reusable: shape.reproducible(),
                     },
                 );
