@@ -338,6 +338,8 @@ pub struct Upstream {
     pub tls: bool,
     pub host: String,
     pub port: u16,
+    /// The `Host` header the provider is sent (see [`Origin::authority`]).
+    pub authority: String,
     pub credential_env: Option<String>,
 }
 
@@ -517,6 +519,9 @@ impl Config {
         if raw.limits.max_body_bytes == 0 {
             return Err(field("limits.max_body_bytes", "must be at least 1"));
         }
+        if let Some(c) = &raw.client {
+            parse_origin(&c.gate_url).map_err(|why| field("client.gate_url", why))?;
+        }
         let client = raw.client.map(|c| ClientConfig {
             gate_url: c.gate_url,
             gate_key_env: c.gate_key_env,
@@ -580,41 +585,83 @@ pub fn builtin_prices() -> Result<BTreeMap<String, Prices>, ConfigError> {
 }
 
 fn parse_upstream(name: &str, raw: RawUpstream) -> Result<Upstream, ConfigError> {
-    let (tls, rest) = if let Some(rest) = raw.base_url.strip_prefix("https://") {
-        (true, rest)
-    } else if let Some(rest) = raw.base_url.strip_prefix("http://") {
-        (false, rest)
-    } else {
-        return Err(field(
-            format!("{name}.base_url"),
-            "must start with http:// or https://",
-        ));
-    };
-    let authority = rest.trim_end_matches('/');
-    if authority.is_empty() || authority.contains('/') {
-        return Err(field(
-            format!("{name}.base_url"),
-            "must be scheme://host[:port] with no path (the SDK's path is forwarded as is)",
-        ));
-    }
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => {
-            let port = p
-                .parse::<u16>()
-                .map_err(|_| field(format!("{name}.base_url"), "port is not a number 1-65535"))?;
-            (
-                h.trim_start_matches('[').trim_end_matches(']').to_string(),
-                port,
-            )
-        }
-        _ => (authority.to_string(), if tls { 443 } else { 80 }),
-    };
+    let origin =
+        parse_origin(&raw.base_url).map_err(|why| field(format!("{name}.base_url"), why))?;
     Ok(Upstream {
         base_url: raw.base_url.trim_end_matches('/').to_string(),
+        tls: origin.tls,
+        host: origin.host,
+        port: origin.port,
+        authority: origin.authority,
+        credential_env: raw.credential_env,
+    })
+}
+
+/// A URL that names a server and nothing else: `http(s)://host[:port]`, the host a name, an
+/// IPv4 address or a bracketed IPv6 address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub tls: bool,
+    /// The host as it is resolved and sent as TLS SNI (IPv6 without brackets).
+    pub host: String,
+    pub port: u16,
+    /// The `Host` header: the host (IPv6 in brackets), with the port when it is not the
+    /// scheme's default.
+    pub authority: String,
+}
+
+/// Parse an origin URL (`http::Uri` does the grammar). The reasons are closed-form: they never
+/// echo the URL.
+pub fn parse_origin(url: &str) -> Result<Origin, &'static str> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|_| "is not a URL (expected http://host[:port] or https://host[:port])")?;
+    let tls = match uri.scheme_str() {
+        Some("https") => true,
+        Some("http") => false,
+        _ => return Err("must start with http:// or https://"),
+    };
+    let authority = uri
+        .authority()
+        .ok_or("must name a host: http(s)://host[:port]")?;
+    if authority.as_str().contains('@') {
+        return Err("must not carry credentials in the URL (use credential_env)");
+    }
+    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+        return Err(
+            "must be scheme://host[:port] with no path (the SDK's path is forwarded as is)",
+        );
+    }
+    let bracketed = authority.host();
+    if bracketed.is_empty() {
+        return Err("must name a host: http(s)://host[:port]");
+    }
+    let default_port = if tls { 443 } else { 80 };
+    // No userinfo (refused above), so the authority is the host and then `:port` or nothing.
+    let port = match authority.as_str().get(bracketed.len()..) {
+        Some("") => default_port,
+        Some(rest) => rest
+            .strip_prefix(':')
+            .and_then(|p| p.parse::<u16>().ok())
+            .filter(|&p| p != 0)
+            .ok_or("port is not a number 1-65535")?,
+        None => return Err("must name a host: http(s)://host[:port]"),
+    };
+    let host = bracketed
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(bracketed)
+        .to_string();
+    let authority = if port == default_port {
+        bracketed.to_string()
+    } else {
+        format!("{bracketed}:{port}")
+    };
+    Ok(Origin {
         tls,
         host,
         port,
-        credential_env: raw.credential_env,
+        authority,
     })
 }
 
@@ -671,5 +718,67 @@ mod tests {
         let config = Config::load(&path).unwrap();
         let (name, spend) = config.keys[0].profile.clone().unwrap();
         assert_eq!((name.as_str(), spend.tools), ("agent", 128));
+    }
+
+    #[test]
+    fn origins_parse_names_ipv4_and_bracketed_ipv6() {
+        let o = parse_origin("http://[::1]:8080").unwrap();
+        assert_eq!(
+            (o.host.as_str(), o.port, o.authority.as_str()),
+            ("::1", 8080, "[::1]:8080")
+        );
+        let o = parse_origin("https://[2001:db8::7]/").unwrap();
+        assert_eq!(
+            (o.host.as_str(), o.port, o.authority.as_str()),
+            ("2001:db8::7", 443, "[2001:db8::7]")
+        );
+        let o = parse_origin("http://127.0.0.1:9").unwrap();
+        assert_eq!((o.tls, o.host.as_str(), o.port), (false, "127.0.0.1", 9));
+        let o = parse_origin("https://api.anthropic.com").unwrap();
+        assert_eq!(
+            (o.tls, o.port, o.authority.as_str()),
+            (true, 443, "api.anthropic.com")
+        );
+        let o = parse_origin("http://gate.example:80").unwrap();
+        assert_eq!(o.authority, "gate.example");
+    }
+
+    #[test]
+    fn origins_refuse_what_is_not_a_bare_server_url() {
+        for bad in [
+            "not a url",
+            "",
+            "ftp://host",
+            "gate.example:8788",
+            "http://host/v1",
+            "http://host?x=1",
+            "http://user:pw@host",
+            "http://host:0",
+            "http://host:99999",
+            "http://[::1",
+            "http://host:",
+        ] {
+            assert!(parse_origin(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn check_config_refuses_a_client_gate_url_that_is_not_a_url() {
+        let err = Config::parse("[client]\ngate_url = \"not a url\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("client.gate_url"), "{err}");
+        assert!(
+            !err.contains("not a url"),
+            "the reason must not echo the value: {err}"
+        );
+        let ok = Config::parse("[client]\ngate_url = \"http://[::1]:8788\"\n").unwrap();
+        assert_eq!(ok.client.unwrap().gate_url, "http://[::1]:8788");
+        let up = Config::parse("[upstreams.openai]\nbase_url = \"http://[::1]:9\"\n").unwrap();
+        let up = up.openai.unwrap();
+        assert_eq!(
+            (up.host.as_str(), up.port, up.authority.as_str()),
+            ("::1", 9, "[::1]:9")
+        );
     }
 }

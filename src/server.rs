@@ -50,6 +50,7 @@ pub fn client_mode(
     let Some(gate_url) = gate_url.or_else(|| section.map(|c| c.gate_url.clone())) else {
         return Ok(None);
     };
+    crate::config::parse_origin(&gate_url).map_err(|why| format!("the gate URL {why}"))?;
     let key = gate_key
         .or_else(|| {
             section

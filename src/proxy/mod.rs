@@ -71,12 +71,7 @@ impl ProviderPeer {
         peer.options.read_timeout = Some(timeout);
         peer.options.write_timeout = Some(timeout);
         peer.options.idle_timeout = Some(Duration::from_secs(60));
-        let default_port = if upstream.tls { 443 } else { 80 };
-        let host_header = if upstream.port == default_port {
-            upstream.host.clone()
-        } else {
-            format!("{}:{}", upstream.host, upstream.port)
-        };
+        let host_header = upstream.authority.clone();
         let credential = upstream
             .credential_env
             .as_deref()
