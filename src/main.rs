@@ -424,20 +424,20 @@ fn run(command: Command, log_format: Option<LogFormat>) -> Result<(), String> {
         }
         Command::SplitProfile { file, json, config } => {
             let input = read_input(&file)?;
-            let signer = match Config::load(&config) {
-                Ok(c) => tokensaver::receipt::ReceiptSigner::load_or_create(&c.data_dir)
-                    .map_err(|e| e.to_string())?,
-                Err(_) => tokensaver::receipt::ReceiptSigner::load_or_create(std::path::Path::new(
-                    "./data",
-                ))
-                .map_err(|e| e.to_string())?,
-            };
             use tokensaver::split_profile as sp;
             match sp::profile(&input, tokensaver::now_ms()) {
-                Ok(report) if json => println!(
-                    "{}",
-                    String::from_utf8_lossy(&sp::signed_report(&report, &signer))
-                ),
+                Ok(report) if json => {
+                    // The signed report is signed with the server's key, from the config's
+                    // data dir: no config, no signature (never a key made up in ./data).
+                    let config = Config::load(&config).map_err(|e| e.to_string())?;
+                    let signer =
+                        tokensaver::receipt::ReceiptSigner::load_or_create(&config.data_dir)
+                            .map_err(|e| e.to_string())?;
+                    println!(
+                        "{}",
+                        String::from_utf8_lossy(&sp::signed_report(&report, &signer))
+                    )
+                }
                 Ok(report) => print!("{}", sp::render_text(&report)),
                 Err(refusal) => {
                     return Err(sp::render_refusal_text(refusal).trim_end().to_string())
