@@ -7,7 +7,6 @@ use rand::RngCore;
 use subtle::ConstantTimeEq;
 
 use crate::config::{Config, KeyConfig};
-use crate::receipt::hex_encode;
 
 const AUTH_CONTEXT: &str = "tokensaver auth v1";
 const ADMIN_CONTEXT: &str = "tokensaver admin v1";
@@ -126,11 +125,11 @@ pub fn new_key(id: &str, profile: Option<&str>) -> Option<(String, String)> {
     }
     let mut secret = [0u8; 24];
     rand::rngs::OsRng.fill_bytes(&mut secret);
-    let secret = hex_encode(&secret);
+    let secret = hex::encode(secret);
     let key = format!("tsk_{id}_{secret}");
     let mut line = format!(
         "[[keys]]\nid = \"{id}\"\nsecret_hash = \"{}\"\n",
-        hex_encode(&secret_hash(&secret))
+        hex::encode(secret_hash(&secret))
     );
     if let Some(profile) = profile {
         line.push_str(&format!(
@@ -145,10 +144,10 @@ pub fn new_key(id: &str, profile: Option<&str>) -> Option<(String, String)> {
 pub fn new_owner_secret() -> (String, String) {
     let mut secret = [0u8; 24];
     rand::rngs::OsRng.fill_bytes(&mut secret);
-    let secret = hex_encode(&secret);
+    let secret = hex::encode(secret);
     let line = format!(
         "owner_secret_hash = \"{}\"\n",
-        hex_encode(&owner_hash(&secret))
+        hex::encode(owner_hash(&secret))
     );
     (secret, line)
 }
@@ -156,10 +155,10 @@ pub fn new_owner_secret() -> (String, String) {
 pub fn new_admin_key() -> (String, String) {
     let mut secret = [0u8; 24];
     rand::rngs::OsRng.fill_bytes(&mut secret);
-    let key = format!("tsa_{}", hex_encode(&secret));
+    let key = format!("tsa_{}", hex::encode(secret));
     let line = format!(
         "[admin]\nkey_hash = \"{}\"\n",
-        hex_encode(&admin_hash(&key))
+        hex::encode(admin_hash(&key))
     );
     (key, line)
 }

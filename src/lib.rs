@@ -22,6 +22,7 @@ pub mod server;
 pub mod spec_card;
 pub mod split_profile;
 pub mod store;
+pub mod utc;
 
 /// The wall clock in unix milliseconds, read by the I/O shells only: the decision logic takes
 /// the time as an argument.

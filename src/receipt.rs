@@ -113,7 +113,7 @@ impl ReceiptSigner {
             parse_hex32(text.trim()).ok_or(ReceiptError::KeyFile)?
         } else {
             let key = SigningKey::generate(&mut rand::rngs::OsRng);
-            write_private(&path, &hex_encode(&key.to_bytes()))?;
+            write_private(&path, &hex::encode(key.to_bytes()))?;
             key.to_bytes()
         };
         let mut signer = Self::from_seed(seed);
@@ -216,25 +216,10 @@ fn write_private(path: &Path, contents: &str) -> Result<(), ReceiptError> {
     file.sync_all().map_err(|_| ReceiptError::KeyWrite)
 }
 
-pub fn hex_encode(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0xF)]));
-    }
-    out
-}
-
+/// Exactly 64 hex digits → 32 bytes.
 pub fn parse_hex32(text: &str) -> Option<[u8; 32]> {
-    if text.len() != 64 {
-        return None;
-    }
     let mut out = [0u8; 32];
-    for (i, chunk) in text.as_bytes().chunks(2).enumerate() {
-        let s = std::str::from_utf8(chunk).ok()?;
-        out[i] = u8::from_str_radix(s, 16).ok()?;
-    }
+    hex::decode_to_slice(text, &mut out).ok()?;
     Some(out)
 }
 
@@ -244,9 +229,9 @@ mod tests {
 
     #[test]
     fn hex_round_trips() {
-        assert_eq!(hex_encode(&[0x00, 0x0f, 0xa0, 0xff, 0x5c]), "000fa0ff5c");
+        assert_eq!(hex::encode([0x00, 0x0f, 0xa0, 0xff, 0x5c]), "000fa0ff5c");
         let bytes: [u8; 32] = std::array::from_fn(|i| (i * 37) as u8);
-        let hex = hex_encode(&bytes);
+        let hex = hex::encode(bytes);
         let expected: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(hex, expected);
         assert_eq!(parse_hex32(&hex), Some(bytes));

@@ -554,20 +554,9 @@ impl Api {
 
     /// `GET /economics?suite=&category=&model=&task=`: unknown parameters are refused.
     async fn economics(&self, req: &ApiRequest) -> ApiResponse {
-        let mut filters = serde_json::Map::new();
-        for pair in req
-            .query
-            .as_deref()
-            .unwrap_or("")
-            .split('&')
-            .filter(|p| !p.is_empty())
-        {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            filters.insert(k.to_string(), serde_json::Value::String(v.to_string()));
-        }
-        let Ok(query) =
-            serde_json::from_value::<crate::economics::model::EconomicsQuery>(filters.into())
-        else {
+        let Ok(query) = serde_urlencoded::from_str::<crate::economics::model::EconomicsQuery>(
+            req.query.as_deref().unwrap_or(""),
+        ) else {
             return ApiResponse::error(
                 400,
                 "unknown_filter",

@@ -20,7 +20,7 @@ pub(super) const T0: u64 = 1_795_991_949_000;
 const TTL_MS: u64 = 900_000;
 
 pub(super) fn config() -> Config {
-    let hash = crate::receipt::hex_encode(&crate::auth::secret_hash(SECRET));
+    let hash = hex::encode(crate::auth::secret_hash(SECRET));
     let text = format!(
         r#"
 [[keys]]

@@ -62,7 +62,7 @@ pub struct Hash(pub [u8; 32]);
 
 impl Hash {
     pub fn to_hex(&self) -> String {
-        crate::receipt::hex_encode(&self.0)
+        hex::encode(self.0)
     }
 
     pub fn from_hex(text: &str) -> Option<Hash> {

@@ -24,30 +24,14 @@ pub const R3_NOT_ASSESSABLE_REASON: &str = "fewer than two tools carry a schema"
 
 /// RFC 3339 UTC, second precision: `YYYY-MM-DDTHH:MM:SSZ`.
 pub fn rfc3339_utc(unix_ms: u64) -> String {
-    let secs = unix_ms / 1000;
-    let days = secs / 86_400;
-    let rem = secs % 86_400;
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
+    crate::utc::rfc3339(unix_ms)
 }
 
-/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
-pub fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (if m <= 2 { y + 1 } else { y }, m, d)
+/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian.
+#[cfg(test)]
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let (y, m, d) = crate::utc::civil_from_days(i64::try_from(days).unwrap_or(i64::MAX));
+    (y.unsigned_abs(), u64::from(m), u64::from(d))
 }
 
 /// The verdict line, exactly the criteria's grammar.

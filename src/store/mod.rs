@@ -500,75 +500,14 @@ impl std::future::Future for Acked {
     }
 }
 
-/// `YYYY-MM-DD` for a unix-milliseconds time (UTC), by the civil-from-days algorithm.
-pub fn utc_day(ms: u64) -> String {
-    let (y, m, d) = civil_from_days((ms / 86_400_000) as i64);
-    format!("{y:04}-{m:02}-{d:02}")
-}
-
-/// Howard Hinnant's days → (year, month, day).
-pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
-/// Start (unix ms, negative before 1970) of a `YYYY-MM-DD` UTC day; anything else (including
-/// 2026-02-30) is `None`.
-pub fn day_start_ms(day: &str) -> Option<i64> {
-    let b = day.as_bytes();
-    let well_formed = b.len() == 10
-        && b[4] == b'-'
-        && b[7] == b'-'
-        && b.iter()
-            .enumerate()
-            .all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit());
-    if !well_formed {
-        return None;
-    }
-    let y: i64 = day[0..4].parse().ok()?;
-    let m: u32 = day[5..7].parse().ok()?;
-    let d: u32 = day[8..10].parse().ok()?;
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
-        return None;
-    }
-    let days = days_from_civil(y, m, d);
-    if civil_from_days(days) != (y, m, d) {
-        return None;
-    }
-    Some(days * 86_400_000)
-}
-
-/// Howard Hinnant's (year, month, day) → days since 1970-01-01; inverse of
-/// [`civil_from_days`].
-pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let m = i64::from(m);
-    let mp = if m > 2 { m - 3 } else { m + 9 };
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
+pub use crate::utc::{civil_from_days, day as utc_day, day_start_ms};
 
 /// Start (unix ms) of the budget period containing `now_ms`.
 pub fn period_start(period: BudgetPeriod, now_ms: u64) -> u64 {
     match period {
         BudgetPeriod::Lifetime => 0,
         BudgetPeriod::Day => now_ms - now_ms % 86_400_000,
-        BudgetPeriod::Month => {
-            let days = (now_ms / 86_400_000) as i64;
-            let (_, _, d) = civil_from_days(days);
-            ((days - i64::from(d) + 1) as u64) * 86_400_000
-        }
+        BudgetPeriod::Month => crate::utc::month_start_ms(now_ms),
     }
 }
 

@@ -1631,7 +1631,7 @@ impl ToSql for Hex32<'_> {
 /// A column written as [`Hex32`], as the string it was.
 fn hex32_from(row: &Row<'_>, idx: usize) -> rusqlite::Result<String> {
     match row.get_ref(idx)? {
-        ValueRef::Blob(b) if b.len() == 32 => Ok(crate::receipt::hex_encode(b)),
+        ValueRef::Blob(b) if b.len() == 32 => Ok(hex::encode(b)),
         ValueRef::Text(t) => std::str::from_utf8(t)
             .map(str::to_owned)
             .map_err(|e| rusqlite::Error::FromSqlConversionFailure(idx, Type::Text, Box::new(e))),

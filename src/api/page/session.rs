@@ -20,7 +20,6 @@ use rand::RngCore;
 use subtle::ConstantTimeEq;
 
 use crate::api::Listener;
-use crate::receipt::hex_encode;
 
 /// How long a sign-in lasts (absolute, not renewed by activity): a working day.
 pub const SESSION_TTL_MS: u64 = 8 * 3_600_000;
@@ -63,7 +62,7 @@ pub struct Sessions {
 fn random_hex() -> String {
     let mut bytes = [0u8; 32];
     rand::rngs::OsRng.fill_bytes(&mut bytes);
-    hex_encode(&bytes)
+    hex::encode(bytes)
 }
 
 fn token_hash(token: &str) -> [u8; 32] {
