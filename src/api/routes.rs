@@ -32,7 +32,7 @@ pub enum Listener {
 pub struct Api {
     pub gatekeeper: Arc<Gatekeeper>,
     pub split_profile: crate::split_profile::SplitProfileService,
-    pub page: super::page::Page,
+    pub page: Arc<super::page::Page>,
 }
 
 /// Decisions per page of `GET /ledger/decisions` when `limit` is absent.
@@ -79,7 +79,7 @@ impl Api {
         Self {
             gatekeeper,
             split_profile: crate::split_profile::SplitProfileService::new(),
-            page: super::page::Page::new(),
+            page: Arc::new(super::page::Page::new()),
         }
     }
 
@@ -97,6 +97,21 @@ impl Api {
         }
     }
 
+    /// The ledger page reads the ledger (SQLite) and may summarise the economics evidence
+    /// (files, 10 000 bootstrap resamples): the blocking pool's work, not a worker's.
+    async fn page(&self, listener: Listener, req: &ApiRequest) -> ApiResponse {
+        let (page, gatekeeper, req) = (
+            Arc::clone(&self.page),
+            Arc::clone(&self.gatekeeper),
+            req.clone(),
+        );
+        tokio::task::spawn_blocking(move || page.handle(listener, &gatekeeper, &req))
+            .await
+            .unwrap_or_else(|_| {
+                ApiResponse::error(503, "storage_unavailable", "the ledger is unavailable")
+            })
+    }
+
     fn caller<'a>(
         &'a self,
         req: &ApiRequest,
@@ -109,7 +124,7 @@ impl Api {
         let path = req.path.as_str();
         let m = &req.method;
         match path {
-            p if super::page::owns(p) => self.page.handle(Listener::Api, &self.gatekeeper, req),
+            p if super::page::owns(p) => self.page(Listener::Api, req).await,
             "/spec" => only(m, Method::GET, || self.spec()),
             "/stats" => only_async(m, Method::GET, self.stats()).await,
             "/verify" => only(m, Method::POST, || self.verify(req)),
@@ -135,9 +150,14 @@ impl Api {
                 )
                 .await
             }
-            "/ledger/decisions" => only(m, Method::GET, || {
-                self.keyed(req, |k, _| self.decisions(req, Some(&k.id)))
-            }),
+            "/ledger/decisions" => {
+                only_async(
+                    m,
+                    Method::GET,
+                    self.keyed_async(req, |k| self.decisions(req, Some(&k.id))),
+                )
+                .await
+            }
             "/budget" => only(m, Method::GET, || {
                 self.keyed(req, |k, _| {
                     ApiResponse::json(200, &self.gatekeeper.budget_view(&k.id, now_ms()))
@@ -161,7 +181,7 @@ impl Api {
     async fn admin(&self, req: &ApiRequest) -> ApiResponse {
         let path = req.path.as_str();
         if super::page::owns(path) {
-            return self.page.handle(Listener::Admin, &self.gatekeeper, req);
+            return self.page(Listener::Admin, req).await;
         }
         if path == "/metrics" {
             return only(&req.method, Method::GET, || {
@@ -204,9 +224,8 @@ impl Api {
         }
         if path == "/ledger/decisions" {
             // Every key's decisions, or one key's with `?key=ID`.
-            return only(&req.method, Method::GET, || {
-                self.decisions(req, req.query_param("key").filter(|k| !k.is_empty()))
-            });
+            let key_id = req.query_param("key").filter(|k| !k.is_empty());
+            return only_async(&req.method, Method::GET, self.decisions(req, key_id)).await;
         }
         not_found()
     }
@@ -469,7 +488,7 @@ impl Api {
     /// every key's, admin) with their settlements, oldest first, a page at a time. `from` and
     /// `to` are UTC days (`YYYY-MM-DD`, both inclusive) or unix milliseconds (`to` exclusive);
     /// `after` is the `next_after` of the previous page.
-    fn decisions(&self, req: &ApiRequest, key_id: Option<&str>) -> ApiResponse {
+    async fn decisions(&self, req: &ApiRequest, key_id: Option<&str>) -> ApiResponse {
         let bound = |name: &str, end: bool| -> Result<Option<u64>, ()> {
             match req.query_param(name) {
                 None | Some("") => Ok(None),
@@ -502,7 +521,7 @@ impl Api {
                 .map(str::to_string),
             limit,
         };
-        match self.gatekeeper.decisions(&query) {
+        match self.gatekeeper.decisions_acked(query).await {
             Ok(page) if req.query_param("format") == Some("csv") => {
                 let csv = crate::ledger::report::decisions_csv(&page);
                 let resp = ApiResponse::text(200, "text/csv", csv);

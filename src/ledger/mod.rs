@@ -1167,6 +1167,16 @@ impl Gatekeeper {
         self.store.flush()
     }
 
+    /// [`Gatekeeper::decisions`] for async callers: the commit is awaited and the read runs on
+    /// the blocking pool.
+    pub async fn decisions_acked(&self, query: DecisionQuery) -> Result<DecisionPage, StoreError> {
+        self.store.flush_acked().await?;
+        let store = Arc::clone(&self.store);
+        tokio::task::spawn_blocking(move || store.decisions(&query))
+            .await
+            .map_err(|_| StoreError::Unavailable)?
+    }
+
     /// The ledger page's latest decisions (newest first), of a key or every key (`None`).
     pub fn latest_decisions(
         &self,
