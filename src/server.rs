@@ -179,7 +179,9 @@ pub fn serve(opts: ServeOptions) -> Result<(), String> {
     server.bootstrap();
 
     let gatekeeper = open_gatekeeper(config)?;
-    let remote = client.map(|c| crate::proxy::remote::RemoteGate::new(&c.gate_url, c.key));
+    let remote = client
+        .map(|c| crate::proxy::remote::RemoteGate::new(&c.gate_url, c.key))
+        .transpose()?;
     let digest_mode = remote.is_some();
 
     let proxy =

@@ -458,9 +458,9 @@ impl Recorder {
                 // The client has its answer; the record travels in the background, and a drain
                 // waits for it.
                 let in_flight = crate::lifecycle::enter();
-                tokio::task::spawn_blocking(move || {
+                tokio::spawn(async move {
                     let _in_flight = in_flight;
-                    if remote.record(&report).is_err() {
+                    if remote.record(&report).await.is_err() {
                         tracing::warn!("could not record usage with the central gate");
                     }
                 });

@@ -324,10 +324,8 @@ impl GateProxy {
                 if stored.is_some() {
                     digest.held.push(shape.wire_form());
                 }
-                let remote = remote.clone();
-                let answer = tokio::task::spawn_blocking(move || remote.gate(&digest)).await;
-                match answer {
-                    Ok(Ok(r)) => Enforce {
+                match remote.gate(&digest).await {
+                    Ok(r) => Enforce {
                         verdict: r.verdict,
                         status: r.status,
                         receipt_headers: receipt_headers(r.verdict, &r.receipt),
