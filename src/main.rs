@@ -162,6 +162,9 @@ enum KeyCommand {
     Admin,
     /// Print a new owner secret (approves the key's holds) and the line for its `[[keys]]` table.
     Owner,
+    /// Read keys (`tsk_<id>_<secret>`, one per line) on stdin and print `<id> <secret_hash>`
+    /// for each: the hash a `[[keys]]` table holds, for scripts that make keys in bulk.
+    Hash,
 }
 
 /// Where the running server is and how to authenticate with it.
@@ -416,6 +419,23 @@ fn run(command: Command, log_format: Option<LogFormat>) -> Result<(), String> {
         } => {
             let (key, line) = tokensaver::auth::new_admin_key();
             println!("admin key (keep it off shared machines): {key}\n\nconfig lines:\n{line}");
+            Ok(())
+        }
+        Command::Key {
+            command: KeyCommand::Hash,
+        } => {
+            use std::io::BufRead;
+            let mut out = String::new();
+            for (n, line) in std::io::stdin().lock().lines().enumerate() {
+                let line = line.map_err(|_| "could not read stdin".to_string())?;
+                let parsed = tokensaver::auth::parse_key(line.trim()).ok_or(format!(
+                    "line {}: not a key of the form tsk_<id>_<secret>",
+                    n + 1
+                ))?;
+                let hash = hex::encode(tokensaver::auth::secret_hash(parsed.secret));
+                out.push_str(&format!("{} {hash}\n", parsed.id));
+            }
+            print!("{out}");
             Ok(())
         }
         Command::Ledger { config, key } => {

@@ -8,12 +8,13 @@
                 8 turns, 2 tools) split around the point where the Lua script inserts a
                 per-request marker (so every ALLOW request has its own fingerprint)
 
-usage: gen.py SRC_CONFIG OUT_DIR PROXY_PORT API_PORT ADMIN_PORT MOCK_PORT N_ALLOW N_SERVE
-"""
-import json, os, re, secrets, sys
-import blake3
+usage: gen.py SRC_CONFIG OUT_DIR PROXY_PORT API_PORT ADMIN_PORT MOCK_PORT N_ALLOW N_SERVE BIN
 
-src, out, proxy, api, admin, mock, n_allow, n_serve = sys.argv[1:9]
+The keys' hashes come from `BIN key hash` (the server's own code), never re-implemented here.
+"""
+import json, os, re, secrets, subprocess, sys
+
+src, out, proxy, api, admin, mock, n_allow, n_serve, bin_ = sys.argv[1:10]
 n_allow, n_serve = int(n_allow), int(n_serve)
 os.makedirs(out, exist_ok=True)
 
@@ -65,14 +66,20 @@ cfg = re.sub(r'(?m)^admin = .*$', f'admin = "127.0.0.1:{admin}"', cfg)
 cfg = re.sub(r'(?m)^dir = .*$', f'dir = "{out}/data"', cfg)
 cfg = re.sub(r'(?m)^base_url = .*$', f'base_url = "http://127.0.0.1:{mock}"', cfg)
 assert cfg.count(f"127.0.0.1:{mock}") == 2, "upstream base_url not rewritten"
-lines = []
+keys = []
 for name, n in (("a", n_allow), ("s", n_serve)):
     with open(f"{out}/keys_{'allow' if name == 'a' else 'serve'}.txt", "w") as f:
         for i in range(n):
-            kid, secret = f"{name}{i}", secrets.token_hex(24)
-            h = blake3.blake3(secret.encode(), derive_key_context="tokensaver auth v1").hexdigest()
-            lines.append(f'[[keys]]\nid = "{kid}"\nsecret_hash = "{h}"\nhuman = true\n')
-            f.write(f"tsk_{kid}_{secret}\n")
+            key = f"tsk_{name}{i}_{secrets.token_hex(24)}"
+            keys.append(key)
+            f.write(key + "\n")
+hashed = subprocess.run([bin_, "key", "hash"], input="\n".join(keys) + "\n", text=True,
+                        capture_output=True, check=True).stdout.split("\n")
+lines = []
+for row in filter(None, hashed):
+    kid, h = row.split(" ")
+    lines.append(f'[[keys]]\nid = "{kid}"\nsecret_hash = "{h}"\nhuman = true\n')
+assert len(lines) == len(keys), "every key hashed"
 # keys go before the first table that follows the demo key
 idx = cfg.index("[prices.")
 cfg = cfg[:idx] + "\n".join(lines) + "\n" + cfg[idx:]

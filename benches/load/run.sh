@@ -16,7 +16,6 @@ P_MOCK=${P_MOCK:-18801} P_PT=${P_PT:-18802} P_TS=${P_TS:-18803} P_API=${P_API:-1
 ADMIN_KEY=tsa_demo-admin-key-not-for-production
 
 command -v wrk >/dev/null || { echo "installing wrk"; apt-get install -y wrk >/dev/null; }
-python3 -c 'import blake3' 2>/dev/null || pip install -q blake3
 
 if [ -z "${SKIP_BUILD:-}" ]; then
   cargo build --release --bin tokensaver --example passthrough
@@ -34,7 +33,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-python3 benches/load/gen.py config/tokensaver.toml "$WORK" $P_TS $P_API $P_ADMIN $P_MOCK $N_ALLOW $N_SERVE
+python3 benches/load/gen.py config/tokensaver.toml "$WORK" $P_TS $P_API $P_ADMIN $P_MOCK $N_ALLOW $N_SERVE "$BIN"
 "$BIN" check-config "$WORK/config.toml" >/dev/null
 
 "$BIN" mock-provider --listen 127.0.0.1:$P_MOCK 2>"$WORK/mock.log" & PIDS+=($!); MOCK_PID=$!
