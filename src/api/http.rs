@@ -7,6 +7,20 @@ use bytes::Bytes;
 use http::{HeaderMap, Method};
 use serde::Serialize;
 
+use crate::error::GateError;
+
+impl From<GateError> for ApiResponse {
+    fn from(e: GateError) -> Self {
+        ApiResponse::json(e.status(), &e.api_body())
+    }
+}
+
+impl From<crate::store::StoreError> for ApiResponse {
+    fn from(e: crate::store::StoreError) -> Self {
+        GateError::from(e).into()
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ApiRequest {
     pub method: Method,
@@ -61,10 +75,7 @@ impl ApiResponse {
 
     /// A closed-form error: a static message and a rule id, never content of the request.
     pub fn error(status: u16, code: &'static str, message: &'static str) -> Self {
-        Self::json(
-            status,
-            &serde_json::json!({"error": {"code": code, "message": message}}),
-        )
+        GateError::api(status, code, message).into()
     }
 
     pub fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Self {

@@ -15,6 +15,7 @@ use super::holds::{self, HoldRoute};
 use super::http::{ApiRequest, ApiResponse};
 use crate::auth;
 use crate::config::{BudgetPeriod, KeyConfig, Prices};
+use crate::error::GateError;
 use crate::gate::{Billed, Usage};
 use crate::ledger::{
     GateOutcome, GateRequest, Gatekeeper, Mode, RecordError, RecordSource, UsageReport,
@@ -42,17 +43,6 @@ const DEFAULT_DECISIONS_PAGE: usize = 100;
 const SMALL_BODY_CAP: usize = 1024 * 1024;
 /// The split-profile criteria cap submissions at 262,144 bytes; a little room for the refusal.
 const ADMIN_BODY_CAP: usize = 512 * 1024;
-
-fn keyed_error(e: auth::AuthError) -> ApiResponse {
-    match e {
-        auth::AuthError::Missing => {
-            ApiResponse::error(401, "missing_key", "a tokensaver key is required")
-        }
-        auth::AuthError::Invalid => {
-            ApiResponse::error(401, "invalid_key", "invalid tokensaver key")
-        }
-    }
-}
 
 fn method_not_allowed() -> ApiResponse {
     ApiResponse::error(
@@ -117,7 +107,7 @@ impl Api {
         req: &ApiRequest,
     ) -> Result<(&'a KeyConfig, auth::Caller), ApiResponse> {
         auth::authenticate(&self.gatekeeper.config, auth::presented_key(&req.headers))
-            .map_err(keyed_error)
+            .map_err(|e| GateError::from(e).into())
     }
 
     async fn api(&self, req: &ApiRequest) -> ApiResponse {
@@ -268,7 +258,7 @@ impl Api {
                 200,
                 &json!({"fleet": totals, "tiers_are_never_merged": true}),
             ),
-            Err(_) => ApiResponse::error(503, "storage_unavailable", "the ledger is unavailable"),
+            Err(e) => e.into(),
         }
     }
 
@@ -386,7 +376,7 @@ impl Api {
             // What the client's 409 says: the same closed-form text as the proxy's.
             let ttl = self.gatekeeper.config.hold_ttl_ms;
             answer["hold_ttl_ms"] = json!(ttl);
-            answer["message"] = json!(crate::proxy::errors::hold_message(
+            answer["message"] = json!(crate::error::hold_message(
                 outcome.decision.hold_id.as_deref(),
                 Some(ttl)
             ));
@@ -460,9 +450,7 @@ impl Api {
         }
         let (days, total) = match self.gatekeeper.ledger_acked(Some(&key.id), from, to).await {
             Ok(x) => x,
-            Err(_) => {
-                return ApiResponse::error(503, "storage_unavailable", "the ledger is unavailable")
-            }
+            Err(e) => return e.into(),
         };
         if req.query_param("format") == Some("csv") {
             let csv = crate::ledger::report::csv(&days, &total);
@@ -531,19 +519,14 @@ impl Api {
                 }
             }
             Ok(page) => ApiResponse::json(200, &page),
-            Err(crate::store::StoreError::UnknownCursor) => ApiResponse::error(
-                400,
-                "unknown_cursor",
-                "after must be the decision id a previous page ended with",
-            ),
-            Err(_) => ApiResponse::error(503, "storage_unavailable", "the ledger is unavailable"),
+            Err(e) => e.into(),
         }
     }
 
     async fn forget(&self, key: &KeyConfig) -> ApiResponse {
         match self.gatekeeper.forget_acked(&key.id).await {
             Ok(()) => ApiResponse::json(200, &json!({"forgotten": true})),
-            Err(_) => ApiResponse::error(503, "storage_unavailable", "the ledger is unavailable"),
+            Err(e) => e.into(),
         }
     }
 
@@ -618,7 +601,7 @@ impl Api {
             .await
         {
             Ok(()) => ApiResponse::json(200, &self.gatekeeper.budget_view(key_id, now_ms())),
-            Err(_) => ApiResponse::error(503, "storage_unavailable", "the ledger is unavailable"),
+            Err(e) => e.into(),
         }
     }
 
@@ -631,7 +614,7 @@ impl Api {
         }
         match self.gatekeeper.set_prices_acked(&prices).await {
             Ok(()) => ApiResponse::json(200, &self.gatekeeper.policy().prices),
-            Err(_) => ApiResponse::error(503, "storage_unavailable", "the ledger is unavailable"),
+            Err(e) => e.into(),
         }
     }
 }

@@ -9,10 +9,10 @@ use pingora::proxy::Session;
 use pingora::{Error, ErrorType, Result};
 use serde_json::{Map, Value};
 
-use super::errors::GateError;
 use super::remote::RemoteGate;
 use super::usage::{json_usage, AnswerEnd, SseTap};
 use super::{respond_error, ProviderPeer};
+use crate::error::GateError;
 use crate::gate::Billed;
 use crate::ledger::{Gatekeeper, RecordSource, UsageReport};
 use crate::now_ms;

@@ -8,7 +8,6 @@
 //! `request_filter`, so the gate writes the upstream request itself rather than hand the body
 //! back to the proxy pipeline. `GET /v1/models` passes through pingora's normal proxy path.
 
-pub mod errors;
 mod forward;
 pub mod remote;
 pub mod usage;
@@ -27,12 +26,12 @@ use pingora::{Error, ErrorType, Result};
 
 use crate::auth;
 use crate::config::{Config, KeyConfig, Upstream};
+use crate::error::GateError;
 use crate::gate::Verdict;
 use crate::ledger::{GateRequest, Gatekeeper, Mode};
 use crate::now_ms;
 use crate::request::{self, Digest, Provider, Route};
 use crate::store::answers::AnswerKey;
-use errors::GateError;
 use remote::RemoteGate;
 
 /// Provider paths that are billable but not gated by this build: refused, so spend never
@@ -334,14 +333,9 @@ impl GateProxy {
                         model_served: r.model_served,
                         decision_id: r.decision_id,
                     },
-                    _ => {
+                    Err(e) => {
                         // Fail closed: spend never bypasses the gate.
-                        let err = GateError::new(
-                            502,
-                            "api_error",
-                            "gate_unreachable",
-                            "the central gate did not decide this request",
-                        );
+                        let err = GateError::from(e);
                         return respond_error(session, Some(route), &err, &[]).await;
                     }
                 }

@@ -242,7 +242,7 @@ impl Page {
                 economics,
             },
         )
-        .map_err(|_| ApiResponse::error(503, "storage_unavailable", "the ledger is unavailable"))
+        .map_err(ApiResponse::from)
     }
 
     fn dashboard(

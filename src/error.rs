@@ -1,13 +1,17 @@
-//! Provider-shaped error bodies. Closed-form: static messages, rule ids, numbers — never any
-//! content of the request.
+//! The one error type at the edges: every error the gate itself answers with, on the proxy
+//! (in the error shape of the provider the caller speaks to) and on the API and admin
+//! listeners (`{"error": {"code", "message"}}`). The leaf errors convert into it with `From`.
+//! Closed-form: static messages, rule ids, numbers — never any content of the request.
 
 use bytes::Bytes;
 use serde_json::json;
 
 use crate::request::Route;
+use crate::store::StoreError;
 
 /// An error the gate itself answers with.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
 pub struct GateError {
     pub status: u16,
     /// OpenAI `type` / Anthropic `error.type`.
@@ -43,6 +47,25 @@ impl GateError {
         let mut err = Self::new(409, "tokensaver_hold", code, message);
         err.hold_id = hold_id;
         err
+    }
+
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// The rule or error id.
+    pub fn code(&self) -> &'static str {
+        self.code
+    }
+
+    /// An error of the API and admin listeners (their body names no provider `type`).
+    pub fn api(status: u16, code: &'static str, message: &'static str) -> Self {
+        Self::new(status, "tokensaver_error", code, message)
+    }
+
+    /// The API and admin listeners' body: `{"error": {"code", "message"}}`.
+    pub fn api_body(&self) -> serde_json::Value {
+        json!({"error": {"code": self.code, "message": self.message}})
     }
 
     /// The body in the error format of the provider the caller speaks to.
@@ -95,6 +118,49 @@ impl GateError {
     /// retry would count in the windows).
     pub fn no_retry(&self) -> bool {
         matches!(self.status, 402 | 403 | 409 | 429)
+    }
+}
+
+impl From<StoreError> for GateError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::UnknownCursor => GateError::api(
+                400,
+                "unknown_cursor",
+                "after must be the decision id a previous page ended with",
+            ),
+            StoreError::Unavailable | StoreError::Sqlite(_) => {
+                GateError::api(503, "storage_unavailable", "the ledger is unavailable")
+            }
+        }
+    }
+}
+
+/// Digest mode's central gate did not decide: the request fails closed (spend never bypasses
+/// the gate), whatever went wrong.
+impl From<crate::proxy::remote::RemoteError> for GateError {
+    fn from(_: crate::proxy::remote::RemoteError) -> Self {
+        GateError::new(
+            502,
+            "api_error",
+            "gate_unreachable",
+            "the central gate did not decide this request",
+        )
+    }
+}
+
+/// A keyed route of the API listener without a valid key. (The proxy answers the same
+/// failure in the provider's own shape, code `invalid_api_key`, which the SDKs recognise.)
+impl From<crate::auth::AuthError> for GateError {
+    fn from(e: crate::auth::AuthError) -> Self {
+        match e {
+            crate::auth::AuthError::Missing => {
+                GateError::api(401, "missing_key", "a tokensaver key is required")
+            }
+            crate::auth::AuthError::Invalid => {
+                GateError::api(401, "invalid_key", "invalid tokensaver key")
+            }
+        }
     }
 }
 
