@@ -18,10 +18,12 @@ ADMIN_KEY=tsa_demo-admin-key-not-for-production
 command -v wrk >/dev/null || { echo "installing wrk"; apt-get install -y wrk >/dev/null; }
 
 if [ -z "${SKIP_BUILD:-}" ]; then
-  cargo build --release --bin tokensaver --example passthrough
+  cargo build --release --bin tokensaver --example passthrough --example paced_load
 fi
-BIN=$ROOT/target/release/tokensaver
-PT=$ROOT/target/release/examples/passthrough
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+BIN=$TARGET/release/tokensaver
+PT=$TARGET/release/examples/passthrough
+PACED=$TARGET/release/examples/paced_load
 
 WORK=$(mktemp -d /tmp/tokensaver-load.XXXXXX)
 PIDS=()
@@ -101,6 +103,29 @@ LOAD_MODE=warm timeout 120 wrk -t$WRK_THREADS -c$CONNS -d${WARM_SECS}s -s benche
 echo "warm-up: $(awk '/requests in/{print $1" requests in "$4}' "$WORK/wrk-warm.txt")"
 run serve        $P_TS   serve
 echo "-- verdicts after SERVE run:"; metrics
+# Fixed rate (open loop, below saturation): latency from each request's due time, so what
+# the proxy adds shows at a load it can carry (examples/paced_load.rs; wrk has no fixed rate).
+PACED_SECS=${PACED_SECS:-10}
+PACED_RATES=${PACED_RATES:-500 2000}
+echo "-- fixed rate, ${PACED_SECS}s per run, ${CONNS} connections (latency from the due time):"
+printf '%-12s %6s %8s %8s %7s %7s %9s %9s %9s\n' run rate sent ok non2xx errors p50_ms p99_ms max_ms | tee -a "$WORK/paced.txt"
+for rate in $PACED_RATES; do
+  for target in direct:$P_MOCK passthrough:$P_PT allow:$P_TS; do
+    name=${target%%:*}; port=${target##*:}
+    line=$("$PACED" "http://127.0.0.1:$port/v1/chat/completions" "$WORK" "$rate" "$PACED_SECS" "$CONNS" "paced$rate$name")
+    printf '%-12s %6s %8s %8s %7s %7s %9s %9s %9s\n' "$name" "$rate" $line | tee -a "$WORK/paced.txt"
+  done
+done
+awk '
+  { p50[$1" "$2]=$7; p99[$1" "$2]=$8; rates[$2]=1 }
+  END {
+    for (r in rates) if (r != "rate") {
+      printf "added over direct at %s req/s: pass-through p50 %+.3f p99 %+.3f ms; tokensaver ALLOW p50 %+.3f p99 %+.3f ms\n", r,
+        p50["passthrough " r]-p50["direct " r], p99["passthrough " r]-p99["direct " r],
+        p50["allow " r]-p50["direct " r], p99["allow " r]-p99["direct " r]
+    }
+  }' "$WORK/paced.txt"
+
 if [ -n "${PERF:-}" ] && [ -f "$WORK/perf.data" ]; then
   perf report -i "$WORK/perf.data" --no-children --percent-limit 1.5 --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -30 >"$WORK/perf-top.txt" || true
   echo "-- perf (process serving the $PERF run), self time:"; cat "$WORK/perf-top.txt"
