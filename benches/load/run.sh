@@ -19,9 +19,10 @@ command -v wrk >/dev/null || { echo "installing wrk"; apt-get install -y wrk >/d
 python3 -c 'import blake3' 2>/dev/null || pip install -q blake3
 
 if [ -z "${SKIP_BUILD:-}" ]; then
-  cargo build --release --bin tokensaver --example passthrough
+  cargo build --release --bin tokensaver --bin tokensaver-mock-provider --example passthrough
 fi
 BIN=$ROOT/target/release/tokensaver
+MOCK=$ROOT/target/release/tokensaver-mock-provider
 PT=$ROOT/target/release/examples/passthrough
 
 WORK=$(mktemp -d /tmp/tokensaver-load.XXXXXX)
@@ -37,7 +38,7 @@ trap cleanup EXIT INT TERM
 python3 benches/load/gen.py config/tokensaver.toml "$WORK" $P_TS $P_API $P_ADMIN $P_MOCK $N_ALLOW $N_SERVE
 "$BIN" check-config "$WORK/config.toml" >/dev/null
 
-"$BIN" mock-provider --listen 127.0.0.1:$P_MOCK 2>"$WORK/mock.log" & PIDS+=($!); MOCK_PID=$!
+"$MOCK" --listen 127.0.0.1:$P_MOCK 2>"$WORK/mock.log" & PIDS+=($!); MOCK_PID=$!
 "$PT" 127.0.0.1:$P_PT 127.0.0.1:$P_MOCK $PROXY_THREADS 2>"$WORK/pt.log" & PIDS+=($!); PT_PID=$!
 RUST_LOG=warn "$BIN" serve --config "$WORK/config.toml" --threads $PROXY_THREADS 2>"$WORK/ts.log" & PIDS+=($!); TS_PID=$!
 
