@@ -1,8 +1,11 @@
-//! A deterministic local **mock model provider**: a small HTTP/1.1 server that speaks the
+//! A deterministic local **mock model provider**: an HTTP/1.1 server (hyper) that speaks the
 //! OpenAI chat-completions, OpenAI Responses and Anthropic messages wire formats.
 //!
-//! It is used by the integration tests, `tokensaver demo`, the Python SDK tests, the agent
-//! client tests (Claude Code, Codex CLI, OpenAI Agents SDK) and the load benchmark. Everything
+//! It is used by the integration tests (in-process, [`MockProvider`]), and as the
+//! `tokensaver-mock-provider` binary by `tokensaver demo`, the Python SDK tests, the agent
+//! client tests (Claude Code, Codex CLI, OpenAI Agents SDK), the economics harness, the soak
+//! and the load benchmark (`tokensaver mock-provider ARGS` runs that binary). It is a crate of
+//! its own so that the production `tokensaver` binary does not carry it. Everything
 //! it answers is a pure function of the request (and, for `GET /v1/responses/{id}`, of the
 //! earlier requests), so a test can predict every byte; [`reply_for`] / [`reply_for_api`] /
 //! [`expected_usage`] compute the same figures in-process.
@@ -247,7 +250,7 @@
 //!
 //! # Task scripts (the economics suite's scripted provider)
 //!
-//! With [`ProviderOptions::tasks`] (`tokensaver mock-provider --tasks corpus/economics/tasks`)
+//! With [`ProviderOptions::tasks`] (`tokensaver-mock-provider --tasks corpus/economics/tasks`)
 //! a user turn may carry `tokensaver-mock:task=<id>,seed=<n>` (checked before the markers
 //! above). The named [`TaskScript`] is expanded for the seed ([`TaskScript::plan`]: every
 //! `times` / `words` range drawn from BLAKE3 of task, seed and step) and walked against the
@@ -279,12 +282,14 @@
 //! # Other errors
 //!
 //! A body that is not a JSON object → 400 `invalid_request_error` (connection kept).
-//! Protocol errors answer with an OpenAI-shaped error, `connection: close`, then close:
-//! malformed HTTP → 400; a `Transfer-Encoding` other than `chunked` → 501; a version other
-//! than HTTP/1.0 or 1.1 → 505; a body above [`ProviderOptions::max_body_bytes`] → 413; a head
-//! (or trailer section) above 64 KiB or more than 256 header fields → 431. Such requests are
-//! neither counted nor recorded. `Expect: 100-continue` is honoured. `HEAD` gets the head of
-//! the answer without its body.
+//! Protocol errors answer with `connection: close`, then close: a body above
+//! [`ProviderOptions::max_body_bytes`] → 413 (refused on its declared length before it is
+//! read; chunked, once it grows past the limit) and broken chunked framing → 400, both with an
+//! OpenAI-shaped error body; hyper's own answers, with an empty body: malformed HTTP (request
+//! line, header, `Content-Length`, a `Transfer-Encoding` other than `chunked`, a version other
+//! than HTTP/1.0 or 1.1) → 400, a head above 64 KiB or more than 256 header fields → 431.
+//! Such requests are neither counted nor recorded. `Expect: 100-continue` is honoured.
+//! `HEAD` gets the head of the answer without its body.
 //!
 //! # Recording
 //!
@@ -296,11 +301,13 @@
 //!
 //! # Connections
 //!
-//! HTTP/1.1 keep-alive (any number of requests, pipelining works), HTTP/1.0 (`Connection:
-//! keep-alive` honoured), `Connection: close` honoured (answer carries `connection: close`,
-//! then FIN), request bodies by `Content-Length` or `Transfer-Encoding: chunked` (extensions
-//! and trailers ignored), case-insensitive header names, `TCP_NODELAY` on, one task per
-//! connection on the tokio runtime.
+//! hyper's HTTP/1 server: HTTP/1.1 keep-alive (any number of requests, pipelining works, no
+//! idle timeout), HTTP/1.0 (answered in HTTP/1.0; `Connection: keep-alive` honoured, else the
+//! answer carries `connection: close`), `Connection: close` honoured (answer carries
+//! `connection: close`, then FIN), request bodies by `Content-Length` or `Transfer-Encoding:
+//! chunked` (extensions and trailers ignored), case-insensitive header names (recorded
+//! lowercased, a repeated name's values together), `TCP_NODELAY` on, one task per connection
+//! on the tokio runtime. No `date` header, so answers stay byte-identical.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
@@ -417,7 +424,7 @@ pub enum UsageCounting {
 
 impl ProviderOptions {
     /// The default options with usage counting `usage` (`chars` or `cl100k`) and the task
-    /// scripts under `tasks` (the `mock-provider` command's flags).
+    /// scripts under `tasks` (the `tokensaver-mock-provider` binary's flags).
     pub fn scripted(usage: &str, tasks: Option<&std::path::Path>) -> Result<Self, String> {
         let usage = match usage {
             "chars" => UsageCounting::Chars,
@@ -463,7 +470,8 @@ pub struct ReceivedRequest {
     pub path: String,
     /// The raw request target (path and query).
     pub target: String,
-    /// Headers in order, names lowercased, values trimmed.
+    /// Headers in arrival order (a repeated name's values together), names lowercased, values
+    /// trimmed.
     pub headers: Vec<(String, String)>,
     /// The (de-chunked) body; cut to `max_recorded_bytes` if larger.
     pub body: Bytes,
