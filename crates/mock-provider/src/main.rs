@@ -38,7 +38,8 @@ fn run(args: Args) -> Result<(), String> {
     runtime.block_on(async {
         let listener = tokensaver_mock_provider::bind(args.listen)
             .map_err(|e| format!("cannot listen on {}: {}", args.listen, e.kind()))?;
-        eprintln!("mock provider listening on http://{}", args.listen);
+        let bound = listener.local_addr().unwrap_or(args.listen);
+        eprintln!("mock provider listening on http://{bound}");
         serve_listener(listener, opts)
             .await
             .map_err(|e| format!("serving: {}", e.kind()))
