@@ -1451,10 +1451,6 @@ pub fn expected_usage(body: &[u8]) -> Result<MockUsage, serde_json::Error> {
     reply_for(body).map(|r| r.usage)
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn cl100k(text: &str) -> Option<u64> {
     tokensaver_tokenizer::count(text)
 }
@@ -1610,12 +1606,12 @@ impl MockReply {
     }
 
     fn id_hex(&self) -> String {
-        hex(&self.digest[..12])
+        hex::encode(&self.digest[..12])
     }
 
     /// `hex(d[12..24])`: the part of the tool-call and Responses item ids after the prefix.
     fn call_hex(&self) -> String {
-        hex(&self.digest[12..24])
+        hex::encode(&self.digest[12..24])
     }
 
     /// The id of a scripted tool call: `call_<hex(d[12..24])>` (chat and Responses
