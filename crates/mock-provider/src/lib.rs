@@ -1072,10 +1072,8 @@ fn stored_op(shared: &Shared, op: StoredOp, id: &str, query: Option<&str>) -> Re
             .then(|| json!({"id": id, "object": "response", "deleted": true})),
         StoredOp::Get | StoredOp::Cancel => store.get(id).map(|r| r.response.clone()),
         StoredOp::InputItems => store.get(id).map(|r| {
-            let desc = query
-                .unwrap_or("")
-                .split('&')
-                .any(|pair| pair == "order=desc");
+            let desc = form_urlencoded::parse(query.unwrap_or("").as_bytes())
+                .any(|(k, v)| k == "order" && v == "desc");
             let mut data = r.input_items.clone();
             if desc {
                 data.reverse();
@@ -1230,11 +1228,11 @@ fn introspect(shared: &Shared, method: &str, path: &str, query: Option<&str>) ->
             let mut limit = 50usize;
             let mut only: Option<String> = None;
             let mut body_cap = INTROSPECT_BODY_CAP;
-            for pair in query.unwrap_or("").split('&') {
-                match pair.split_once('=') {
-                    Some(("limit", v)) => limit = v.parse().unwrap_or(limit),
-                    Some(("path", v)) => only = Some(percent_decode(v)),
-                    Some(("max_body", v)) => body_cap = v.parse().unwrap_or(body_cap),
+            for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+                match key.as_ref() {
+                    "limit" => limit = value.parse().unwrap_or(limit),
+                    "path" => only = Some(value.into_owned()),
+                    "max_body" => body_cap = value.parse().unwrap_or(body_cap),
                     _ => {}
                 }
             }
@@ -1278,34 +1276,6 @@ fn introspect(shared: &Shared, method: &str, path: &str, query: Option<&str>) ->
         ("/__mock/reset", _) => error_reply(Flavor::OpenAi, 405, "method not allowed; use POST"),
         _ => error_reply(Flavor::OpenAi, 404, &format!("Unknown mock route: {path}")),
     }
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        match (
-            b[i],
-            b.get(i + 1).copied().and_then(hex),
-            b.get(i + 2).copied().and_then(hex),
-        ) {
-            (b'%', Some(h), Some(l)) => {
-                out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
-                i += 3;
-            }
-            (b'+', _, _) => {
-                out.push(b' ');
-                i += 1;
-            }
-            (c, _, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 // ---------------------------------------------------------------------------------------------
