@@ -1,5 +1,7 @@
 //! Build identity for the economics evidence: BLAKE3 over the sources this binary is built
-//! from (`src/**`, `Cargo.toml`, `Cargo.lock`, `config/prices-builtin.toml`), exported as
+//! from (`src/**`, the workspace crates `crates/**` — the mock provider included, whose
+//! replies the simulated evidence records —, `Cargo.toml`, `Cargo.lock`,
+//! `config/prices-builtin.toml`), exported as
 //! `TOKENSAVER_SOURCE_BLAKE3`. Evidence recorded by one build is stale for another whose
 //! sources differ (SPEC §6): unlike a commit id it needs no git and ignores uncommitted noise
 //! outside the crate, and unlike a binary hash it does not change when the same sources are
@@ -24,6 +26,7 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
 fn main() {
     let mut all = Vec::new();
     files(Path::new("src"), &mut all);
+    files(Path::new("crates"), &mut all);
     for f in ["Cargo.toml", "Cargo.lock", "config/prices-builtin.toml"] {
         all.push(PathBuf::from(f));
     }
@@ -43,6 +46,7 @@ fn main() {
     );
     for p in [
         "src",
+        "crates",
         "Cargo.toml",
         "Cargo.lock",
         "config/prices-builtin.toml",

@@ -46,6 +46,7 @@ fi
 
 if [[ "$steps" == *" soak "* ]]; then
 echo "== soak smoke"
-cargo build --bin tokensaver
+# The soak starts `tokensaver mock-provider`, which runs the mock provider's own binary.
+cargo build --bin tokensaver --bin tokensaver-mock-provider
 SOAK_BIN=target/debug/tokensaver scripts/soak.sh --minutes 1 --interval 20 --warmup 0.4 | tail -8
 fi

@@ -12,6 +12,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="${SOAK_BIN:-target/release/tokensaver}"
 if [ -z "${SOAK_BIN:-}" ]; then
-  cargo build --release --bin tokensaver
+  cargo build --release --bin tokensaver --bin tokensaver-mock-provider
 fi
 exec python3 scripts/soak.py --bin "$BIN" "$@"

@@ -130,19 +130,13 @@ enum Command {
     },
     /// Validate a config file.
     CheckConfig { file: PathBuf },
-    /// Run the deterministic local provider (tests and benchmarks).
-    #[command(hide = true)]
+    /// Run the deterministic local provider (tests and benchmarks): replaces this process with
+    /// the `tokensaver-mock-provider` binary beside it, passing every argument on. The
+    /// provider is a crate of its own, not linked into this binary.
+    #[command(hide = true, disable_help_flag = true)]
     MockProvider {
-        #[arg(long, default_value = "127.0.0.1:9999")]
-        listen: std::net::SocketAddr,
-        #[arg(long)]
-        expected_credential: Option<String>,
-        /// `cl100k`: count usage with cl100k_base over the whole request body.
-        #[arg(long, default_value = "chars")]
-        usage: String,
-        /// Task scripts (`<dir>/<id>/task.json`) for `tokensaver-mock:task=` markers.
-        #[arg(long)]
-        tasks: Option<PathBuf>,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
     },
 }
 
@@ -514,22 +508,12 @@ fn run(command: Command, log_format: Option<LogFormat>) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::MockProvider {
-            listen,
-            expected_credential,
-            usage,
-            tasks,
-        } => {
-            let runtime = tokio::runtime::Runtime::new()?;
-            let opts = tokensaver::demo::provider::ProviderOptions {
-                expected_credential,
-                ..tokensaver::demo::provider::ProviderOptions::scripted(&usage, tasks.as_deref())
-                    .map_err(anyhow::Error::msg)?
-            };
-            eprintln!("mock provider listening on http://{listen}");
-            runtime
-                .block_on(tokensaver::demo::provider::serve_forever(listen, opts))
-                .map_err(anyhow::Error::from)
+        Command::MockProvider { args } => {
+            use std::os::unix::process::CommandExt;
+            let bin = tokensaver::demo::mock_provider_binary().map_err(anyhow::Error::msg)?;
+            // exec: the caller's pid is the provider's, so stopping it by pid stops the provider.
+            let err = std::process::Command::new(&bin).args(args).exec();
+            Err(anyhow!(err).context(format!("cannot run {}", bin.display())))
         }
     }
 }

@@ -290,7 +290,7 @@ fn the_central_gate_sees_no_text_and_decides_as_the_request_path() {
         "the central gate received prompt text"
     );
     for req in h.mock.requests_to(CHAT) {
-        let reply = tokensaver::demo::provider::reply_for(&req.body).unwrap();
+        let reply = tokensaver_mock_provider::reply_for(&req.body).unwrap();
         assert!(
             !sent.contains(&reply.text),
             "the central gate received answer text"

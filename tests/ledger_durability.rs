@@ -134,7 +134,7 @@ fn sigkill_loses_no_acknowledged_usage_and_memory_comes_back() {
         .mock
         .requests_to(CHAT)
         .iter()
-        .filter_map(|r| tokensaver::demo::provider::expected_usage(&r.body).ok())
+        .filter_map(|r| tokensaver_mock_provider::expected_usage(&r.body).ok())
         .map(|u| u.total_tokens())
         .sum();
     assert!(

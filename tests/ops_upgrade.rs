@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::*;
-use tokensaver::demo::provider::expected_usage;
+use tokensaver_mock_provider::expected_usage;
 
 /// A response and the body that was sent.
 type Sent = (Resp, Vec<u8>);

@@ -5,7 +5,7 @@ mod support;
 
 use serde_json::{json, Value};
 use support::*;
-use tokensaver::demo::provider::expected_usage;
+use tokensaver_mock_provider::expected_usage;
 
 fn usage(h: &Harness) -> Value {
     settle();

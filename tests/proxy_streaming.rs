@@ -5,7 +5,7 @@ mod support;
 
 use serde_json::{json, Value};
 use support::*;
-use tokensaver::demo::provider::expected_usage;
+use tokensaver_mock_provider::expected_usage;
 
 /// The `data:` payloads of an SSE body, parsed where JSON.
 fn sse_events(body: &[u8]) -> Vec<String> {

@@ -18,10 +18,12 @@ ADMIN_KEY=tsa_demo-admin-key-not-for-production
 command -v wrk >/dev/null || { echo "installing wrk"; apt-get install -y wrk >/dev/null; }
 
 if [ -z "${SKIP_BUILD:-}" ]; then
-  cargo build --release --bin tokensaver --example passthrough --example paced_load
+  cargo build --release --bin tokensaver --bin tokensaver-mock-provider --example passthrough \
+    --example paced_load
 fi
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 BIN=$TARGET/release/tokensaver
+MOCK=$TARGET/release/tokensaver-mock-provider
 PT=$TARGET/release/examples/passthrough
 PACED=$TARGET/release/examples/paced_load
 
@@ -38,7 +40,7 @@ trap cleanup EXIT INT TERM
 python3 benches/load/gen.py config/tokensaver.toml "$WORK" $P_TS $P_API $P_ADMIN $P_MOCK $N_ALLOW $N_SERVE "$BIN"
 "$BIN" check-config "$WORK/config.toml" >/dev/null
 
-"$BIN" mock-provider --listen 127.0.0.1:$P_MOCK 2>"$WORK/mock.log" & PIDS+=($!); MOCK_PID=$!
+"$MOCK" --listen 127.0.0.1:$P_MOCK 2>"$WORK/mock.log" & PIDS+=($!); MOCK_PID=$!
 "$PT" 127.0.0.1:$P_PT 127.0.0.1:$P_MOCK $PROXY_THREADS 2>"$WORK/pt.log" & PIDS+=($!); PT_PID=$!
 RUST_LOG=warn "$BIN" serve --config "$WORK/config.toml" --threads $PROXY_THREADS 2>"$WORK/ts.log" & PIDS+=($!); TS_PID=$!
 

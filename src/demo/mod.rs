@@ -1,12 +1,11 @@
-//! `tokensaver demo`: the quick start. Starts the built-in deterministic provider on
-//! 127.0.0.1, runs `tokensaver serve` with the example config pointed at it, sends a short
-//! scripted agent session through the proxy over real HTTP, and prints each verdict, its
-//! reason and findings, then the spend and savings from the ledger. No network, no setup.
-
-pub mod provider;
+//! `tokensaver demo`: the quick start. Starts the deterministic mock provider (the
+//! `tokensaver-mock-provider` binary beside this one) on 127.0.0.1, runs `tokensaver serve`
+//! with the example config pointed at it, sends a short scripted agent session through the
+//! proxy over real HTTP, and prints each verdict, its reason and findings, then the spend and
+//! savings from the ledger. No network, no setup.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -16,6 +15,30 @@ use serde_json::{json, Value};
 pub const DEMO_KEY: &str = "tsk_demo_0123456789abcdef0123456789abcdef0123456789abcdef";
 /// The credential the demo provider expects: the proxy must swap it in for the caller's key.
 const PROVIDER_CREDENTIAL: &str = "sk-demo-provider-credential";
+
+/// The mock provider's binary name (package `tokensaver-mock-provider`, `crates/mock-provider`).
+pub const MOCK_PROVIDER_BIN: &str = "tokensaver-mock-provider";
+
+/// The mock provider's binary, next to the running executable: the provider is a crate of its
+/// own, built beside `tokensaver` by a plain `cargo build` at the workspace root, and not
+/// linked into this binary.
+pub fn mock_provider_binary() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("cannot locate this executable: {}", e.kind()))?;
+    let bin = exe.with_file_name(format!(
+        "{MOCK_PROVIDER_BIN}{}",
+        std::env::consts::EXE_SUFFIX
+    ));
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(format!(
+            "{} is missing: the mock provider is a binary of its own; build it with `cargo build` \
+             at the workspace root (or `cargo build -p tokensaver-mock-provider`)",
+            bin.display()
+        ))
+    }
+}
 
 pub fn free_port() -> Result<u16, String> {
     let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
@@ -96,6 +119,21 @@ fn post(url: &str, body: &Value, headers: &[(&str, &str)]) -> Result<Seen, Strin
     })
 }
 
+/// Requests the mock provider received, over every path (its `GET /__mock/calls`).
+fn provider_calls(mock_url: &str) -> Result<u64, String> {
+    let text = ureq::get(&format!("{mock_url}/__mock/calls"))
+        .timeout(Duration::from_secs(10))
+        .call()
+        .map_err(|_| "the local provider did not answer /__mock/calls".to_string())?
+        .into_string()
+        .map_err(|e| format!("the local provider's /__mock/calls: {}", e.kind()))?;
+    let calls: Value = serde_json::from_str(&text)
+        .map_err(|_| "the local provider's /__mock/calls is not JSON".to_string())?;
+    Ok(calls
+        .as_object()
+        .map_or(0, |m| m.values().filter_map(Value::as_u64).sum()))
+}
+
 fn chat(model: &str, text: &str, extra: Value) -> Value {
     let mut body = json!({"model": model, "messages": [{"role": "user", "content": text}]});
     if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
@@ -112,11 +150,21 @@ pub fn run(config_path: &Path) -> Result<(), String> {
     let mut doc: toml::Table =
         toml::from_str(&text).map_err(|e| format!("example config: {}", e.message()))?;
 
-    let mock = provider::MockProvider::start_background(provider::ProviderOptions {
-        expected_credential: Some(PROVIDER_CREDENTIAL.into()),
-        ..Default::default()
-    })
-    .map_err(|e| format!("cannot start the local provider: {e}"))?;
+    let mock_addr: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
+    let mock = Command::new(mock_provider_binary()?)
+        .arg("--listen")
+        .arg(mock_addr.to_string())
+        .arg("--expected-credential")
+        .arg(PROVIDER_CREDENTIAL)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start the local provider: {}", e.kind()))?;
+    let _mock_guard = ChildGuard(mock);
+    if !wait_for_port(mock_addr, Duration::from_secs(10)) {
+        return Err("the local provider did not start listening".into());
+    }
+    let mock_url = format!("http://{mock_addr}");
     let dir = std::env::temp_dir().join(format!("tokensaver-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let proxy: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
@@ -133,7 +181,7 @@ pub fn run(config_path: &Path) -> Result<(), String> {
     if let Some(toml::Value::Table(ups)) = doc.get_mut("upstreams") {
         for (_, up) in ups.iter_mut() {
             if let toml::Value::Table(up) = up {
-                up.insert("base_url".into(), mock.base_url().into());
+                up.insert("base_url".into(), mock_url.clone().into());
             }
         }
     }
@@ -161,10 +209,7 @@ pub fn run(config_path: &Path) -> Result<(), String> {
         return Err("tokensaver serve did not start listening".into());
     }
 
-    println!(
-        "tokensaver demo: proxy {proxy}, local provider {}\n",
-        mock.base_url()
-    );
+    println!("tokensaver demo: proxy {proxy}, local provider {mock_url}\n");
     let chat_url = format!("http://{proxy}/v1/chat/completions");
     let messages_url = format!("http://{proxy}/v1/messages");
     let reproducible = chat(
@@ -253,7 +298,7 @@ pub fn run(config_path: &Path) -> Result<(), String> {
     }
     println!(
         "\nthe provider was called {} times for {} requests",
-        mock.total_calls(),
+        provider_calls(&mock_url)?,
         steps.len()
     );
 

@@ -148,7 +148,7 @@ pub fn gate_policy(config: &Config, key: &TreatmentKeyDecl) -> Result<Value, Str
 pub fn gate_policy_blake3(config: &Config, key: &TreatmentKeyDecl) -> Result<String, String> {
     let v = gate_policy(config, key)?;
     Ok(
-        blake3::hash(crate::demo::provider::canonical_text(&v).as_bytes())
+        blake3::hash(tokensaver_mock_script::canonical_text(&v).as_bytes())
             .to_hex()
             .to_string(),
     )

@@ -596,8 +596,8 @@ pub struct TaskDecl {
     pub setup: Option<Vec<String>>,
     /// The task's own success check, run in the workspace after the sessions: exit 0 = done.
     pub check: Vec<String>,
-    /// The scripted provider's plan for this task (`tokensaver mock-provider --tasks`).
-    pub script: crate::demo::provider::TaskScript,
+    /// The scripted provider's plan for this task (`tokensaver-mock-provider --tasks`).
+    pub script: tokensaver_mock_script::TaskScript,
 }
 
 /// Provider-reported usage of one answer, in the four-part split.

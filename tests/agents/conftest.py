@@ -6,7 +6,7 @@ are the real programs, installed by `tests/agents/install.sh` at pinned versions
 (`claude -p`), Codex CLI (`codex exec`) and the OpenAI Agents SDK (`sdk_agent.py`, run as its
 own process). Nothing leaves 127.0.0.1.
 
-The built-in provider scripts an agent from a marker in the prompt (`src/demo/provider.rs`):
+The built-in provider scripts an agent from a marker in the prompt (`crates/mock-provider/src/lib.rs`):
 `tokensaver-mock:steps=N` asks for N different shell commands, then answers
 `tokensaver-done after N steps`; `tokensaver-mock:loop` asks for the same command forever.
 """

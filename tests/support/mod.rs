@@ -8,8 +8,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tokensaver::demo::provider::{MockProvider, ProviderOptions};
 use tokensaver::demo::{free_port, wait_for_port};
+use tokensaver_mock_provider::{MockProvider, ProviderOptions};
 
 pub const PROVIDER_CREDENTIAL: &str = "sk-test-provider-credential";
 pub const ADMIN_KEY: &str = "tsa_demo-admin-key-not-for-production";

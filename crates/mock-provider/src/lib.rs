@@ -1,8 +1,11 @@
-//! A deterministic local **mock model provider**: a small HTTP/1.1 server that speaks the
+//! A deterministic local **mock model provider**: an HTTP/1.1 server (hyper) that speaks the
 //! OpenAI chat-completions, OpenAI Responses and Anthropic messages wire formats.
 //!
-//! It is used by the integration tests, `tokensaver demo`, the Python SDK tests, the agent
-//! client tests (Claude Code, Codex CLI, OpenAI Agents SDK) and the load benchmark. Everything
+//! It is used by the integration tests (in-process, [`MockProvider`]), and as the
+//! `tokensaver-mock-provider` binary by `tokensaver demo`, the Python SDK tests, the agent
+//! client tests (Claude Code, Codex CLI, OpenAI Agents SDK), the economics harness, the soak
+//! and the load benchmark (`tokensaver mock-provider ARGS` runs that binary). It is a crate of
+//! its own so that the production `tokensaver` binary does not carry it. Everything
 //! it answers is a pure function of the request (and, for `GET /v1/responses/{id}`, of the
 //! earlier requests), so a test can predict every byte; [`reply_for`] / [`reply_for_api`] /
 //! [`expected_usage`] compute the same figures in-process.
@@ -247,7 +250,7 @@
 //!
 //! # Task scripts (the economics suite's scripted provider)
 //!
-//! With [`ProviderOptions::tasks`] (`tokensaver mock-provider --tasks corpus/economics/tasks`)
+//! With [`ProviderOptions::tasks`] (`tokensaver-mock-provider --tasks corpus/economics/tasks`)
 //! a user turn may carry `tokensaver-mock:task=<id>,seed=<n>` (checked before the markers
 //! above). The named [`TaskScript`] is expanded for the seed ([`TaskScript::plan`]: every
 //! `times` / `words` range drawn from BLAKE3 of task, seed and step) and walked against the
@@ -279,12 +282,14 @@
 //! # Other errors
 //!
 //! A body that is not a JSON object → 400 `invalid_request_error` (connection kept).
-//! Protocol errors answer with an OpenAI-shaped error, `connection: close`, then close:
-//! malformed HTTP → 400; a `Transfer-Encoding` other than `chunked` → 501; a version other
-//! than HTTP/1.0 or 1.1 → 505; a body above [`ProviderOptions::max_body_bytes`] → 413; a head
-//! (or trailer section) above 64 KiB or more than 256 header fields → 431. Such requests are
-//! neither counted nor recorded. `Expect: 100-continue` is honoured. `HEAD` gets the head of
-//! the answer without its body.
+//! Protocol errors answer with `connection: close`, then close: a body above
+//! [`ProviderOptions::max_body_bytes`] → 413 (refused on its declared length before it is
+//! read; chunked, once it grows past the limit) and broken chunked framing → 400, both with an
+//! OpenAI-shaped error body; hyper's own answers, with an empty body: malformed HTTP (request
+//! line, header, `Content-Length`, a `Transfer-Encoding` other than `chunked`, a version other
+//! than HTTP/1.0 or 1.1) → 400, a head above 64 KiB or more than 256 header fields → 431.
+//! Such requests are neither counted nor recorded. `Expect: 100-continue` is honoured.
+//! `HEAD` gets the head of the answer without its body.
 //!
 //! # Recording
 //!
@@ -296,11 +301,13 @@
 //!
 //! # Connections
 //!
-//! HTTP/1.1 keep-alive (any number of requests, pipelining works), HTTP/1.0 (`Connection:
-//! keep-alive` honoured), `Connection: close` honoured (answer carries `connection: close`,
-//! then FIN), request bodies by `Content-Length` or `Transfer-Encoding: chunked` (extensions
-//! and trailers ignored), case-insensitive header names, `TCP_NODELAY` on, one task per
-//! connection on the tokio runtime.
+//! hyper's HTTP/1 server: HTTP/1.1 keep-alive (any number of requests, pipelining works, no
+//! idle timeout), HTTP/1.0 (answered in HTTP/1.0; `Connection: keep-alive` honoured, else the
+//! answer carries `connection: close`), `Connection: close` honoured (answer carries
+//! `connection: close`, then FIN), request bodies by `Content-Length` or `Transfer-Encoding:
+//! chunked` (extensions and trailers ignored), case-insensitive header names (recorded
+//! lowercased, a repeated name's values together), `TCP_NODELAY` on, one task per connection
+//! on the tokio runtime. No `date` header, so answers stay byte-identical.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
@@ -308,17 +315,22 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-mod responses;
-mod script;
+use server::{accept_loop, bind_listener};
 
-pub use script::{Marker, MockToolCall, Plan, ScriptStep, Scripted, Slot, TaskScript};
+mod responses;
+mod server;
+
+use tokensaver_mock_script as script;
+pub use tokensaver_mock_script::{
+    canonical_digest, canonical_text, Marker, MockToolCall, Plan, ScriptStep, Scripted, Slot,
+    TaskScript, WORDS,
+};
 
 /// The fixed `created` timestamp of every OpenAI answer.
 pub const CREATED: u64 = 1_700_000_000;
@@ -344,22 +356,6 @@ pub const MODELS: [&str; 8] = [
     "fault-truncated",
 ];
 
-/// The reply vocabulary: word `i` of a reply is `WORDS[digest[1 + i] % 64]`.
-pub const WORDS: [&str; 64] = [
-    "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
-    "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango",
-    "uniform", "victor", "whiskey", "xray", "yankee", "zulu", "amber", "basalt", "cedar", "dune",
-    "ember", "fjord", "granite", "harbor", "iris", "jade", "kelp", "lagoon", "meadow", "nectar",
-    "onyx", "pebble", "quartz", "river", "saffron", "tundra", "umber", "valley", "willow", "xenon",
-    "yarrow", "zephyr", "anchor", "beacon", "canyon", "drift", "estuary", "fern", "glacier",
-    "heron", "island", "juniper", "kestrel", "lantern",
-];
-
-const MAX_HEAD_BYTES: usize = 64 * 1024;
-const MAX_HEADERS: usize = 256;
-const MAX_CHUNK_LINE: usize = 4096;
-const INITIAL_BUF: usize = 16 * 1024;
-const READ_RESERVE: usize = 16 * 1024;
 const INTROSPECT_BODY_CAP: usize = 64 * 1024;
 /// Largest piece of a streamed tool-call `arguments` string, in characters.
 pub const ARGUMENT_PIECE_CHARS: usize = 16;
@@ -428,7 +424,7 @@ pub enum UsageCounting {
 
 impl ProviderOptions {
     /// The default options with usage counting `usage` (`chars` or `cl100k`) and the task
-    /// scripts under `tasks` (the `mock-provider` command's flags).
+    /// scripts under `tasks` (the `tokensaver-mock-provider` binary's flags).
     pub fn scripted(usage: &str, tasks: Option<&std::path::Path>) -> Result<Self, String> {
         let usage = match usage {
             "chars" => UsageCounting::Chars,
@@ -474,7 +470,8 @@ pub struct ReceivedRequest {
     pub path: String,
     /// The raw request target (path and query).
     pub target: String,
-    /// Headers in order, names lowercased, values trimmed.
+    /// Headers in arrival order (a repeated name's values together), names lowercased, values
+    /// trimmed.
     pub headers: Vec<(String, String)>,
     /// The (de-chunked) body; cut to `max_recorded_bytes` if larger.
     pub body: Bytes,
@@ -766,7 +763,13 @@ impl Drop for MockProvider {
     }
 }
 
-/// Binds `addr` and serves until the process ends (for `tokensaver mock-provider`).
+/// Binds `addr` (with `SO_REUSEADDR`, backlog 1024) for [`serve_listener`]; call it inside a
+/// tokio runtime.
+pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    bind_listener(addr)
+}
+
+/// Binds `addr` and serves until the process ends.
 pub async fn serve_forever(addr: SocketAddr, opts: ProviderOptions) -> io::Result<()> {
     let listener = bind_listener(addr)?;
     serve_listener(listener, opts).await
@@ -782,411 +785,18 @@ pub async fn serve_listener(listener: TcpListener, opts: ProviderOptions) -> io:
     Ok(())
 }
 
-fn bind_listener(addr: SocketAddr) -> io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    socket.listen(1024)
-}
-
-async fn wait_shutdown(rx: &mut watch::Receiver<bool>) {
-    while !*rx.borrow_and_update() {
-        if rx.changed().await.is_err() {
-            return;
-        }
-    }
-}
-
-async fn accept_loop(
-    listener: TcpListener,
-    shared: Arc<Shared>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => {
-                    let shared = Arc::clone(&shared);
-                    let mut rx = shutdown.clone();
-                    tokio::spawn(async move {
-                        tokio::select! {
-                            res = serve_connection(stream, shared) => {
-                                if let Err(e) = res {
-                                    tracing::debug!(error = %e, "mock provider connection ended");
-                                }
-                            }
-                            _ = wait_shutdown(&mut rx) => {}
-                        }
-                    });
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "mock provider accept failed");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            },
-            _ = wait_shutdown(&mut shutdown) => break,
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
-// HTTP/1.1 parsing
+// What the server sends
 // ---------------------------------------------------------------------------------------------
 
+/// One request as the server hands it to [`handle`].
 struct RequestHead {
     method: String,
+    /// The request target as sent (origin-form path and query, or absolute-form).
     target: String,
-    minor: u8,
+    /// Names lowercased, in arrival order.
     headers: Vec<(String, String)>,
 }
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Framing {
-    Empty,
-    Length(usize),
-    Chunked,
-}
-
-struct RequestInfo {
-    framing: Framing,
-    keep_alive: bool,
-    expect_continue: bool,
-}
-
-enum ReadError {
-    /// Answer with this status and close.
-    Http(u16, &'static str),
-    Io(io::Error),
-}
-
-impl From<io::Error> for ReadError {
-    fn from(e: io::Error) -> Self {
-        ReadError::Io(e)
-    }
-}
-
-fn is_token_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
-/// Index just past the blank line ending the head, scanning from `from`.
-fn find_head_end(buf: &[u8], from: usize) -> Option<usize> {
-    let mut i = from;
-    while let Some(p) = buf.get(i..)?.iter().position(|&b| b == b'\n') {
-        let nl = i + p;
-        match buf.get(nl + 1) {
-            Some(b'\n') => return Some(nl + 2),
-            Some(b'\r') => match buf.get(nl + 2) {
-                Some(b'\n') => return Some(nl + 3),
-                Some(_) => {}
-                None => return None,
-            },
-            Some(_) => {}
-            None => return None,
-        }
-        i = nl + 1;
-    }
-    None
-}
-
-fn parse_head(raw: &[u8]) -> Result<RequestHead, ReadError> {
-    let bad = |m| ReadError::Http(400, m);
-    let mut lines = raw
-        .split(|&b| b == b'\n')
-        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
-    let request_line = lines.next().ok_or(bad("empty request"))?;
-    let mut parts = request_line.split(|&b| b == b' ');
-    let (method, target, version) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
-        (Some(m), Some(t), Some(v), None) => (m, t, v),
-        _ => return Err(bad("malformed request line")),
-    };
-    if method.is_empty() || !method.iter().all(|&b| is_token_byte(b)) {
-        return Err(bad("malformed method"));
-    }
-    if target.is_empty() || target.iter().any(|&b| b <= b' ' || b == 0x7f) {
-        return Err(bad("malformed request target"));
-    }
-    let minor = match version {
-        b"HTTP/1.1" => 1,
-        b"HTTP/1.0" => 0,
-        v if v.starts_with(b"HTTP/") => {
-            return Err(ReadError::Http(505, "unsupported HTTP version"))
-        }
-        _ => return Err(bad("malformed HTTP version")),
-    };
-    let mut headers = Vec::with_capacity(16);
-    for line in lines {
-        if line.is_empty() {
-            break;
-        }
-        if line[0] == b' ' || line[0] == b'\t' {
-            return Err(bad("obsolete header line folding"));
-        }
-        let colon = line
-            .iter()
-            .position(|&b| b == b':')
-            .ok_or(bad("header line without a colon"))?;
-        let name = &line[..colon];
-        if name.is_empty() || !name.iter().all(|&b| is_token_byte(b)) {
-            return Err(bad("malformed header name"));
-        }
-        if headers.len() >= MAX_HEADERS {
-            return Err(ReadError::Http(431, "too many header fields"));
-        }
-        let value = trim_ows(&line[colon + 1..]);
-        headers.push((
-            String::from_utf8_lossy(name).to_ascii_lowercase(),
-            String::from_utf8_lossy(value).into_owned(),
-        ));
-    }
-    Ok(RequestHead {
-        method: String::from_utf8_lossy(method).into_owned(),
-        target: String::from_utf8_lossy(target).into_owned(),
-        minor,
-        headers,
-    })
-}
-
-fn trim_ows(v: &[u8]) -> &[u8] {
-    let start = v
-        .iter()
-        .position(|&b| b != b' ' && b != b'\t')
-        .unwrap_or(v.len());
-    let end = v
-        .iter()
-        .rposition(|&b| b != b' ' && b != b'\t')
-        .map_or(start, |p| p + 1);
-    &v[start..end.max(start)]
-}
-
-fn header_tokens<'a>(head: &'a RequestHead, name: &'a str) -> impl Iterator<Item = String> + 'a {
-    head.headers
-        .iter()
-        .filter(move |(n, _)| n == name)
-        .flat_map(|(_, v)| v.split(','))
-        .map(|t| t.trim().to_ascii_lowercase())
-        .filter(|t| !t.is_empty())
-}
-
-fn request_info(head: &RequestHead, max_body: usize) -> Result<RequestInfo, ReadError> {
-    let mut keep_alive = head.minor == 1;
-    for t in header_tokens(head, "connection") {
-        if t == "close" {
-            keep_alive = false;
-            break;
-        }
-        if t == "keep-alive" {
-            keep_alive = true;
-        }
-    }
-    let te: Vec<String> = header_tokens(head, "transfer-encoding").collect();
-    let has_length = head.headers.iter().any(|(n, _)| n == "content-length");
-    let framing = if !te.is_empty() {
-        if te.last().map(String::as_str) != Some("chunked") {
-            return Err(ReadError::Http(501, "unsupported transfer-encoding"));
-        }
-        if has_length {
-            // RFC 9112 §6.3: chunked wins, and the connection must not be reused.
-            keep_alive = false;
-        }
-        Framing::Chunked
-    } else if has_length {
-        let mut len: Option<usize> = None;
-        for v in head
-            .headers
-            .iter()
-            .filter(|(n, _)| n == "content-length")
-            .flat_map(|(_, v)| v.split(','))
-        {
-            let v = v.trim();
-            if v.is_empty() || v.len() > 19 || !v.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(ReadError::Http(400, "malformed content-length"));
-            }
-            let n: usize = v
-                .parse()
-                .map_err(|_| ReadError::Http(400, "malformed content-length"))?;
-            if len.is_some_and(|l| l != n) {
-                return Err(ReadError::Http(400, "conflicting content-length"));
-            }
-            len = Some(n);
-        }
-        match len {
-            Some(0) | None => Framing::Empty,
-            Some(n) if n > max_body => return Err(ReadError::Http(413, "request body too large")),
-            Some(n) => Framing::Length(n),
-        }
-    } else {
-        Framing::Empty
-    };
-    let expect_continue = head.minor == 1
-        && head
-            .headers
-            .iter()
-            .any(|(n, v)| n == "expect" && v.eq_ignore_ascii_case("100-continue"));
-    Ok(RequestInfo {
-        framing,
-        keep_alive,
-        expect_continue,
-    })
-}
-
-/// Reads more bytes into `buf`; EOF is an error.
-async fn fill(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result<()> {
-    if buf.capacity() - buf.len() < 4096 {
-        buf.reserve(READ_RESERVE);
-    }
-    if stream.read_buf(buf).await? == 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "peer closed mid-request",
-        ));
-    }
-    Ok(())
-}
-
-/// Reads a head; `Ok(None)` on a clean EOF between requests.
-async fn read_head(
-    stream: &mut TcpStream,
-    buf: &mut BytesMut,
-) -> Result<Option<RequestHead>, ReadError> {
-    let mut scanned = 0;
-    loop {
-        // Tolerate empty lines before a request line (RFC 9112 §2.2).
-        while buf.first().is_some_and(|&b| b == b'\r' || b == b'\n') {
-            buf.advance(1);
-            scanned = 0;
-        }
-        if let Some(end) = find_head_end(buf, scanned) {
-            let raw = buf.split_to(end);
-            return parse_head(&raw).map(Some);
-        }
-        if buf.len() > MAX_HEAD_BYTES {
-            return Err(ReadError::Http(431, "request head too large"));
-        }
-        scanned = buf.len().saturating_sub(2);
-        if buf.capacity() - buf.len() < 4096 {
-            buf.reserve(READ_RESERVE);
-        }
-        if stream.read_buf(buf).await? == 0 {
-            if buf.is_empty() {
-                return Ok(None);
-            }
-            return Err(ReadError::Io(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "peer closed mid-head",
-            )));
-        }
-    }
-}
-
-/// Reads one CRLF- (or LF-) terminated line, returning it without the terminator.
-async fn read_line(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<BytesMut, ReadError> {
-    let mut scanned = 0;
-    loop {
-        if let Some(p) = buf[scanned..].iter().position(|&b| b == b'\n') {
-            let mut line = buf.split_to(scanned + p + 1);
-            line.truncate(line.len() - 1);
-            if line.last() == Some(&b'\r') {
-                line.truncate(line.len() - 1);
-            }
-            return Ok(line);
-        }
-        scanned = buf.len();
-        if scanned > MAX_CHUNK_LINE {
-            return Err(ReadError::Http(400, "chunk line too long"));
-        }
-        fill(stream, buf).await?;
-    }
-}
-
-async fn read_body(
-    stream: &mut TcpStream,
-    buf: &mut BytesMut,
-    framing: Framing,
-    max_body: usize,
-) -> Result<Bytes, ReadError> {
-    match framing {
-        Framing::Empty => Ok(Bytes::new()),
-        Framing::Length(n) => {
-            if buf.len() < n {
-                buf.reserve(n - buf.len());
-            }
-            while buf.len() < n {
-                if stream.read_buf(buf).await? == 0 {
-                    return Err(ReadError::Io(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "peer closed mid-body",
-                    )));
-                }
-            }
-            Ok(buf.split_to(n).freeze())
-        }
-        Framing::Chunked => {
-            let mut body = BytesMut::new();
-            loop {
-                let line = read_line(stream, buf).await?;
-                let size_part = line[..].split(|&b| b == b';').next().unwrap_or(&[]);
-                let size_part = trim_ows(size_part);
-                if size_part.is_empty()
-                    || size_part.len() > 15
-                    || !size_part.iter().all(|b| b.is_ascii_hexdigit())
-                {
-                    return Err(ReadError::Http(400, "malformed chunk size"));
-                }
-                let mut size = 0usize;
-                for &b in size_part {
-                    let digit = match b {
-                        b'0'..=b'9' => b - b'0',
-                        b'a'..=b'f' => b - b'a' + 10,
-                        _ => b - b'A' + 10,
-                    };
-                    size = size * 16 + usize::from(digit);
-                }
-                if size == 0 {
-                    // Trailer section: ignore fields up to the empty line.
-                    let mut trailer_bytes = 0usize;
-                    loop {
-                        let t = read_line(stream, buf).await?;
-                        if t.is_empty() {
-                            break;
-                        }
-                        trailer_bytes += t.len();
-                        if trailer_bytes > MAX_HEAD_BYTES {
-                            return Err(ReadError::Http(431, "trailer section too large"));
-                        }
-                    }
-                    return Ok(body.freeze());
-                }
-                if body.len() + size > max_body {
-                    return Err(ReadError::Http(413, "request body too large"));
-                }
-                body.reserve(size);
-                let mut remaining = size;
-                while remaining > 0 {
-                    if buf.is_empty() {
-                        fill(stream, buf).await?;
-                    }
-                    let take = remaining.min(buf.len());
-                    body.extend_from_slice(&buf[..take]);
-                    buf.advance(take);
-                    remaining -= take;
-                }
-                let end = read_line(stream, buf).await?;
-                if !end.is_empty() {
-                    return Err(ReadError::Http(400, "chunk data not followed by CRLF"));
-                }
-            }
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Connection handling
-// ---------------------------------------------------------------------------------------------
 
 /// What to send back for one request.
 enum Reply {
@@ -1211,285 +821,6 @@ impl From<Reply> for Outcome {
     fn from(reply: Reply) -> Self {
         Outcome { delay: None, reply }
     }
-}
-
-async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) -> io::Result<()> {
-    let _ = stream.set_nodelay(true);
-    let mut buf = BytesMut::with_capacity(INITIAL_BUF);
-    let max_body = shared.opts.max_body_bytes;
-    loop {
-        let head = match read_head(&mut stream, &mut buf).await {
-            Ok(Some(h)) => h,
-            Ok(None) => return Ok(()),
-            Err(ReadError::Io(e)) => return Err(e),
-            Err(ReadError::Http(status, msg)) => {
-                return protocol_error(&mut stream, status, msg).await
-            }
-        };
-        let info = match request_info(&head, max_body) {
-            Ok(i) => i,
-            Err(ReadError::Io(e)) => return Err(e),
-            Err(ReadError::Http(status, msg)) => {
-                return protocol_error(&mut stream, status, msg).await
-            }
-        };
-        let waiting = match info.framing {
-            Framing::Empty => false,
-            Framing::Length(n) => buf.len() < n,
-            Framing::Chunked => buf.is_empty(),
-        };
-        if info.expect_continue && waiting {
-            stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
-        }
-        let body = match read_body(&mut stream, &mut buf, info.framing, max_body).await {
-            Ok(b) => b,
-            Err(ReadError::Io(e)) => return Err(e),
-            Err(ReadError::Http(status, msg)) => {
-                return protocol_error(&mut stream, status, msg).await
-            }
-        };
-        let minor = head.minor;
-        let is_head = head.method == "HEAD";
-        let keep_alive = info.keep_alive;
-        let outcome = handle(&shared, head, body);
-        if let Some(d) = outcome.delay {
-            tokio::time::sleep(d).await;
-        }
-        match outcome.reply {
-            Reply::Full {
-                status,
-                headers,
-                body,
-            } => {
-                let mut out = Vec::with_capacity(body.len() + 256);
-                write_head(
-                    &mut out,
-                    status,
-                    "application/json",
-                    &headers,
-                    BodyKind::Length(body.len()),
-                    minor,
-                    keep_alive,
-                );
-                if !is_head {
-                    out.extend_from_slice(&body);
-                }
-                stream.write_all(&out).await?;
-            }
-            Reply::Sse(events) => {
-                let chunked = minor == 1;
-                let keep = keep_alive && chunked;
-                write_sse(
-                    &mut stream,
-                    &events,
-                    chunked,
-                    keep,
-                    minor,
-                    shared.opts.stream_delay_ms,
-                )
-                .await?;
-                if !keep {
-                    return close(stream).await;
-                }
-                continue;
-            }
-            Reply::ResetNow => {
-                return reset(stream);
-            }
-            Reply::ResetAfter(events) => {
-                let chunked = minor == 1;
-                let mut out = sse_head(chunked, keep_alive && chunked, minor);
-                for e in &events {
-                    push_chunk(&mut out, e.as_bytes(), chunked);
-                }
-                stream.write_all(&out).await?;
-                tokio::time::sleep(Duration::from_millis(RESET_PAUSE_MS)).await;
-                return reset(stream);
-            }
-            Reply::TruncatedFull(body) => {
-                let mut out = Vec::with_capacity(body.len() + 256);
-                write_head(
-                    &mut out,
-                    200,
-                    "application/json",
-                    &[],
-                    BodyKind::Length(body.len()),
-                    minor,
-                    keep_alive,
-                );
-                out.extend_from_slice(&body[..body.len() / 2]);
-                stream.write_all(&out).await?;
-                return close(stream).await;
-            }
-            Reply::TruncatedSse(events) => {
-                let chunked = minor == 1;
-                let mut out = sse_head(chunked, keep_alive && chunked, minor);
-                for e in &events {
-                    push_chunk(&mut out, e.as_bytes(), chunked);
-                }
-                stream.write_all(&out).await?;
-                return close(stream).await;
-            }
-        }
-        if !keep_alive {
-            return close(stream).await;
-        }
-    }
-}
-
-async fn close(mut stream: TcpStream) -> io::Result<()> {
-    let _ = stream.shutdown().await;
-    Ok(())
-}
-
-fn reset(stream: TcpStream) -> io::Result<()> {
-    stream.set_zero_linger()?;
-    drop(stream);
-    Ok(())
-}
-
-async fn protocol_error(stream: &mut TcpStream, status: u16, msg: &'static str) -> io::Result<()> {
-    let body = error_body(Flavor::OpenAi, status, msg);
-    let mut out = Vec::with_capacity(body.len() + 256);
-    write_head(
-        &mut out,
-        status,
-        "application/json",
-        &[],
-        BodyKind::Length(body.len()),
-        1,
-        false,
-    );
-    out.extend_from_slice(&body);
-    stream.write_all(&out).await?;
-    let _ = stream.shutdown().await;
-    Ok(())
-}
-
-enum BodyKind {
-    Length(usize),
-    Chunked,
-    CloseDelimited,
-}
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        413 => "Payload Too Large",
-        429 => "Too Many Requests",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        501 => "Not Implemented",
-        505 => "HTTP Version Not Supported",
-        _ => "Unknown",
-    }
-}
-
-fn write_head(
-    out: &mut Vec<u8>,
-    status: u16,
-    content_type: &str,
-    headers: &[(&'static str, String)],
-    body: BodyKind,
-    minor: u8,
-    keep_alive: bool,
-) {
-    out.extend_from_slice(
-        format!(
-            "HTTP/1.1 {status} {}\r\ncontent-type: {content_type}\r\n",
-            reason(status)
-        )
-        .as_bytes(),
-    );
-    for (n, v) in headers {
-        out.extend_from_slice(n.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(v.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    match body {
-        BodyKind::Length(n) => out.extend_from_slice(format!("content-length: {n}\r\n").as_bytes()),
-        BodyKind::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
-        BodyKind::CloseDelimited => {}
-    }
-    if !keep_alive {
-        out.extend_from_slice(b"connection: close\r\n");
-    } else if minor == 0 {
-        out.extend_from_slice(b"connection: keep-alive\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-}
-
-fn sse_head(chunked: bool, keep_alive: bool, minor: u8) -> Vec<u8> {
-    let mut out = Vec::with_capacity(4096);
-    let kind = if chunked {
-        BodyKind::Chunked
-    } else {
-        BodyKind::CloseDelimited
-    };
-    write_head(
-        &mut out,
-        200,
-        "text/event-stream",
-        &[("cache-control", "no-cache".to_owned())],
-        kind,
-        minor,
-        keep_alive,
-    );
-    out
-}
-
-fn push_chunk(out: &mut Vec<u8>, data: &[u8], chunked: bool) {
-    if chunked {
-        out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
-        out.extend_from_slice(data);
-        out.extend_from_slice(b"\r\n");
-    } else {
-        out.extend_from_slice(data);
-    }
-}
-
-async fn write_sse(
-    stream: &mut TcpStream,
-    events: &[String],
-    chunked: bool,
-    keep_alive: bool,
-    minor: u8,
-    delay_ms: u64,
-) -> io::Result<()> {
-    let mut out = sse_head(chunked, keep_alive, minor);
-    if delay_ms == 0 {
-        for e in events {
-            push_chunk(&mut out, e.as_bytes(), chunked);
-        }
-        if chunked {
-            out.extend_from_slice(b"0\r\n\r\n");
-        }
-        return stream.write_all(&out).await;
-    }
-    let last = events.len().saturating_sub(1);
-    for (i, e) in events.iter().enumerate() {
-        if i > 0 {
-            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
-        }
-        push_chunk(&mut out, e.as_bytes(), chunked);
-        if i == last && chunked {
-            out.extend_from_slice(b"0\r\n\r\n");
-        }
-        stream.write_all(&out).await?;
-        out.clear();
-    }
-    if events.is_empty() {
-        if chunked {
-            out.extend_from_slice(b"0\r\n\r\n");
-        }
-        stream.write_all(&out).await?;
-    }
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1741,10 +1072,8 @@ fn stored_op(shared: &Shared, op: StoredOp, id: &str, query: Option<&str>) -> Re
             .then(|| json!({"id": id, "object": "response", "deleted": true})),
         StoredOp::Get | StoredOp::Cancel => store.get(id).map(|r| r.response.clone()),
         StoredOp::InputItems => store.get(id).map(|r| {
-            let desc = query
-                .unwrap_or("")
-                .split('&')
-                .any(|pair| pair == "order=desc");
+            let desc = form_urlencoded::parse(query.unwrap_or("").as_bytes())
+                .any(|(k, v)| k == "order" && v == "desc");
             let mut data = r.input_items.clone();
             if desc {
                 data.reverse();
@@ -1899,11 +1228,11 @@ fn introspect(shared: &Shared, method: &str, path: &str, query: Option<&str>) ->
             let mut limit = 50usize;
             let mut only: Option<String> = None;
             let mut body_cap = INTROSPECT_BODY_CAP;
-            for pair in query.unwrap_or("").split('&') {
-                match pair.split_once('=') {
-                    Some(("limit", v)) => limit = v.parse().unwrap_or(limit),
-                    Some(("path", v)) => only = Some(percent_decode(v)),
-                    Some(("max_body", v)) => body_cap = v.parse().unwrap_or(body_cap),
+            for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+                match key.as_ref() {
+                    "limit" => limit = value.parse().unwrap_or(limit),
+                    "path" => only = Some(value.into_owned()),
+                    "max_body" => body_cap = value.parse().unwrap_or(body_cap),
                     _ => {}
                 }
             }
@@ -1947,34 +1276,6 @@ fn introspect(shared: &Shared, method: &str, path: &str, query: Option<&str>) ->
         ("/__mock/reset", _) => error_reply(Flavor::OpenAi, 405, "method not allowed; use POST"),
         _ => error_reply(Flavor::OpenAi, 404, &format!("Unknown mock route: {path}")),
     }
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        match (
-            b[i],
-            b.get(i + 1).copied().and_then(hex),
-            b.get(i + 2).copied().and_then(hex),
-        ) {
-            (b'%', Some(h), Some(l)) => {
-                out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
-                i += 3;
-            }
-            (b'+', _, _) => {
-                out.push(b' ');
-                i += 1;
-            }
-            (c, _, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2120,122 +1421,8 @@ pub fn expected_usage(body: &[u8]) -> Result<MockUsage, serde_json::Error> {
     reply_for(body).map(|r| r.usage)
 }
 
-/// BLAKE3 of the canonical form of `body` (without top-level `stream`/`stream_options`).
-pub fn canonical_digest(body: &Value) -> [u8; 32] {
-    let mut h = blake3::Hasher::new();
-    match body {
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map
-                .iter()
-                .filter(|(k, _)| k.as_str() != "stream" && k.as_str() != "stream_options")
-                .collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            hash_object(&mut h, entries);
-        }
-        other => hash_value(&mut h, other),
-    }
-    *h.finalize().as_bytes()
-}
-
-fn hash_str(h: &mut blake3::Hasher, s: &str) {
-    match serde_json::to_string(s) {
-        Ok(quoted) => h.update(quoted.as_bytes()),
-        Err(_) => h.update(s.as_bytes()),
-    };
-}
-
-fn hash_object(h: &mut blake3::Hasher, entries: Vec<(&String, &Value)>) {
-    h.update(b"{");
-    for (i, (k, v)) in entries.into_iter().enumerate() {
-        if i > 0 {
-            h.update(b",");
-        }
-        hash_str(h, k);
-        h.update(b":");
-        hash_value(h, v);
-    }
-    h.update(b"}");
-}
-
-fn hash_value(h: &mut blake3::Hasher, v: &Value) {
-    match v {
-        Value::Null => {
-            h.update(b"null");
-        }
-        Value::Bool(b) => {
-            h.update(if *b { b"true" } else { b"false" });
-        }
-        Value::Number(n) => {
-            h.update(n.to_string().as_bytes());
-        }
-        Value::String(s) => hash_str(h, s),
-        Value::Array(a) => {
-            h.update(b"[");
-            for (i, item) in a.iter().enumerate() {
-                if i > 0 {
-                    h.update(b",");
-                }
-                hash_value(h, item);
-            }
-            h.update(b"]");
-        }
-        Value::Object(m) => {
-            let mut entries: Vec<(&String, &Value)> = m.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            hash_object(h, entries);
-        }
-    }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn cl100k(text: &str) -> Option<u64> {
-    crate::split_profile::tokenizer::count(text)
-}
-
-/// The canonical body as text (the form [`canonical_digest`] hashes): compact JSON, object
-/// keys sorted, without the top-level `stream` and `stream_options`. A streamed request and
-/// the same request unstreamed count the same tokens.
-pub fn canonical_text(body: &Value) -> String {
-    fn write(out: &mut String, v: &Value, top: bool) {
-        match v {
-            Value::Object(m) => {
-                let mut entries: Vec<(&String, &Value)> = m
-                    .iter()
-                    .filter(|(k, _)| {
-                        !top || (k.as_str() != "stream" && k.as_str() != "stream_options")
-                    })
-                    .collect();
-                entries.sort_by(|a, b| a.0.cmp(b.0));
-                out.push('{');
-                for (i, (k, v)) in entries.into_iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    out.push_str(&serde_json::to_string(k).unwrap_or_default());
-                    out.push(':');
-                    write(out, v, false);
-                }
-                out.push('}');
-            }
-            Value::Array(a) => {
-                out.push('[');
-                for (i, x) in a.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    write(out, x, false);
-                }
-                out.push(']');
-            }
-            other => out.push_str(&other.to_string()),
-        }
-    }
-    let mut out = String::new();
-    write(&mut out, body, true);
-    out
+    tokensaver_tokenizer::count(text)
 }
 
 fn content_chars(c: &Value) -> u64 {
@@ -2389,12 +1576,12 @@ impl MockReply {
     }
 
     fn id_hex(&self) -> String {
-        hex(&self.digest[..12])
+        hex::encode(&self.digest[..12])
     }
 
     /// `hex(d[12..24])`: the part of the tool-call and Responses item ids after the prefix.
     fn call_hex(&self) -> String {
-        hex(&self.digest[12..24])
+        hex::encode(&self.digest[12..24])
     }
 
     /// The id of a scripted tool call: `call_<hex(d[12..24])>` (chat and Responses

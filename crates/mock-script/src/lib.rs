@@ -1,8 +1,140 @@
-//! Scripted agent behaviour: the marker in a user turn, the tool results already in the
-//! request, and the tool call the mock asks for. The rules are in the parent module's docs
-//! ("Scripted agents").
+//! The mock provider's pure, deterministic parts that the gate needs too, apart from the mock's
+//! HTTP server (`tokensaver-mock-provider`), which the production binary does not link:
+//!
+//! * the **canonical body** ([`canonical_text`], [`canonical_digest`]): compact JSON, object
+//!   keys sorted, without the top-level `stream` / `stream_options`. The mock derives its
+//!   replies from it; the economics suite hashes its gate policy with it.
+//! * the **task scripts** ([`TaskScript`], the `script` of
+//!   `corpus/economics/tasks/<id>/task.json`): the economics suite validates them, the mock
+//!   plays them.
+//! * the **scripted agent behaviour**: the marker in a user turn, the tool results already in
+//!   the request, and the tool call the mock asks for. The rules are in the mock provider's
+//!   docs ("Scripted agents", "Task scripts").
+//!
+//! Everything here is a pure function of its arguments: no I/O.
 
 use serde_json::{json, Map, Value};
+
+/// The reply vocabulary: word `i` of a reply is `WORDS[digest[1 + i] % 64]`.
+pub const WORDS: [&str; 64] = [
+    "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
+    "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango",
+    "uniform", "victor", "whiskey", "xray", "yankee", "zulu", "amber", "basalt", "cedar", "dune",
+    "ember", "fjord", "granite", "harbor", "iris", "jade", "kelp", "lagoon", "meadow", "nectar",
+    "onyx", "pebble", "quartz", "river", "saffron", "tundra", "umber", "valley", "willow", "xenon",
+    "yarrow", "zephyr", "anchor", "beacon", "canyon", "drift", "estuary", "fern", "glacier",
+    "heron", "island", "juniper", "kestrel", "lantern",
+];
+
+/// BLAKE3 of the canonical form of `body` (without top-level `stream`/`stream_options`).
+pub fn canonical_digest(body: &Value) -> [u8; 32] {
+    let mut h = blake3::Hasher::new();
+    match body {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map
+                .iter()
+                .filter(|(k, _)| k.as_str() != "stream" && k.as_str() != "stream_options")
+                .collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            hash_object(&mut h, entries);
+        }
+        other => hash_value(&mut h, other),
+    }
+    *h.finalize().as_bytes()
+}
+
+fn hash_str(h: &mut blake3::Hasher, s: &str) {
+    match serde_json::to_string(s) {
+        Ok(quoted) => h.update(quoted.as_bytes()),
+        Err(_) => h.update(s.as_bytes()),
+    };
+}
+
+fn hash_object(h: &mut blake3::Hasher, entries: Vec<(&String, &Value)>) {
+    h.update(b"{");
+    for (i, (k, v)) in entries.into_iter().enumerate() {
+        if i > 0 {
+            h.update(b",");
+        }
+        hash_str(h, k);
+        h.update(b":");
+        hash_value(h, v);
+    }
+    h.update(b"}");
+}
+
+fn hash_value(h: &mut blake3::Hasher, v: &Value) {
+    match v {
+        Value::Null => {
+            h.update(b"null");
+        }
+        Value::Bool(b) => {
+            h.update(if *b { b"true" } else { b"false" });
+        }
+        Value::Number(n) => {
+            h.update(n.to_string().as_bytes());
+        }
+        Value::String(s) => hash_str(h, s),
+        Value::Array(a) => {
+            h.update(b"[");
+            for (i, item) in a.iter().enumerate() {
+                if i > 0 {
+                    h.update(b",");
+                }
+                hash_value(h, item);
+            }
+            h.update(b"]");
+        }
+        Value::Object(m) => {
+            let mut entries: Vec<(&String, &Value)> = m.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            hash_object(h, entries);
+        }
+    }
+}
+
+/// The canonical body as text (the form [`canonical_digest`] hashes): compact JSON, object
+/// keys sorted, without the top-level `stream` and `stream_options`. A streamed request and
+/// the same request unstreamed count the same tokens.
+pub fn canonical_text(body: &Value) -> String {
+    fn write(out: &mut String, v: &Value, top: bool) {
+        match v {
+            Value::Object(m) => {
+                let mut entries: Vec<(&String, &Value)> = m
+                    .iter()
+                    .filter(|(k, _)| {
+                        !top || (k.as_str() != "stream" && k.as_str() != "stream_options")
+                    })
+                    .collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                out.push('{');
+                for (i, (k, v)) in entries.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&serde_json::to_string(k).unwrap_or_default());
+                    out.push(':');
+                    write(out, v, false);
+                }
+                out.push('}');
+            }
+            Value::Array(a) => {
+                out.push('[');
+                for (i, x) in a.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write(out, x, false);
+                }
+                out.push(']');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut out = String::new();
+    write(&mut out, body, true);
+    out
+}
 
 /// The text that introduces a script marker in a user turn.
 pub const MARKER: &str = "tokensaver-mock:";
@@ -433,7 +565,7 @@ fn prose(task: &str, seed: u64, n: u32) -> String {
     let mut out = String::new();
     let mut in_sentence = 0u32;
     for i in 0..n as usize {
-        let w = super::WORDS[draw(task, seed, 10_000 + i, [0, 63]) as usize];
+        let w = WORDS[draw(task, seed, 10_000 + i, [0, 63]) as usize];
         if in_sentence == 0 {
             if !out.is_empty() {
                 out.push(' ');

@@ -413,10 +413,7 @@ fn normalize_item(item: Value, response_id: &str, index: usize) -> Value {
         let mut h = blake3::Hasher::new();
         h.update(response_id.as_bytes());
         h.update(&(index as u64).to_le_bytes());
-        let hex: String = h.finalize().as_bytes()[..12]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let hex = hex::encode(&h.finalize().as_bytes()[..12]);
         let prefix = if is_message { "msg" } else { "item" };
         m.insert("id".to_owned(), json!(format!("{prefix}_{hex}")));
     }

@@ -1,0 +1,57 @@
+//! `tokensaver-mock-provider`: the deterministic mock provider as a process, for
+//! `tokensaver demo`, the Python SDK and agent tests, the economics harness, the soak and the
+//! load benchmark (`tokensaver mock-provider` runs this binary). Serves until killed.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use tokensaver_mock_provider::{serve_listener, ProviderOptions};
+
+/// Run the deterministic local provider (tests, demo and benchmarks).
+#[derive(Parser)]
+#[command(name = "tokensaver-mock-provider", version)]
+struct Args {
+    #[arg(long, default_value = "127.0.0.1:9999")]
+    listen: SocketAddr,
+    /// `/v1/*` answers 401 unless `Authorization: Bearer <it>` or `x-api-key: <it>`.
+    #[arg(long)]
+    expected_credential: Option<String>,
+    /// `cl100k`: count usage with cl100k_base over the whole request body.
+    #[arg(long, default_value = "chars")]
+    usage: String,
+    /// Task scripts (`<dir>/<id>/task.json`) for `tokensaver-mock:task=` markers.
+    #[arg(long)]
+    tasks: Option<PathBuf>,
+}
+
+fn run(args: Args) -> Result<(), String> {
+    let opts = ProviderOptions {
+        expected_credential: args.expected_credential,
+        ..ProviderOptions::scripted(&args.usage, args.tasks.as_deref())?
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {}", e.kind()))?;
+    runtime.block_on(async {
+        let listener = tokensaver_mock_provider::bind(args.listen)
+            .map_err(|e| format!("cannot listen on {}: {}", args.listen, e.kind()))?;
+        let bound = listener.local_addr().unwrap_or(args.listen);
+        eprintln!("mock provider listening on http://{bound}");
+        serve_listener(listener, opts)
+            .await
+            .map_err(|e| format!("serving: {}", e.kind()))
+    })
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("tokensaver-mock-provider: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
