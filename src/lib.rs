@@ -10,6 +10,7 @@ pub mod body;
 pub mod config;
 pub mod demo;
 pub mod economics;
+pub mod fleet;
 pub mod gate;
 pub mod ledger;
 pub mod lifecycle;

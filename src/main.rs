@@ -487,13 +487,18 @@ fn run(command: Command, log_format: Option<LogFormat>) -> Result<(), String> {
         Command::CheckConfig { file } => {
             let config = Config::load(&file).map_err(|e| e.to_string())?;
             println!(
-                "config ok: {} keys, {} priced models, {} downgrade mappings; proxy {}, api {}, admin {}",
+                "config ok: {} keys, {} priced models, {} downgrade mappings; proxy {}, api {}, admin {}; store {}",
                 config.keys.len(),
                 config.prices.len(),
                 config.downgrade.len(),
                 config.proxy_addr,
                 config.api_addr,
-                config.admin_addr
+                config.admin_addr,
+                if config.fleet.is_some() {
+                    "postgres (fleet)"
+                } else {
+                    "sqlite"
+                }
             );
             Ok(())
         }

@@ -66,6 +66,19 @@ fn not_found() -> ApiResponse {
     ApiResponse::error(404, "not_found", "unknown route")
 }
 
+/// The fleet's database cannot be reached: closed-form, retry shortly.
+fn fleet_unavailable() -> ApiResponse {
+    ApiResponse::error(
+        503,
+        "fleet_store_unavailable",
+        "the gate's shared store is unreachable; retry shortly",
+    )
+    .with_header(
+        "retry-after",
+        crate::proxy::FLEET_RETRY_AFTER_SECS.to_string(),
+    )
+}
+
 fn bad_json() -> ApiResponse {
     ApiResponse::error(
         400,
@@ -116,6 +129,14 @@ impl Api {
             "/estimate" => only(m, Method::POST, || {
                 self.keyed(req, |k, c| self.estimate(req, k, c))
             }),
+            "/gate" if self.gatekeeper.fleet().is_some() => {
+                only_async(
+                    m,
+                    Method::POST,
+                    self.keyed_async(req, |k| self.gate_fleet(req, k)),
+                )
+                .await
+            }
             "/gate" => only(m, Method::POST, || {
                 self.keyed(req, |k, _| self.gate(req, k))
             }),
@@ -138,6 +159,14 @@ impl Api {
             "/ledger/decisions" => only(m, Method::GET, || {
                 self.keyed(req, |k, _| self.decisions(req, Some(&k.id)))
             }),
+            "/budget" if self.gatekeeper.fleet().is_some() => {
+                only_async(
+                    m,
+                    Method::GET,
+                    self.keyed_async(req, |k| self.budget_fleet(k)),
+                )
+                .await
+            }
             "/budget" => only(m, Method::GET, || {
                 self.keyed(req, |k, _| {
                     ApiResponse::json(200, &self.gatekeeper.budget_view(&k.id, now_ms()))
@@ -340,6 +369,67 @@ impl Api {
         )
     }
 
+    /// `POST /gate` on a fleet instance: decided against the fleet's database; a 503 with
+    /// `Retry-After` when it cannot be reached (the client forwards nothing).
+    async fn gate_fleet(&self, req: &ApiRequest, key: &KeyConfig) -> ApiResponse {
+        let digest = match Digest::parse(&req.body) {
+            Ok(d) => d,
+            Err(e) => {
+                return ApiResponse::json(
+                    400,
+                    &json!({"error": {"code": "invalid_digest", "message": e.to_string()}}),
+                )
+            }
+        };
+        let wire = digest.request.wire_form();
+        let request = GateRequest {
+            key,
+            shape: &digest.request,
+            human: digest.human,
+            held: digest.holds(wire),
+            hold_id: digest.hold_id.as_deref(),
+            now_ms: now_ms(),
+        };
+        match self.gatekeeper.gate_fleet(&request).await {
+            Ok(outcome) => self.gate_response(&outcome),
+            Err(_) => fleet_unavailable(),
+        }
+    }
+
+    /// `GET /budget` on a fleet instance: the key's figures from the fleet's database.
+    async fn budget_fleet(&self, key: &KeyConfig) -> ApiResponse {
+        let Some(fleet) = self.gatekeeper.fleet() else {
+            return fleet_unavailable();
+        };
+        let local = self.gatekeeper.budget_view(&key.id, now_ms());
+        let period = key.budget.map(|b| b.period).unwrap_or_default();
+        let sample = match fleet.db_now_ms().await {
+            Ok(now) => {
+                fleet
+                    .budget_sample(&key.id, crate::store::period_start(period, now))
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        match sample {
+            Ok(s) => {
+                let left = local.ceiling_nano.map(|c| {
+                    i128::from(c) - i128::from(s.spend_nano) - i128::from(s.reserved_nano)
+                });
+                ApiResponse::json(
+                    200,
+                    &crate::ledger::BudgetView {
+                        spend_nano: s.spend_nano,
+                        reserved_nano: s.reserved_nano,
+                        left_nano: left,
+                        ..local
+                    },
+                )
+            }
+            Err(_) => fleet_unavailable(),
+        }
+    }
+
     fn gate(&self, req: &ApiRequest, key: &KeyConfig) -> ApiResponse {
         let digest = match Digest::parse(&req.body) {
             Ok(d) => d,
@@ -362,7 +452,11 @@ impl Api {
             },
             Mode::Commit,
         );
-        let mut answer = gate_answer(&outcome);
+        self.gate_response(&outcome)
+    }
+
+    fn gate_response(&self, outcome: &GateOutcome) -> ApiResponse {
+        let mut answer = gate_answer(outcome);
         if outcome.decision.hold_id.is_some() {
             // What the client's 409 says: the same closed-form text as the proxy's.
             let ttl = self.gatekeeper.config.hold_ttl_ms;
@@ -398,11 +492,16 @@ impl Api {
             wire: rec.wire,
             ending,
         };
-        match self
-            .gatekeeper
-            .record_usage_acked(&report, now_ms(), RecordSource::Digest)
-            .await
-        {
+        let recorded = if self.gatekeeper.fleet().is_some() {
+            self.gatekeeper
+                .record_usage_fleet(&report, RecordSource::Digest)
+                .await
+        } else {
+            self.gatekeeper
+                .record_usage_acked(&report, now_ms(), RecordSource::Digest)
+                .await
+        };
+        match recorded {
             Ok(row) => ApiResponse::json(
                 200,
                 &json!({"recorded": true, "spend_nano": row.spend_nano}),

@@ -3,6 +3,7 @@
 //! Both the proxy (request mode) and `POST /gate` (digest mode) decide through [`Gatekeeper::gate`],
 //! so the two modes cannot drift apart.
 
+mod fleet_gate;
 pub mod recent;
 pub mod report;
 #[cfg(test)]
@@ -16,6 +17,8 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use serde::Serialize;
 
 use crate::config::{BudgetPeriod, Config, KeyConfig, Prices};
+use crate::fleet::spool::Spool;
+use crate::fleet::Fleet;
 use crate::gate::{
     decide_with, Approvals, Billed, BudgetState, Decision, GateInput, KeyState, Policy, Usage,
     Verdict, Windows,
@@ -70,7 +73,7 @@ pub enum RecordSource {
 
 /// What the provider reported for a forwarded decision: the proxy's own record, or a digest
 /// client's `POST /record`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct UsageReport {
     pub key_id: String,
     pub decision_id: String,
@@ -379,6 +382,11 @@ pub struct Gatekeeper {
     pub metrics: Metrics,
     /// The latest committed decisions' receipts, for the ledger page.
     recent: Mutex<recent::RecentReceipts>,
+    /// Set when this instance is one of a fleet: budgets, reservations, windows and the
+    /// decision ledger live in its PostgreSQL ([`Gatekeeper::gate_fleet`]).
+    fleet: Option<Fleet>,
+    /// The fleet's usage that could not be written yet (only with `fleet`).
+    spool: Option<Spool>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -489,7 +497,22 @@ impl Gatekeeper {
             store,
             metrics: Metrics::new(),
             recent: Mutex::new(recent::RecentReceipts::default()),
+            fleet: None,
+            spool: None,
         })
+    }
+
+    /// Make this gatekeeper an instance of a fleet: admissions, settles and expiry go to the
+    /// fleet's database; usage it cannot write is spooled in the data dir.
+    pub fn with_fleet(mut self, fleet: Fleet) -> Self {
+        self.spool = Some(Spool::new(&self.config.data_dir));
+        self.fleet = Some(fleet);
+        self
+    }
+
+    /// The fleet this instance belongs to, if any.
+    pub fn fleet(&self) -> Option<&Fleet> {
+        self.fleet.as_ref()
     }
 
     /// Whether the price table knows `model`.
