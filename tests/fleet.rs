@@ -347,3 +347,115 @@ fn budget_race_across_three_instances_admits_exactly_the_ceiling() {
         );
     }
 }
+
+/// `(status, verdict, reason)` of one answer.
+fn outcome(r: &Resp) -> (u16, String, String) {
+    let reason = r
+        .receipt_reason()
+        .unwrap_or_else(|| format!("status {}", r.status));
+    (r.status, r.verdict().unwrap_or("-").to_string(), reason)
+}
+
+trait ReceiptReason {
+    fn receipt_reason(&self) -> Option<String>;
+}
+
+impl ReceiptReason for Resp {
+    /// The reason the signed receipt names (rule, band, or what earned the verdict).
+    fn receipt_reason(&self) -> Option<String> {
+        self.header("x-tokensaver-receipt")?;
+        self.receipt()["reason"].as_str().map(str::to_string)
+    }
+}
+
+/// Send `bodies` in order, request `i` to `targets[i % targets.len()]`.
+fn send_sequence(
+    targets: &[&Harness],
+    bearer: &str,
+    bodies: &[serde_json::Value],
+) -> Vec<(u16, String, String)> {
+    bodies
+        .iter()
+        .enumerate()
+        .map(|(i, b)| outcome(&targets[i % targets.len()].post(CHAT, bearer, b, &[])))
+        .collect()
+}
+
+fn first_block(seq: &[(u16, String, String)]) -> Option<(usize, String)> {
+    seq.iter()
+        .position(|(_, v, _)| v == "BLOCK")
+        .map(|i| (i, seq[i].2.clone()))
+}
+
+/// A runaway spread across instances is stopped exactly where one instance stops it: one
+/// body sent 20 times round-robin, and 130 distinct requests within a minute round-robin,
+/// each compared with the same sequence through a single SQLite-backed instance.
+#[test]
+fn runaway_rules_fire_across_instances_where_a_single_node_fires_them() {
+    let Some(url) = pg_url() else { return };
+    let tag = run_tag();
+    let loop_key = FleetKey::new(format!("loop{tag}"));
+    let burst_key = FleetKey::new(format!("burst{tag}"));
+    let keys_toml = format!("{}{}", loop_key.toml(None), burst_key.toml(None));
+    let single = Harness::start(Opts {
+        extra_config: keys_toml.clone(),
+        ..Opts::default()
+    });
+    let fleet = three(&url, &keys_toml, 3_000);
+    let fleet_targets: Vec<&Harness> = fleet.iter().collect();
+
+    // One body, 20 times: the loop rule.
+    let same: Vec<_> = (0..20)
+        .map(|_| chat("gpt-4o", "the same step again", json!({"max_tokens": 20})))
+        .collect();
+    let single_loop = send_sequence(&[&single], &loop_key.bearer(), &same);
+    let fleet_loop = send_sequence(&fleet_targets, &loop_key.bearer(), &same);
+    let expected = first_block(&single_loop).expect("the single node blocks the loop");
+    assert_eq!(
+        first_block(&fleet_loop),
+        Some(expected.clone()),
+        "single {single_loop:?}\nfleet {fleet_loop:?}"
+    );
+    // Whether each attempt was blocked, attempt by attempt.
+    let blocked = |s: &[(u16, String, String)]| -> Vec<bool> {
+        s.iter().map(|(_, v, _)| v == "BLOCK").collect()
+    };
+    assert_eq!(blocked(&single_loop), blocked(&fleet_loop));
+
+    // 130 distinct requests within a minute: the burst rule.
+    let distinct: Vec<_> = (0..130)
+        .map(|i| {
+            chat(
+                "gpt-4o",
+                &format!("distinct task {i:04}"),
+                json!({"max_tokens": 20}),
+            )
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let single_burst = send_sequence(&[&single], &burst_key.bearer(), &distinct);
+    let fleet_burst = send_sequence(&fleet_targets, &burst_key.bearer(), &distinct);
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "both runs within a minute"
+    );
+    let burst = single_burst
+        .iter()
+        .position(|(_, _, r)| r == "runaway_burst")
+        .expect("the single node fires runaway_burst");
+    assert_eq!(
+        fleet_burst
+            .iter()
+            .position(|(_, _, r)| r == "runaway_burst"),
+        Some(burst),
+        "single {single_burst:?}\nfleet {fleet_burst:?}"
+    );
+    // Every decision of the sequence is the same, not only the first block.
+    assert_eq!(single_burst, fleet_burst);
+    eprintln!(
+        "loop blocked at attempt {} ({}); runaway_burst at request {}",
+        expected.0 + 1,
+        expected.1,
+        burst + 1
+    );
+}
