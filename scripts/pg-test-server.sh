@@ -15,7 +15,7 @@ as_pg() {
 }
 start_server() {
   as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 30 \
-    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off -c synchronous_commit=off" \
+    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200" \
     start >/dev/null
 }
 case "$cmd" in

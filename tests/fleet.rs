@@ -100,16 +100,81 @@ fn store_toml(url: &str) -> String {
 
 /// Three instances on one database, each with its own mock provider, data dir and ports.
 fn three(url: &str, keys_toml: &str, slow_ms: u64) -> Vec<Harness> {
+    three_with_limits(url, "", keys_toml, slow_ms)
+}
+
+/// [`three`] with extra `[limits]` lines.
+fn three_with_limits(url: &str, limits: &str, keys_toml: &str, slow_ms: u64) -> Vec<Harness> {
     (0..3)
         .map(|_| {
             Harness::start(Opts {
                 slow_ms,
                 rust_log: "warn",
-                extra_config: format!("{keys_toml}{}", store_toml(url)),
+                // The harness appends this right after its `[limits]` lines.
+                extra_config: format!("{limits}{keys_toml}{}", store_toml(url)),
                 ..Opts::default()
             })
         })
         .collect()
+}
+
+/// Samples a key's `spent + reserved` from the database every few milliseconds, keeping the
+/// largest value seen, until stopped.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    max: Arc<AtomicU64>,
+    samples: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Sampler {
+    fn start(url: &str, key_id: &str) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let max = Arc::new(AtomicU64::new(0));
+        let samples = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let (stop, max, samples) = (stop.clone(), max.clone(), samples.clone());
+            let (url, id) = (url.to_string(), key_id.to_string());
+            std::thread::spawn(move || {
+                runtime().block_on(async {
+                    let db = pg(&url).await;
+                    while !stop.load(Ordering::SeqCst) {
+                        // One statement: one snapshot of spend and reservations together.
+                        let row = db
+                            .query_one(
+                                "SELECT COALESCE((SELECT sum(spend_nano) FROM fleet_usage WHERE key_id = $1), 0)::bigint \
+                                      + COALESCE((SELECT sum(nano) FROM fleet_reservations WHERE key_id = $1), 0)::bigint",
+                                &[&id],
+                            )
+                            .await
+                            .unwrap();
+                        let total: i64 = row.get(0);
+                        max.fetch_max(total as u64, Ordering::SeqCst);
+                        samples.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
+                });
+            })
+        };
+        Sampler {
+            stop,
+            max,
+            samples,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stop; the largest `spent + reserved` seen and how many samples were taken.
+    fn finish(mut self) -> (u64, u64) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        (
+            self.max.load(Ordering::SeqCst),
+            self.samples.load(Ordering::SeqCst),
+        )
+    }
 }
 
 fn provider_calls(fleet: &[Harness]) -> usize {
@@ -237,34 +302,7 @@ fn budget_race_across_three_instances_admits_exactly_the_ceiling() {
 
     for (rep, key) in keys.iter().enumerate() {
         let before = provider_calls(&fleet);
-        let stop = Arc::new(AtomicBool::new(false));
-        let worst_seen = Arc::new(AtomicU64::new(0));
-        let samples = Arc::new(AtomicU64::new(0));
-        let sampler = {
-            let (stop, worst_seen, samples) = (stop.clone(), worst_seen.clone(), samples.clone());
-            let (url, id) = (url.clone(), key.id.clone());
-            std::thread::spawn(move || {
-                let rt = runtime();
-                rt.block_on(async {
-                    let db = pg(&url).await;
-                    while !stop.load(Ordering::SeqCst) {
-                        // One statement: one snapshot of spend and reservations together.
-                        let row = db
-                            .query_one(
-                                "SELECT COALESCE((SELECT sum(spend_nano) FROM fleet_usage WHERE key_id = $1), 0)::bigint \
-                                      + COALESCE((SELECT sum(nano) FROM fleet_reservations WHERE key_id = $1), 0)::bigint",
-                                &[&id],
-                            )
-                            .await
-                            .unwrap();
-                        let total: i64 = row.get(0);
-                        worst_seen.fetch_max(total as u64, Ordering::SeqCst);
-                        samples.fetch_add(1, Ordering::SeqCst);
-                        tokio::time::sleep(Duration::from_millis(2)).await;
-                    }
-                });
-            })
-        };
+        let sampler = Sampler::start(&url, &key.id);
         let barrier = Arc::new(Barrier::new(REQUESTS));
         let bearer = key.bearer();
         let proxies: Vec<String> = fleet.iter().map(|h| h.proxy_url(CHAT)).collect();
@@ -290,8 +328,7 @@ fn budget_race_across_three_instances_admits_exactly_the_ceiling() {
             threads.into_iter().map(|t| t.join().unwrap()).collect();
         // Every forwarded call has answered; let the settles land.
         std::thread::sleep(Duration::from_millis(300));
-        stop.store(true, Ordering::SeqCst);
-        sampler.join().unwrap();
+        let (worst_seen, samples) = sampler.finish();
 
         let passed = results.iter().filter(|(s, _)| *s == 200).count();
         let forwarded_verdicts = results
@@ -339,11 +376,10 @@ fn budget_race_across_three_instances_admits_exactly_the_ceiling() {
             ledger_all, REQUESTS as i64,
             "rep {rep}: every decision in the ledger"
         );
-        assert!(samples.load(Ordering::SeqCst) > 10, "rep {rep}: sampled");
+        assert!(samples > 10, "rep {rep}: sampled");
         assert!(
-            worst_seen.load(Ordering::SeqCst) <= ceiling_nano,
-            "rep {rep}: spent + reserved {} over the ceiling {ceiling_nano}",
-            worst_seen.load(Ordering::SeqCst)
+            worst_seen <= ceiling_nano,
+            "rep {rep}: spent + reserved {worst_seen} over the ceiling {ceiling_nano}"
         );
     }
 }
@@ -457,5 +493,312 @@ fn runaway_rules_fire_across_instances_where_a_single_node_fires_them() {
         expected.0 + 1,
         expected.1,
         burst + 1
+    );
+}
+
+fn spool_lines(h: &Harness) -> usize {
+    std::fs::read_to_string(h.dir.path().join("data").join("fleet-usage-spool.jsonl"))
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+}
+
+fn pg_server(cmd: &str) {
+    let dir = std::env::var("TOKENSAVER_TEST_PG_DIR").unwrap();
+    let port = std::env::var("TOKENSAVER_TEST_PG_PORT").unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg-test-server.sh");
+    let status = std::process::Command::new(script)
+        .args([cmd, &dir, &port])
+        .status()
+        .unwrap();
+    assert!(status.success(), "pg-test-server.sh {cmd}");
+}
+
+/// (forwarded decisions, usage rows settled by usage, usage rows charged on expiry, open
+/// reservations, decisions) of a key.
+fn ledger_counts(url: &str, key_id: &str) -> (i64, i64, i64, i64, i64) {
+    runtime().block_on(async {
+        let db = pg(url).await;
+        let row = db
+            .query_one(
+                "SELECT (SELECT count(*) FROM fleet_decisions WHERE key_id = $1 \
+                           AND verdict IN ('ALLOW', 'DOWNGRADE')), \
+                        (SELECT count(*) FROM fleet_usage WHERE key_id = $1 AND kind = 'usage'), \
+                        (SELECT count(*) FROM fleet_usage WHERE key_id = $1 AND kind = 'expired'), \
+                        (SELECT count(*) FROM fleet_reservations WHERE key_id = $1), \
+                        (SELECT count(*) FROM fleet_decisions WHERE key_id = $1)",
+                &[&key_id],
+            )
+            .await
+            .unwrap();
+        (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4))
+    })
+}
+
+/// PostgreSQL stopped for 5 s under load: every gated request answers 503 (closed-form, with
+/// `Retry-After`) and the provider sees no call; the calls in flight when it stopped complete,
+/// their usage is spooled, and once the database is back it is in the ledger exactly once.
+#[test]
+fn postgres_outage_fails_closed_and_spooled_usage_lands_once() {
+    let Some(url) = pg_url() else { return };
+    if std::env::var("TOKENSAVER_TEST_PG_DIR").is_err() {
+        eprintln!("TOKENSAVER_TEST_PG_DIR is not set: outage test skipped");
+        return;
+    }
+    let key = FleetKey::new(format!("outage{}", run_tag()));
+    let fleet = three(&url, &key.toml(None), 1_500);
+    let bearer = key.bearer();
+    // Each instance has connected.
+    for (i, h) in fleet.iter().enumerate() {
+        let r = h.post(
+            CHAT,
+            &bearer,
+            &chat("gpt-4o", &format!("warm {i}"), json!({"max_tokens": 20})),
+            &[],
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    // Six calls the provider holds for 1.5 s, two per instance.
+    let in_flight: Vec<_> = (0..6)
+        .map(|i| {
+            let url = fleet[i % 3].proxy_url(CHAT);
+            let (bearer, body) = (
+                bearer.clone(),
+                chat(
+                    "gpt-fault-slow",
+                    &format!("in flight {i}"),
+                    json!({"max_tokens": 20}),
+                ),
+            );
+            std::thread::spawn(move || {
+                Resp::from(
+                    ureq::post(&url)
+                        .timeout(Duration::from_secs(30))
+                        .set("authorization", &format!("Bearer {bearer}"))
+                        .send_string(&body.to_string()),
+                )
+                .status
+            })
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while provider_calls(&fleet) < 9 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the six calls reached the provider"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    pg_server("pause");
+    let calls_before = provider_calls(&fleet);
+    let stopped = std::time::Instant::now();
+    let mut refused = 0;
+    let mut i = 0;
+    while stopped.elapsed() < Duration::from_secs(5) {
+        let r = fleet[i % 3].post(
+            CHAT,
+            &bearer,
+            &chat(
+                "gpt-4o",
+                &format!("during the outage {i}"),
+                json!({"max_tokens": 20}),
+            ),
+            &[],
+        );
+        assert_eq!(r.status, 503, "request {i}: {}", r.text());
+        assert_eq!(r.header("retry-after"), Some("2"));
+        assert_eq!(r.json()["error"]["code"], "fleet_store_unavailable");
+        refused += 1;
+        i += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        provider_calls(&fleet),
+        calls_before,
+        "no call went upstream"
+    );
+    let finished: Vec<u16> = in_flight.into_iter().map(|t| t.join().unwrap()).collect();
+    assert_eq!(finished, vec![200; 6], "the calls in flight were answered");
+    let spooled: usize = fleet.iter().map(spool_lines).sum();
+    assert_eq!(spooled, 6, "their usage waits in the spools");
+    pg_server("resume");
+
+    // The sweep replays each spool within a second or two of the database answering again.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (forwarded, usage, expired, open, _) = ledger_counts(&url, &key.id);
+        if usage == 9 && open == 0 {
+            assert_eq!((forwarded, expired), (9, 0));
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "spooled usage not replayed: {:?}",
+            ledger_counts(&url, &key.id)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let spooled: usize = fleet.iter().map(spool_lines).sum();
+    assert_eq!(spooled, 0, "the spools are empty");
+    // Serving again, and the replay does not run twice.
+    let r = fleet[0].post(
+        CHAT,
+        &bearer,
+        &chat("gpt-4o", "after the outage", json!({"max_tokens": 20})),
+        &[],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    std::thread::sleep(Duration::from_millis(1500));
+    let (forwarded, usage, expired, open, _) = ledger_counts(&url, &key.id);
+    assert_eq!((forwarded, usage, expired, open), (10, 10, 0, 0));
+    eprintln!(
+        "outage: {refused} requests refused with 503 in 5 s, 6 spooled reports replayed once"
+    );
+}
+
+/// An instance SIGKILLed while holding reservations: the others keep serving, its
+/// reservations expire (the database's clock) and are charged their worst case, the ceiling is
+/// never exceeded, and its restart adds no ledger row.
+#[test]
+fn a_killed_instance_reservations_expire_and_are_charged_once() {
+    let Some(url) = pg_url() else { return };
+    let key = FleetKey::new(format!("kill{}", run_tag()));
+    let body = |i: usize| {
+        chat(
+            "gpt-fault-slow",
+            &format!("kill request {i:04}"),
+            json!({"max_tokens": 50}),
+        )
+    };
+    let shape = tokensaver::request::parse(
+        Route::OpenAiChat,
+        body(0).to_string().as_bytes(),
+        &tokensaver::auth::fingerprint_key(&key.secret),
+    )
+    .unwrap()
+    .shape;
+    let worst_nano = tokensaver::gate::worst_case(&shape, Some(&test_prices()))
+        .cost_nano
+        .unwrap();
+    let ceiling_nano = 10 * worst_nano;
+    let mut fleet = three_with_limits(
+        &url,
+        "reservation_ttl_secs = 3\n",
+        &key.toml(Some(ceiling_nano / 1000)),
+        5_000,
+    );
+    let bearer = key.bearer();
+    let sampler = Sampler::start(&url, &key.id);
+
+    // Four calls held by the provider through instance 3.
+    let doomed: Vec<_> = (0..4)
+        .map(|i| {
+            let (url, bearer, body) = (fleet[2].proxy_url(CHAT), bearer.clone(), body(i));
+            std::thread::spawn(move || {
+                Resp::from(
+                    ureq::post(&url)
+                        .timeout(Duration::from_secs(30))
+                        .set("authorization", &format!("Bearer {bearer}"))
+                        .send_string(&body.to_string()),
+                )
+                .status
+            })
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while fleet[2].calls(CHAT) < 4 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the four calls reached the provider"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    fleet[2].signal("KILL");
+    assert!(fleet[2].wait_exit(Duration::from_secs(5)).is_some());
+    for t in doomed {
+        assert_ne!(
+            t.join().unwrap(),
+            200,
+            "the killed instance answered nothing"
+        );
+    }
+    assert_eq!(
+        ledger_counts(&url, &key.id).3,
+        4,
+        "its four reservations are open"
+    );
+
+    // The others keep serving: fast calls, settled at once.
+    for i in 0..6 {
+        let r = fleet[i % 2].post(
+            CHAT,
+            &bearer,
+            &chat(
+                "gpt-4o",
+                &format!("survivor {i:04}"),
+                json!({"max_tokens": 50}),
+            ),
+            &[],
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    // The TTL (3 s) passes; the survivors' sweep charges the four at their worst case.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, _, expired, open, _) = ledger_counts(&url, &key.id);
+        if expired == 4 && open == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not expired: {:?}",
+            ledger_counts(&url, &key.id)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let charged: i64 = runtime().block_on(async {
+        pg(&url)
+            .await
+            .query_one(
+                "SELECT COALESCE(sum(spend_nano), 0)::bigint FROM fleet_usage \
+                 WHERE key_id = $1 AND kind = 'expired'",
+                &[&key.id],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    });
+    assert_eq!(
+        charged as u64,
+        4 * worst_nano,
+        "each charged its worst case"
+    );
+
+    // It restarts on the same data dir: nothing is added or doubled.
+    let before = ledger_counts(&url, &key.id);
+    fleet[2].restart();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        ledger_counts(&url, &key.id),
+        before,
+        "the restart wrote nothing"
+    );
+    let r = fleet[2].post(
+        CHAT,
+        &bearer,
+        &chat("gpt-4o", "after the restart", json!({"max_tokens": 50})),
+        &[],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    std::thread::sleep(Duration::from_millis(300));
+    let (forwarded, usage, expired, open, decisions) = ledger_counts(&url, &key.id);
+    assert_eq!(
+        (forwarded, usage, expired, open, decisions),
+        (11, 7, 4, 0, 11)
+    );
+    let (max, samples) = sampler.finish();
+    assert!(samples > 10);
+    assert!(
+        max <= ceiling_nano,
+        "spent + reserved {max} over the ceiling {ceiling_nano}"
     );
 }
