@@ -89,10 +89,10 @@ fn main() {
         .expect("gatekeeper")
     };
     let fleet_settings = fleet_config.fleet.clone().expect("fleet config");
-    let ttl = fleet_config.reservation_ttl_ms;
+    let limits = tokensaver::fleet::FleetLimits::from_config(&fleet_config);
     let single = open(single_config);
     let fleet = open(fleet_config).with_fleet(
-        rt.block_on(tokensaver::fleet::Fleet::connect(&fleet_settings, ttl))
+        rt.block_on(tokensaver::fleet::Fleet::connect(&fleet_settings, limits))
             .expect("fleet database"),
     );
 

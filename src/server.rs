@@ -29,7 +29,10 @@ pub fn open_gatekeeper(config: Config) -> Result<Arc<Gatekeeper>, String> {
     let store = SqliteStore::open(&config.data_dir, config.commit_interval_ms)
         .map_err(|e| e.to_string())?;
     let fleet = match &config.fleet {
-        Some(fleet) => Some(connect_fleet(fleet, config.reservation_ttl_ms)?),
+        Some(fleet) => Some(connect_fleet(
+            fleet,
+            crate::fleet::FleetLimits::from_config(&config),
+        )?),
         None => None,
     };
     let gatekeeper =
@@ -44,13 +47,13 @@ pub fn open_gatekeeper(config: Config) -> Result<Arc<Gatekeeper>, String> {
 /// build the pool, which connects on first use.
 fn connect_fleet(
     fleet: &crate::config::FleetConfig,
-    reservation_ttl_ms: u64,
+    limits: crate::fleet::FleetLimits,
 ) -> Result<crate::fleet::Fleet, String> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("fleet: cannot start a runtime: {e}"))?
-        .block_on(crate::fleet::Fleet::connect(fleet, reservation_ttl_ms))
+        .block_on(crate::fleet::Fleet::connect(fleet, limits))
 }
 
 /// Digest mode's settings: the central gate and the tokensaver key used with it.

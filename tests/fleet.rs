@@ -195,7 +195,11 @@ fn sql_windows_equal_the_in_memory_windows() {
                 url: url.clone(),
                 max_connections: 2,
             },
-            600_000,
+            tokensaver::fleet::FleetLimits {
+                reservation_ttl_ms: 600_000,
+                hold_ttl_ms: 900_000,
+                answer_store_bytes: 1 << 20,
+            },
         )
         .await
         .unwrap();
@@ -801,4 +805,111 @@ fn a_killed_instance_reservations_expire_and_are_charged_once() {
         max <= ceiling_nano,
         "spent + reserved {max} over the ceiling {ceiling_nano}"
     );
+}
+
+/// An agent's long session that scores into the CHALLENGE band unattended (tests/holds_release).
+fn agent_body(tag: &str) -> serde_json::Value {
+    let mut messages =
+        vec![json!({"role": "system", "content": format!("You are a coding agent {tag}.")})];
+    for i in 0..40 {
+        let role = if i % 2 == 0 { "user" } else { "assistant" };
+        messages.push(json!({"role": role, "content": format!("step {i}: {}", "x".repeat(700))}));
+    }
+    let tools: Vec<serde_json::Value> = (0..24)
+        .map(|i| {
+            json!({"type": "function", "function": {"name": format!("tool_{i}"),
+                "description": "does a thing", "parameters": {"type": "object", "properties": {}}}})
+        })
+        .collect();
+    json!({"model": "gpt-4o", "messages": messages, "tools": tools})
+}
+
+/// A hold raised through instance 1 is re-sent through 2 (the same CHALLENGE), approved
+/// through 2 and 3 at once (one approval wins), and the retry through 3 passes once; an answer
+/// stored through instance 1 is served by instance 2 without a provider call.
+#[test]
+fn holds_and_answers_are_shared_by_the_fleet() {
+    let Some(url) = pg_url() else { return };
+    let key = FleetKey::new(format!("hold{}", run_tag()));
+    let fleet = three(&url, &key.toml(None), 3_000);
+    let bearer = key.bearer();
+    let body = agent_body("fleet");
+
+    let first = fleet[0].post(CHAT, &bearer, &body, &[]);
+    assert_eq!(first.status, 409, "{}", first.text());
+    assert_eq!(first.verdict(), Some("CHALLENGE"));
+    let hold = first.header("x-tokensaver-hold").unwrap().to_string();
+    // A re-send through another instance gets the same CHALLENGE: the same receipt body
+    // (signed by the instance that answers: each data dir has its own key unless shared).
+    let again = fleet[1].post(CHAT, &bearer, &body, &[]);
+    assert_eq!(again.status, 409);
+    assert_eq!(again.header("x-tokensaver-hold"), Some(hold.as_str()));
+    assert_eq!(again.receipt(), first.receipt());
+    // The hold is listed by a third instance.
+    let listed = call(
+        ureq::get(&fleet[2].admin_url("/holds"))
+            .set("authorization", &format!("Bearer {ADMIN_KEY}")),
+        None,
+    );
+    assert_eq!(listed.status, 200, "{}", listed.text());
+    let holds = listed.json()["holds"].as_array().unwrap().clone();
+    assert!(holds
+        .iter()
+        .any(|h| h["hold_id"] == hold.as_str() && h["state"] == "pending"));
+
+    // Two approvals at once, through two instances: exactly one wins.
+    let approvals: Vec<_> = [fleet[1].admin_url(""), fleet[2].admin_url("")]
+        .into_iter()
+        .map(|base| {
+            let hold = hold.clone();
+            std::thread::spawn(move || {
+                call(
+                    ureq::post(&format!("{base}/holds/{hold}/approve"))
+                        .set("authorization", &format!("Bearer {ADMIN_KEY}")),
+                    Some(b""),
+                )
+                .status
+            })
+        })
+        .collect();
+    let mut statuses: Vec<u16> = approvals.into_iter().map(|t| t.join().unwrap()).collect();
+    statuses.sort();
+    assert_eq!(
+        statuses,
+        vec![200, 409],
+        "one approval wins, the other finds it decided"
+    );
+
+    let calls_before = provider_calls(&fleet);
+    let released = fleet[2].post(CHAT, &bearer, &body, &[]);
+    assert_eq!(released.status, 200, "{}", released.text());
+    assert_eq!(released.receipt()["approved_hold"], hold.as_str());
+    assert_eq!(provider_calls(&fleet), calls_before + 1);
+    // Once: the next identical request is decided afresh (held again, a new hold).
+    let after = fleet[0].post(CHAT, &bearer, &body, &[]);
+    assert_eq!(after.status, 409, "{}", after.text());
+    assert_ne!(after.header("x-tokensaver-hold"), Some(hold.as_str()));
+    assert_eq!(provider_calls(&fleet), calls_before + 1);
+
+    // An answer stored through instance 1 is served by instance 2.
+    let reusable = chat(
+        "gpt-4o",
+        "what is the capital of France?",
+        json!({"temperature": 0, "max_tokens": 30}),
+    );
+    let bought = fleet[0].post(CHAT, &bearer, &reusable, &[]);
+    assert_eq!(bought.status, 200, "{}", bought.text());
+    assert!(matches!(bought.verdict(), Some("ALLOW" | "DOWNGRADE")));
+    settle();
+    let calls = provider_calls(&fleet);
+    let served = fleet[1].post(CHAT, &bearer, &reusable, &[]);
+    assert_eq!(served.status, 200, "{}", served.text());
+    assert_eq!(served.verdict(), Some("SERVE"));
+    assert_eq!(served.body, bought.body, "the same answer");
+    assert_eq!(
+        provider_calls(&fleet),
+        calls,
+        "served without a provider call"
+    );
+    assert!(served.receipt()["tokens_not_bought"].as_u64().unwrap() > 0);
 }

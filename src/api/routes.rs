@@ -181,7 +181,7 @@ impl Api {
                 only_async(m, Method::POST, self.keyed_async(req, |k| self.forget(k))).await
             }
             _ => match HoldRoute::parse(path) {
-                Some(route) => only(m, route.method(), || self.owner_holds(req, route)),
+                Some(route) => only_async(m, route.method(), self.owner_holds(req, route)).await,
                 None => not_found(),
             },
         }
@@ -219,14 +219,17 @@ impl Api {
             return only_async(&req.method, Method::PUT, self.put_budget(req, key_id)).await;
         }
         if let Some(route) = HoldRoute::parse(path) {
-            return only(&req.method, route.method(), || {
-                // The admin sees every key's holds, or one key's with `?key=ID`.
-                let key = match route {
-                    HoldRoute::List => req.query_param("key").filter(|k| !k.is_empty()),
-                    _ => None,
-                };
-                holds::decide(&self.gatekeeper, req, route, key, now_ms())
-            });
+            // The admin sees every key's holds, or one key's with `?key=ID`.
+            let key = match route {
+                HoldRoute::List => req.query_param("key").filter(|k| !k.is_empty()),
+                _ => None,
+            };
+            return only_async(
+                &req.method,
+                route.method(),
+                holds::decide(&self.gatekeeper, req, route, key, now_ms()),
+            )
+            .await;
         }
         if path == "/economics" {
             return only_async(&req.method, Method::GET, self.economics(req)).await;
@@ -629,12 +632,14 @@ impl Api {
 
     /// The key's owner (`x-tokensaver-owner: <key_id>:<owner secret>`) lists, approves or
     /// denies its own holds; the key itself may list them (it already holds their ids).
-    fn owner_holds(&self, req: &ApiRequest, route: HoldRoute<'_>) -> ApiResponse {
+    async fn owner_holds(&self, req: &ApiRequest, route: HoldRoute<'_>) -> ApiResponse {
         let owner = req.header("x-tokensaver-owner");
         if route == HoldRoute::List && owner.is_none() {
-            return self.keyed(req, |k, _| {
-                holds::list(&self.gatekeeper, Some(&k.id), now_ms())
-            });
+            return self
+                .keyed_async(req, |k| {
+                    holds::list(&self.gatekeeper, Some(&k.id), now_ms())
+                })
+                .await;
         }
         let Some((key_id, secret)) = owner.and_then(|v| v.split_once(':')) else {
             return ApiResponse::error(
@@ -645,7 +650,7 @@ impl Api {
         };
         match self.gatekeeper.config.key(key_id) {
             Some(key) if auth::is_owner(key, Some(secret)) => {
-                holds::decide(&self.gatekeeper, req, route, Some(&key.id), now_ms())
+                holds::decide(&self.gatekeeper, req, route, Some(&key.id), now_ms()).await
             }
             _ => ApiResponse::error(401, "invalid_owner_secret", "invalid owner secret"),
         }

@@ -27,7 +27,13 @@ use crate::request::{Hash, WireForm};
 use crate::store::{period_start, DecisionRow, UsageRow};
 
 /// The schema, in order; each applied once, recorded in `schema_migrations`.
-const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("../../migrations/pg/0001_fleet.sql"))];
+const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("../../migrations/pg/0001_fleet.sql")),
+    (
+        2,
+        include_str!("../../migrations/pg/0002_holds_answers.sql"),
+    ),
+];
 
 /// Taken while migrating, so instances starting together apply each migration once.
 const MIGRATION_LOCK: i64 = 0x746f_6b65_6e73_6176;
@@ -38,6 +44,12 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long to wait for a connection (a stopped server refuses at once; a partitioned one
 /// does not).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long a stored answer stays servable in the fleet (the in-memory store has no age
+/// bound; a shared table needs one): the repeat window, one day.
+const ANSWER_TTL_MS: u64 = 86_400_000;
+/// An answer lookup that takes longer counts as a miss: the request is decided without it.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The database's clock in unix milliseconds.
 const DB_NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
@@ -98,13 +110,40 @@ impl From<deadpool_postgres::PoolError> for SettleError {
 }
 
 /// What an admission reads under the key's lock, for the decision.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Observed {
     /// The decision time: the database's clock, strictly increasing per key.
     pub now_ms: u64,
     pub counts: WindowCounts,
     /// `None` when the key has no ceiling.
     pub budget: Option<BudgetState>,
+    /// The key's pending hold for this request, if one is open: a re-send gets its opening.
+    pub pending: Option<PendingHold>,
+    /// The approved, unexpired hold that releases this request (the named one first).
+    pub approved: Option<String>,
+    /// The key's attending lease that runs now (its hold id).
+    pub lease: Option<String>,
+    /// The recorded usage (JSON) of the answer to this request, if one was recorded.
+    pub recorded: Option<String>,
+}
+
+/// A pending hold's opening, as the admission that opened it stored it.
+#[derive(Debug, Clone)]
+pub struct PendingHold {
+    pub hold_id: String,
+    /// The CHALLENGE decision as JSON; `None` if it was not kept.
+    pub decision: Option<String>,
+    pub receipt: Option<Vec<u8>>,
+}
+
+/// A CHALLENGE's hold, written with its decision.
+pub struct NewHold {
+    pub hold_id: String,
+    pub fingerprint: String,
+    pub worst_case_tokens: u64,
+    pub reason: &'static str,
+    pub opening_decision: String,
+    pub opening_receipt: Vec<u8>,
 }
 
 /// A key's budget as admission reads it.
@@ -114,11 +153,28 @@ pub struct KeyLimit {
     pub period: BudgetPeriod,
 }
 
+/// The request an admission decides: whose, which, and the key's budget.
+#[derive(Debug, Clone, Copy)]
+pub struct AdmitScope<'a> {
+    pub key_id: &'a str,
+    pub fingerprint: &'a Hash,
+    pub step: &'a Hash,
+    pub model: &'a str,
+    pub limit: KeyLimit,
+    pub wire: WireForm,
+    /// The hold the request names (`x-tokensaver-hold`, the digest's `hold_id`).
+    pub named_hold: Option<&'a str>,
+}
+
 /// What one admission writes: the decision row (the attempt the windows count) and, for a
 /// forwarded decision, its reservation.
 pub struct Booking {
     pub row: DecisionRow,
     pub reservation: Option<NewReservation>,
+    /// The approved hold this decision released: used up now.
+    pub used_hold: Option<String>,
+    /// The hold a CHALLENGE opens.
+    pub new_hold: Option<NewHold>,
 }
 
 pub struct NewReservation {
@@ -142,6 +198,35 @@ pub struct OpenReservation {
     pub reusable: bool,
 }
 
+/// A hold decision that did not apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldRefusal {
+    Unknown,
+    Expired,
+    NotPending,
+}
+
+/// A hold approved or denied in the fleet.
+#[derive(Debug, Clone)]
+pub struct DecidedHold {
+    pub key_id: String,
+    pub expires_ms: u64,
+    pub attending_until_ms: Option<u64>,
+}
+
+/// A pending or approved hold as the fleet lists it.
+#[derive(Debug, Clone)]
+pub struct ListedHold {
+    pub hold_id: String,
+    pub key_id: String,
+    pub approved: bool,
+    pub reason: Option<String>,
+    pub created_ms: u64,
+    pub expires_ms: u64,
+    pub worst_case_tokens: u64,
+    pub fingerprint: String,
+}
+
 /// A key's budget figures at one instant (one statement, one snapshot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BudgetSample {
@@ -149,9 +234,30 @@ pub struct BudgetSample {
     pub reserved_nano: u64,
 }
 
+/// The TTLs and bounds a fleet instance applies (from `[limits]`; every instance of a fleet
+/// should share them).
+#[derive(Debug, Clone, Copy)]
+pub struct FleetLimits {
+    pub reservation_ttl_ms: u64,
+    pub hold_ttl_ms: u64,
+    pub answer_store_bytes: u64,
+}
+
+impl FleetLimits {
+    pub fn from_config(config: &crate::config::Config) -> FleetLimits {
+        FleetLimits {
+            reservation_ttl_ms: config.reservation_ttl_ms,
+            hold_ttl_ms: config.hold_ttl_ms,
+            answer_store_bytes: config.answer_store_bytes as u64,
+        }
+    }
+}
+
 pub struct Fleet {
     pool: Pool,
     reservation_ttl_ms: u64,
+    hold_ttl_ms: u64,
+    answer_store_bytes: u64,
 }
 
 fn db(n: u64) -> i64 {
@@ -165,7 +271,7 @@ fn un(n: i64) -> u64 {
 impl Fleet {
     /// Apply the migrations (one connection, under an advisory lock) and build the pool. The
     /// pool connects lazily, on the runtime of whichever task asks first.
-    pub async fn connect(config: &FleetConfig, reservation_ttl_ms: u64) -> Result<Fleet, String> {
+    pub async fn connect(config: &FleetConfig, limits: FleetLimits) -> Result<Fleet, String> {
         let mut pg: tokio_postgres::Config = config
             .url
             .parse()
@@ -191,7 +297,9 @@ impl Fleet {
             .map_err(|_| "fleet database: cannot build the connection pool".to_string())?;
         Ok(Fleet {
             pool,
-            reservation_ttl_ms,
+            reservation_ttl_ms: limits.reservation_ttl_ms,
+            hold_ttl_ms: limits.hold_ttl_ms,
+            answer_store_bytes: limits.answer_store_bytes,
         })
     }
 
@@ -211,30 +319,27 @@ impl Fleet {
     /// abort storms under exactly the contention the lock already orders.
     pub async fn admit<T>(
         &self,
-        key_id: &str,
-        fingerprint: &Hash,
-        step: &Hash,
-        model: &str,
-        limit: KeyLimit,
-        decide: impl FnOnce(Observed) -> (T, Booking),
+        request: AdmitScope<'_>,
+        decide: impl FnOnce(Observed) -> (T, Option<Booking>),
     ) -> Result<T, FleetError> {
-        tokio::time::timeout(
-            CALL_TIMEOUT,
-            self.admit_inner(key_id, fingerprint, step, model, limit, decide),
-        )
-        .await
-        .unwrap_or(Err(FleetError::Unavailable))
+        tokio::time::timeout(CALL_TIMEOUT, self.admit_inner(request, decide))
+            .await
+            .unwrap_or(Err(FleetError::Unavailable))
     }
 
     async fn admit_inner<T>(
         &self,
-        key_id: &str,
-        fingerprint: &Hash,
-        step: &Hash,
-        model: &str,
-        limit: KeyLimit,
-        decide: impl FnOnce(Observed) -> (T, Booking),
+        request: AdmitScope<'_>,
+        decide: impl FnOnce(Observed) -> (T, Option<Booking>),
     ) -> Result<T, FleetError> {
+        let AdmitScope {
+            key_id,
+            fingerprint,
+            step,
+            model,
+            limit,
+            ..
+        } = request;
         let mut client = self.pool.get().await?;
         let tx = client
             .build_transaction()
@@ -268,12 +373,84 @@ impl Fleet {
             spend_nano: spend,
             reserved_nano: reserved,
         });
+        let approvals = tx.prepare_cached(APPROVALS).await?;
+        let found = tx
+            .query_one(
+                &approvals,
+                &[
+                    &key_id,
+                    &fp,
+                    &now,
+                    &request.named_hold,
+                    &request.wire.as_str(),
+                ],
+            )
+            .await?;
+        let pending = match found.get::<_, Option<String>>(0) {
+            Some(hold_id) => {
+                let opening = tx
+                    .query_one(
+                        "SELECT opening_decision, opening_receipt FROM fleet_holds \
+                         WHERE hold_id = $1",
+                        &[&hold_id],
+                    )
+                    .await?;
+                Some(PendingHold {
+                    hold_id,
+                    decision: opening.get(0),
+                    receipt: opening.get(1),
+                })
+            }
+            None => None,
+        };
         let (out, booking) = decide(Observed {
             now_ms,
             counts,
             budget,
+            pending,
+            approved: found.get(1),
+            lease: found.get(2),
+            recorded: found.get(3),
         });
+        let Some(booking) = booking else {
+            // A re-send of a pending hold: nothing is booked (the clock's move is harmless).
+            tx.commit().await?;
+            return Ok(out);
+        };
 
+        if let Some(id) = &booking.used_hold {
+            // Under the key's lock nobody else can use it; only expiry could have closed it.
+            let used = tx
+                .execute(
+                    "UPDATE fleet_holds SET state = 'used' WHERE hold_id = $1 AND state = 'approved'",
+                    &[id],
+                )
+                .await?;
+            if used != 1 {
+                tx.rollback().await?;
+                return Err(FleetError::Unavailable);
+            }
+        }
+        if let Some(h) = &booking.new_hold {
+            tx.execute(
+                "INSERT INTO fleet_holds (hold_id, key_id, fingerprint, created_ms, expires_ms, \
+                 state, worst_case_tokens, reason, opening_decision, opening_receipt) \
+                 VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8, $9) \
+                 ON CONFLICT (hold_id) DO NOTHING",
+                &[
+                    &h.hold_id,
+                    &key_id,
+                    &h.fingerprint,
+                    &now,
+                    &db(now_ms.saturating_add(self.hold_ttl_ms)),
+                    &db(h.worst_case_tokens),
+                    &h.reason,
+                    &h.opening_decision,
+                    &h.opening_receipt,
+                ],
+            )
+            .await?;
+        }
         let row = &booking.row;
         let insert = tx.prepare_cached(INSERT_DECISION).await?;
         let row_json = serde_json::to_string(row).map_err(|_| FleetError::Unavailable)?;
@@ -336,7 +513,7 @@ impl Fleet {
         key_id: &str,
         wire: WireForm,
         served_model: &str,
-        charge: impl FnOnce(&OpenReservation, u64) -> UsageRow,
+        charge: impl FnOnce(&OpenReservation, u64) -> (UsageRow, Option<String>),
     ) -> Result<(UsageRow, OpenReservation), SettleError> {
         tokio::time::timeout(
             CALL_TIMEOUT,
@@ -352,7 +529,7 @@ impl Fleet {
         key_id: &str,
         wire: WireForm,
         served_model: &str,
-        charge: impl FnOnce(&OpenReservation, u64) -> UsageRow,
+        charge: impl FnOnce(&OpenReservation, u64) -> (UsageRow, Option<String>),
     ) -> Result<(UsageRow, OpenReservation), SettleError> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
@@ -393,7 +570,18 @@ impl Fleet {
             reusable: taken.get(3),
         };
         let at_ms = un(taken.get::<_, i64>(4));
-        let row = charge(&reservation, at_ms);
+        let (row, recorded) = charge(&reservation, at_ms);
+        if let Some(usage) = recorded {
+            let fingerprint: &str = taken.get(2);
+            tx.execute(
+                "INSERT INTO fleet_recorded (key_id, fingerprint, wire, usage, at_ms) \
+                 VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (key_id, fingerprint, wire) \
+                 DO UPDATE SET usage = EXCLUDED.usage, at_ms = EXCLUDED.at_ms",
+                &[&key_id, &fingerprint, &wire.as_str(), &usage, &db(at_ms)],
+            )
+            .await?;
+        }
         let row_json = serde_json::to_string(&row).map_err(|_| FleetError::Unavailable)?;
         let book = tx
             .prepare_cached(
@@ -433,9 +621,216 @@ impl Fleet {
                      ON CONFLICT (decision_id) DO NOTHING"
                 ))
                 .await?;
-            Ok::<_, FleetError>(client.execute(&stmt, &[]).await?)
+            let charged = client.execute(&stmt, &[]).await?;
+            client
+                .execute(
+                    &format!(
+                        "UPDATE fleet_holds SET state = 'expired' \
+                         WHERE state IN ('pending', 'approved') AND expires_ms <= {DB_NOW_MS}"
+                    ),
+                    &[],
+                )
+                .await?;
+            // Answers: past their age, then the oldest beyond the byte bound.
+            client
+                .execute(
+                    &format!(
+                        "DELETE FROM fleet_answers WHERE expires_ms <= {DB_NOW_MS} \
+                         OR (key_id, fingerprint, wire) IN (\
+                           SELECT key_id, fingerprint, wire FROM (\
+                             SELECT key_id, fingerprint, wire, \
+                                    sum(bytes) OVER (ORDER BY stored_ms DESC, key_id, fingerprint, wire) AS running \
+                             FROM fleet_answers) newest_first \
+                           WHERE running > $1)"
+                    ),
+                    &[&db(self.answer_store_bytes)],
+                )
+                .await?;
+            Ok::<_, FleetError>(charged)
         };
         tokio::time::timeout(CALL_TIMEOUT, sweep)
+            .await
+            .unwrap_or(Err(FleetError::Unavailable))
+    }
+
+    /// Approve or deny a pending hold: one conditional UPDATE, so of two concurrent approvals
+    /// on two instances exactly one wins. `owner`: the deciding owner's key (`None`: admin).
+    pub async fn decide_hold(
+        &self,
+        hold_id: &str,
+        owner: Option<&str>,
+        approve: bool,
+        attend_minutes: Option<u64>,
+    ) -> Result<Result<DecidedHold, HoldRefusal>, FleetError> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let state = if approve { "approved" } else { "denied" };
+        let row = tx
+            .query_opt(
+                &format!(
+                    "UPDATE fleet_holds SET state = $3 \
+                     WHERE hold_id = $1 AND ($2::text IS NULL OR key_id = $2::text) \
+                       AND state = 'pending' AND expires_ms > {DB_NOW_MS} \
+                     RETURNING key_id, expires_ms, {DB_NOW_MS}"
+                ),
+                &[&hold_id, &owner, &state],
+            )
+            .await?;
+        let Some(row) = row else {
+            let found = tx
+                .query_opt(
+                    &format!(
+                        "SELECT key_id, expires_ms <= {DB_NOW_MS} FROM fleet_holds WHERE hold_id = $1"
+                    ),
+                    &[&hold_id],
+                )
+                .await?;
+            return Ok(Err(match found {
+                Some(f) if owner.is_none_or(|o| o == f.get::<_, &str>(0)) => {
+                    if f.get::<_, bool>(1) {
+                        HoldRefusal::Expired
+                    } else {
+                        HoldRefusal::NotPending
+                    }
+                }
+                _ => HoldRefusal::Unknown,
+            }));
+        };
+        let key_id: String = row.get(0);
+        let now = un(row.get::<_, i64>(2));
+        let mut attending_until_ms = None;
+        if let (true, Some(m)) = (approve, attend_minutes) {
+            let until = now.saturating_add(m.saturating_mul(60_000));
+            tx.execute(
+                "INSERT INTO fleet_leases (hold_id, key_id, granted_ms, until_ms) \
+                 VALUES ($1, $2, $3, $4) ON CONFLICT (hold_id) DO NOTHING",
+                &[&hold_id, &key_id, &db(now), &db(until)],
+            )
+            .await?;
+            attending_until_ms = Some(until);
+        }
+        tx.commit().await?;
+        Ok(Ok(DecidedHold {
+            key_id,
+            expires_ms: un(row.get::<_, i64>(1)),
+            attending_until_ms,
+        }))
+    }
+
+    /// Pending and approved holds, oldest first, and the leases that run now: every key's
+    /// (`None`) or one key's.
+    pub async fn open_holds(
+        &self,
+        key_id: Option<&str>,
+    ) -> Result<(u64, Vec<ListedHold>, Vec<crate::store::LeaseRow>), FleetError> {
+        let client = self.pool.get().await?;
+        let now: i64 = client
+            .query_one(&format!("SELECT {DB_NOW_MS}"), &[])
+            .await?
+            .get(0);
+        let holds = client
+            .query(
+                "SELECT hold_id, key_id, state, reason, created_ms, expires_ms, \
+                        worst_case_tokens, fingerprint \
+                 FROM fleet_holds WHERE state IN ('pending', 'approved') AND expires_ms > $1 \
+                   AND ($2::text IS NULL OR key_id = $2::text) \
+                 ORDER BY created_ms, hold_id",
+                &[&now, &key_id],
+            )
+            .await?
+            .iter()
+            .map(|r| ListedHold {
+                hold_id: r.get(0),
+                key_id: r.get(1),
+                approved: r.get::<_, &str>(2) == "approved",
+                reason: r.get(3),
+                created_ms: un(r.get(4)),
+                expires_ms: un(r.get(5)),
+                worst_case_tokens: un(r.get(6)),
+                fingerprint: r.get(7),
+            })
+            .collect();
+        let leases = client
+            .query(
+                "SELECT DISTINCT ON (key_id) hold_id, key_id, granted_ms, until_ms \
+                 FROM fleet_leases WHERE until_ms > $1 AND ($2::text IS NULL OR key_id = $2::text) \
+                 ORDER BY key_id, until_ms DESC",
+                &[&now, &key_id],
+            )
+            .await?
+            .iter()
+            .map(|r| crate::store::LeaseRow {
+                hold_id: r.get(0),
+                key_id: r.get(1),
+                granted_ms: un(r.get(2)),
+                until_ms: un(r.get(3)),
+            })
+            .collect();
+        Ok((un(now), holds, leases))
+    }
+
+    /// The stored answer for (key, fingerprint, wire form), if one is fresh.
+    pub async fn answer(
+        &self,
+        key_id: &str,
+        fingerprint: &Hash,
+        wire: WireForm,
+    ) -> Result<Option<(String, Vec<u8>)>, FleetError> {
+        let read = async {
+            let client = self.pool.get().await?;
+            let stmt = client
+                .prepare_cached(&format!(
+                    "SELECT content_type, body FROM fleet_answers \
+                     WHERE key_id = $1 AND fingerprint = $2 AND wire = $3 \
+                       AND expires_ms > {DB_NOW_MS}"
+                ))
+                .await?;
+            let row = client
+                .query_opt(&stmt, &[&key_id, &fingerprint.to_hex(), &wire.as_str()])
+                .await?;
+            Ok::<_, FleetError>(row.map(|r| (r.get(0), r.get(1))))
+        };
+        tokio::time::timeout(ANSWER_TIMEOUT, read)
+            .await
+            .unwrap_or(Err(FleetError::Unavailable))
+    }
+
+    /// Store an answer for the fleet (replacing an older one for the same request).
+    pub async fn put_answer(
+        &self,
+        key_id: &str,
+        fingerprint: &Hash,
+        wire: WireForm,
+        content_type: &str,
+        body: &[u8],
+    ) -> Result<(), FleetError> {
+        let write = async {
+            let client = self.pool.get().await?;
+            client
+                .execute(
+                    &format!(
+                        "INSERT INTO fleet_answers (key_id, fingerprint, wire, content_type, body, \
+                         bytes, stored_ms, expires_ms) \
+                         VALUES ($1, $2, $3, $4, $5, $6, {DB_NOW_MS}, {DB_NOW_MS} + $7) \
+                         ON CONFLICT (key_id, fingerprint, wire) DO UPDATE SET \
+                         content_type = EXCLUDED.content_type, body = EXCLUDED.body, \
+                         bytes = EXCLUDED.bytes, stored_ms = EXCLUDED.stored_ms, \
+                         expires_ms = EXCLUDED.expires_ms"
+                    ),
+                    &[
+                        &key_id,
+                        &fingerprint.to_hex(),
+                        &wire.as_str(),
+                        &content_type,
+                        &body,
+                        &db(body.len() as u64),
+                        &db(ANSWER_TTL_MS),
+                    ],
+                )
+                .await?;
+            Ok::<_, FleetError>(())
+        };
+        tokio::time::timeout(CALL_TIMEOUT, write)
             .await
             .unwrap_or(Err(FleetError::Unavailable))
     }
@@ -547,6 +942,19 @@ const OBSERVE: &str = "SELECT \
         AND decided_at_ms > $5::bigint - 86400000), \
     COALESCE((SELECT sum(spend_nano) FROM fleet_usage WHERE key_id = $1 AND at_ms >= $6), 0)::bigint, \
     COALESCE((SELECT sum(nano) FROM fleet_reservations WHERE key_id = $1), 0)::bigint";
+
+/// A key's holds, lease and recorded usage for one request, read under the key's lock: `$1`
+/// key, `$2` fingerprint, `$3` now, `$4` the named hold, `$5` the wire form.
+const APPROVALS: &str = "SELECT \
+    (SELECT hold_id FROM fleet_holds WHERE key_id = $1 AND fingerprint = $2::text \
+        AND state = 'pending' AND expires_ms > $3::bigint ORDER BY created_ms DESC LIMIT 1), \
+    (SELECT hold_id FROM fleet_holds WHERE key_id = $1 AND fingerprint = $2::text \
+        AND state = 'approved' AND expires_ms > $3::bigint \
+        ORDER BY (hold_id = $4::text) IS TRUE DESC, created_ms DESC LIMIT 1), \
+    (SELECT hold_id FROM fleet_leases WHERE key_id = $1 AND until_ms > $3::bigint \
+        ORDER BY until_ms DESC LIMIT 1), \
+    (SELECT usage FROM fleet_recorded WHERE key_id = $1 AND fingerprint = $2::text \
+        AND wire = $5::text)";
 
 const INSERT_DECISION: &str = "INSERT INTO fleet_decisions (decision_id, key_id, decided_at_ms, \
     fingerprint, step_fingerprint, model, verdict, reason, reserved_nano, row_json) \

@@ -2,20 +2,31 @@
 //! budget and the decision clock read from the fleet's PostgreSQL under the key's lock, and the
 //! decision and its reservation written in that same transaction ([`Fleet::admit`]).
 //!
-//! Holds, attending leases, stored answers and recorded usage stay in this instance's memory
-//! (and its SQLite) for now: none of them can raise spend past a ceiling or let a runaway
-//! through, since the budget and the windows are read from the database on every admission.
+//! Holds, attending leases, recorded usage and stored answers are in the database too, so a
+//! hold raised through one instance is approved through another and released on a third, and
+//! an answer stored through one is served by the others.
 
 use std::sync::Arc;
 
 use super::{
-    decision_row, lock, settlement, GateOutcome, GateRequest, Gatekeeper, RecordError,
-    RecordSource, UsageReport,
+    decision_row, lock, reopen, settlement, GateOutcome, GateRequest, Gatekeeper, HoldAction,
+    HoldDecided, HoldError, HoldView, LeaseView, RecordError, RecordSource, UsageReport,
 };
 use crate::fleet::spool::Replayed;
-use crate::fleet::{Booking, FleetError, KeyLimit, NewReservation, SettleError};
-use crate::gate::{decide_with, Approvals, Billed, GateInput, KeyState};
-use crate::store::{Ending, Event, HoldOpening, HoldRow, HoldState, UsageRow};
+use crate::fleet::{
+    AdmitScope, Booking, FleetError, HoldRefusal, KeyLimit, NewHold, NewReservation, SettleError,
+};
+use crate::gate::{decide_with, Approvals, Billed, Decision, GateInput, KeyState, Usage};
+use crate::store::answers::{AnswerKey, StoredAnswer};
+use crate::store::{Ending, HoldOpening, HoldState, UsageRow};
+
+/// What an admission came to.
+enum Admitted {
+    /// A re-send of a pending hold: its original answer.
+    Resent(Arc<GateOutcome>),
+    /// A new decision, its receipt body and its id.
+    Decided(Box<Decision>, Vec<u8>, String),
+}
 
 impl Gatekeeper {
     /// Decide and book a request (`Mode::Commit`) on a fleet instance; without a fleet, the
@@ -29,27 +40,9 @@ impl Gatekeeper {
         let shape = req.shape;
         let key_id = req.key.id.as_str();
         let wire = shape.wire_form();
-        let (resent, held_usage, approval, lease, limit) = {
-            let mut st = lock(&self.state);
-            self.expire(&mut st, req.now_ms);
-            // As in `gate`: a re-send of a pending hold gets its original answer, uncounted.
-            let resent = st
-                .hold_for(key_id, &shape.fingerprint, req.now_ms)
-                .filter(|h| h.row.state == HoldState::Pending)
-                .and_then(|h| h.opened.clone());
-            let held_usage = st
-                .recorded
-                .get(key_id)
-                .and_then(|by_request| by_request.get(&(shape.fingerprint, wire)))
-                .copied();
-            let approval = st.approval_for(req.hold_id, key_id, &shape.fingerprint, req.now_ms);
-            let lease = match req.human {
-                None if !req.key.human_default => {
-                    st.lease_for(key_id, req.now_ms).map(|l| l.hold_id.clone())
-                }
-                _ => None,
-            };
-            let limit = st.budgets.get(key_id).map_or(
+        let limit = {
+            let st = lock(&self.state);
+            st.budgets.get(key_id).map_or(
                 KeyLimit {
                     ceiling_nano: None,
                     period: Default::default(),
@@ -58,22 +51,42 @@ impl Gatekeeper {
                     ceiling_nano: b.ceiling_nano,
                     period: b.period,
                 },
-            );
-            (resent, held_usage, approval, lease, limit)
+            )
         };
-        if let Some(opened) = resent {
-            self.metrics.hold_resends.inc();
-            return Ok((*opened).clone());
-        }
-
-        let (decision, body, decision_id) = fleet
+        let admitted = fleet
             .admit(
-                key_id,
-                &shape.fingerprint,
-                &shape.step_fingerprint,
-                &shape.model,
-                limit,
+                AdmitScope {
+                    key_id,
+                    fingerprint: &shape.fingerprint,
+                    step: &shape.step_fingerprint,
+                    model: &shape.model,
+                    limit,
+                    wire,
+                    named_hold: req.hold_id,
+                },
                 |seen| {
+                    // As in `gate`: a re-send of a pending hold gets its original answer (the
+                    // same decision and receipt), uncounted, whichever instance it reaches.
+                    let reopened = seen.pending.as_ref().and_then(|p| {
+                        Some(HoldOpening {
+                            hold_id: p.hold_id.clone(),
+                            decision: p.decision.clone()?,
+                            receipt: p.receipt.clone()?,
+                        })
+                    });
+                    if let Some(opened) = reopened.and_then(|o| reopen(&self.signer, &o)) {
+                        return (Admitted::Resent(opened), None);
+                    }
+                    let held_usage: Option<Usage> = seen
+                        .recorded
+                        .as_deref()
+                        .and_then(|u| serde_json::from_str(u).ok());
+                    // A lease makes attended only the requests that declare nothing, on a key
+                    // whose default is unattended.
+                    let lease = match req.human {
+                        None if !req.key.human_default => seen.lease.as_deref(),
+                        _ => None,
+                    };
                     let input = GateInput {
                         key_id,
                         shape,
@@ -83,8 +96,8 @@ impl Gatekeeper {
                         approved_hold: false,
                     };
                     let approvals = Approvals {
-                        hold: approval.as_deref(),
-                        lease: lease.as_deref(),
+                        hold: seen.approved.as_deref(),
+                        lease,
                     };
                     let state = KeyState {
                         counts: seen.counts,
@@ -108,56 +121,39 @@ impl Gatekeeper {
                         reusable: shape.reproducible(),
                         approved_past_budget: decision.approved_hold.is_some(),
                     });
+                    let new_hold = decision.hold_id.as_ref().map(|hold_id| NewHold {
+                        hold_id: hold_id.clone(),
+                        fingerprint: shape.fingerprint.to_hex(),
+                        worst_case_tokens: decision.worst_case.tokens().unwrap_or(0),
+                        reason: decision.reason(),
+                        opening_decision: serde_json::to_string(&decision).unwrap_or_default(),
+                        opening_receipt: body.clone(),
+                    });
                     let reserved = reservation.as_ref().map_or(0, |r| r.nano);
                     let mut row = decision_row(&decision, &decision_id, wire, reserved);
                     row.step_fingerprint = Some(shape.step_fingerprint.to_hex());
-                    ((decision, body, decision_id), Booking { row, reservation })
+                    let booking = Booking {
+                        row,
+                        reservation,
+                        used_hold: decision.approved_hold.clone(),
+                        new_hold,
+                    };
+                    (
+                        Admitted::Decided(Box::new(decision), body, decision_id),
+                        Some(booking),
+                    )
                 },
             )
             .await?;
-
-        // The decision is committed in the fleet; what stays local follows, as in `gate`.
-        let now_ms = decision.decided_at_ms;
-        let mut events = Vec::new();
-        let mut signed = None;
-        {
-            let mut st = lock(&self.state);
-            if let Some(id) = &decision.approved_hold {
-                if let Some(mut h) = st.close_hold(id) {
-                    h.row.state = HoldState::Used;
-                    events.push(Event::Hold(h.row));
-                }
+        let (decision, body, decision_id) = match admitted {
+            Admitted::Resent(opened) => {
+                self.metrics.hold_resends.inc();
+                return Ok((*opened).clone());
             }
-            if let Some(hold_id) = &decision.hold_id {
-                let hold = HoldRow {
-                    hold_id: hold_id.clone(),
-                    key_id: key_id.to_string(),
-                    fingerprint: shape.fingerprint.to_hex(),
-                    created_ms: now_ms,
-                    expires_ms: now_ms + self.config.hold_ttl_ms,
-                    state: HoldState::Pending,
-                    worst_case_tokens: decision.worst_case.tokens().unwrap_or(0),
-                };
-                let outcome = GateOutcome {
-                    decision: decision.clone(),
-                    envelope: self.signer.sign(&body),
-                    decision_id: decision_id.clone(),
-                };
-                let opening = HoldOpening {
-                    hold_id: hold_id.clone(),
-                    decision: serde_json::to_string(&decision).unwrap_or_default(),
-                    receipt: body.clone(),
-                };
-                signed = Some(outcome.envelope.clone());
-                st.open_hold(hold.clone(), Some(Arc::new(outcome)));
-                events.push(Event::HoldOpened { hold, opening });
-            }
-        }
-        for e in events {
-            self.store.submit(e);
-        }
+            Admitted::Decided(decision, body, decision_id) => (*decision, body, decision_id),
+        };
         self.count(&decision);
-        let envelope = signed.unwrap_or_else(|| self.signer.sign(&body));
+        let envelope = self.signer.sign(&body);
         lock(&self.recent).push(&decision_id, key_id, &envelope);
         self.metrics
             .decision_seconds
@@ -222,6 +218,11 @@ impl Gatekeeper {
                 report.wire,
                 &report.served_model,
                 |r, at_ms| {
+                    // Only a complete, reproducible answer's usage is what a SERVE does not buy.
+                    let recorded = match (usage, complete, r.reusable) {
+                        (Some(b), true, true) => serde_json::to_string(&b.usage).ok(),
+                        _ => None,
+                    };
                     let (spend, basis) = settlement(
                         ending,
                         usage.as_ref(),
@@ -229,7 +230,7 @@ impl Gatekeeper {
                         r.nano,
                         r.output_ceiling,
                     );
-                    UsageRow {
+                    let row = UsageRow {
                         decision_id: report.decision_id.clone(),
                         key_id: report.key_id.clone(),
                         at_ms,
@@ -242,25 +243,135 @@ impl Gatekeeper {
                         ending: Some(ending),
                         basis,
                         spend_nano: spend,
-                    }
+                    };
+                    (row, recorded)
                 },
             )
             .await?;
-        // What makes a stored answer servable stays with the answer, in this instance.
-        if let (Some(b), true, true, Some(fp), RecordSource::Proxy) = (
-            usage,
-            complete,
-            reservation.reusable,
-            reservation.fingerprint,
-            source,
-        ) {
-            lock(&self.state)
-                .recorded
-                .entry(report.key_id.clone())
-                .or_default()
-                .insert((fp, report.wire), b.usage);
-        }
+        let _ = (reservation, source);
         Ok(row)
+    }
+
+    /// [`Gatekeeper::decide_hold`] in the fleet: one conditional UPDATE decides (two
+    /// concurrent approvals on two instances: one wins, the other finds it not pending).
+    pub async fn decide_hold_fleet(
+        &self,
+        hold_id: &str,
+        key_id: Option<&str>,
+        action: HoldAction,
+    ) -> Result<HoldDecided, HoldError> {
+        let Some(fleet) = self.fleet.as_ref() else {
+            return Err(HoldError::Unavailable);
+        };
+        let (approve, attend_minutes) = match action {
+            HoldAction::Approve { attend_minutes } => (true, attend_minutes),
+            HoldAction::Deny => (false, None),
+        };
+        if attend_minutes.is_some_and(|m| !(1..=super::MAX_ATTEND_MINUTES).contains(&m)) {
+            return Err(HoldError::AttendMinutes);
+        }
+        match fleet
+            .decide_hold(hold_id, key_id, approve, attend_minutes)
+            .await
+        {
+            Ok(Ok(d)) => Ok(HoldDecided {
+                hold_id: hold_id.to_string(),
+                key_id: d.key_id,
+                state: if approve {
+                    HoldState::Approved
+                } else {
+                    HoldState::Denied
+                },
+                expires_ms: d.expires_ms,
+                attending_until_ms: d.attending_until_ms,
+            }),
+            Ok(Err(HoldRefusal::Unknown)) => Err(HoldError::Unknown),
+            Ok(Err(HoldRefusal::Expired)) => Err(HoldError::Expired),
+            Ok(Err(HoldRefusal::NotPending)) => Err(HoldError::NotPending),
+            Err(_) => Err(HoldError::Unavailable),
+        }
+    }
+
+    /// [`Gatekeeper::holds`] in the fleet, and the database's time.
+    pub async fn holds_fleet(
+        &self,
+        key_id: Option<&str>,
+    ) -> Result<(u64, Vec<HoldView>, Vec<LeaseView>), FleetError> {
+        let Some(fleet) = self.fleet.as_ref() else {
+            return Err(FleetError::Unavailable);
+        };
+        let (now, holds, leases) = fleet.open_holds(key_id).await?;
+        let reason = |r: Option<String>| {
+            // The closed set of reasons a CHALLENGE can carry, as static text.
+            r.and_then(|r| {
+                [
+                    crate::gate::Rule::ExceedsRemainingBudget.as_str(),
+                    "score_challenge",
+                ]
+                .into_iter()
+                .find(|known| *known == r)
+            })
+        };
+        let holds = holds
+            .into_iter()
+            .map(|h| HoldView {
+                fingerprint_prefix: h.fingerprint.chars().take(16).collect(),
+                hold_id: h.hold_id,
+                key_id: h.key_id,
+                state: if h.approved {
+                    HoldState::Approved
+                } else {
+                    HoldState::Pending
+                },
+                reason: reason(h.reason),
+                created_ms: h.created_ms,
+                expires_ms: h.expires_ms,
+                worst_case_tokens: h.worst_case_tokens,
+            })
+            .collect();
+        let leases = leases
+            .into_iter()
+            .map(|l| LeaseView {
+                key_id: l.key_id,
+                hold_id: l.hold_id,
+                granted_ms: l.granted_ms,
+                until_ms: l.until_ms,
+            })
+            .collect();
+        Ok((now, holds, leases))
+    }
+
+    /// The fleet's stored answer for this request; a database that does not answer reads as
+    /// a miss (the request is decided, and forwarded if allowed, without it).
+    pub async fn answer_fleet(&self, key: &AnswerKey) -> Option<Arc<StoredAnswer>> {
+        let fleet = self.fleet.as_ref()?;
+        let (content_type, body) = fleet
+            .answer(&key.key_id, &key.fingerprint, key.wire)
+            .await
+            .ok()??;
+        Some(Arc::new(StoredAnswer {
+            content_type,
+            body: bytes::Bytes::from(body),
+        }))
+    }
+
+    /// Store an answer for the whole fleet; one that cannot be written is simply not stored.
+    pub async fn store_answer_fleet(&self, key: AnswerKey, answer: StoredAnswer) {
+        let Some(fleet) = self.fleet.as_ref() else {
+            return self.store_answer(key, answer);
+        };
+        let stored = fleet
+            .put_answer(
+                &key.key_id,
+                &key.fingerprint,
+                key.wire,
+                &answer.content_type,
+                &answer.body,
+            )
+            .await;
+        if stored.is_err() {
+            tracing::warn!("an answer could not be stored in the fleet database");
+        }
     }
 
     /// The fleet's periodic work: charge expired reservations (any instance may, at once) and

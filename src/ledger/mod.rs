@@ -143,6 +143,8 @@ pub enum HoldError {
     NotPending,
     #[error("attend_minutes must be between 1 and 1440")]
     AttendMinutes,
+    #[error("the fleet's shared store is unreachable")]
+    Unavailable,
 }
 
 /// The longest attending lease an approval may grant: one day.

@@ -186,13 +186,18 @@ impl Forward<'_> {
             outcome.usage,
             outcome.answer.take(),
         ) {
-            self.gatekeeper.store_answer(
-                self.answer_key.clone(),
-                StoredAnswer {
-                    content_type,
-                    body: Bytes::from(bytes),
-                },
-            );
+            let answer = StoredAnswer {
+                content_type,
+                body: Bytes::from(bytes),
+            };
+            if matches!(self.recorder, Recorder::Local) && self.gatekeeper.fleet().is_some() {
+                self.gatekeeper
+                    .store_answer_fleet(self.answer_key.clone(), answer)
+                    .await;
+            } else {
+                self.gatekeeper
+                    .store_answer(self.answer_key.clone(), answer);
+            }
         }
         match error {
             None => {

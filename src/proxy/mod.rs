@@ -299,7 +299,11 @@ impl GateProxy {
             fingerprint: shape.fingerprint,
             wire: shape.wire_form(),
         };
-        let stored = self.gatekeeper.answer(&answer_key);
+        let stored = if self.gatekeeper.fleet().is_some() && self.remote.is_none() {
+            self.gatekeeper.answer_fleet(&answer_key).await
+        } else {
+            self.gatekeeper.answer(&answer_key)
+        };
 
         let decided = match &self.remote {
             None => {
