@@ -254,6 +254,8 @@ fn sql_windows_equal_the_in_memory_windows() {
                 .unwrap();
         }
         assert_eq!(compared, 700);
+        // The sweep every instance runs each second (reservations, holds, answers) is valid SQL.
+        fleet.expire().await.unwrap();
     });
 }
 
@@ -300,7 +302,7 @@ fn budget_race_across_three_instances_admits_exactly_the_ceiling() {
         .collect();
     // The provider holds each call long enough that all 200 are decided before any settles
     // (checked below): otherwise a settle frees budget and an eleventh admission is right.
-    let fleet = three(&url, &keys_toml, 4_000);
+    let fleet = three(&url, &keys_toml, 6_000);
     let rt = runtime();
     let db = rt.block_on(pg(&url));
 
@@ -492,6 +494,29 @@ fn runaway_rules_fire_across_instances_where_a_single_node_fires_them() {
     );
     // Every decision of the sequence is the same, not only the first block.
     assert_eq!(single_burst, fleet_burst);
+    // Any instance's ledger is the fleet's: all 130 decisions, whichever instance made them,
+    // with the same verdict counts as the single node's.
+    let fleet_ledger = fleet[1].ledger(&burst_key.bearer());
+    let single_ledger = single.ledger(&burst_key.bearer());
+    assert_eq!(fleet_ledger["total"]["requests"], 130);
+    assert_eq!(
+        fleet_ledger["total"]["by_verdict"],
+        single_ledger["total"]["by_verdict"]
+    );
+    let cli = std::process::Command::new(env!("CARGO_BIN_EXE_tokensaver"))
+        .args(["ledger", "--config"])
+        .arg(fleet[2].config_path())
+        .args(["--key", &burst_key.id])
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    assert!(
+        cli.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cli.stderr)
+    );
+    let printed = String::from_utf8_lossy(&cli.stdout);
+    assert!(printed.contains("130"), "{printed}");
     eprintln!(
         "loop blocked at attempt {} ({}); runaway_burst at request {}",
         expected.0 + 1,

@@ -401,34 +401,8 @@ impl Api {
 
     /// `GET /budget` on a fleet instance: the key's figures from the fleet's database.
     async fn budget_fleet(&self, key: &KeyConfig) -> ApiResponse {
-        let Some(fleet) = self.gatekeeper.fleet() else {
-            return fleet_unavailable();
-        };
-        let local = self.gatekeeper.budget_view(&key.id, now_ms());
-        let period = key.budget.map(|b| b.period).unwrap_or_default();
-        let sample = match fleet.db_now_ms().await {
-            Ok(now) => {
-                fleet
-                    .budget_sample(&key.id, crate::store::period_start(period, now))
-                    .await
-            }
-            Err(e) => Err(e),
-        };
-        match sample {
-            Ok(s) => {
-                let left = local.ceiling_nano.map(|c| {
-                    i128::from(c) - i128::from(s.spend_nano) - i128::from(s.reserved_nano)
-                });
-                ApiResponse::json(
-                    200,
-                    &crate::ledger::BudgetView {
-                        spend_nano: s.spend_nano,
-                        reserved_nano: s.reserved_nano,
-                        left_nano: left,
-                        ..local
-                    },
-                )
-            }
+        match self.gatekeeper.budget_view_fleet(&key.id).await {
+            Ok(view) => ApiResponse::json(200, &view),
             Err(_) => fleet_unavailable(),
         }
     }
@@ -547,6 +521,14 @@ impl Api {
                 return ApiResponse::error(503, "storage_unavailable", "the ledger is unavailable")
             }
         };
+        let budget = if self.gatekeeper.fleet().is_some() {
+            match self.gatekeeper.budget_view_fleet(&key.id).await {
+                Ok(view) => view,
+                Err(_) => return fleet_unavailable(),
+            }
+        } else {
+            self.gatekeeper.budget_view(&key.id, now_ms())
+        };
         if req.query_param("format") == Some("csv") {
             let csv = crate::ledger::report::csv(&days, &total);
             return ApiResponse::text(200, "text/csv", csv);
@@ -555,7 +537,7 @@ impl Api {
             200,
             &json!({
                 "key_id": key.id,
-                "budget": self.gatekeeper.budget_view(&key.id, now_ms()),
+                "budget": budget,
                 "days": days,
                 "total": total,
                 "tiers": {

@@ -16,6 +16,7 @@
 
 pub mod spool;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -24,7 +25,7 @@ use tokio_postgres::{IsolationLevel, NoTls};
 use crate::config::{BudgetPeriod, FleetConfig};
 use crate::gate::{BudgetState, WindowCounts};
 use crate::request::{Hash, WireForm};
-use crate::store::{period_start, DecisionRow, UsageRow};
+use crate::store::{period_start, DecisionRow, LedgerDay, LedgerTotals, UsageRow};
 
 /// The schema, in order; each applied once, recorded in `schema_migrations`.
 const MIGRATIONS: &[(i32, &str)] = &[
@@ -67,7 +68,11 @@ pub enum FleetError {
 impl From<tokio_postgres::Error> for FleetError {
     fn from(e: tokio_postgres::Error) -> Self {
         // The SQLSTATE only: a database message may quote values.
-        tracing::warn!(code = ?e.code().map(|c| c.code()), "fleet database error");
+        tracing::warn!(
+            code = ?e.code().map(|c| c.code()),
+            closed = e.is_closed(),
+            "fleet database error"
+        );
         FleetError::Unavailable
     }
 }
@@ -639,9 +644,9 @@ impl Fleet {
                          OR (key_id, fingerprint, wire) IN (\
                            SELECT key_id, fingerprint, wire FROM (\
                              SELECT key_id, fingerprint, wire, \
-                                    sum(bytes) OVER (ORDER BY stored_ms DESC, key_id, fingerprint, wire) AS running \
+                                    (sum(bytes) OVER (ORDER BY stored_ms DESC, key_id, fingerprint, wire))::bigint AS running \
                              FROM fleet_answers) newest_first \
-                           WHERE running > $1)"
+                           WHERE running > $1::bigint)"
                     ),
                     &[&db(self.answer_store_bytes)],
                 )
@@ -833,6 +838,102 @@ impl Fleet {
         tokio::time::timeout(CALL_TIMEOUT, write)
             .await
             .unwrap_or(Err(FleetError::Unavailable))
+    }
+
+    /// Per-day and total ledger figures of a key (`None`: every key) over `[from_ms, to_ms)`,
+    /// aggregated by the database, tier by tier as the SQLite ledger keeps them.
+    pub async fn ledger(
+        &self,
+        key_id: Option<&str>,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<(Vec<LedgerDay>, LedgerTotals), FleetError> {
+        let client = self.pool.get().await?;
+        let mut days: BTreeMap<i64, LedgerTotals> = BTreeMap::new();
+        let field =
+            |f: &str| format!("COALESCE(sum((row_json::jsonb ->> '{f}')::bigint), 0)::bigint");
+        let decisions = client
+            .query(
+                &format!(
+                    "SELECT decided_at_ms / 86400000 AS day, verdict, count(*), {}, \
+                     COALESCE(sum(CASE WHEN verdict = 'BLOCK' \
+                         THEN (row_json::jsonb ->> 'worst_case_tokens_avoided')::bigint ELSE 0 END), 0)::bigint, \
+                     {} \
+                     FROM fleet_decisions \
+                     WHERE ($1::text IS NULL OR key_id = $1::text) \
+                       AND decided_at_ms >= $2 AND decided_at_ms < $3 \
+                     GROUP BY day, verdict",
+                    field("tokens_not_bought"),
+                    field("findings_tokens"),
+                ),
+                &[&key_id, &from_ms, &to_ms],
+            )
+            .await?;
+        for r in &decisions {
+            let t = days.entry(r.get(0)).or_default();
+            let n = un(r.get(2));
+            t.requests = t.requests.saturating_add(n);
+            let slot = t.by_verdict.entry(r.get::<_, String>(1)).or_default();
+            *slot = slot.saturating_add(n);
+            t.tokens_not_bought = t.tokens_not_bought.saturating_add(un(r.get(3)));
+            t.worst_case_tokens_avoided = t.worst_case_tokens_avoided.saturating_add(un(r.get(4)));
+            t.findings_tokens_estimated = t.findings_tokens_estimated.saturating_add(un(r.get(5)));
+        }
+        let part = |p: &str| {
+            format!("COALESCE(sum((row_json::jsonb -> 'usage' ->> '{p}')::bigint), 0)::bigint")
+        };
+        // Usage rows and expiry charges (no usage figures) alike carry their spend.
+        let usage = client
+            .query(
+                &format!(
+                    "SELECT at_ms / 86400000 AS day, COALESCE(sum(spend_nano), 0)::bigint, \
+                     {}, {}, {}, {} \
+                     FROM fleet_usage WHERE ($1::text IS NULL OR key_id = $1::text) \
+                       AND at_ms >= $2 AND at_ms < $3 GROUP BY day",
+                    part("input"),
+                    part("cache_write"),
+                    part("cache_read"),
+                    part("output"),
+                ),
+                &[&key_id, &from_ms, &to_ms],
+            )
+            .await?;
+        for r in &usage {
+            let t = days.entry(r.get(0)).or_default();
+            t.spend_nano = t.spend_nano.saturating_add(un(r.get(1)));
+            t.usage.add(&crate::gate::Usage {
+                input: un(r.get(2)),
+                cache_write: un(r.get(3)),
+                cache_read: un(r.get(4)),
+                output: un(r.get(5)),
+            });
+        }
+        // A hold never used (expired, or denied) counts on the day of the request it held.
+        let holds = client
+            .query(
+                "SELECT created_ms / 86400000 AS day, COALESCE(sum(worst_case_tokens), 0)::bigint \
+                 FROM fleet_holds WHERE ($1::text IS NULL OR key_id = $1::text) \
+                   AND state IN ('expired', 'denied') AND created_ms >= $2 AND created_ms < $3 \
+                 GROUP BY day",
+                &[&key_id, &from_ms, &to_ms],
+            )
+            .await?;
+        for r in &holds {
+            let t = days.entry(r.get(0)).or_default();
+            t.worst_case_tokens_avoided = t.worst_case_tokens_avoided.saturating_add(un(r.get(1)));
+        }
+        let mut total = crate::store::sqlite::empty_totals();
+        let mut out = Vec::with_capacity(days.len());
+        for (day, t) in days {
+            let mut totals = crate::store::sqlite::empty_totals();
+            crate::store::sqlite::add_totals(&mut totals, &t);
+            crate::store::sqlite::add_totals(&mut total, &t);
+            out.push(LedgerDay {
+                day: crate::store::utc_day(un(day).saturating_mul(86_400_000)),
+                totals,
+            });
+        }
+        Ok((out, total))
     }
 
     /// A key's spend since `since_ms` and its open reservations, read in one statement.

@@ -374,6 +374,32 @@ impl Gatekeeper {
         }
     }
 
+    /// [`Gatekeeper::budget_view`] from the fleet's database (spend in the key's period by
+    /// the database's clock, and every instance's open reservations).
+    pub async fn budget_view_fleet(&self, key_id: &str) -> Result<super::BudgetView, FleetError> {
+        let Some(fleet) = self.fleet.as_ref() else {
+            return Err(FleetError::Unavailable);
+        };
+        let local = self.budget_view(key_id, crate::now_ms());
+        let period = {
+            let st = lock(&self.state);
+            st.budgets.get(key_id).map(|b| b.period).unwrap_or_default()
+        };
+        let now = fleet.db_now_ms().await?;
+        let s = fleet
+            .budget_sample(key_id, crate::store::period_start(period, now))
+            .await?;
+        let left = local
+            .ceiling_nano
+            .map(|c| i128::from(c) - i128::from(s.spend_nano) - i128::from(s.reserved_nano));
+        Ok(super::BudgetView {
+            spend_nano: s.spend_nano,
+            reserved_nano: s.reserved_nano,
+            left_nano: left,
+            ..local
+        })
+    }
+
     /// The fleet's periodic work: charge expired reservations (any instance may, at once) and
     /// replay spooled usage once the database answers again.
     pub async fn fleet_tick(&self) {
@@ -381,7 +407,7 @@ impl Gatekeeper {
             return;
         };
         if fleet.expire().await.is_err() {
-            return;
+            tracing::warn!("fleet expiry sweep failed; the next tick retries");
         }
         let Some(spool) = self.spool.as_ref().filter(|s| s.pending()) else {
             return;

@@ -1174,6 +1174,24 @@ impl Gatekeeper {
         from: Option<&str>,
         to: Option<&str>,
     ) -> Result<(Vec<LedgerDay>, LedgerTotals), StoreError> {
+        if let Some(fleet) = &self.fleet {
+            // A fleet's ledger is its database's: every instance's decisions and usage.
+            let bound = |d: Option<&str>| d.map(crate::store::day_start_ms);
+            let from_ms = match bound(from) {
+                Some(Some(ms)) => ms,
+                Some(None) => return Err(StoreError::Unavailable),
+                None => i64::MIN,
+            };
+            let to_ms = match bound(to) {
+                Some(Some(ms)) => ms.saturating_add(DAY_MS as i64),
+                Some(None) => return Err(StoreError::Unavailable),
+                None => i64::MAX,
+            };
+            return fleet
+                .ledger(key_id, from_ms, to_ms)
+                .await
+                .map_err(|_| StoreError::Unavailable);
+        }
         self.store.flush_acked().await?;
         let store = Arc::clone(&self.store);
         let (key_id, from, to) = (
