@@ -824,6 +824,22 @@ fn a_killed_instance_reservations_expire_and_are_charged_once() {
         (forwarded, usage, expired, open, decisions),
         (11, 7, 4, 0, 11)
     );
+    // Any instance lists the fleet's decisions with their settlements.
+    let listed = call(
+        ureq::get(&fleet[0].api_url("/ledger/decisions"))
+            .set("authorization", &format!("Bearer {bearer}")),
+        None,
+    );
+    assert_eq!(listed.status, 200, "{}", listed.text());
+    let statuses: Vec<String> = listed.json()["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["status"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(statuses.len(), 11);
+    assert_eq!(statuses.iter().filter(|s| *s == "expired").count(), 4);
+    assert_eq!(statuses.iter().filter(|s| *s == "complete").count(), 7);
     let (max, samples) = sampler.finish();
     assert!(samples > 10);
     assert!(

@@ -156,9 +156,14 @@ impl Api {
                 )
                 .await
             }
-            "/ledger/decisions" => only(m, Method::GET, || {
-                self.keyed(req, |k, _| self.decisions(req, Some(&k.id)))
-            }),
+            "/ledger/decisions" => {
+                only_async(
+                    m,
+                    Method::GET,
+                    self.keyed_async(req, |k| self.decisions(req, Some(&k.id))),
+                )
+                .await
+            }
             "/budget" if self.gatekeeper.fleet().is_some() => {
                 only_async(
                     m,
@@ -236,9 +241,8 @@ impl Api {
         }
         if path == "/ledger/decisions" {
             // Every key's decisions, or one key's with `?key=ID`.
-            return only(&req.method, Method::GET, || {
-                self.decisions(req, req.query_param("key").filter(|k| !k.is_empty()))
-            });
+            let key = req.query_param("key").filter(|k| !k.is_empty());
+            return only_async(&req.method, Method::GET, self.decisions(req, key)).await;
         }
         not_found()
     }
@@ -553,7 +557,7 @@ impl Api {
     /// every key's, admin) with their settlements, oldest first, a page at a time. `from` and
     /// `to` are UTC days (`YYYY-MM-DD`, both inclusive) or unix milliseconds (`to` exclusive);
     /// `after` is the `next_after` of the previous page.
-    fn decisions(&self, req: &ApiRequest, key_id: Option<&str>) -> ApiResponse {
+    async fn decisions(&self, req: &ApiRequest, key_id: Option<&str>) -> ApiResponse {
         let bound = |name: &str, end: bool| -> Result<Option<u64>, ()> {
             match req.query_param(name) {
                 None | Some("") => Ok(None),
@@ -586,7 +590,12 @@ impl Api {
                 .map(str::to_string),
             limit,
         };
-        match self.gatekeeper.decisions(&query) {
+        let page = if self.gatekeeper.fleet().is_some() {
+            self.gatekeeper.decisions_fleet(&query).await
+        } else {
+            self.gatekeeper.decisions(&query)
+        };
+        match page {
             Ok(page) if req.query_param("format") == Some("csv") => {
                 let csv = crate::ledger::report::decisions_csv(&page);
                 let resp = ApiResponse::text(200, "text/csv", csv);

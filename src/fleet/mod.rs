@@ -25,7 +25,10 @@ use tokio_postgres::{IsolationLevel, NoTls};
 use crate::config::{BudgetPeriod, FleetConfig};
 use crate::gate::{BudgetState, WindowCounts};
 use crate::request::{Hash, WireForm};
-use crate::store::{period_start, DecisionRow, LedgerDay, LedgerTotals, UsageRow};
+use crate::store::{
+    period_start, DecisionLine, DecisionPage, DecisionQuery, DecisionRow, Ending, LedgerDay,
+    LedgerTotals, SpendBasis, StoreError, UsageRow,
+};
 
 /// The schema, in order; each applied once, recorded in `schema_migrations`.
 const MIGRATIONS: &[(i32, &str)] = &[
@@ -936,6 +939,73 @@ impl Fleet {
         Ok((out, total))
     }
 
+    /// Decisions with their settlements, oldest first (`GET /ledger/decisions`), as the SQLite
+    /// store lists them.
+    pub async fn decisions(&self, q: &DecisionQuery) -> Result<DecisionPage, StoreError> {
+        let unavailable = |_| StoreError::Unavailable;
+        let limit = q.limit.clamp(1, crate::store::sqlite::MAX_DECISIONS_PAGE);
+        let client = self.pool.get().await.map_err(|_| StoreError::Unavailable)?;
+        let key_id = q.key_id.as_deref();
+        let (after_ms, after_id) = match &q.after {
+            None => (i64::MIN, String::new()),
+            Some(id) => {
+                let found = client
+                    .query_opt(
+                        "SELECT decided_at_ms FROM fleet_decisions \
+                         WHERE decision_id = $1 AND ($2::text IS NULL OR key_id = $2::text)",
+                        &[id, &key_id],
+                    )
+                    .await
+                    .map_err(|e| unavailable(FleetError::from(e)))?
+                    .ok_or(StoreError::UnknownCursor)?;
+                (found.get(0), id.clone())
+            }
+        };
+        let from = q.from_ms.map(db).unwrap_or(i64::MIN);
+        let to = q.to_ms.map(db).unwrap_or(i64::MAX);
+        let rows = client
+            .query(
+                "SELECT d.row_json, u.kind, u.row_json, u.at_ms, u.spend_nano \
+                 FROM fleet_decisions d LEFT JOIN fleet_usage u ON u.decision_id = d.decision_id \
+                 WHERE ($1::text IS NULL OR d.key_id = $1::text) \
+                   AND d.decided_at_ms >= $2 AND d.decided_at_ms < $3 \
+                   AND (d.decided_at_ms, d.decision_id) > ($4::bigint, $5::text) \
+                 ORDER BY d.decided_at_ms, d.decision_id LIMIT $6",
+                &[
+                    &key_id,
+                    &from,
+                    &to,
+                    &after_ms,
+                    &after_id,
+                    &db(limit as u64 + 1),
+                ],
+            )
+            .await
+            .map_err(|e| unavailable(FleetError::from(e)))?;
+        let mut lines = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let d: DecisionRow =
+                serde_json::from_str(r.get::<_, &str>(0)).map_err(|_| StoreError::Unavailable)?;
+            let kind: Option<&str> = r.get(1);
+            let usage: Option<UsageRow> = r
+                .get::<_, Option<&str>>(2)
+                .and_then(|u| serde_json::from_str(u).ok());
+            let settled_at: Option<i64> = r.get(3);
+            let spend: Option<i64> = r.get(4);
+            lines.push(decision_line(d, kind, usage, settled_at, spend));
+        }
+        let next_after = if lines.len() > limit {
+            lines.truncate(limit);
+            lines.last().map(|l| l.decision_id.clone())
+        } else {
+            None
+        };
+        Ok(DecisionPage {
+            decisions: lines,
+            next_after,
+        })
+    }
+
     /// A key's spend since `since_ms` and its open reservations, read in one statement.
     pub async fn budget_sample(
         &self,
@@ -1073,6 +1143,67 @@ const RESERVE: &str = "INSERT INTO fleet_reservations (decision_id, key_id, nano
                     WHERE key_id = $2::text AND at_ms >= $11::bigint), 0) \
         + COALESCE((SELECT sum(nano) FROM fleet_reservations WHERE key_id = $2::text), 0) \
         + $3::bigint <= $10::bigint";
+
+/// One decision and its settlement as `GET /ledger/decisions` lists it (the SQLite store's
+/// statuses: `complete`, `incomplete`, `not_billed`, `expired`, `open`, `not_forwarded`).
+fn decision_line(
+    d: DecisionRow,
+    kind: Option<&str>,
+    usage: Option<UsageRow>,
+    settled_at: Option<i64>,
+    spend: Option<i64>,
+) -> DecisionLine {
+    let (status, basis, settled_at_ms, spend_nano) = match (kind, &usage) {
+        (Some("usage"), Some(u)) => {
+            let status = match u.ending {
+                Some(Ending::Complete) => "complete",
+                Some(e) if !e.billable() => "not_billed",
+                Some(_) => "incomplete",
+                None if u.complete => "complete",
+                None => "incomplete",
+            };
+            (status, Some(u.basis), Some(u.at_ms), u.spend_nano)
+        }
+        (Some(_), _) => (
+            "expired",
+            Some(SpendBasis::WorstCase),
+            settled_at.map(un),
+            spend.map(un).unwrap_or(0),
+        ),
+        (None, _) if d.verdict.forwards() => ("open", None, None, 0),
+        (None, _) => ("not_forwarded", None, None, 0),
+    };
+    let u = usage.as_ref();
+    DecisionLine {
+        decision_id: d.decision_id,
+        key_id: d.key_id,
+        decided_at_ms: d.decided_at_ms,
+        verdict: d.verdict,
+        reason: d.reason,
+        model_requested: d.model_requested,
+        model_served: d.model_served,
+        wire: d.wire,
+        hold_id: d.hold_id,
+        reserved_nano: d.reserved_nano,
+        status,
+        ending: u.and_then(|u| u.ending),
+        basis,
+        settled_at_ms,
+        input: u.map_or(0, |u| u.usage.input),
+        cache_write: u.map_or(0, |u| u.usage.cache_write),
+        cache_write_1h: u.map_or(0, |u| u.cache_write_1h),
+        cache_read: u.map_or(0, |u| u.usage.cache_read),
+        output: u.map_or(0, |u| u.usage.output),
+        web_search_requests: u.map_or(0, |u| u.web_search_requests),
+        spend_nano,
+        tokens_not_bought: d.tokens_not_bought,
+        worst_case_tokens_avoided: if d.verdict == crate::gate::Verdict::Block {
+            d.worst_case_tokens_avoided
+        } else {
+            0
+        },
+    }
+}
 
 fn counts_from(row: &tokio_postgres::Row) -> WindowCounts {
     let same_fingerprint = un(row.get::<_, i64>(0));

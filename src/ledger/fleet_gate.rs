@@ -400,6 +400,17 @@ impl Gatekeeper {
         })
     }
 
+    /// [`Gatekeeper::decisions`] from the fleet's database: every instance's decisions.
+    pub async fn decisions_fleet(
+        &self,
+        query: &crate::store::DecisionQuery,
+    ) -> Result<crate::store::DecisionPage, crate::store::StoreError> {
+        let Some(fleet) = self.fleet.as_ref() else {
+            return Err(crate::store::StoreError::Unavailable);
+        };
+        fleet.decisions(query).await
+    }
+
     /// The fleet's periodic work: charge expired reservations (any instance may, at once) and
     /// replay spooled usage once the database answers again.
     pub async fn fleet_tick(&self) {
