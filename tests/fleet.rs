@@ -954,3 +954,40 @@ fn holds_and_answers_are_shared_by_the_fleet() {
     );
     assert!(served.receipt()["tokens_not_bought"].as_u64().unwrap() > 0);
 }
+
+/// A budget set through one instance (`PUT /budget`) binds every instance's admissions at once.
+#[test]
+fn a_budget_set_through_one_instance_binds_the_fleet() {
+    let Some(url) = pg_url() else { return };
+    let key = FleetKey::new(format!("budget{}", run_tag()));
+    let fleet = three(&url, &key.toml(None), 3_000);
+    let bearer = key.bearer();
+    let ask = |h: &Harness, i: usize| {
+        h.post(
+            CHAT,
+            &bearer,
+            &chat(
+                "gpt-4o",
+                &format!("budget request {i}"),
+                json!({"max_tokens": 20}),
+            ),
+            &[],
+        )
+    };
+    assert_eq!(ask(&fleet[0], 0).status, 200, "no ceiling yet");
+    let set = call(
+        ureq::put(&fleet[2].admin_url(&format!("/budget/{}", key.id)))
+            .set("authorization", &format!("Bearer {ADMIN_KEY}")),
+        Some(br#"{"ceiling_micro_usd": 1, "period": "day"}"#),
+    );
+    assert_eq!(set.status, 200, "{}", set.text());
+    let refused = ask(&fleet[1], 1);
+    assert_eq!(refused.status, 402, "{}", refused.text());
+    assert_eq!(refused.verdict(), Some("BLOCK"));
+    let view = call(
+        ureq::get(&fleet[0].api_url("/budget")).set("authorization", &format!("Bearer {bearer}")),
+        None,
+    );
+    assert_eq!(view.json()["ceiling_nano"], 1_000, "{}", view.text());
+    assert_eq!(view.json()["period"], "day");
+}

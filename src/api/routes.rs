@@ -695,15 +695,28 @@ impl Api {
         let Ok(b) = serde_json::from_slice::<BudgetBody>(&req.body) else {
             return bad_json();
         };
+        let ceiling_nano = b.ceiling_micro_usd.map(|c| c.saturating_mul(1000));
+        if let Some(fleet) = self.gatekeeper.fleet() {
+            // The fleet's budget first: it is what every instance's admissions read.
+            if fleet
+                .set_budget(key_id, ceiling_nano, b.period)
+                .await
+                .is_err()
+            {
+                return fleet_unavailable();
+            }
+        }
         match self
             .gatekeeper
-            .set_budget_acked(
-                key_id,
-                b.ceiling_micro_usd.map(|c| c.saturating_mul(1000)),
-                b.period,
-            )
+            .set_budget_acked(key_id, ceiling_nano, b.period)
             .await
         {
+            Ok(()) if self.gatekeeper.fleet().is_some() => {
+                match self.gatekeeper.budget_view_fleet(key_id).await {
+                    Ok(view) => ApiResponse::json(200, &view),
+                    Err(_) => fleet_unavailable(),
+                }
+            }
             Ok(()) => ApiResponse::json(200, &self.gatekeeper.budget_view(key_id, now_ms())),
             Err(_) => ApiResponse::error(503, "storage_unavailable", "the ledger is unavailable"),
         }

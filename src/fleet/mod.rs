@@ -37,6 +37,10 @@ const MIGRATIONS: &[(i32, &str)] = &[
         2,
         include_str!("../../migrations/pg/0002_holds_answers.sql"),
     ),
+    (
+        3,
+        include_str!("../../migrations/pg/0003_fleet_budgets.sql"),
+    ),
 ];
 
 /// Taken while migrating, so instances starting together apply each migration once.
@@ -361,11 +365,13 @@ impl Fleet {
                 "INSERT INTO fleet_keys AS k (key_id, last_decided_ms) VALUES ($1, {DB_NOW_MS}) \
                  ON CONFLICT (key_id) DO UPDATE \
                  SET last_decided_ms = GREATEST({DB_NOW_MS}, k.last_decided_ms + 1) \
-                 RETURNING last_decided_ms"
+                 RETURNING last_decided_ms, budget_set, ceiling_nano, period"
             ))
             .await?;
-        let now: i64 = tx.query_one(&lock, &[&key_id]).await?.get(0);
+        let locked = tx.query_one(&lock, &[&key_id]).await?;
+        let now: i64 = locked.get(0);
         let now_ms = un(now);
+        let limit = shared_limit(&locked, 1).unwrap_or(limit);
         let since = db(period_start(limit.period, now_ms));
         let fp = fingerprint.to_hex();
         let step = step.to_hex();
@@ -1006,6 +1012,41 @@ impl Fleet {
         })
     }
 
+    /// Set a key's budget for the whole fleet (`PUT /budget` through any instance). It takes
+    /// the key's row lock, so it lands between two admissions, never inside one.
+    pub async fn set_budget(
+        &self,
+        key_id: &str,
+        ceiling_nano: Option<u64>,
+        period: BudgetPeriod,
+    ) -> Result<(), FleetError> {
+        let client = self.pool.get().await?;
+        client
+            .execute(
+                &format!(
+                    "INSERT INTO fleet_keys (key_id, last_decided_ms, budget_set, ceiling_nano, period) \
+                     VALUES ($1, {DB_NOW_MS}, true, $2, $3) \
+                     ON CONFLICT (key_id) DO UPDATE SET budget_set = true, \
+                     ceiling_nano = EXCLUDED.ceiling_nano, period = EXCLUDED.period"
+                ),
+                &[&key_id, &ceiling_nano.map(db), &period.as_str()],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// The budget set for the fleet through `PUT /budget`, if any (else the config's holds).
+    pub async fn shared_budget(&self, key_id: &str) -> Result<Option<KeyLimit>, FleetError> {
+        let client = self.pool.get().await?;
+        let row = client
+            .query_opt(
+                "SELECT budget_set, ceiling_nano, period FROM fleet_keys WHERE key_id = $1",
+                &[&key_id],
+            )
+            .await?;
+        Ok(row.and_then(|r| shared_limit(&r, 0)))
+    }
+
     /// A key's spend since `since_ms` and its open reservations, read in one statement.
     pub async fn budget_sample(
         &self,
@@ -1203,6 +1244,23 @@ fn decision_line(
             0
         },
     }
+}
+
+/// The budget set through `PUT /budget` on the key's row (columns `at..at+3`: set, ceiling,
+/// period), if one was.
+fn shared_limit(row: &tokio_postgres::Row, at: usize) -> Option<KeyLimit> {
+    if !row.get::<_, bool>(at) {
+        return None;
+    }
+    let period = match row.get::<_, Option<&str>>(at + 2) {
+        Some("day") => BudgetPeriod::Day,
+        Some("month") => BudgetPeriod::Month,
+        _ => BudgetPeriod::Lifetime,
+    };
+    Some(KeyLimit {
+        ceiling_nano: row.get::<_, Option<i64>>(at + 1).map(un),
+        period,
+    })
 }
 
 fn counts_from(row: &tokio_postgres::Row) -> WindowCounts {

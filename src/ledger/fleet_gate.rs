@@ -380,23 +380,36 @@ impl Gatekeeper {
         let Some(fleet) = self.fleet.as_ref() else {
             return Err(FleetError::Unavailable);
         };
-        let local = self.budget_view(key_id, crate::now_ms());
-        let period = {
-            let st = lock(&self.state);
-            st.budgets.get(key_id).map(|b| b.period).unwrap_or_default()
+        let limit = match fleet.shared_budget(key_id).await? {
+            Some(shared) => shared,
+            None => {
+                let st = lock(&self.state);
+                st.budgets.get(key_id).map_or(
+                    KeyLimit {
+                        ceiling_nano: None,
+                        period: Default::default(),
+                    },
+                    |b| KeyLimit {
+                        ceiling_nano: b.ceiling_nano,
+                        period: b.period,
+                    },
+                )
+            }
         };
         let now = fleet.db_now_ms().await?;
         let s = fleet
-            .budget_sample(key_id, crate::store::period_start(period, now))
+            .budget_sample(key_id, crate::store::period_start(limit.period, now))
             .await?;
-        let left = local
+        let left = limit
             .ceiling_nano
             .map(|c| i128::from(c) - i128::from(s.spend_nano) - i128::from(s.reserved_nano));
         Ok(super::BudgetView {
+            key_id: key_id.to_string(),
+            ceiling_nano: limit.ceiling_nano,
+            period: limit.period.as_str(),
             spend_nano: s.spend_nano,
             reserved_nano: s.reserved_nano,
             left_nano: left,
-            ..local
         })
     }
 
