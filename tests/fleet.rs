@@ -991,3 +991,62 @@ fn a_budget_set_through_one_instance_binds_the_fleet() {
     assert_eq!(view.json()["ceiling_nano"], 1_000, "{}", view.text());
     assert_eq!(view.json()["period"], "day");
 }
+
+/// Digest mode against the fleet, unchanged: `/gate` answered by one instance, `/record` by
+/// another (booked once), a second `/record` by a third refused as already recorded, and the
+/// spend in every instance's `/budget`.
+#[test]
+fn digest_mode_gates_and_records_on_any_instance() {
+    let Some(url) = pg_url() else { return };
+    let key = FleetKey::new(format!("digest{}", run_tag()));
+    let fleet = three(&url, &key.toml(Some(1_000_000)), 3_000);
+    let bearer = key.bearer();
+    let body = chat("gpt-4o", "a digest-mode request", json!({"max_tokens": 40}));
+    let shape = tokensaver::request::parse(
+        Route::OpenAiChat,
+        body.to_string().as_bytes(),
+        &tokensaver::auth::fingerprint_key(&key.secret),
+    )
+    .unwrap()
+    .shape;
+    let digest = serde_json::to_vec(&tokensaver::request::Digest::new(shape)).unwrap();
+    let gate = call(
+        ureq::post(&fleet[0].api_url("/gate")).set("authorization", &format!("Bearer {bearer}")),
+        Some(&digest),
+    );
+    assert_eq!(gate.status, 200, "{}", gate.text());
+    let answer = gate.json();
+    assert!(
+        matches!(answer["verdict"].as_str(), Some("ALLOW" | "DOWNGRADE")),
+        "{answer}"
+    );
+    let record = json!({
+        "decision_id": answer["decision_id"],
+        "wire": "json",
+        "served_model": answer["model_served"],
+        "complete": true,
+        "usage": {"input": 12, "cache_write": 0, "cache_read": 0, "output": 30},
+    })
+    .to_string();
+    let post_record = |h: &Harness| {
+        call(
+            ureq::post(&h.api_url("/record")).set("authorization", &format!("Bearer {bearer}")),
+            Some(record.as_bytes()),
+        )
+    };
+    let first = post_record(&fleet[1]);
+    assert_eq!(first.status, 200, "{}", first.text());
+    let spend = first.json()["spend_nano"].as_u64().unwrap();
+    assert!(spend > 0);
+    let second = post_record(&fleet[2]);
+    assert_eq!(second.status, 409, "{}", second.text());
+    assert_eq!(second.json()["error"]["code"], "already_recorded");
+    for h in &fleet {
+        let view = call(
+            ureq::get(&h.api_url("/budget")).set("authorization", &format!("Bearer {bearer}")),
+            None,
+        );
+        assert_eq!(view.json()["spend_nano"].as_u64(), Some(spend));
+        assert_eq!(view.json()["reserved_nano"].as_u64(), Some(0));
+    }
+}
