@@ -214,17 +214,33 @@ fn sql_windows_equal_the_in_memory_windows() {
         };
         let mut now: u64 = 1_800_000_000_000;
         let mut compared = 0;
-        for i in 0..700 {
-            now += match next(20) {
-                0 => 70_000,
-                1 => 130_000,
-                2 => 3_700_000,
-                3 => 0,
-                _ => next(3_000),
-            };
-            let fp = Hash([next(6) as u8; 32]);
-            let step = Hash([100 + next(4) as u8; 32]);
-            let model = ["gpt-4o", "gpt-4o-mini", "claude-sonnet-4-5"][next(3) as usize];
+        // 700 mixed requests (gaps across every window); then 80 identical ones 100 ms apart
+        // (past the identical lists' cap of 64); then 1 100 distinct ones 10 ms apart (past
+        // the key list's cap of 1 024 within one minute).
+        const TOTAL: usize = 700 + 80 + 1_100;
+        for i in 0..TOTAL {
+            let (fp, step, model);
+            if i < 700 {
+                now += match next(20) {
+                    0 => 70_000,
+                    1 => 130_000,
+                    2 => 3_700_000,
+                    3 => 0,
+                    _ => next(3_000),
+                };
+                fp = Hash([next(6) as u8; 32]);
+                step = Hash([100 + next(4) as u8; 32]);
+                model = ["gpt-4o", "gpt-4o-mini", "claude-sonnet-4-5"][next(3) as usize];
+            } else if i < 780 {
+                now += 100;
+                (fp, step, model) = (Hash([7; 32]), Hash([107; 32]), "gpt-4o");
+            } else {
+                now += 10;
+                let mut distinct = [0u8; 32];
+                distinct[..8].copy_from_slice(&(i as u64).to_le_bytes());
+                distinct[31] = 1;
+                (fp, step, model) = (Hash(distinct), Hash(distinct), "gpt-4o");
+            }
             let memory = windows.observe_step(&key, &fp, &step, model, now);
             let sql = fleet.observe(&key, &fp, &step, model, now).await.unwrap();
             assert_eq!(memory, sql, "request {i} at {now}");
@@ -253,7 +269,10 @@ fn sql_windows_equal_the_in_memory_windows() {
                 .await
                 .unwrap();
         }
-        assert_eq!(compared, 700);
+        assert_eq!(compared, TOTAL);
+        // The caps were reached (so the comparison covered them).
+        let last = windows.observe(&key, &Hash([9; 32]), "gpt-4o", now);
+        assert_eq!(last.earlier_key_minute, 1_024);
         // The sweep every instance runs each second (reservations, holds, answers) is valid SQL.
         fleet.expire().await.unwrap();
     });
