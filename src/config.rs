@@ -718,6 +718,47 @@ fn parse_hash(name: &str, hex: &str) -> Result<[u8; 32], ConfigError> {
 mod tests {
     use super::*;
 
+    fn store_error(toml: &str) -> String {
+        match Config::parse(toml) {
+            Err(e) => e.to_string(),
+            Ok(_) => String::from("accepted"),
+        }
+    }
+
+    #[test]
+    fn the_store_section_chooses_sqlite_or_a_validated_postgres() {
+        assert!(
+            Config::parse("").unwrap().fleet.is_none(),
+            "SQLite by default"
+        );
+        let fleet = Config::parse(
+            "[store]\nkind = \"postgres\"\nurl = \"postgres://u:secret@db:5432/ts?sslmode=disable\"\n",
+        )
+        .unwrap()
+        .fleet
+        .unwrap();
+        assert_eq!(fleet.max_connections, 16);
+        assert!(
+            !format!("{fleet:?}").contains("secret"),
+            "Debug never shows the URL"
+        );
+        assert!(store_error("[store]\nkind = \"postgres\"\n").contains("exactly one of"));
+        assert!(store_error(
+            "[store]\nkind = \"postgres\"\nurl = \"postgres://db/ts?sslmode=require\"\n"
+        )
+        .contains("needs TLS"));
+        assert!(
+            store_error("[store]\nkind = \"postgres\"\nurl = \"not a url\"\n")
+                .contains("store.url")
+        );
+        assert!(store_error(
+            "[store]\nkind = \"postgres\"\nurl_env = \"TOKENSAVER_TEST_SURELY_UNSET_VAR\"\n"
+        )
+        .contains("store.url_env"));
+        assert!(store_error("[store]\nurl = \"postgres://db/ts\"\n").contains("only a postgres"));
+        assert!(store_error("[store]\nkind = \"redis\"\n").contains("store.kind"));
+    }
+
     #[test]
     fn the_builtin_price_table_parses_and_covers_the_clients_default_models() {
         let table = builtin_prices().unwrap();
