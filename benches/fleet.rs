@@ -1,9 +1,11 @@
 //! Added latency of a gated decision in fleet mode (PostgreSQL) over the single-node path
 //! (in-memory windows and budgets, SQLite written behind), on loopback.
 //!
-//! Each sample is one committed decision of a distinct request: `Gatekeeper::gate` (single
-//! node) and `Gatekeeper::gate_fleet` (one admission transaction: key lock, windows, budget,
-//! decision row, conditional reservation, commit), interleaved, 50 keys round-robin. The HTTP
+//! Each sample is what the proxy does for one distinct request before forwarding it: the
+//! answer-store lookup and the committed decision — `answer` + `Gatekeeper::gate` (single
+//! node), `answer_fleet` + `Gatekeeper::gate_fleet` (a primary-key read, then one admission
+//! transaction: key lock, windows, holds, budget, decision row, conditional reservation,
+//! commit) — interleaved, 50 keys round-robin. The HTTP
 //! path around the decision is the same in both modes, so the difference of the medians is
 //! what fleet mode adds per gated request. Target (issue 10): p50 ≤ 2 ms more.
 //!
@@ -18,6 +20,7 @@ use tokensaver::config::Config;
 use tokensaver::ledger::{GateRequest, Gatekeeper, Mode};
 use tokensaver::receipt::ReceiptSigner;
 use tokensaver::request::Route;
+use tokensaver::store::answers::AnswerKey;
 use tokensaver::store::sqlite::SqliteStore;
 
 const KEYS: usize = 50;
@@ -124,10 +127,18 @@ fn main() {
                 hold_id: None,
                 now_ms: tokensaver::now_ms(),
             };
+            // What the proxy does per gated request: look the answer up, then decide.
+            let answer_key = AnswerKey {
+                key_id: key_id.clone(),
+                fingerprint: shape.fingerprint,
+                wire: shape.wire_form(),
+            };
             let t = Instant::now();
+            std::hint::black_box(single.answer(&answer_key));
             std::hint::black_box(single.gate(&req, Mode::Commit));
             let s = t.elapsed();
             let t = Instant::now();
+            std::hint::black_box(fleet.answer_fleet(&answer_key).await);
             std::hint::black_box(fleet.gate_fleet(&req).await.expect("fleet admission"));
             let f = t.elapsed();
             // The first requests warm the connections and the statement caches.
