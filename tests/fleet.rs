@@ -1069,3 +1069,95 @@ fn digest_mode_gates_and_records_on_any_instance() {
         assert_eq!(view.json()["reserved_nano"].as_u64(), Some(0));
     }
 }
+
+/// The conditional reservation is the last line: a decision that would reserve past the
+/// ceiling (here a deliberately wrong one) is rolled back whole — no decision row, no
+/// reservation — and the admission fails closed.
+#[test]
+fn the_conditional_reservation_refuses_an_overshoot_and_rolls_back() {
+    let Some(url) = pg_url() else { return };
+    use tokensaver::fleet::{
+        AdmitScope, Booking, FleetError, FleetLimits, KeyLimit, NewReservation,
+    };
+    runtime().block_on(async {
+        let fleet = Fleet::connect(
+            &FleetConfig {
+                url: url.clone(),
+                max_connections: 2,
+            },
+            FleetLimits {
+                reservation_ttl_ms: 600_000,
+                hold_ttl_ms: 900_000,
+                answer_store_bytes: 1 << 20,
+            },
+        )
+        .await
+        .unwrap();
+        let key = format!("over{}", run_tag());
+        let fp = Hash([3; 32]);
+        let scope = AdmitScope {
+            key_id: &key,
+            fingerprint: &fp,
+            step: &fp,
+            model: "gpt-4o",
+            limit: KeyLimit {
+                ceiling_nano: Some(1_000),
+                period: tokensaver::config::BudgetPeriod::Day,
+            },
+            wire: WireForm::Json,
+            named_hold: None,
+        };
+        let booking = |id: &str, nano: u64| Booking {
+            row: DecisionRow {
+                decision_id: id.to_string(),
+                key_id: key.clone(),
+                fingerprint: Some(fp.to_hex()),
+                verdict: Verdict::Allow,
+                reason: "allowed".into(),
+                score: 0.0,
+                model_requested: "gpt-4o".into(),
+                model_served: Some("gpt-4o".into()),
+                wire: WireForm::Json,
+                decided_at_ms: 0,
+                reserved_nano: nano,
+                worst_case_tokens: None,
+                tokens_not_bought: 0,
+                worst_case_tokens_avoided: 0,
+                findings_tokens: 0,
+                hold_id: None,
+                step_fingerprint: Some(fp.to_hex()),
+            },
+            reservation: Some(NewReservation {
+                nano,
+                served_model: "gpt-4o".into(),
+                wire: WireForm::Json,
+                output_ceiling: None,
+                fingerprint: fp,
+                reusable: false,
+                approved_past_budget: false,
+            }),
+            used_hold: None,
+            new_hold: None,
+        };
+        // 600 fits under 1 000; another 600 does not, whatever the decision said.
+        let first = fleet
+            .admit(scope, |seen| (seen.budget, Some(booking(&format!("{key}-a"), 600))))
+            .await
+            .unwrap();
+        assert_eq!(first.map(|b| b.reserved_nano), Some(0));
+        let second = fleet
+            .admit(scope, |seen| (seen.budget, Some(booking(&format!("{key}-b"), 600))))
+            .await;
+        assert_eq!(second.unwrap_err(), FleetError::Overshoot);
+        let db = pg(&url).await;
+        let row = db
+            .query_one(
+                "SELECT (SELECT count(*) FROM fleet_decisions WHERE key_id = $1), \
+                        (SELECT COALESCE(sum(nano), 0)::bigint FROM fleet_reservations WHERE key_id = $1)",
+                &[&key],
+            )
+            .await
+            .unwrap();
+        assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (1, 600));
+    });
+}

@@ -375,32 +375,31 @@ impl Fleet {
         let since = db(period_start(limit.period, now_ms));
         let fp = fingerprint.to_hex();
         let step = step.to_hex();
-        let read = tx.prepare_cached(OBSERVE).await?;
-        let row = tx
-            .query_one(&read, &[&key_id, &fp, &step, &model, &now, &since])
-            .await?;
-        let counts = counts_from(&row);
-        let spend = un(row.get::<_, i64>(7));
-        let reserved = un(row.get::<_, i64>(8));
-        let budget = limit.ceiling_nano.map(|ceiling| BudgetState {
-            ceiling_nano: ceiling,
-            spend_nano: spend,
-            reserved_nano: reserved,
-        });
-        let approvals = tx.prepare_cached(APPROVALS).await?;
+        let read = tx.prepare_cached(ADMIT_READ).await?;
         let found = tx
             .query_one(
-                &approvals,
+                &read,
                 &[
                     &key_id,
                     &fp,
+                    &step,
+                    &model,
                     &now,
+                    &since,
                     &request.named_hold,
                     &request.wire.as_str(),
                 ],
             )
             .await?;
-        let pending = match found.get::<_, Option<String>>(0) {
+        let counts = counts_from(&found);
+        let spend = un(found.get::<_, i64>(7));
+        let reserved = un(found.get::<_, i64>(8));
+        let budget = limit.ceiling_nano.map(|ceiling| BudgetState {
+            ceiling_nano: ceiling,
+            spend_nano: spend,
+            reserved_nano: reserved,
+        });
+        let pending = match found.get::<_, Option<String>>(9) {
             Some(hold_id) => {
                 let opening = tx
                     .query_one(
@@ -422,9 +421,9 @@ impl Fleet {
             counts,
             budget,
             pending,
-            approved: found.get(1),
-            lease: found.get(2),
-            recorded: found.get(3),
+            approved: found.get(10),
+            lease: found.get(11),
+            recorded: found.get(12),
         });
         let Some(booking) = booking else {
             // A re-send of a pending hold: nothing is booked (the clock's move is harmless).
@@ -466,52 +465,53 @@ impl Fleet {
             .await?;
         }
         let row = &booking.row;
-        let insert = tx.prepare_cached(INSERT_DECISION).await?;
         let row_json = serde_json::to_string(row).map_err(|_| FleetError::Unavailable)?;
-        tx.execute(
-            &insert,
-            &[
-                &row.decision_id,
-                &key_id,
-                &db(row.decided_at_ms),
-                &row.fingerprint,
-                &row.step_fingerprint,
-                &row.model_requested,
-                &row.verdict.as_str(),
-                &row.reason,
-                &db(row.reserved_nano),
-                &row_json,
-            ],
-        )
-        .await?;
-        if let Some(r) = &booking.reservation {
-            let reserve = tx.prepare_cached(RESERVE).await?;
-            let ceiling = limit
-                .ceiling_nano
-                .filter(|_| !r.approved_past_budget)
-                .map(db);
-            let expires = db(now_ms.saturating_add(self.reservation_ttl_ms));
-            let reserved = tx
-                .execute(
-                    &reserve,
-                    &[
-                        &row.decision_id,
-                        &key_id,
-                        &db(r.nano),
-                        &expires,
-                        &r.served_model,
-                        &r.wire.as_str(),
-                        &r.output_ceiling.map(db),
-                        &r.fingerprint.to_hex(),
-                        &r.reusable,
-                        &ceiling,
-                        &since,
-                    ],
-                )
-                .await?;
-            if reserved != 1 {
-                tx.rollback().await?;
-                return Err(FleetError::Overshoot);
+        let decided_at = db(row.decided_at_ms);
+        let verdict = row.verdict.as_str();
+        let reserved_nano = db(row.reserved_nano);
+        let decision: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
+            &row.decision_id,
+            &key_id,
+            &decided_at,
+            &row.fingerprint,
+            &row.step_fingerprint,
+            &row.model_requested,
+            &verdict,
+            &row.reason,
+            &reserved_nano,
+            &row_json,
+        ];
+        match &booking.reservation {
+            None => {
+                let insert = tx.prepare_cached(INSERT_DECISION).await?;
+                tx.execute(&insert, &decision).await?;
+            }
+            Some(r) => {
+                let reserve = tx.prepare_cached(DECIDE_AND_RESERVE).await?;
+                let ceiling = limit
+                    .ceiling_nano
+                    .filter(|_| !r.approved_past_budget)
+                    .map(db);
+                let expires = db(now_ms.saturating_add(self.reservation_ttl_ms));
+                let (nano, wire) = (db(r.nano), r.wire.as_str());
+                let (output_ceiling, fingerprint) =
+                    (r.output_ceiling.map(db), r.fingerprint.to_hex());
+                let mut params = decision.to_vec();
+                params.extend_from_slice(&[
+                    &nano,
+                    &expires,
+                    &r.served_model,
+                    &wire,
+                    &output_ceiling,
+                    &fingerprint,
+                    &r.reusable,
+                    &ceiling,
+                    &since,
+                ]);
+                if tx.execute(&reserve, &params).await? != 1 {
+                    tx.rollback().await?;
+                    return Err(FleetError::Overshoot);
+                }
             }
         }
         tx.commit().await?;
@@ -1132,58 +1132,78 @@ impl Fleet {
     }
 }
 
-/// The windows, spend and reservations of a key at `$5` (the decision time), in one
-/// statement. Each window is the in-memory [`crate::gate::Windows`]'s, down to its caps: the
-/// identical-request lists keep 64 entries, the key's request list 1024 (`LIMIT` bounds each
-/// count the same way, and bounds the scan). An entry exactly the window's length old is
-/// outside (`> now - len`).
-const OBSERVE: &str = "SELECT \
-    (SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 AND fingerprint = $2 \
-        AND decided_at_ms > $5::bigint - 120000 LIMIT 64) s)::bigint, \
-    (SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
-        AND step_fingerprint = $3 AND decided_at_ms > $5::bigint - 120000 LIMIT 64) s)::bigint, \
-    (SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 AND fingerprint = $2 \
-        AND step_fingerprint = $3 AND decided_at_ms > $5::bigint - 120000 LIMIT 64) s)::bigint, \
-    (SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
-        AND decided_at_ms > $5::bigint - 60000 LIMIT 1024) s)::bigint, \
-    (SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
-        AND decided_at_ms > $5::bigint - 3600000 LIMIT 1024) s)::bigint, \
-    EXISTS (SELECT 1 FROM fleet_decisions WHERE key_id = $1 AND model = $4 \
-        AND decided_at_ms > $5::bigint - 86400000), \
-    EXISTS (SELECT 1 FROM fleet_decisions WHERE key_id = $1 AND fingerprint = $2 \
-        AND decided_at_ms > $5::bigint - 86400000), \
-    COALESCE((SELECT sum(spend_nano) FROM fleet_usage WHERE key_id = $1 AND at_ms >= $6), 0)::bigint, \
-    COALESCE((SELECT sum(nano) FROM fleet_reservations WHERE key_id = $1), 0)::bigint";
+/// The windows, spend and reservations of a key at `$5` (the decision time): `$1` key, `$2`
+/// fingerprint, `$3` step fingerprint, `$4` model, `$6` start of the budget period. Each window
+/// is the in-memory [`crate::gate::Windows`]'s, down to its caps: the identical-request lists
+/// keep 64 entries, the key's request list 1024 (`LIMIT` bounds each count the same way, and
+/// bounds the scan). An entry exactly the window's length old is outside (`> now - len`).
+macro_rules! window_columns {
+    () => {
+        "(SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
+            AND fingerprint = $2 AND decided_at_ms > $5::bigint - 120000 LIMIT 64) s)::bigint, \
+        (SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
+            AND step_fingerprint = $3 AND decided_at_ms > $5::bigint - 120000 LIMIT 64) s)::bigint, \
+        (SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
+            AND fingerprint = $2 AND step_fingerprint = $3 \
+            AND decided_at_ms > $5::bigint - 120000 LIMIT 64) s)::bigint, \
+        (SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
+            AND decided_at_ms > $5::bigint - 60000 LIMIT 1024) s)::bigint, \
+        (SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
+            AND decided_at_ms > $5::bigint - 3600000 LIMIT 1024) s)::bigint, \
+        EXISTS (SELECT 1 FROM fleet_decisions WHERE key_id = $1 AND model = $4 \
+            AND decided_at_ms > $5::bigint - 86400000), \
+        EXISTS (SELECT 1 FROM fleet_decisions WHERE key_id = $1 AND fingerprint = $2 \
+            AND decided_at_ms > $5::bigint - 86400000), \
+        COALESCE((SELECT sum(spend_nano) FROM fleet_usage \
+            WHERE key_id = $1 AND at_ms >= $6::bigint), 0)::bigint, \
+        COALESCE((SELECT sum(nano) FROM fleet_reservations WHERE key_id = $1), 0)::bigint"
+    };
+}
 
-/// A key's holds, lease and recorded usage for one request, read under the key's lock: `$1`
-/// key, `$2` fingerprint, `$3` now, `$4` the named hold, `$5` the wire form.
-const APPROVALS: &str = "SELECT \
-    (SELECT hold_id FROM fleet_holds WHERE key_id = $1 AND fingerprint = $2::text \
-        AND state = 'pending' AND expires_ms > $3::bigint ORDER BY created_ms DESC LIMIT 1), \
-    (SELECT hold_id FROM fleet_holds WHERE key_id = $1 AND fingerprint = $2::text \
-        AND state = 'approved' AND expires_ms > $3::bigint \
-        ORDER BY (hold_id = $4::text) IS TRUE DESC, created_ms DESC LIMIT 1), \
-    (SELECT hold_id FROM fleet_leases WHERE key_id = $1 AND until_ms > $3::bigint \
+/// The windows alone ([`Fleet::observe`], the equivalence test): the same columns admission
+/// reads.
+const OBSERVE: &str = concat!("SELECT ", window_columns!());
+
+/// Everything an admission reads under the key's lock, in one statement: the windows, spend
+/// and reservations (columns 0–8, `window_columns!`), then the key's pending hold for this
+/// request, the approved hold that releases it (`$7`, the named one, first), its attending
+/// lease, and the recorded usage of the answer in its wire form (`$8`).
+const ADMIT_READ: &str = concat!(
+    "SELECT ",
+    window_columns!(),
+    ", (SELECT hold_id FROM fleet_holds WHERE key_id = $1 AND fingerprint = $2 \
+        AND state = 'pending' AND expires_ms > $5::bigint ORDER BY created_ms DESC LIMIT 1), \
+    (SELECT hold_id FROM fleet_holds WHERE key_id = $1 AND fingerprint = $2 \
+        AND state = 'approved' AND expires_ms > $5::bigint \
+        ORDER BY (hold_id = $7::text) IS TRUE DESC, created_ms DESC LIMIT 1), \
+    (SELECT hold_id FROM fleet_leases WHERE key_id = $1 AND until_ms > $5::bigint \
         ORDER BY until_ms DESC LIMIT 1), \
-    (SELECT usage FROM fleet_recorded WHERE key_id = $1 AND fingerprint = $2::text \
-        AND wire = $5::text)";
+    (SELECT usage FROM fleet_recorded WHERE key_id = $1 AND fingerprint = $2 \
+        AND wire = $8::text)"
+);
 
 const INSERT_DECISION: &str = "INSERT INTO fleet_decisions (decision_id, key_id, decided_at_ms, \
     fingerprint, step_fingerprint, model, verdict, reason, reserved_nano, row_json) \
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
 
-/// The conditional reservation: inserted only if the key's spend in its period, its open
-/// reservations and this worst case fit under the ceiling (`$10`; NULL: no ceiling), all read
-/// by this same statement.
-const RESERVE: &str = "INSERT INTO fleet_reservations (decision_id, key_id, nano, expires_ms, \
+/// A forwarded decision's row and its conditional reservation, in one statement: the
+/// decision (`$1`–`$10`, as [`INSERT_DECISION`]) is written by the CTE, the reservation only if
+/// the key's spend in its period (`$19` period start), its open reservations and this worst
+/// case (`$11`) fit under the ceiling (`$18`; NULL: no ceiling), all read by this statement.
+/// No reservation (0 rows) rolls the whole admission back.
+const DECIDE_AND_RESERVE: &str = "WITH decision AS (\
+    INSERT INTO fleet_decisions (decision_id, key_id, decided_at_ms, fingerprint, \
+    step_fingerprint, model, verdict, reason, reserved_nano, row_json) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)) \
+    INSERT INTO fleet_reservations (decision_id, key_id, nano, expires_ms, \
     served_model, wire, output_ceiling, fingerprint, reusable) \
-    SELECT $1::text, $2::text, $3::bigint, $4::bigint, $5::text, $6::text, $7::bigint, \
-           $8::text, $9::boolean \
-    WHERE $10::bigint IS NULL \
+    SELECT $1::text, $2::text, $11::bigint, $12::bigint, $13::text, $14::text, $15::bigint, \
+           $16::text, $17::boolean \
+    WHERE $18::bigint IS NULL \
        OR COALESCE((SELECT sum(spend_nano) FROM fleet_usage \
-                    WHERE key_id = $2::text AND at_ms >= $11::bigint), 0) \
+                    WHERE key_id = $2::text AND at_ms >= $19::bigint), 0) \
         + COALESCE((SELECT sum(nano) FROM fleet_reservations WHERE key_id = $2::text), 0) \
-        + $3::bigint <= $10::bigint";
+        + $11::bigint <= $18::bigint";
 
 /// One decision and its settlement as `GET /ledger/decisions` lists it (the SQLite store's
 /// statuses: `complete`, `incomplete`, `not_billed`, `expired`, `open`, `not_forwarded`).
