@@ -482,6 +482,20 @@ fn runaway_rules_fire_across_instances_where_a_single_node_fires_them() {
         s.iter().map(|(_, v, _)| v == "BLOCK").collect()
     };
     assert_eq!(blocked(&single_loop), blocked(&fleet_loop));
+    // `/estimate` on any instance sees the fleet's windows, as the single node sees its own.
+    let estimate = |h: &Harness| {
+        let r = call(
+            ureq::post(&h.api_url("/estimate"))
+                .set("authorization", &format!("Bearer {}", loop_key.bearer())),
+            Some(same[0].to_string().as_bytes()),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        let d = r.json()["decision"].clone();
+        (d["verdict"].clone(), d["rule"].clone())
+    };
+    let single_estimate = estimate(&single);
+    assert_eq!(single_estimate.0, "BLOCK");
+    assert_eq!(estimate(&fleet[1]), single_estimate);
 
     // 130 distinct requests within a minute: the burst rule.
     let distinct: Vec<_> = (0..130)

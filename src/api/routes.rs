@@ -126,9 +126,7 @@ impl Api {
             "/spec" => only(m, Method::GET, || self.spec()),
             "/stats" => only_async(m, Method::GET, self.stats()).await,
             "/verify" => only(m, Method::POST, || self.verify(req)),
-            "/estimate" => only(m, Method::POST, || {
-                self.keyed(req, |k, c| self.estimate(req, k, c))
-            }),
+            "/estimate" => only_async(m, Method::POST, self.estimate_route(req)).await,
             "/gate" if self.gatekeeper.fleet().is_some() => {
                 only_async(
                     m,
@@ -301,7 +299,19 @@ impl Api {
     }
 
     /// A request body (`?route=openai_chat|anthropic_messages`, default OpenAI) or a digest.
-    fn estimate(&self, req: &ApiRequest, key: &KeyConfig, caller: auth::Caller) -> ApiResponse {
+    async fn estimate_route(&self, req: &ApiRequest) -> ApiResponse {
+        match self.caller(req) {
+            Ok((key, caller)) => self.estimate(req, key, caller).await,
+            Err(resp) => resp,
+        }
+    }
+
+    async fn estimate(
+        &self,
+        req: &ApiRequest,
+        key: &KeyConfig,
+        caller: auth::Caller,
+    ) -> ApiResponse {
         // One parse: a digest (`v` and `request`) or a provider request body.
         let object = match request::parse_object(&req.body) {
             Ok(object) => object,
@@ -340,14 +350,16 @@ impl Api {
                 };
                 match request::shape_of(route, &object, &caller.fingerprint_key, req.body.len()) {
                     Ok(shape) => {
-                        let held = self
-                            .gatekeeper
-                            .answer(&crate::store::answers::AnswerKey {
-                                key_id: key.id.clone(),
-                                fingerprint: shape.fingerprint,
-                                wire: shape.wire_form(),
-                            })
-                            .is_some();
+                        let answer_key = crate::store::answers::AnswerKey {
+                            key_id: key.id.clone(),
+                            fingerprint: shape.fingerprint,
+                            wire: shape.wire_form(),
+                        };
+                        let held = if self.gatekeeper.fleet().is_some() {
+                            self.gatekeeper.answer_fleet(&answer_key).await.is_some()
+                        } else {
+                            self.gatekeeper.answer(&answer_key).is_some()
+                        };
                         let (human, hold_id) = request::caller_headers(&req.headers);
                         (shape, human, held, hold_id)
                     }
@@ -359,17 +371,22 @@ impl Api {
                     }
                 }
             };
-        let outcome = self.gatekeeper.gate(
-            &GateRequest {
-                key,
-                shape: &shape,
-                human,
-                held,
-                hold_id: hold_id.as_deref(),
-                now_ms: now_ms(),
-            },
-            Mode::Estimate,
-        );
+        let request = GateRequest {
+            key,
+            shape: &shape,
+            human,
+            held,
+            hold_id: hold_id.as_deref(),
+            now_ms: now_ms(),
+        };
+        let outcome = if self.gatekeeper.fleet().is_some() {
+            match self.gatekeeper.estimate_fleet(&request).await {
+                Ok(outcome) => outcome,
+                Err(_) => return fleet_unavailable(),
+            }
+        } else {
+            self.gatekeeper.gate(&request, Mode::Estimate)
+        };
         ApiResponse::json(
             200,
             &json!({"estimate": true, "decision": outcome.decision}),

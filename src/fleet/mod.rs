@@ -1012,6 +1012,63 @@ impl Fleet {
         })
     }
 
+    /// What an admission of this request would read now, without locking or writing
+    /// (`POST /estimate`). A pending hold's opening is not read.
+    pub async fn peek(&self, request: AdmitScope<'_>) -> Result<Observed, FleetError> {
+        let client = self.pool.get().await?;
+        let key = client
+            .query_opt(
+                &format!(
+                    "SELECT {DB_NOW_MS}, budget_set, ceiling_nano, period \
+                     FROM (SELECT 1) one LEFT JOIN fleet_keys ON key_id = $1"
+                ),
+                &[&request.key_id],
+            )
+            .await?
+            .ok_or(FleetError::Unavailable)?;
+        let now: i64 = key.get(0);
+        let limit = match key.get::<_, Option<bool>>(1) {
+            Some(true) => shared_limit(&key, 1).unwrap_or(request.limit),
+            _ => request.limit,
+        };
+        let since = db(period_start(limit.period, un(now)));
+        let read = client.prepare_cached(ADMIT_READ).await?;
+        let found = client
+            .query_one(
+                &read,
+                &[
+                    &request.key_id,
+                    &request.fingerprint.to_hex(),
+                    &request.step.to_hex(),
+                    &request.model,
+                    &now,
+                    &since,
+                    &request.named_hold,
+                    &request.wire.as_str(),
+                ],
+            )
+            .await?;
+        Ok(Observed {
+            now_ms: un(now),
+            counts: counts_from(&found),
+            budget: limit.ceiling_nano.map(|ceiling| BudgetState {
+                ceiling_nano: ceiling,
+                spend_nano: un(found.get::<_, i64>(7)),
+                reserved_nano: un(found.get::<_, i64>(8)),
+            }),
+            pending: found
+                .get::<_, Option<String>>(9)
+                .map(|hold_id| PendingHold {
+                    hold_id,
+                    decision: None,
+                    receipt: None,
+                }),
+            approved: found.get(10),
+            lease: found.get(11),
+            recorded: found.get(12),
+        })
+    }
+
     /// Set a key's budget for the whole fleet (`PUT /budget` through any instance). It takes
     /// the key's row lock, so it lands between two admissions, never inside one.
     pub async fn set_budget(

@@ -165,6 +165,74 @@ impl Gatekeeper {
         })
     }
 
+    /// [`Gatekeeper::gate`] in `Mode::Estimate` on a fleet instance: the decision an
+    /// admission would make now, from the fleet's windows, budget and holds; nothing is
+    /// locked, counted or booked.
+    pub async fn estimate_fleet(&self, req: &GateRequest<'_>) -> Result<GateOutcome, FleetError> {
+        let Some(fleet) = self.fleet.as_ref() else {
+            return Ok(self.gate(req, super::Mode::Estimate));
+        };
+        let shape = req.shape;
+        let key_id = req.key.id.as_str();
+        let limit = {
+            let st = lock(&self.state);
+            st.budgets.get(key_id).map_or(
+                KeyLimit {
+                    ceiling_nano: None,
+                    period: Default::default(),
+                },
+                |b| KeyLimit {
+                    ceiling_nano: b.ceiling_nano,
+                    period: b.period,
+                },
+            )
+        };
+        let seen = fleet
+            .peek(AdmitScope {
+                key_id,
+                fingerprint: &shape.fingerprint,
+                step: &shape.step_fingerprint,
+                model: &shape.model,
+                limit,
+                wire: shape.wire_form(),
+                named_hold: req.hold_id,
+            })
+            .await?;
+        let input = GateInput {
+            key_id,
+            shape,
+            human: req.human.unwrap_or(req.key.human_default),
+            held: req.held,
+            held_usage: seen
+                .recorded
+                .as_deref()
+                .and_then(|u| serde_json::from_str(u).ok()),
+            approved_hold: false,
+        };
+        let lease = match req.human {
+            None if !req.key.human_default => seen.lease.as_deref(),
+            _ => None,
+        };
+        let approvals = Approvals {
+            hold: seen.approved.as_deref(),
+            lease,
+        };
+        let state = KeyState {
+            counts: seen.counts,
+            budget: seen.budget,
+        };
+        let decision = {
+            let policy = self.policy.read().unwrap_or_else(|p| p.into_inner());
+            decide_with(&policy, &input, approvals, &state, seen.now_ms)
+        };
+        let body = decision.receipt_body();
+        Ok(GateOutcome {
+            envelope: self.signer.sign(&body),
+            decision_id: crate::receipt::decision_id(&body),
+            decision,
+        })
+    }
+
     /// Settle a forwarded decision in the fleet ([`settlement`], as on a single node). The
     /// proxy's own report that cannot be written is spooled and replayed later (and counts as
     /// recorded); a digest client's is refused (`Storage`), for the client to send again.
