@@ -498,13 +498,18 @@ fn run(command: Command, log_format: Option<LogFormat>) -> anyhow::Result<()> {
         Command::CheckConfig { file } => {
             let config = Config::load(&file)?;
             println!(
-                "config ok: {} keys, {} priced models, {} downgrade mappings; proxy {}, api {}, admin {}",
+                "config ok: {} keys, {} priced models, {} downgrade mappings; proxy {}, api {}, admin {}; store {}",
                 config.keys.len(),
                 config.prices.len(),
                 config.downgrade.len(),
                 config.proxy_addr,
                 config.api_addr,
-                config.admin_addr
+                config.admin_addr,
+                if config.fleet.is_some() {
+                    "postgres (fleet)"
+                } else {
+                    "sqlite"
+                }
             );
             Ok(())
         }

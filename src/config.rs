@@ -54,6 +54,93 @@ struct RawConfig {
     server: RawServer,
     #[serde(default)]
     log: RawLog,
+    /// Where the ledger lives: embedded SQLite (default) or a fleet's PostgreSQL.
+    #[serde(default)]
+    store: RawStore,
+}
+
+/// `[store]`: `kind = "sqlite"` (default) or `kind = "postgres"` with `url` or `url_env`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    #[serde(default)]
+    kind: StoreKind,
+    url: Option<String>,
+    /// The name of the environment variable holding the URL (keeps a password out of the file).
+    url_env: Option<String>,
+    /// Connections this instance keeps to PostgreSQL.
+    max_connections: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    #[default]
+    Sqlite,
+    Postgres,
+}
+
+/// A fleet's PostgreSQL (`[store] kind = "postgres"`). Its `Debug` never shows the URL, which
+/// may carry a password.
+#[derive(Clone)]
+pub struct FleetConfig {
+    pub url: String,
+    pub max_connections: usize,
+}
+
+impl std::fmt::Debug for FleetConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FleetConfig")
+            .field("url", &"<redacted>")
+            .field("max_connections", &self.max_connections)
+            .finish()
+    }
+}
+
+const DEFAULT_FLEET_CONNECTIONS: usize = 16;
+
+impl RawStore {
+    fn validate(self) -> Result<Option<FleetConfig>, ConfigError> {
+        if self.kind == StoreKind::Sqlite {
+            if self.url.is_some() || self.url_env.is_some() {
+                return Err(field("store.url", "only a postgres store takes a URL"));
+            }
+            return Ok(None);
+        }
+        let url = match (self.url, self.url_env) {
+            (Some(url), None) => url,
+            (None, Some(var)) => std::env::var(&var).map_err(|_| {
+                field(
+                    "store.url_env",
+                    "names an environment variable that is not set",
+                )
+            })?,
+            _ => {
+                return Err(field(
+                    "store",
+                    "a postgres store needs exactly one of `url` and `url_env`",
+                ))
+            }
+        };
+        let parsed: tokio_postgres::Config = url
+            .parse()
+            .map_err(|_| field("store.url", "not a PostgreSQL connection URL"))?;
+        if parsed.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
+            return Err(field(
+                "store.url",
+                "sslmode=require needs TLS, which this build does not include: use \
+                 sslmode=disable on a trusted network, or a local TLS tunnel",
+            ));
+        }
+        let max_connections = self.max_connections.unwrap_or(DEFAULT_FLEET_CONNECTIONS);
+        if max_connections == 0 {
+            return Err(field("store.max_connections", "must be at least 1"));
+        }
+        Ok(Some(FleetConfig {
+            url,
+            max_connections,
+        }))
+    }
 }
 
 /// How the process stops: `tokensaver serve` drains on SIGTERM.
@@ -378,6 +465,8 @@ pub struct Config {
     /// `[server] grace_period_secs`: the drain's grace period.
     pub grace_period_secs: u64,
     pub log_format: crate::logging::LogFormat,
+    /// `Some`: this instance is one of a fleet sharing this PostgreSQL.
+    pub fleet: Option<FleetConfig>,
 }
 
 impl Config {
@@ -522,6 +611,7 @@ impl Config {
         if let Some(c) = &raw.client {
             parse_origin(&c.gate_url).map_err(|why| field("client.gate_url", why))?;
         }
+        let fleet = raw.store.validate()?;
         let client = raw.client.map(|c| ClientConfig {
             gate_url: c.gate_url,
             gate_key_env: c.gate_key_env,
@@ -561,6 +651,7 @@ impl Config {
             client,
             grace_period_secs: raw.server.grace_period_secs,
             log_format: raw.log.format,
+            fleet,
         })
     }
 
@@ -673,6 +764,47 @@ fn parse_hash(name: &str, hex: &str) -> Result<[u8; 32], ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn store_error(toml: &str) -> String {
+        match Config::parse(toml) {
+            Err(e) => e.to_string(),
+            Ok(_) => String::from("accepted"),
+        }
+    }
+
+    #[test]
+    fn the_store_section_chooses_sqlite_or_a_validated_postgres() {
+        assert!(
+            Config::parse("").unwrap().fleet.is_none(),
+            "SQLite by default"
+        );
+        let fleet = Config::parse(
+            "[store]\nkind = \"postgres\"\nurl = \"postgres://u:secret@db:5432/ts?sslmode=disable\"\n",
+        )
+        .unwrap()
+        .fleet
+        .unwrap();
+        assert_eq!(fleet.max_connections, 16);
+        assert!(
+            !format!("{fleet:?}").contains("secret"),
+            "Debug never shows the URL"
+        );
+        assert!(store_error("[store]\nkind = \"postgres\"\n").contains("exactly one of"));
+        assert!(store_error(
+            "[store]\nkind = \"postgres\"\nurl = \"postgres://db/ts?sslmode=require\"\n"
+        )
+        .contains("needs TLS"));
+        assert!(
+            store_error("[store]\nkind = \"postgres\"\nurl = \"not a url\"\n")
+                .contains("store.url")
+        );
+        assert!(store_error(
+            "[store]\nkind = \"postgres\"\nurl_env = \"TOKENSAVER_TEST_SURELY_UNSET_VAR\"\n"
+        )
+        .contains("store.url_env"));
+        assert!(store_error("[store]\nurl = \"postgres://db/ts\"\n").contains("only a postgres"));
+        assert!(store_error("[store]\nkind = \"redis\"\n").contains("store.kind"));
+    }
 
     #[test]
     fn the_builtin_price_table_parses_and_covers_the_clients_default_models() {

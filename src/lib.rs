@@ -11,6 +11,7 @@ pub mod config;
 pub mod demo;
 pub mod economics;
 pub mod error;
+pub mod fleet;
 pub mod gate;
 pub mod ledger;
 pub mod lifecycle;

@@ -28,9 +28,32 @@ pub fn open_gatekeeper(config: Config) -> Result<Arc<Gatekeeper>, String> {
     let signer = ReceiptSigner::load_or_create(&config.data_dir).map_err(|e| e.to_string())?;
     let store = SqliteStore::open(&config.data_dir, config.commit_interval_ms)
         .map_err(|e| e.to_string())?;
+    let fleet = match &config.fleet {
+        Some(fleet) => Some(connect_fleet(
+            fleet,
+            crate::fleet::FleetLimits::from_config(&config),
+        )?),
+        None => None,
+    };
     let gatekeeper =
         Gatekeeper::new(config, signer, Arc::new(store), now_ms()).map_err(|e| e.to_string())?;
-    Ok(Arc::new(gatekeeper))
+    Ok(Arc::new(match fleet {
+        Some(fleet) => gatekeeper.with_fleet(fleet),
+        None => gatekeeper,
+    }))
+}
+
+/// Migrate the fleet's database (on a runtime of its own: the server's do not run yet) and
+/// build the pool, which connects on first use.
+fn connect_fleet(
+    fleet: &crate::config::FleetConfig,
+    limits: crate::fleet::FleetLimits,
+) -> Result<crate::fleet::Fleet, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("fleet: cannot start a runtime: {e}"))?
+        .block_on(crate::fleet::Fleet::connect(fleet, limits))
 }
 
 /// Digest mode's settings: the central gate and the tokensaver key used with it.
@@ -95,7 +118,10 @@ impl BackgroundService for ExpirySweep {
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = every.tick() => self.0.tick(now_ms()),
+                _ = every.tick() => {
+                    self.0.tick(now_ms());
+                    self.0.fleet_tick().await;
+                }
                 _ = shutdown.changed() => return,
             }
         }

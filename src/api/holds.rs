@@ -47,8 +47,16 @@ impl<'a> HoldRoute<'a> {
 
 /// `GET /holds`: pending and approved-unused holds (no content: ids, reason, times, worst
 /// case, a truncated keyed fingerprint) and the attending leases that run now.
-pub fn list(gatekeeper: &Gatekeeper, key_id: Option<&str>, now_ms: u64) -> ApiResponse {
-    let (holds, leases) = gatekeeper.holds(key_id, now_ms);
+pub async fn list(gatekeeper: &Gatekeeper, key_id: Option<&str>, now_ms: u64) -> ApiResponse {
+    let (now_ms, holds, leases) = if gatekeeper.fleet().is_some() {
+        match gatekeeper.holds_fleet(key_id).await {
+            Ok(found) => found,
+            Err(_) => return hold_error(HoldError::Unavailable),
+        }
+    } else {
+        let (holds, leases) = gatekeeper.holds(key_id, now_ms);
+        (now_ms, holds, leases)
+    };
     ApiResponse::json(
         200,
         &json!({"now_ms": now_ms, "holds": holds, "leases": leases}),
@@ -90,7 +98,7 @@ fn attend_error() -> ApiResponse {
 }
 
 /// Approve or deny `hold_id`. `owner`: the deciding owner's key id (`None`: the admin).
-pub fn decide(
+pub async fn decide(
     gatekeeper: &Gatekeeper,
     req: &ApiRequest,
     route: HoldRoute<'_>,
@@ -98,14 +106,19 @@ pub fn decide(
     now_ms: u64,
 ) -> ApiResponse {
     let (hold_id, action) = match route {
-        HoldRoute::List => return list(gatekeeper, owner, now_ms),
+        HoldRoute::List => return list(gatekeeper, owner, now_ms).await,
         HoldRoute::Approve(id) => match approve_action(req) {
             Ok(action) => (id, action),
             Err(resp) => return resp,
         },
         HoldRoute::Deny(id) => (id, HoldAction::Deny),
     };
-    match gatekeeper.decide_hold(hold_id, owner, action, now_ms) {
+    let decided = if gatekeeper.fleet().is_some() {
+        gatekeeper.decide_hold_fleet(hold_id, owner, action).await
+    } else {
+        gatekeeper.decide_hold(hold_id, owner, action, now_ms)
+    };
+    match decided {
         Ok(decided) => decided_answer(&decided, action),
         Err(e) => hold_error(e),
     }
@@ -142,6 +155,15 @@ pub fn hold_error(e: HoldError) -> ApiResponse {
             ApiResponse::error(409, "hold_not_pending", "the hold is not pending")
         }
         HoldError::AttendMinutes => attend_error(),
+        HoldError::Unavailable => ApiResponse::error(
+            503,
+            "fleet_store_unavailable",
+            "the gate's shared store is unreachable; retry shortly",
+        )
+        .with_header(
+            "retry-after",
+            crate::proxy::FLEET_RETRY_AFTER_SECS.to_string(),
+        ),
     }
 }
 

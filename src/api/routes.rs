@@ -56,6 +56,19 @@ fn not_found() -> ApiResponse {
     ApiResponse::error(404, "not_found", "unknown route")
 }
 
+/// The fleet's database cannot be reached: closed-form, retry shortly.
+fn fleet_unavailable() -> ApiResponse {
+    ApiResponse::error(
+        503,
+        "fleet_store_unavailable",
+        "the gate's shared store is unreachable; retry shortly",
+    )
+    .with_header(
+        "retry-after",
+        crate::proxy::FLEET_RETRY_AFTER_SECS.to_string(),
+    )
+}
+
 fn bad_json() -> ApiResponse {
     ApiResponse::error(
         400,
@@ -118,9 +131,15 @@ impl Api {
             "/spec" => only(m, Method::GET, || self.spec()),
             "/stats" => only_async(m, Method::GET, self.stats()).await,
             "/verify" => only(m, Method::POST, || self.verify(req)),
-            "/estimate" => only(m, Method::POST, || {
-                self.keyed(req, |k, c| self.estimate(req, k, c))
-            }),
+            "/estimate" => only_async(m, Method::POST, self.estimate_route(req)).await,
+            "/gate" if self.gatekeeper.fleet().is_some() => {
+                only_async(
+                    m,
+                    Method::POST,
+                    self.keyed_async(req, |k| self.gate_fleet(req, k)),
+                )
+                .await
+            }
             "/gate" => only(m, Method::POST, || {
                 self.keyed(req, |k, _| self.gate(req, k))
             }),
@@ -148,6 +167,14 @@ impl Api {
                 )
                 .await
             }
+            "/budget" if self.gatekeeper.fleet().is_some() => {
+                only_async(
+                    m,
+                    Method::GET,
+                    self.keyed_async(req, |k| self.budget_fleet(k)),
+                )
+                .await
+            }
             "/budget" => only(m, Method::GET, || {
                 self.keyed(req, |k, _| {
                     ApiResponse::json(200, &self.gatekeeper.budget_view(&k.id, now_ms()))
@@ -162,7 +189,7 @@ impl Api {
                 only_async(m, Method::POST, self.keyed_async(req, |k| self.forget(k))).await
             }
             _ => match HoldRoute::parse(path) {
-                Some(route) => only(m, route.method(), || self.owner_holds(req, route)),
+                Some(route) => only_async(m, route.method(), self.owner_holds(req, route)).await,
                 None => not_found(),
             },
         }
@@ -200,14 +227,17 @@ impl Api {
             return only_async(&req.method, Method::PUT, self.put_budget(req, key_id)).await;
         }
         if let Some(route) = HoldRoute::parse(path) {
-            return only(&req.method, route.method(), || {
-                // The admin sees every key's holds, or one key's with `?key=ID`.
-                let key = match route {
-                    HoldRoute::List => req.query_param("key").filter(|k| !k.is_empty()),
-                    _ => None,
-                };
-                holds::decide(&self.gatekeeper, req, route, key, now_ms())
-            });
+            // The admin sees every key's holds, or one key's with `?key=ID`.
+            let key = match route {
+                HoldRoute::List => req.query_param("key").filter(|k| !k.is_empty()),
+                _ => None,
+            };
+            return only_async(
+                &req.method,
+                route.method(),
+                holds::decide(&self.gatekeeper, req, route, key, now_ms()),
+            )
+            .await;
         }
         if path == "/economics" {
             return only_async(&req.method, Method::GET, self.economics(req)).await;
@@ -274,7 +304,19 @@ impl Api {
     }
 
     /// A request body (`?route=openai_chat|anthropic_messages`, default OpenAI) or a digest.
-    fn estimate(&self, req: &ApiRequest, key: &KeyConfig, caller: auth::Caller) -> ApiResponse {
+    async fn estimate_route(&self, req: &ApiRequest) -> ApiResponse {
+        match self.caller(req) {
+            Ok((key, caller)) => self.estimate(req, key, caller).await,
+            Err(resp) => resp,
+        }
+    }
+
+    async fn estimate(
+        &self,
+        req: &ApiRequest,
+        key: &KeyConfig,
+        caller: auth::Caller,
+    ) -> ApiResponse {
         // One parse: a digest (`v` and `request`) or a provider request body.
         let object = match request::parse_object(&req.body) {
             Ok(object) => object,
@@ -313,14 +355,16 @@ impl Api {
                 };
                 match request::shape_of(route, &object, &caller.fingerprint_key, req.body.len()) {
                     Ok(shape) => {
-                        let held = self
-                            .gatekeeper
-                            .answer(&crate::store::answers::AnswerKey {
-                                key_id: key.id.clone(),
-                                fingerprint: shape.fingerprint,
-                                wire: shape.wire_form(),
-                            })
-                            .is_some();
+                        let answer_key = crate::store::answers::AnswerKey {
+                            key_id: key.id.clone(),
+                            fingerprint: shape.fingerprint,
+                            wire: shape.wire_form(),
+                        };
+                        let held = if self.gatekeeper.fleet().is_some() {
+                            self.gatekeeper.answer_fleet(&answer_key).await.is_some()
+                        } else {
+                            self.gatekeeper.answer(&answer_key).is_some()
+                        };
                         let (human, hold_id) = request::caller_headers(&req.headers);
                         (shape, human, held, hold_id)
                     }
@@ -332,21 +376,61 @@ impl Api {
                     }
                 }
             };
-        let outcome = self.gatekeeper.gate(
-            &GateRequest {
-                key,
-                shape: &shape,
-                human,
-                held,
-                hold_id: hold_id.as_deref(),
-                now_ms: now_ms(),
-            },
-            Mode::Estimate,
-        );
+        let request = GateRequest {
+            key,
+            shape: &shape,
+            human,
+            held,
+            hold_id: hold_id.as_deref(),
+            now_ms: now_ms(),
+        };
+        let outcome = if self.gatekeeper.fleet().is_some() {
+            match self.gatekeeper.estimate_fleet(&request).await {
+                Ok(outcome) => outcome,
+                Err(_) => return fleet_unavailable(),
+            }
+        } else {
+            self.gatekeeper.gate(&request, Mode::Estimate)
+        };
         ApiResponse::json(
             200,
             &json!({"estimate": true, "decision": outcome.decision}),
         )
+    }
+
+    /// `POST /gate` on a fleet instance: decided against the fleet's database; a 503 with
+    /// `Retry-After` when it cannot be reached (the client forwards nothing).
+    async fn gate_fleet(&self, req: &ApiRequest, key: &KeyConfig) -> ApiResponse {
+        let digest = match Digest::parse(&req.body) {
+            Ok(d) => d,
+            Err(e) => {
+                return ApiResponse::json(
+                    400,
+                    &json!({"error": {"code": "invalid_digest", "message": e.to_string()}}),
+                )
+            }
+        };
+        let wire = digest.request.wire_form();
+        let request = GateRequest {
+            key,
+            shape: &digest.request,
+            human: digest.human,
+            held: digest.holds(wire),
+            hold_id: digest.hold_id.as_deref(),
+            now_ms: now_ms(),
+        };
+        match self.gatekeeper.gate_fleet(&request).await {
+            Ok(outcome) => self.gate_response(&outcome),
+            Err(_) => fleet_unavailable(),
+        }
+    }
+
+    /// `GET /budget` on a fleet instance: the key's figures from the fleet's database.
+    async fn budget_fleet(&self, key: &KeyConfig) -> ApiResponse {
+        match self.gatekeeper.budget_view_fleet(&key.id).await {
+            Ok(view) => ApiResponse::json(200, &view),
+            Err(_) => fleet_unavailable(),
+        }
     }
 
     fn gate(&self, req: &ApiRequest, key: &KeyConfig) -> ApiResponse {
@@ -371,7 +455,11 @@ impl Api {
             },
             Mode::Commit,
         );
-        let mut answer = gate_answer(&outcome);
+        self.gate_response(&outcome)
+    }
+
+    fn gate_response(&self, outcome: &GateOutcome) -> ApiResponse {
+        let mut answer = gate_answer(outcome);
         if outcome.decision.hold_id.is_some() {
             // What the client's 409 says: the same closed-form text as the proxy's.
             let ttl = self.gatekeeper.config.hold_ttl_ms;
@@ -407,11 +495,16 @@ impl Api {
             wire: rec.wire,
             ending,
         };
-        match self
-            .gatekeeper
-            .record_usage_acked(&report, now_ms(), RecordSource::Digest)
-            .await
-        {
+        let recorded = if self.gatekeeper.fleet().is_some() {
+            self.gatekeeper
+                .record_usage_fleet(&report, RecordSource::Digest)
+                .await
+        } else {
+            self.gatekeeper
+                .record_usage_acked(&report, now_ms(), RecordSource::Digest)
+                .await
+        };
+        match recorded {
             Ok(row) => ApiResponse::json(
                 200,
                 &json!({"recorded": true, "spend_nano": row.spend_nano}),
@@ -452,6 +545,14 @@ impl Api {
             Ok(x) => x,
             Err(e) => return e.into(),
         };
+        let budget = if self.gatekeeper.fleet().is_some() {
+            match self.gatekeeper.budget_view_fleet(&key.id).await {
+                Ok(view) => view,
+                Err(_) => return fleet_unavailable(),
+            }
+        } else {
+            self.gatekeeper.budget_view(&key.id, now_ms())
+        };
         if req.query_param("format") == Some("csv") {
             let csv = crate::ledger::report::csv(&days, &total);
             return ApiResponse::text(200, "text/csv", csv);
@@ -460,7 +561,7 @@ impl Api {
             200,
             &json!({
                 "key_id": key.id,
-                "budget": self.gatekeeper.budget_view(&key.id, now_ms()),
+                "budget": budget,
                 "days": days,
                 "total": total,
                 "tiers": {
@@ -509,7 +610,12 @@ impl Api {
                 .map(str::to_string),
             limit,
         };
-        match self.gatekeeper.decisions_acked(query).await {
+        let page = if self.gatekeeper.fleet().is_some() {
+            self.gatekeeper.decisions_fleet(&query).await
+        } else {
+            self.gatekeeper.decisions_acked(query).await
+        };
+        match page {
             Ok(page) if req.query_param("format") == Some("csv") => {
                 let csv = crate::ledger::report::decisions_csv(&page);
                 let resp = ApiResponse::text(200, "text/csv", csv);
@@ -532,12 +638,14 @@ impl Api {
 
     /// The key's owner (`x-tokensaver-owner: <key_id>:<owner secret>`) lists, approves or
     /// denies its own holds; the key itself may list them (it already holds their ids).
-    fn owner_holds(&self, req: &ApiRequest, route: HoldRoute<'_>) -> ApiResponse {
+    async fn owner_holds(&self, req: &ApiRequest, route: HoldRoute<'_>) -> ApiResponse {
         let owner = req.header("x-tokensaver-owner");
         if route == HoldRoute::List && owner.is_none() {
-            return self.keyed(req, |k, _| {
-                holds::list(&self.gatekeeper, Some(&k.id), now_ms())
-            });
+            return self
+                .keyed_async(req, |k| {
+                    holds::list(&self.gatekeeper, Some(&k.id), now_ms())
+                })
+                .await;
         }
         let Some((key_id, secret)) = owner.and_then(|v| v.split_once(':')) else {
             return ApiResponse::error(
@@ -548,7 +656,7 @@ impl Api {
         };
         match self.gatekeeper.config.key(key_id) {
             Some(key) if auth::is_owner(key, Some(secret)) => {
-                holds::decide(&self.gatekeeper, req, route, Some(&key.id), now_ms())
+                holds::decide(&self.gatekeeper, req, route, Some(&key.id), now_ms()).await
             }
             _ => ApiResponse::error(401, "invalid_owner_secret", "invalid owner secret"),
         }
@@ -591,15 +699,28 @@ impl Api {
         let Ok(b) = serde_json::from_slice::<BudgetBody>(&req.body) else {
             return bad_json();
         };
+        let ceiling_nano = b.ceiling_micro_usd.map(|c| c.saturating_mul(1000));
+        if let Some(fleet) = self.gatekeeper.fleet() {
+            // The fleet's budget first: it is what every instance's admissions read.
+            if fleet
+                .set_budget(key_id, ceiling_nano, b.period)
+                .await
+                .is_err()
+            {
+                return fleet_unavailable();
+            }
+        }
         match self
             .gatekeeper
-            .set_budget_acked(
-                key_id,
-                b.ceiling_micro_usd.map(|c| c.saturating_mul(1000)),
-                b.period,
-            )
+            .set_budget_acked(key_id, ceiling_nano, b.period)
             .await
         {
+            Ok(()) if self.gatekeeper.fleet().is_some() => {
+                match self.gatekeeper.budget_view_fleet(key_id).await {
+                    Ok(view) => ApiResponse::json(200, &view),
+                    Err(_) => fleet_unavailable(),
+                }
+            }
             Ok(()) => ApiResponse::json(200, &self.gatekeeper.budget_view(key_id, now_ms())),
             Err(e) => e.into(),
         }

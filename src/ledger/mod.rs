@@ -3,6 +3,7 @@
 //! Both the proxy (request mode) and `POST /gate` (digest mode) decide through [`Gatekeeper::gate`],
 //! so the two modes cannot drift apart.
 
+mod fleet_gate;
 pub mod recent;
 pub mod report;
 #[cfg(test)]
@@ -16,6 +17,8 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use serde::Serialize;
 
 use crate::config::{BudgetPeriod, Config, KeyConfig, Prices};
+use crate::fleet::spool::Spool;
+use crate::fleet::Fleet;
 use crate::gate::{
     decide_with, Approvals, Billed, BudgetState, Decision, GateInput, KeyState, Policy, Usage,
     Verdict, Windows,
@@ -70,7 +73,7 @@ pub enum RecordSource {
 
 /// What the provider reported for a forwarded decision: the proxy's own record, or a digest
 /// client's `POST /record`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct UsageReport {
     pub key_id: String,
     pub decision_id: String,
@@ -140,6 +143,8 @@ pub enum HoldError {
     NotPending,
     #[error("attend_minutes must be between 1 and 1440")]
     AttendMinutes,
+    #[error("the fleet's shared store is unreachable")]
+    Unavailable,
 }
 
 /// The longest attending lease an approval may grant: one day.
@@ -379,6 +384,11 @@ pub struct Gatekeeper {
     pub metrics: Metrics,
     /// The latest committed decisions' receipts, for the ledger page.
     recent: Mutex<recent::RecentReceipts>,
+    /// Set when this instance is one of a fleet: budgets, reservations, windows and the
+    /// decision ledger live in its PostgreSQL ([`Gatekeeper::gate_fleet`]).
+    fleet: Option<Fleet>,
+    /// The fleet's usage that could not be written yet (only with `fleet`).
+    spool: Option<Spool>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -489,7 +499,22 @@ impl Gatekeeper {
             store,
             metrics: Metrics::new(),
             recent: Mutex::new(recent::RecentReceipts::default()),
+            fleet: None,
+            spool: None,
         })
+    }
+
+    /// Make this gatekeeper an instance of a fleet: admissions, settles and expiry go to the
+    /// fleet's database; usage it cannot write is spooled in the data dir.
+    pub fn with_fleet(mut self, fleet: Fleet) -> Self {
+        self.spool = Some(Spool::new(&self.config.data_dir));
+        self.fleet = Some(fleet);
+        self
+    }
+
+    /// The fleet this instance belongs to, if any.
+    pub fn fleet(&self) -> Option<&Fleet> {
+        self.fleet.as_ref()
     }
 
     /// Whether the price table knows `model`.
@@ -1149,6 +1174,24 @@ impl Gatekeeper {
         from: Option<&str>,
         to: Option<&str>,
     ) -> Result<(Vec<LedgerDay>, LedgerTotals), StoreError> {
+        if let Some(fleet) = &self.fleet {
+            // A fleet's ledger is its database's: every instance's decisions and usage.
+            let bound = |d: Option<&str>| d.map(crate::store::day_start_ms);
+            let from_ms = match bound(from) {
+                Some(Some(ms)) => ms,
+                Some(None) => return Err(StoreError::Unavailable),
+                None => i64::MIN,
+            };
+            let to_ms = match bound(to) {
+                Some(Some(ms)) => ms.saturating_add(DAY_MS as i64),
+                Some(None) => return Err(StoreError::Unavailable),
+                None => i64::MAX,
+            };
+            return fleet
+                .ledger(key_id, from_ms, to_ms)
+                .await
+                .map_err(|_| StoreError::Unavailable);
+        }
         self.store.flush_acked().await?;
         let store = Arc::clone(&self.store);
         let (key_id, from, to) = (

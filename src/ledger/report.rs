@@ -168,9 +168,29 @@ pub fn print(config: &Config, key: Option<&str>) -> Result<(), String> {
             return Err("no key with this id in the config".into());
         }
     }
-    let store = SqliteStore::open(&config.data_dir, config.commit_interval_ms)
-        .map_err(|e| e.to_string())?;
-    let (days, total) = store.ledger(key, None, None).map_err(|e| e.to_string())?;
+    let (days, total) = match &config.fleet {
+        // A fleet's ledger is its database's, whichever instance's config this is.
+        Some(fleet) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?
+            .block_on(async {
+                let fleet = crate::fleet::Fleet::connect(
+                    fleet,
+                    crate::fleet::FleetLimits::from_config(config),
+                )
+                .await?;
+                fleet
+                    .ledger(key, i64::MIN, i64::MAX)
+                    .await
+                    .map_err(|e| e.to_string())
+            })?,
+        None => {
+            let store = SqliteStore::open(&config.data_dir, config.commit_interval_ms)
+                .map_err(|e| e.to_string())?;
+            store.ledger(key, None, None).map_err(|e| e.to_string())?
+        }
+    };
     println!("ledger for {}", key.unwrap_or("the fleet"));
     print!("{}", render(&days, &total));
     Ok(())

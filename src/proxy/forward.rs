@@ -165,7 +165,8 @@ impl Forward<'_> {
             Err(e) => {
                 // Nothing went upstream: the decision's reservation is released.
                 self.recorder
-                    .record(self.gatekeeper, self.report(None, Ending::NotSent));
+                    .record(self.gatekeeper, self.report(None, Ending::NotSent))
+                    .await;
                 return Err(e);
             }
         };
@@ -175,7 +176,8 @@ impl Forward<'_> {
             Err((outcome, err)) => (outcome, Some(err)),
         };
         self.recorder
-            .record(self.gatekeeper, self.report(outcome.usage, outcome.ending));
+            .record(self.gatekeeper, self.report(outcome.usage, outcome.ending))
+            .await;
         let success = (200..300).contains(&outcome.status);
         if let (true, true, true, Some(_), Some((content_type, bytes))) = (
             self.reusable,
@@ -184,13 +186,18 @@ impl Forward<'_> {
             outcome.usage,
             outcome.answer.take(),
         ) {
-            self.gatekeeper.store_answer(
-                self.answer_key.clone(),
-                StoredAnswer {
-                    content_type,
-                    body: Bytes::from(bytes),
-                },
-            );
+            let answer = StoredAnswer {
+                content_type,
+                body: Bytes::from(bytes),
+            };
+            if matches!(self.recorder, Recorder::Local) && self.gatekeeper.fleet().is_some() {
+                self.gatekeeper
+                    .store_answer_fleet(self.answer_key.clone(), answer)
+                    .await;
+            } else {
+                self.gatekeeper
+                    .store_answer(self.answer_key.clone(), answer);
+            }
         }
         match error {
             None => {
@@ -448,8 +455,15 @@ pub(super) enum Recorder {
 }
 
 impl Recorder {
-    pub(super) fn record(&self, gatekeeper: &Gatekeeper, report: UsageReport) {
+    pub(super) async fn record(&self, gatekeeper: &Gatekeeper, report: UsageReport) {
         match self {
+            Recorder::Local if gatekeeper.fleet().is_some() => {
+                // Settled in the fleet's database before the answer is stored or finished, so
+                // a SERVE never precedes its usage; what cannot be written is spooled.
+                let _ = gatekeeper
+                    .record_usage_fleet(&report, RecordSource::Proxy)
+                    .await;
+            }
             Recorder::Local => {
                 let _ = gatekeeper.record_usage(&report, now_ms(), RecordSource::Proxy);
             }

@@ -231,6 +231,9 @@ async fn read_body(session: &mut Session, cap: usize) -> std::result::Result<Byt
         })
 }
 
+/// `Retry-After` of a 503 while the fleet's database is unreachable.
+pub const FLEET_RETRY_AFTER_SECS: u64 = 2;
+
 /// A decision as the proxy enforces it, whichever gate made it (local, or central in digest
 /// mode).
 struct Enforce {
@@ -290,21 +293,41 @@ impl GateProxy {
             fingerprint: shape.fingerprint,
             wire: shape.wire_form(),
         };
-        let stored = self.gatekeeper.answer(&answer_key);
+        let stored = if self.gatekeeper.fleet().is_some() && self.remote.is_none() {
+            self.gatekeeper.answer_fleet(&answer_key).await
+        } else {
+            self.gatekeeper.answer(&answer_key)
+        };
 
         let decided = match &self.remote {
             None => {
-                let outcome = self.gatekeeper.gate(
-                    &GateRequest {
-                        key: &key,
-                        shape,
-                        human,
-                        held: stored.is_some(),
-                        hold_id: hold_id.as_deref(),
-                        now_ms: now_ms(),
-                    },
-                    Mode::Commit,
-                );
+                let request = GateRequest {
+                    key: &key,
+                    shape,
+                    human,
+                    held: stored.is_some(),
+                    hold_id: hold_id.as_deref(),
+                    now_ms: now_ms(),
+                };
+                let outcome = if self.gatekeeper.fleet().is_some() {
+                    match self.gatekeeper.gate_fleet(&request).await {
+                        Ok(outcome) => outcome,
+                        Err(_) => {
+                            // Fail closed: without the fleet's database there is no budget,
+                            // no window and no hold to decide by; nothing goes upstream.
+                            let err = GateError::new(
+                                503,
+                                "api_error",
+                                "fleet_store_unavailable",
+                                "the gate's shared store is unreachable; retry shortly",
+                            );
+                            let retry = [("retry-after", FLEET_RETRY_AFTER_SECS.to_string())];
+                            return respond_error(session, Some(route), &err, &retry).await;
+                        }
+                    }
+                } else {
+                    self.gatekeeper.gate(&request, Mode::Commit)
+                };
                 let d = &outcome.decision;
                 Enforce {
                     verdict: d.verdict,
@@ -412,17 +435,19 @@ impl GateProxy {
                         "no_upstream",
                         "no upstream is configured for this provider",
                     );
-                    recorder.record(
-                        &self.gatekeeper,
-                        crate::ledger::UsageReport {
-                            key_id: key.id.clone(),
-                            decision_id: decided.decision_id.clone(),
-                            usage: None,
-                            served_model: served_model.clone(),
-                            wire: shape.wire_form(),
-                            ending: crate::store::Ending::NotSent,
-                        },
-                    );
+                    recorder
+                        .record(
+                            &self.gatekeeper,
+                            crate::ledger::UsageReport {
+                                key_id: key.id.clone(),
+                                decision_id: decided.decision_id.clone(),
+                                usage: None,
+                                served_model: served_model.clone(),
+                                wire: shape.wire_form(),
+                                ending: crate::store::Ending::NotSent,
+                            },
+                        )
+                        .await;
                     return respond_error(session, Some(route), &err, &decided.receipt_headers)
                         .await;
                 };

@@ -967,7 +967,7 @@ fn decision_line(r: &Row<'_>) -> rusqlite::Result<DecisionLine> {
 }
 
 /// Totals with every verdict present (zero when none), so per-day rows share one shape.
-fn empty_totals() -> LedgerTotals {
+pub(crate) fn empty_totals() -> LedgerTotals {
     let mut t = LedgerTotals::default();
     for v in Verdict::ALL {
         t.by_verdict.insert(v.as_str().to_owned(), 0);
@@ -975,7 +975,7 @@ fn empty_totals() -> LedgerTotals {
     t
 }
 
-fn add_totals(into: &mut LedgerTotals, t: &LedgerTotals) {
+pub(crate) fn add_totals(into: &mut LedgerTotals, t: &LedgerTotals) {
     into.requests = into.requests.saturating_add(t.requests);
     for (v, n) in &t.by_verdict {
         let slot = into.by_verdict.entry(v.clone()).or_default();

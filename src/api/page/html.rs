@@ -752,6 +752,14 @@ pub fn notice(code: Option<&str>) -> Option<(&'static str, bool)> {
         "not_pending" => ("The hold is no longer pending.", false),
         "owner_secret" => ("Wrong owner secret.", false),
         "attend_minutes" => ("Choose 15 min, 1 h or 4 h.", false),
+        "unavailable" => (
+            "The holds could not be read or changed now; try again.",
+            false,
+        ),
+        "fleet_holds" => (
+            "In a fleet, decide holds with 'tokensaver holds' or POST /holds/{id}/approve.",
+            false,
+        ),
         _ => return None,
     })
 }

@@ -317,6 +317,11 @@ impl Page {
             HoldRoute::Deny(id) => (id, HoldAction::Deny),
             HoldRoute::List => return redirect("/page/"),
         };
+        if gk.fleet().is_some() {
+            // The page decides synchronously against this instance; a fleet's holds live in
+            // its database (decided through `POST /holds/…` and `tokensaver holds`).
+            return redirect("/page/?done=fleet_holds");
+        }
         let done = match gk.decide_hold(hold_id, owner, action, now) {
             Ok(d) if d.attending_until_ms.is_some() => "attending",
             Ok(_) if action == HoldAction::Deny => "denied",
@@ -325,6 +330,7 @@ impl Page {
             Err(HoldError::Expired) => "expired",
             Err(HoldError::NotPending) => "not_pending",
             Err(HoldError::AttendMinutes) => "attend_minutes",
+            Err(HoldError::Unavailable) => "unavailable",
         };
         redirect(&format!("/page/?done={done}"))
     }

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The fleet tests (tests/fleet.rs) against a private PostgreSQL started here and stopped on
+# any exit: three `tokensaver serve` instances on one database.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq postgresql >/dev/null
+fi
+export TOKENSAVER_TEST_PG_DIR="${TOKENSAVER_TEST_PG_DIR:-$(mktemp -d /tmp/tokensaver-pg.XXXXXX)}"
+export TOKENSAVER_TEST_PG_PORT="${TOKENSAVER_TEST_PG_PORT:-55432}"
+trap 'scripts/pg-test-server.sh stop "$TOKENSAVER_TEST_PG_DIR"' EXIT
+TOKENSAVER_TEST_PG_URL="$(scripts/pg-test-server.sh start "$TOKENSAVER_TEST_PG_DIR" "$TOKENSAVER_TEST_PG_PORT")"
+export TOKENSAVER_TEST_PG_URL
+# One test at a time: each starts three servers and hundreds of concurrent clients.
+timeout 1200 cargo test --test fleet -- --test-threads=1

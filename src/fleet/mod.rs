@@ -1,0 +1,1407 @@
+//! A fleet of gate instances on one PostgreSQL (`[store] kind = "postgres"`): the database is
+//! the one source of truth for budgets, reservations and the runaway windows, so two instances
+//! behind a load balancer decide exactly as one would.
+//!
+//! - *admit* ([`Fleet::admit`]): one READ COMMITTED transaction — lock the key's row, count the
+//!   windows from the shared decisions, read spend and reservations, decide (the pure
+//!   [`crate::gate::decide_with`], called by the caller's closure), record the decision, and
+//!   reserve the worst case with a conditional insert (`spent + reserved + worst <= ceiling`).
+//! - *settle* ([`Fleet::settle`]): delete the reservation and insert the usage in one
+//!   transaction, idempotent by decision (reservation) id.
+//! - *expiry* ([`Fleet::expire`]): one statement any instance may run at any time, with the
+//!   database's clock; an expired reservation is charged its worst case.
+//!
+//! When the database cannot be reached every call fails with [`FleetError::Unavailable`] and
+//! the callers fail closed (503); usage that could not be written goes to the [`spool`].
+
+pub mod spool;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::{IsolationLevel, NoTls};
+
+use crate::config::{BudgetPeriod, FleetConfig};
+use crate::gate::{BudgetState, WindowCounts};
+use crate::request::{Hash, WireForm};
+use crate::store::{
+    period_start, DecisionLine, DecisionPage, DecisionQuery, DecisionRow, Ending, LedgerDay,
+    LedgerTotals, SpendBasis, StoreError, UsageRow,
+};
+
+/// The schema, in order; each applied once, recorded in `schema_migrations`.
+const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("../../migrations/pg/0001_fleet.sql")),
+    (
+        2,
+        include_str!("../../migrations/pg/0002_holds_answers.sql"),
+    ),
+    (
+        3,
+        include_str!("../../migrations/pg/0003_fleet_budgets.sql"),
+    ),
+];
+
+/// Taken while migrating, so instances starting together apply each migration once.
+const MIGRATION_LOCK: i64 = 0x746f_6b65_6e73_6176;
+
+/// How long one admission, settle or sweep may take before it counts as the database being
+/// unreachable (the caller answers 503 rather than hold the client).
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long to wait for a connection (a stopped server refuses at once; a partitioned one
+/// does not).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long a stored answer stays servable in the fleet (the in-memory store has no age
+/// bound; a shared table needs one): the repeat window, one day.
+const ANSWER_TTL_MS: u64 = 86_400_000;
+/// An answer lookup that takes longer counts as a miss: the request is decided without it.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The database's clock in unix milliseconds.
+const DB_NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FleetError {
+    #[error("the fleet database is unreachable")]
+    Unavailable,
+    /// The conditional reservation found less budget left than the decision read under the
+    /// key's lock: never expected; the admission is rolled back rather than overshoot.
+    #[error("the reservation would exceed the budget")]
+    Overshoot,
+}
+
+impl From<tokio_postgres::Error> for FleetError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        // The SQLSTATE only: a database message may quote values.
+        tracing::warn!(
+            code = ?e.code().map(|c| c.code()),
+            closed = e.is_closed(),
+            "fleet database error"
+        );
+        FleetError::Unavailable
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for FleetError {
+    fn from(_: deadpool_postgres::PoolError) -> Self {
+        tracing::warn!("fleet database: no connection");
+        FleetError::Unavailable
+    }
+}
+
+/// Why a settle did not book usage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettleError {
+    /// No open reservation with this id for this key and wire form, and no usage either.
+    Unknown,
+    /// The decision is already settled (or expired and charged).
+    AlreadySettled,
+    /// The reservation names another served model.
+    ModelMismatch,
+    Fleet(FleetError),
+}
+
+impl From<FleetError> for SettleError {
+    fn from(e: FleetError) -> Self {
+        SettleError::Fleet(e)
+    }
+}
+
+impl From<tokio_postgres::Error> for SettleError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        SettleError::Fleet(e.into())
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for SettleError {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        SettleError::Fleet(e.into())
+    }
+}
+
+/// What an admission reads under the key's lock, for the decision.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    /// The decision time: the database's clock, strictly increasing per key.
+    pub now_ms: u64,
+    pub counts: WindowCounts,
+    /// `None` when the key has no ceiling.
+    pub budget: Option<BudgetState>,
+    /// The key's pending hold for this request, if one is open: a re-send gets its opening.
+    pub pending: Option<PendingHold>,
+    /// The approved, unexpired hold that releases this request (the named one first).
+    pub approved: Option<String>,
+    /// The key's attending lease that runs now (its hold id).
+    pub lease: Option<String>,
+    /// The recorded usage (JSON) of the answer to this request, if one was recorded.
+    pub recorded: Option<String>,
+}
+
+/// A pending hold's opening, as the admission that opened it stored it.
+#[derive(Debug, Clone)]
+pub struct PendingHold {
+    pub hold_id: String,
+    /// The CHALLENGE decision as JSON; `None` if it was not kept.
+    pub decision: Option<String>,
+    pub receipt: Option<Vec<u8>>,
+}
+
+/// A CHALLENGE's hold, written with its decision.
+pub struct NewHold {
+    pub hold_id: String,
+    pub fingerprint: String,
+    pub worst_case_tokens: u64,
+    pub reason: &'static str,
+    pub opening_decision: String,
+    pub opening_receipt: Vec<u8>,
+}
+
+/// A key's budget as admission reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyLimit {
+    pub ceiling_nano: Option<u64>,
+    pub period: BudgetPeriod,
+}
+
+/// The request an admission decides: whose, which, and the key's budget.
+#[derive(Debug, Clone, Copy)]
+pub struct AdmitScope<'a> {
+    pub key_id: &'a str,
+    pub fingerprint: &'a Hash,
+    pub step: &'a Hash,
+    pub model: &'a str,
+    pub limit: KeyLimit,
+    pub wire: WireForm,
+    /// The hold the request names (`x-tokensaver-hold`, the digest's `hold_id`).
+    pub named_hold: Option<&'a str>,
+}
+
+/// What one admission writes: the decision row (the attempt the windows count) and, for a
+/// forwarded decision, its reservation.
+pub struct Booking {
+    pub row: DecisionRow,
+    pub reservation: Option<NewReservation>,
+    /// The approved hold this decision released: used up now.
+    pub used_hold: Option<String>,
+    /// The hold a CHALLENGE opens.
+    pub new_hold: Option<NewHold>,
+}
+
+pub struct NewReservation {
+    pub nano: u64,
+    pub served_model: String,
+    pub wire: WireForm,
+    pub output_ceiling: Option<u64>,
+    pub fingerprint: Hash,
+    pub reusable: bool,
+    /// A person's approval forwards past `exceeds_remaining_budget` (SPEC §2.7): the
+    /// conditional reservation does not apply to it.
+    pub approved_past_budget: bool,
+}
+
+/// An open reservation, as settling reads it back.
+#[derive(Debug, Clone)]
+pub struct OpenReservation {
+    pub nano: u64,
+    pub output_ceiling: Option<u64>,
+    pub fingerprint: Option<Hash>,
+    pub reusable: bool,
+}
+
+/// A hold decision that did not apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldRefusal {
+    Unknown,
+    Expired,
+    NotPending,
+}
+
+/// A hold approved or denied in the fleet.
+#[derive(Debug, Clone)]
+pub struct DecidedHold {
+    pub key_id: String,
+    pub expires_ms: u64,
+    pub attending_until_ms: Option<u64>,
+}
+
+/// A pending or approved hold as the fleet lists it.
+#[derive(Debug, Clone)]
+pub struct ListedHold {
+    pub hold_id: String,
+    pub key_id: String,
+    pub approved: bool,
+    pub reason: Option<String>,
+    pub created_ms: u64,
+    pub expires_ms: u64,
+    pub worst_case_tokens: u64,
+    pub fingerprint: String,
+}
+
+/// A key's budget figures at one instant (one statement, one snapshot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetSample {
+    pub spend_nano: u64,
+    pub reserved_nano: u64,
+}
+
+/// The TTLs and bounds a fleet instance applies (from `[limits]`; every instance of a fleet
+/// should share them).
+#[derive(Debug, Clone, Copy)]
+pub struct FleetLimits {
+    pub reservation_ttl_ms: u64,
+    pub hold_ttl_ms: u64,
+    pub answer_store_bytes: u64,
+}
+
+impl FleetLimits {
+    pub fn from_config(config: &crate::config::Config) -> FleetLimits {
+        FleetLimits {
+            reservation_ttl_ms: config.reservation_ttl_ms,
+            hold_ttl_ms: config.hold_ttl_ms,
+            answer_store_bytes: config.answer_store_bytes as u64,
+        }
+    }
+}
+
+pub struct Fleet {
+    pool: Pool,
+    reservation_ttl_ms: u64,
+    hold_ttl_ms: u64,
+    answer_store_bytes: u64,
+}
+
+fn db(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn un(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+impl Fleet {
+    /// Apply the migrations (one connection, under an advisory lock) and build the pool. The
+    /// pool connects lazily, on the runtime of whichever task asks first.
+    pub async fn connect(config: &FleetConfig, limits: FleetLimits) -> Result<Fleet, String> {
+        let mut pg: tokio_postgres::Config = config
+            .url
+            .parse()
+            .map_err(|_| "store.url: not a PostgreSQL connection URL".to_string())?;
+        pg.connect_timeout(CONNECT_TIMEOUT);
+        pg.application_name("tokensaver");
+        migrate(&pg).await?;
+        let manager = Manager::from_config(
+            pg,
+            NoTls,
+            ManagerConfig {
+                // A connection the server closed reports itself closed; that check is enough.
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(config.max_connections)
+            .wait_timeout(Some(CALL_TIMEOUT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .recycle_timeout(Some(CONNECT_TIMEOUT))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .map_err(|_| "fleet database: cannot build the connection pool".to_string())?;
+        Ok(Fleet {
+            pool,
+            reservation_ttl_ms: limits.reservation_ttl_ms,
+            hold_ttl_ms: limits.hold_ttl_ms,
+            answer_store_bytes: limits.answer_store_bytes,
+        })
+    }
+
+    /// Admit one request: everything under the key's row lock, in one transaction.
+    ///
+    /// READ COMMITTED is enough because every write that can *raise* a key's
+    /// `spent + reserved` — an admission's reservation — happens while holding that key's row
+    /// lock, taken first. Each later statement of the transaction takes a fresh snapshot, so
+    /// it sees every admission committed before the lock was granted; an admission still in
+    /// flight elsewhere is waiting on the lock and has written nothing. Settles and expiry run
+    /// without the lock, and they only move money from `reserved` to `spent` (at most the
+    /// reservation, except when a provider reports more than the worst case) in one
+    /// transaction: a statement sees either both halves or neither, so the sum it reads is
+    /// never below the truth by more than what a settle released. The conditional insert
+    /// re-checks the sum in the same statement that reserves, so even a bug upstream cannot
+    /// overshoot; it rolls the admission back instead. SERIALIZABLE would add retries and
+    /// abort storms under exactly the contention the lock already orders.
+    pub async fn admit<T>(
+        &self,
+        request: AdmitScope<'_>,
+        decide: impl FnOnce(Observed) -> (T, Option<Booking>),
+    ) -> Result<T, FleetError> {
+        tokio::time::timeout(CALL_TIMEOUT, self.admit_inner(request, decide))
+            .await
+            .unwrap_or(Err(FleetError::Unavailable))
+    }
+
+    async fn admit_inner<T>(
+        &self,
+        request: AdmitScope<'_>,
+        decide: impl FnOnce(Observed) -> (T, Option<Booking>),
+    ) -> Result<T, FleetError> {
+        let AdmitScope {
+            key_id,
+            fingerprint,
+            step,
+            model,
+            limit,
+            ..
+        } = request;
+        let mut client = self.pool.get().await?;
+        let tx = client
+            .build_transaction()
+            .isolation_level(IsolationLevel::ReadCommitted)
+            .start()
+            .await?;
+        // The upsert locks the key's row (an ON CONFLICT update locks like FOR UPDATE) and
+        // moves its decision clock, read after the lock is granted.
+        let lock = tx
+            .prepare_cached(&format!(
+                "INSERT INTO fleet_keys AS k (key_id, last_decided_ms) VALUES ($1, {DB_NOW_MS}) \
+                 ON CONFLICT (key_id) DO UPDATE \
+                 SET last_decided_ms = GREATEST({DB_NOW_MS}, k.last_decided_ms + 1) \
+                 RETURNING last_decided_ms, budget_set, ceiling_nano, period"
+            ))
+            .await?;
+        let locked = tx.query_one(&lock, &[&key_id]).await?;
+        let now: i64 = locked.get(0);
+        let now_ms = un(now);
+        let limit = shared_limit(&locked, 1).unwrap_or(limit);
+        let since = db(period_start(limit.period, now_ms));
+        let fp = fingerprint.to_hex();
+        let step = step.to_hex();
+        let read = tx.prepare_cached(ADMIT_READ).await?;
+        let found = tx
+            .query_one(
+                &read,
+                &[
+                    &key_id,
+                    &fp,
+                    &step,
+                    &model,
+                    &now,
+                    &since,
+                    &request.named_hold,
+                    &request.wire.as_str(),
+                ],
+            )
+            .await?;
+        let counts = counts_from(&found);
+        let spend = un(found.get::<_, i64>(7));
+        let reserved = un(found.get::<_, i64>(8));
+        let budget = limit.ceiling_nano.map(|ceiling| BudgetState {
+            ceiling_nano: ceiling,
+            spend_nano: spend,
+            reserved_nano: reserved,
+        });
+        let pending = match found.get::<_, Option<String>>(9) {
+            Some(hold_id) => {
+                let opening = tx
+                    .query_one(
+                        "SELECT opening_decision, opening_receipt FROM fleet_holds \
+                         WHERE hold_id = $1",
+                        &[&hold_id],
+                    )
+                    .await?;
+                Some(PendingHold {
+                    hold_id,
+                    decision: opening.get(0),
+                    receipt: opening.get(1),
+                })
+            }
+            None => None,
+        };
+        let (out, booking) = decide(Observed {
+            now_ms,
+            counts,
+            budget,
+            pending,
+            approved: found.get(10),
+            lease: found.get(11),
+            recorded: found.get(12),
+        });
+        let Some(booking) = booking else {
+            // A re-send of a pending hold: nothing is booked (the clock's move is harmless).
+            tx.commit().await?;
+            return Ok(out);
+        };
+
+        if let Some(id) = &booking.used_hold {
+            // Under the key's lock nobody else can use it; only expiry could have closed it.
+            let used = tx
+                .execute(
+                    "UPDATE fleet_holds SET state = 'used' WHERE hold_id = $1 AND state = 'approved'",
+                    &[id],
+                )
+                .await?;
+            if used != 1 {
+                tx.rollback().await?;
+                return Err(FleetError::Unavailable);
+            }
+        }
+        if let Some(h) = &booking.new_hold {
+            tx.execute(
+                "INSERT INTO fleet_holds (hold_id, key_id, fingerprint, created_ms, expires_ms, \
+                 state, worst_case_tokens, reason, opening_decision, opening_receipt) \
+                 VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8, $9) \
+                 ON CONFLICT (hold_id) DO NOTHING",
+                &[
+                    &h.hold_id,
+                    &key_id,
+                    &h.fingerprint,
+                    &now,
+                    &db(now_ms.saturating_add(self.hold_ttl_ms)),
+                    &db(h.worst_case_tokens),
+                    &h.reason,
+                    &h.opening_decision,
+                    &h.opening_receipt,
+                ],
+            )
+            .await?;
+        }
+        let row = &booking.row;
+        let row_json = serde_json::to_string(row).map_err(|_| FleetError::Unavailable)?;
+        let decided_at = db(row.decided_at_ms);
+        let verdict = row.verdict.as_str();
+        let reserved_nano = db(row.reserved_nano);
+        let decision: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
+            &row.decision_id,
+            &key_id,
+            &decided_at,
+            &row.fingerprint,
+            &row.step_fingerprint,
+            &row.model_requested,
+            &verdict,
+            &row.reason,
+            &reserved_nano,
+            &row_json,
+        ];
+        match &booking.reservation {
+            None => {
+                let insert = tx.prepare_cached(INSERT_DECISION).await?;
+                tx.execute(&insert, &decision).await?;
+            }
+            Some(r) => {
+                let reserve = tx.prepare_cached(DECIDE_AND_RESERVE).await?;
+                let ceiling = limit
+                    .ceiling_nano
+                    .filter(|_| !r.approved_past_budget)
+                    .map(db);
+                let expires = db(now_ms.saturating_add(self.reservation_ttl_ms));
+                let (nano, wire) = (db(r.nano), r.wire.as_str());
+                let (output_ceiling, fingerprint) =
+                    (r.output_ceiling.map(db), r.fingerprint.to_hex());
+                let mut params = decision.to_vec();
+                params.extend_from_slice(&[
+                    &nano,
+                    &expires,
+                    &r.served_model,
+                    &wire,
+                    &output_ceiling,
+                    &fingerprint,
+                    &r.reusable,
+                    &ceiling,
+                    &since,
+                ]);
+                if tx.execute(&reserve, &params).await? != 1 {
+                    tx.rollback().await?;
+                    return Err(FleetError::Overshoot);
+                }
+            }
+        }
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    /// Settle a forwarded decision: take its reservation and book what `charge` makes of it,
+    /// in one transaction; idempotent by decision id (a second settle, or one after expiry,
+    /// finds no reservation and a usage row).
+    pub async fn settle(
+        &self,
+        decision_id: &str,
+        key_id: &str,
+        wire: WireForm,
+        served_model: &str,
+        charge: impl FnOnce(&OpenReservation, u64) -> (UsageRow, Option<String>),
+    ) -> Result<(UsageRow, OpenReservation), SettleError> {
+        tokio::time::timeout(
+            CALL_TIMEOUT,
+            self.settle_inner(decision_id, key_id, wire, served_model, charge),
+        )
+        .await
+        .unwrap_or(Err(SettleError::Fleet(FleetError::Unavailable)))
+    }
+
+    async fn settle_inner(
+        &self,
+        decision_id: &str,
+        key_id: &str,
+        wire: WireForm,
+        served_model: &str,
+        charge: impl FnOnce(&OpenReservation, u64) -> (UsageRow, Option<String>),
+    ) -> Result<(UsageRow, OpenReservation), SettleError> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let take = tx
+            .prepare_cached(&format!(
+                "DELETE FROM fleet_reservations \
+                 WHERE decision_id = $1 AND key_id = $2 AND wire = $3 AND served_model = $4 \
+                 RETURNING nano, output_ceiling, fingerprint, reusable, {DB_NOW_MS}"
+            ))
+            .await?;
+        let taken = tx
+            .query_opt(
+                &take,
+                &[&decision_id, &key_id, &wire.as_str(), &served_model],
+            )
+            .await?;
+        let Some(taken) = taken else {
+            let why = tx
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM fleet_reservations \
+                                    WHERE decision_id = $1 AND key_id = $2 AND wire = $3), \
+                            EXISTS (SELECT 1 FROM fleet_usage WHERE decision_id = $1)",
+                    &[&decision_id, &key_id, &wire.as_str()],
+                )
+                .await?;
+            return Err(if why.get::<_, bool>(0) {
+                SettleError::ModelMismatch
+            } else if why.get::<_, bool>(1) {
+                SettleError::AlreadySettled
+            } else {
+                SettleError::Unknown
+            });
+        };
+        let reservation = OpenReservation {
+            nano: un(taken.get::<_, i64>(0)),
+            output_ceiling: taken.get::<_, Option<i64>>(1).map(un),
+            fingerprint: Hash::from_hex(taken.get::<_, &str>(2)),
+            reusable: taken.get(3),
+        };
+        let at_ms = un(taken.get::<_, i64>(4));
+        let (row, recorded) = charge(&reservation, at_ms);
+        if let Some(usage) = recorded {
+            let fingerprint: &str = taken.get(2);
+            tx.execute(
+                "INSERT INTO fleet_recorded (key_id, fingerprint, wire, usage, at_ms) \
+                 VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (key_id, fingerprint, wire) \
+                 DO UPDATE SET usage = EXCLUDED.usage, at_ms = EXCLUDED.at_ms",
+                &[&key_id, &fingerprint, &wire.as_str(), &usage, &db(at_ms)],
+            )
+            .await?;
+        }
+        let row_json = serde_json::to_string(&row).map_err(|_| FleetError::Unavailable)?;
+        let book = tx
+            .prepare_cached(
+                "INSERT INTO fleet_usage (decision_id, key_id, at_ms, spend_nano, kind, row_json) \
+                 VALUES ($1, $2, $3, $4, 'usage', $5)",
+            )
+            .await?;
+        tx.execute(
+            &book,
+            &[
+                &decision_id,
+                &key_id,
+                &db(at_ms),
+                &db(row.spend_nano),
+                &row_json,
+            ],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok((row, reservation))
+    }
+
+    /// Charge every reservation past its TTL (the database's clock) at its worst case. Safe to
+    /// run from every instance at once: the DELETE takes each row once, and the charge is
+    /// written by the same statement. Returns how many were charged.
+    pub async fn expire(&self) -> Result<u64, FleetError> {
+        let sweep = async {
+            let client = self.pool.get().await?;
+            let stmt = client
+                .prepare_cached(&format!(
+                    "WITH now AS (SELECT {DB_NOW_MS} AS ms), \
+                     gone AS (DELETE FROM fleet_reservations \
+                              WHERE expires_ms <= (SELECT ms FROM now) \
+                              RETURNING decision_id, key_id, nano) \
+                     INSERT INTO fleet_usage (decision_id, key_id, at_ms, spend_nano, kind) \
+                     SELECT decision_id, key_id, (SELECT ms FROM now), nano, 'expired' FROM gone \
+                     ON CONFLICT (decision_id) DO NOTHING"
+                ))
+                .await?;
+            let charged = client.execute(&stmt, &[]).await?;
+            client
+                .execute(
+                    &format!(
+                        "UPDATE fleet_holds SET state = 'expired' \
+                         WHERE state IN ('pending', 'approved') AND expires_ms <= {DB_NOW_MS}"
+                    ),
+                    &[],
+                )
+                .await?;
+            // Answers: past their age, then the oldest beyond the byte bound.
+            client
+                .execute(
+                    &format!(
+                        "DELETE FROM fleet_answers WHERE expires_ms <= {DB_NOW_MS} \
+                         OR (key_id, fingerprint, wire) IN (\
+                           SELECT key_id, fingerprint, wire FROM (\
+                             SELECT key_id, fingerprint, wire, \
+                                    (sum(bytes) OVER (ORDER BY stored_ms DESC, key_id, fingerprint, wire))::bigint AS running \
+                             FROM fleet_answers) newest_first \
+                           WHERE running > $1::bigint)"
+                    ),
+                    &[&db(self.answer_store_bytes)],
+                )
+                .await?;
+            Ok::<_, FleetError>(charged)
+        };
+        tokio::time::timeout(CALL_TIMEOUT, sweep)
+            .await
+            .unwrap_or(Err(FleetError::Unavailable))
+    }
+
+    /// Approve or deny a pending hold: one conditional UPDATE, so of two concurrent approvals
+    /// on two instances exactly one wins. `owner`: the deciding owner's key (`None`: admin).
+    pub async fn decide_hold(
+        &self,
+        hold_id: &str,
+        owner: Option<&str>,
+        approve: bool,
+        attend_minutes: Option<u64>,
+    ) -> Result<Result<DecidedHold, HoldRefusal>, FleetError> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let state = if approve { "approved" } else { "denied" };
+        let row = tx
+            .query_opt(
+                &format!(
+                    "UPDATE fleet_holds SET state = $3 \
+                     WHERE hold_id = $1 AND ($2::text IS NULL OR key_id = $2::text) \
+                       AND state = 'pending' AND expires_ms > {DB_NOW_MS} \
+                     RETURNING key_id, expires_ms, {DB_NOW_MS}"
+                ),
+                &[&hold_id, &owner, &state],
+            )
+            .await?;
+        let Some(row) = row else {
+            let found = tx
+                .query_opt(
+                    &format!(
+                        "SELECT key_id, expires_ms <= {DB_NOW_MS} FROM fleet_holds WHERE hold_id = $1"
+                    ),
+                    &[&hold_id],
+                )
+                .await?;
+            return Ok(Err(match found {
+                Some(f) if owner.is_none_or(|o| o == f.get::<_, &str>(0)) => {
+                    if f.get::<_, bool>(1) {
+                        HoldRefusal::Expired
+                    } else {
+                        HoldRefusal::NotPending
+                    }
+                }
+                _ => HoldRefusal::Unknown,
+            }));
+        };
+        let key_id: String = row.get(0);
+        let now = un(row.get::<_, i64>(2));
+        let mut attending_until_ms = None;
+        if let (true, Some(m)) = (approve, attend_minutes) {
+            let until = now.saturating_add(m.saturating_mul(60_000));
+            tx.execute(
+                "INSERT INTO fleet_leases (hold_id, key_id, granted_ms, until_ms) \
+                 VALUES ($1, $2, $3, $4) ON CONFLICT (hold_id) DO NOTHING",
+                &[&hold_id, &key_id, &db(now), &db(until)],
+            )
+            .await?;
+            attending_until_ms = Some(until);
+        }
+        tx.commit().await?;
+        Ok(Ok(DecidedHold {
+            key_id,
+            expires_ms: un(row.get::<_, i64>(1)),
+            attending_until_ms,
+        }))
+    }
+
+    /// Pending and approved holds, oldest first, and the leases that run now: every key's
+    /// (`None`) or one key's.
+    pub async fn open_holds(
+        &self,
+        key_id: Option<&str>,
+    ) -> Result<(u64, Vec<ListedHold>, Vec<crate::store::LeaseRow>), FleetError> {
+        let client = self.pool.get().await?;
+        let now: i64 = client
+            .query_one(&format!("SELECT {DB_NOW_MS}"), &[])
+            .await?
+            .get(0);
+        let holds = client
+            .query(
+                "SELECT hold_id, key_id, state, reason, created_ms, expires_ms, \
+                        worst_case_tokens, fingerprint \
+                 FROM fleet_holds WHERE state IN ('pending', 'approved') AND expires_ms > $1 \
+                   AND ($2::text IS NULL OR key_id = $2::text) \
+                 ORDER BY created_ms, hold_id",
+                &[&now, &key_id],
+            )
+            .await?
+            .iter()
+            .map(|r| ListedHold {
+                hold_id: r.get(0),
+                key_id: r.get(1),
+                approved: r.get::<_, &str>(2) == "approved",
+                reason: r.get(3),
+                created_ms: un(r.get(4)),
+                expires_ms: un(r.get(5)),
+                worst_case_tokens: un(r.get(6)),
+                fingerprint: r.get(7),
+            })
+            .collect();
+        let leases = client
+            .query(
+                "SELECT DISTINCT ON (key_id) hold_id, key_id, granted_ms, until_ms \
+                 FROM fleet_leases WHERE until_ms > $1 AND ($2::text IS NULL OR key_id = $2::text) \
+                 ORDER BY key_id, until_ms DESC",
+                &[&now, &key_id],
+            )
+            .await?
+            .iter()
+            .map(|r| crate::store::LeaseRow {
+                hold_id: r.get(0),
+                key_id: r.get(1),
+                granted_ms: un(r.get(2)),
+                until_ms: un(r.get(3)),
+            })
+            .collect();
+        Ok((un(now), holds, leases))
+    }
+
+    /// The stored answer for (key, fingerprint, wire form), if one is fresh.
+    pub async fn answer(
+        &self,
+        key_id: &str,
+        fingerprint: &Hash,
+        wire: WireForm,
+    ) -> Result<Option<(String, Vec<u8>)>, FleetError> {
+        let read = async {
+            let client = self.pool.get().await?;
+            let stmt = client
+                .prepare_cached(&format!(
+                    "SELECT content_type, body FROM fleet_answers \
+                     WHERE key_id = $1 AND fingerprint = $2 AND wire = $3 \
+                       AND expires_ms > {DB_NOW_MS}"
+                ))
+                .await?;
+            let row = client
+                .query_opt(&stmt, &[&key_id, &fingerprint.to_hex(), &wire.as_str()])
+                .await?;
+            Ok::<_, FleetError>(row.map(|r| (r.get(0), r.get(1))))
+        };
+        tokio::time::timeout(ANSWER_TIMEOUT, read)
+            .await
+            .unwrap_or(Err(FleetError::Unavailable))
+    }
+
+    /// Store an answer for the fleet (replacing an older one for the same request).
+    pub async fn put_answer(
+        &self,
+        key_id: &str,
+        fingerprint: &Hash,
+        wire: WireForm,
+        content_type: &str,
+        body: &[u8],
+    ) -> Result<(), FleetError> {
+        let write = async {
+            let client = self.pool.get().await?;
+            client
+                .execute(
+                    &format!(
+                        "INSERT INTO fleet_answers (key_id, fingerprint, wire, content_type, body, \
+                         bytes, stored_ms, expires_ms) \
+                         VALUES ($1, $2, $3, $4, $5, $6, {DB_NOW_MS}, {DB_NOW_MS} + $7) \
+                         ON CONFLICT (key_id, fingerprint, wire) DO UPDATE SET \
+                         content_type = EXCLUDED.content_type, body = EXCLUDED.body, \
+                         bytes = EXCLUDED.bytes, stored_ms = EXCLUDED.stored_ms, \
+                         expires_ms = EXCLUDED.expires_ms"
+                    ),
+                    &[
+                        &key_id,
+                        &fingerprint.to_hex(),
+                        &wire.as_str(),
+                        &content_type,
+                        &body,
+                        &db(body.len() as u64),
+                        &db(ANSWER_TTL_MS),
+                    ],
+                )
+                .await?;
+            Ok::<_, FleetError>(())
+        };
+        tokio::time::timeout(CALL_TIMEOUT, write)
+            .await
+            .unwrap_or(Err(FleetError::Unavailable))
+    }
+
+    /// Per-day and total ledger figures of a key (`None`: every key) over `[from_ms, to_ms)`,
+    /// aggregated by the database, tier by tier as the SQLite ledger keeps them.
+    pub async fn ledger(
+        &self,
+        key_id: Option<&str>,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<(Vec<LedgerDay>, LedgerTotals), FleetError> {
+        let client = self.pool.get().await?;
+        let mut days: BTreeMap<i64, LedgerTotals> = BTreeMap::new();
+        let field =
+            |f: &str| format!("COALESCE(sum((row_json::jsonb ->> '{f}')::bigint), 0)::bigint");
+        let decisions = client
+            .query(
+                &format!(
+                    "SELECT decided_at_ms / 86400000 AS day, verdict, count(*), {}, \
+                     COALESCE(sum(CASE WHEN verdict = 'BLOCK' \
+                         THEN (row_json::jsonb ->> 'worst_case_tokens_avoided')::bigint ELSE 0 END), 0)::bigint, \
+                     {} \
+                     FROM fleet_decisions \
+                     WHERE ($1::text IS NULL OR key_id = $1::text) \
+                       AND decided_at_ms >= $2 AND decided_at_ms < $3 \
+                     GROUP BY day, verdict",
+                    field("tokens_not_bought"),
+                    field("findings_tokens"),
+                ),
+                &[&key_id, &from_ms, &to_ms],
+            )
+            .await?;
+        for r in &decisions {
+            let t = days.entry(r.get(0)).or_default();
+            let n = un(r.get(2));
+            t.requests = t.requests.saturating_add(n);
+            let slot = t.by_verdict.entry(r.get::<_, String>(1)).or_default();
+            *slot = slot.saturating_add(n);
+            t.tokens_not_bought = t.tokens_not_bought.saturating_add(un(r.get(3)));
+            t.worst_case_tokens_avoided = t.worst_case_tokens_avoided.saturating_add(un(r.get(4)));
+            t.findings_tokens_estimated = t.findings_tokens_estimated.saturating_add(un(r.get(5)));
+        }
+        let part = |p: &str| {
+            format!("COALESCE(sum((row_json::jsonb -> 'usage' ->> '{p}')::bigint), 0)::bigint")
+        };
+        // Usage rows and expiry charges (no usage figures) alike carry their spend.
+        let usage = client
+            .query(
+                &format!(
+                    "SELECT at_ms / 86400000 AS day, COALESCE(sum(spend_nano), 0)::bigint, \
+                     {}, {}, {}, {} \
+                     FROM fleet_usage WHERE ($1::text IS NULL OR key_id = $1::text) \
+                       AND at_ms >= $2 AND at_ms < $3 GROUP BY day",
+                    part("input"),
+                    part("cache_write"),
+                    part("cache_read"),
+                    part("output"),
+                ),
+                &[&key_id, &from_ms, &to_ms],
+            )
+            .await?;
+        for r in &usage {
+            let t = days.entry(r.get(0)).or_default();
+            t.spend_nano = t.spend_nano.saturating_add(un(r.get(1)));
+            t.usage.add(&crate::gate::Usage {
+                input: un(r.get(2)),
+                cache_write: un(r.get(3)),
+                cache_read: un(r.get(4)),
+                output: un(r.get(5)),
+            });
+        }
+        // A hold never used (expired, or denied) counts on the day of the request it held.
+        let holds = client
+            .query(
+                "SELECT created_ms / 86400000 AS day, COALESCE(sum(worst_case_tokens), 0)::bigint \
+                 FROM fleet_holds WHERE ($1::text IS NULL OR key_id = $1::text) \
+                   AND state IN ('expired', 'denied') AND created_ms >= $2 AND created_ms < $3 \
+                 GROUP BY day",
+                &[&key_id, &from_ms, &to_ms],
+            )
+            .await?;
+        for r in &holds {
+            let t = days.entry(r.get(0)).or_default();
+            t.worst_case_tokens_avoided = t.worst_case_tokens_avoided.saturating_add(un(r.get(1)));
+        }
+        let mut total = crate::store::sqlite::empty_totals();
+        let mut out = Vec::with_capacity(days.len());
+        for (day, t) in days {
+            let mut totals = crate::store::sqlite::empty_totals();
+            crate::store::sqlite::add_totals(&mut totals, &t);
+            crate::store::sqlite::add_totals(&mut total, &t);
+            out.push(LedgerDay {
+                day: crate::store::utc_day(un(day).saturating_mul(86_400_000)),
+                totals,
+            });
+        }
+        Ok((out, total))
+    }
+
+    /// Decisions with their settlements, oldest first (`GET /ledger/decisions`), as the SQLite
+    /// store lists them.
+    pub async fn decisions(&self, q: &DecisionQuery) -> Result<DecisionPage, StoreError> {
+        let unavailable = |_| StoreError::Unavailable;
+        let limit = q.limit.clamp(1, crate::store::sqlite::MAX_DECISIONS_PAGE);
+        let client = self.pool.get().await.map_err(|_| StoreError::Unavailable)?;
+        let key_id = q.key_id.as_deref();
+        let (after_ms, after_id) = match &q.after {
+            None => (i64::MIN, String::new()),
+            Some(id) => {
+                let found = client
+                    .query_opt(
+                        "SELECT decided_at_ms FROM fleet_decisions \
+                         WHERE decision_id = $1 AND ($2::text IS NULL OR key_id = $2::text)",
+                        &[id, &key_id],
+                    )
+                    .await
+                    .map_err(|e| unavailable(FleetError::from(e)))?
+                    .ok_or(StoreError::UnknownCursor)?;
+                (found.get(0), id.clone())
+            }
+        };
+        let from = q.from_ms.map(db).unwrap_or(i64::MIN);
+        let to = q.to_ms.map(db).unwrap_or(i64::MAX);
+        let rows = client
+            .query(
+                "SELECT d.row_json, u.kind, u.row_json, u.at_ms, u.spend_nano \
+                 FROM fleet_decisions d LEFT JOIN fleet_usage u ON u.decision_id = d.decision_id \
+                 WHERE ($1::text IS NULL OR d.key_id = $1::text) \
+                   AND d.decided_at_ms >= $2 AND d.decided_at_ms < $3 \
+                   AND (d.decided_at_ms, d.decision_id) > ($4::bigint, $5::text) \
+                 ORDER BY d.decided_at_ms, d.decision_id LIMIT $6",
+                &[
+                    &key_id,
+                    &from,
+                    &to,
+                    &after_ms,
+                    &after_id,
+                    &db(limit as u64 + 1),
+                ],
+            )
+            .await
+            .map_err(|e| unavailable(FleetError::from(e)))?;
+        let mut lines = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let d: DecisionRow =
+                serde_json::from_str(r.get::<_, &str>(0)).map_err(|_| StoreError::Unavailable)?;
+            let kind: Option<&str> = r.get(1);
+            let usage: Option<UsageRow> = r
+                .get::<_, Option<&str>>(2)
+                .and_then(|u| serde_json::from_str(u).ok());
+            let settled_at: Option<i64> = r.get(3);
+            let spend: Option<i64> = r.get(4);
+            lines.push(decision_line(d, kind, usage, settled_at, spend));
+        }
+        let next_after = if lines.len() > limit {
+            lines.truncate(limit);
+            lines.last().map(|l| l.decision_id.clone())
+        } else {
+            None
+        };
+        Ok(DecisionPage {
+            decisions: lines,
+            next_after,
+        })
+    }
+
+    /// What an admission of this request would read now, without locking or writing
+    /// (`POST /estimate`). A pending hold's opening is not read.
+    pub async fn peek(&self, request: AdmitScope<'_>) -> Result<Observed, FleetError> {
+        let client = self.pool.get().await?;
+        let key = client
+            .query_opt(
+                &format!(
+                    "SELECT {DB_NOW_MS}, budget_set, ceiling_nano, period \
+                     FROM (SELECT 1) one LEFT JOIN fleet_keys ON key_id = $1"
+                ),
+                &[&request.key_id],
+            )
+            .await?
+            .ok_or(FleetError::Unavailable)?;
+        let now: i64 = key.get(0);
+        let limit = match key.get::<_, Option<bool>>(1) {
+            Some(true) => shared_limit(&key, 1).unwrap_or(request.limit),
+            _ => request.limit,
+        };
+        let since = db(period_start(limit.period, un(now)));
+        let read = client.prepare_cached(ADMIT_READ).await?;
+        let found = client
+            .query_one(
+                &read,
+                &[
+                    &request.key_id,
+                    &request.fingerprint.to_hex(),
+                    &request.step.to_hex(),
+                    &request.model,
+                    &now,
+                    &since,
+                    &request.named_hold,
+                    &request.wire.as_str(),
+                ],
+            )
+            .await?;
+        Ok(Observed {
+            now_ms: un(now),
+            counts: counts_from(&found),
+            budget: limit.ceiling_nano.map(|ceiling| BudgetState {
+                ceiling_nano: ceiling,
+                spend_nano: un(found.get::<_, i64>(7)),
+                reserved_nano: un(found.get::<_, i64>(8)),
+            }),
+            pending: found
+                .get::<_, Option<String>>(9)
+                .map(|hold_id| PendingHold {
+                    hold_id,
+                    decision: None,
+                    receipt: None,
+                }),
+            approved: found.get(10),
+            lease: found.get(11),
+            recorded: found.get(12),
+        })
+    }
+
+    /// Set a key's budget for the whole fleet (`PUT /budget` through any instance). It takes
+    /// the key's row lock, so it lands between two admissions, never inside one.
+    pub async fn set_budget(
+        &self,
+        key_id: &str,
+        ceiling_nano: Option<u64>,
+        period: BudgetPeriod,
+    ) -> Result<(), FleetError> {
+        let client = self.pool.get().await?;
+        client
+            .execute(
+                &format!(
+                    "INSERT INTO fleet_keys (key_id, last_decided_ms, budget_set, ceiling_nano, period) \
+                     VALUES ($1, {DB_NOW_MS}, true, $2, $3) \
+                     ON CONFLICT (key_id) DO UPDATE SET budget_set = true, \
+                     ceiling_nano = EXCLUDED.ceiling_nano, period = EXCLUDED.period"
+                ),
+                &[&key_id, &ceiling_nano.map(db), &period.as_str()],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// The budget set for the fleet through `PUT /budget`, if any (else the config's holds).
+    pub async fn shared_budget(&self, key_id: &str) -> Result<Option<KeyLimit>, FleetError> {
+        let client = self.pool.get().await?;
+        let row = client
+            .query_opt(
+                "SELECT budget_set, ceiling_nano, period FROM fleet_keys WHERE key_id = $1",
+                &[&key_id],
+            )
+            .await?;
+        Ok(row.and_then(|r| shared_limit(&r, 0)))
+    }
+
+    /// A key's spend since `since_ms` and its open reservations, read in one statement.
+    pub async fn budget_sample(
+        &self,
+        key_id: &str,
+        since_ms: u64,
+    ) -> Result<BudgetSample, FleetError> {
+        let client = self.pool.get().await?;
+        let row = client
+            .query_one(
+                "SELECT COALESCE((SELECT sum(spend_nano) FROM fleet_usage \
+                                  WHERE key_id = $1 AND at_ms >= $2), 0)::bigint, \
+                        COALESCE((SELECT sum(nano) FROM fleet_reservations \
+                                  WHERE key_id = $1), 0)::bigint",
+                &[&key_id, &db(since_ms)],
+            )
+            .await?;
+        Ok(BudgetSample {
+            spend_nano: un(row.get(0)),
+            reserved_nano: un(row.get(1)),
+        })
+    }
+
+    /// The database's clock (unix ms).
+    pub async fn db_now_ms(&self) -> Result<u64, FleetError> {
+        let client = self.pool.get().await?;
+        let row = client
+            .query_one(&format!("SELECT {DB_NOW_MS}"), &[])
+            .await?;
+        Ok(un(row.get(0)))
+    }
+
+    /// The window counts a decision at `now_ms` would read (no lock, no write): the same query
+    /// admission runs, for the equivalence test with the in-memory windows.
+    pub async fn observe(
+        &self,
+        key_id: &str,
+        fingerprint: &Hash,
+        step: &Hash,
+        model: &str,
+        now_ms: u64,
+    ) -> Result<WindowCounts, FleetError> {
+        let client = self.pool.get().await?;
+        let stmt = client.prepare_cached(OBSERVE).await?;
+        let row = client
+            .query_one(
+                &stmt,
+                &[
+                    &key_id,
+                    &fingerprint.to_hex(),
+                    &step.to_hex(),
+                    &model,
+                    &db(now_ms),
+                    &0_i64,
+                ],
+            )
+            .await?;
+        Ok(counts_from(&row))
+    }
+
+    /// Record a decision row without a decision (the windows' equivalence test).
+    pub async fn record_attempt(&self, row: &DecisionRow) -> Result<(), FleetError> {
+        let client = self.pool.get().await?;
+        let stmt = client.prepare_cached(INSERT_DECISION).await?;
+        let row_json = serde_json::to_string(row).map_err(|_| FleetError::Unavailable)?;
+        client
+            .execute(
+                &stmt,
+                &[
+                    &row.decision_id,
+                    &row.key_id,
+                    &db(row.decided_at_ms),
+                    &row.fingerprint,
+                    &row.step_fingerprint,
+                    &row.model_requested,
+                    &row.verdict.as_str(),
+                    &row.reason,
+                    &db(row.reserved_nano),
+                    &row_json,
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+/// The windows, spend and reservations of a key at `$5` (the decision time): `$1` key, `$2`
+/// fingerprint, `$3` step fingerprint, `$4` model, `$6` start of the budget period. Each window
+/// is the in-memory [`crate::gate::Windows`]'s, down to its caps: the identical-request lists
+/// keep 64 entries, the key's request list 1024 (`LIMIT` bounds each count the same way, and
+/// bounds the scan). An entry exactly the window's length old is outside (`> now - len`).
+macro_rules! window_columns {
+    () => {
+        "(SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
+            AND fingerprint = $2 AND decided_at_ms > $5::bigint - 120000 LIMIT 64) s)::bigint, \
+        (SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
+            AND step_fingerprint = $3 AND decided_at_ms > $5::bigint - 120000 LIMIT 64) s)::bigint, \
+        (SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
+            AND fingerprint = $2 AND step_fingerprint = $3 \
+            AND decided_at_ms > $5::bigint - 120000 LIMIT 64) s)::bigint, \
+        (SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
+            AND decided_at_ms > $5::bigint - 60000 LIMIT 1024) s)::bigint, \
+        (SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
+            AND decided_at_ms > $5::bigint - 3600000 LIMIT 1024) s)::bigint, \
+        EXISTS (SELECT 1 FROM fleet_decisions WHERE key_id = $1 AND model = $4 \
+            AND decided_at_ms > $5::bigint - 86400000), \
+        EXISTS (SELECT 1 FROM fleet_decisions WHERE key_id = $1 AND fingerprint = $2 \
+            AND decided_at_ms > $5::bigint - 86400000), \
+        COALESCE((SELECT sum(spend_nano) FROM fleet_usage \
+            WHERE key_id = $1 AND at_ms >= $6::bigint), 0)::bigint, \
+        COALESCE((SELECT sum(nano) FROM fleet_reservations WHERE key_id = $1), 0)::bigint"
+    };
+}
+
+/// The windows alone ([`Fleet::observe`], the equivalence test): the same columns admission
+/// reads.
+const OBSERVE: &str = concat!("SELECT ", window_columns!());
+
+/// Everything an admission reads under the key's lock, in one statement: the windows, spend
+/// and reservations (columns 0–8, `window_columns!`), then the key's pending hold for this
+/// request, the approved hold that releases it (`$7`, the named one, first), its attending
+/// lease, and the recorded usage of the answer in its wire form (`$8`).
+const ADMIT_READ: &str = concat!(
+    "SELECT ",
+    window_columns!(),
+    ", (SELECT hold_id FROM fleet_holds WHERE key_id = $1 AND fingerprint = $2 \
+        AND state = 'pending' AND expires_ms > $5::bigint ORDER BY created_ms DESC LIMIT 1), \
+    (SELECT hold_id FROM fleet_holds WHERE key_id = $1 AND fingerprint = $2 \
+        AND state = 'approved' AND expires_ms > $5::bigint \
+        ORDER BY (hold_id = $7::text) IS TRUE DESC, created_ms DESC LIMIT 1), \
+    (SELECT hold_id FROM fleet_leases WHERE key_id = $1 AND until_ms > $5::bigint \
+        ORDER BY until_ms DESC LIMIT 1), \
+    (SELECT usage FROM fleet_recorded WHERE key_id = $1 AND fingerprint = $2 \
+        AND wire = $8::text)"
+);
+
+const INSERT_DECISION: &str = "INSERT INTO fleet_decisions (decision_id, key_id, decided_at_ms, \
+    fingerprint, step_fingerprint, model, verdict, reason, reserved_nano, row_json) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+
+/// A forwarded decision's row and its conditional reservation, in one statement: the
+/// decision (`$1`–`$10`, as [`INSERT_DECISION`]) is written by the CTE, the reservation only if
+/// the key's spend in its period (`$19` period start), its open reservations and this worst
+/// case (`$11`) fit under the ceiling (`$18`; NULL: no ceiling), all read by this statement.
+/// No reservation (0 rows) rolls the whole admission back.
+const DECIDE_AND_RESERVE: &str = "WITH decision AS (\
+    INSERT INTO fleet_decisions (decision_id, key_id, decided_at_ms, fingerprint, \
+    step_fingerprint, model, verdict, reason, reserved_nano, row_json) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)) \
+    INSERT INTO fleet_reservations (decision_id, key_id, nano, expires_ms, \
+    served_model, wire, output_ceiling, fingerprint, reusable) \
+    SELECT $1::text, $2::text, $11::bigint, $12::bigint, $13::text, $14::text, $15::bigint, \
+           $16::text, $17::boolean \
+    WHERE $18::bigint IS NULL \
+       OR COALESCE((SELECT sum(spend_nano) FROM fleet_usage \
+                    WHERE key_id = $2::text AND at_ms >= $19::bigint), 0) \
+        + COALESCE((SELECT sum(nano) FROM fleet_reservations WHERE key_id = $2::text), 0) \
+        + $11::bigint <= $18::bigint";
+
+/// One decision and its settlement as `GET /ledger/decisions` lists it (the SQLite store's
+/// statuses: `complete`, `incomplete`, `not_billed`, `expired`, `open`, `not_forwarded`).
+fn decision_line(
+    d: DecisionRow,
+    kind: Option<&str>,
+    usage: Option<UsageRow>,
+    settled_at: Option<i64>,
+    spend: Option<i64>,
+) -> DecisionLine {
+    let (status, basis, settled_at_ms, spend_nano) = match (kind, &usage) {
+        (Some("usage"), Some(u)) => {
+            let status = match u.ending {
+                Some(Ending::Complete) => "complete",
+                Some(e) if !e.billable() => "not_billed",
+                Some(_) => "incomplete",
+                None if u.complete => "complete",
+                None => "incomplete",
+            };
+            (status, Some(u.basis), Some(u.at_ms), u.spend_nano)
+        }
+        (Some(_), _) => (
+            "expired",
+            Some(SpendBasis::WorstCase),
+            settled_at.map(un),
+            spend.map(un).unwrap_or(0),
+        ),
+        (None, _) if d.verdict.forwards() => ("open", None, None, 0),
+        (None, _) => ("not_forwarded", None, None, 0),
+    };
+    let u = usage.as_ref();
+    DecisionLine {
+        decision_id: d.decision_id,
+        key_id: d.key_id,
+        decided_at_ms: d.decided_at_ms,
+        verdict: d.verdict,
+        reason: d.reason,
+        model_requested: d.model_requested,
+        model_served: d.model_served,
+        wire: d.wire,
+        hold_id: d.hold_id,
+        reserved_nano: d.reserved_nano,
+        status,
+        ending: u.and_then(|u| u.ending),
+        basis,
+        settled_at_ms,
+        input: u.map_or(0, |u| u.usage.input),
+        cache_write: u.map_or(0, |u| u.usage.cache_write),
+        cache_write_1h: u.map_or(0, |u| u.cache_write_1h),
+        cache_read: u.map_or(0, |u| u.usage.cache_read),
+        output: u.map_or(0, |u| u.usage.output),
+        web_search_requests: u.map_or(0, |u| u.web_search_requests),
+        spend_nano,
+        tokens_not_bought: d.tokens_not_bought,
+        worst_case_tokens_avoided: if d.verdict == crate::gate::Verdict::Block {
+            d.worst_case_tokens_avoided
+        } else {
+            0
+        },
+    }
+}
+
+/// The budget set through `PUT /budget` on the key's row (columns `at..at+3`: set, ceiling,
+/// period), if one was.
+fn shared_limit(row: &tokio_postgres::Row, at: usize) -> Option<KeyLimit> {
+    if !row.get::<_, bool>(at) {
+        return None;
+    }
+    let period = match row.get::<_, Option<&str>>(at + 2) {
+        Some("day") => BudgetPeriod::Day,
+        Some("month") => BudgetPeriod::Month,
+        _ => BudgetPeriod::Lifetime,
+    };
+    Some(KeyLimit {
+        ceiling_nano: row.get::<_, Option<i64>>(at + 1).map(un),
+        period,
+    })
+}
+
+fn counts_from(row: &tokio_postgres::Row) -> WindowCounts {
+    let same_fingerprint = un(row.get::<_, i64>(0));
+    let same_step = un(row.get::<_, i64>(1));
+    let same_both = un(row.get::<_, i64>(2));
+    WindowCounts {
+        earlier_identical: same_fingerprint + same_step.saturating_sub(same_both),
+        earlier_key_minute: un(row.get::<_, i64>(3)),
+        earlier_key_hour: un(row.get::<_, i64>(4)),
+        model_seen: row.get(5),
+        fingerprint_seen: row.get(6),
+    }
+}
+
+/// Apply the migrations not yet recorded, in order, each in its own transaction, under a
+/// session advisory lock (instances starting together wait for the first).
+async fn migrate(pg: &tokio_postgres::Config) -> Result<(), String> {
+    let unreachable = |_| "fleet database: cannot connect".to_string();
+    let (mut client, connection) = pg.connect(NoTls).await.map_err(unreachable)?;
+    let driver = tokio::spawn(connection);
+    let result = async {
+        let failed = |_| "fleet database: migration failed".to_string();
+        client
+            .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+            .await
+            .map_err(failed)?;
+        client
+            .batch_execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (\
+                 version integer PRIMARY KEY, \
+                 applied_at timestamptz NOT NULL DEFAULT now())",
+            )
+            .await
+            .map_err(failed)?;
+        for (version, sql) in MIGRATIONS {
+            let tx = client.transaction().await.map_err(failed)?;
+            let applied = tx
+                .query_opt(
+                    "SELECT 1 FROM schema_migrations WHERE version = $1",
+                    &[version],
+                )
+                .await
+                .map_err(failed)?
+                .is_some();
+            if !applied {
+                tx.batch_execute(sql).await.map_err(failed)?;
+                tx.execute(
+                    "INSERT INTO schema_migrations (version) VALUES ($1)",
+                    &[version],
+                )
+                .await
+                .map_err(failed)?;
+            }
+            tx.commit().await.map_err(failed)?;
+        }
+        client
+            .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
+            .await
+            .map_err(failed)?;
+        Ok(())
+    }
+    .await;
+    drop(client);
+    let _ = driver.await;
+    result
+}

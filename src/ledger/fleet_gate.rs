@@ -1,0 +1,521 @@
+//! The gatekeeper as one instance of a fleet: the same pure decision, with the windows, the
+//! budget and the decision clock read from the fleet's PostgreSQL under the key's lock, and the
+//! decision and its reservation written in that same transaction ([`Fleet::admit`]).
+//!
+//! Holds, attending leases, recorded usage and stored answers are in the database too, so a
+//! hold raised through one instance is approved through another and released on a third, and
+//! an answer stored through one is served by the others.
+
+use std::sync::Arc;
+
+use super::{
+    decision_row, lock, reopen, settlement, GateOutcome, GateRequest, Gatekeeper, HoldAction,
+    HoldDecided, HoldError, HoldView, LeaseView, RecordError, RecordSource, UsageReport,
+};
+use crate::fleet::spool::Replayed;
+use crate::fleet::{
+    AdmitScope, Booking, FleetError, HoldRefusal, KeyLimit, NewHold, NewReservation, SettleError,
+};
+use crate::gate::{decide_with, Approvals, Billed, Decision, GateInput, KeyState, Usage};
+use crate::store::answers::{AnswerKey, StoredAnswer};
+use crate::store::{Ending, HoldOpening, HoldState, UsageRow};
+
+/// What an admission came to.
+enum Admitted {
+    /// A re-send of a pending hold: its original answer.
+    Resent(Arc<GateOutcome>),
+    /// A new decision, its receipt body and its id.
+    Decided(Box<Decision>, Vec<u8>, String),
+}
+
+impl Gatekeeper {
+    /// Decide and book a request (`Mode::Commit`) on a fleet instance; without a fleet, the
+    /// single-node [`Gatekeeper::gate`]. An error means the database did not decide: the
+    /// caller answers 503 and forwards nothing.
+    pub async fn gate_fleet(&self, req: &GateRequest<'_>) -> Result<GateOutcome, FleetError> {
+        let Some(fleet) = self.fleet.as_ref() else {
+            return Ok(self.gate(req, super::Mode::Commit));
+        };
+        let started = std::time::Instant::now();
+        let shape = req.shape;
+        let key_id = req.key.id.as_str();
+        let wire = shape.wire_form();
+        let limit = {
+            let st = lock(&self.state);
+            st.budgets.get(key_id).map_or(
+                KeyLimit {
+                    ceiling_nano: None,
+                    period: Default::default(),
+                },
+                |b| KeyLimit {
+                    ceiling_nano: b.ceiling_nano,
+                    period: b.period,
+                },
+            )
+        };
+        let admitted = fleet
+            .admit(
+                AdmitScope {
+                    key_id,
+                    fingerprint: &shape.fingerprint,
+                    step: &shape.step_fingerprint,
+                    model: &shape.model,
+                    limit,
+                    wire,
+                    named_hold: req.hold_id,
+                },
+                |seen| {
+                    // As in `gate`: a re-send of a pending hold gets its original answer (the
+                    // same decision and receipt), uncounted, whichever instance it reaches.
+                    let reopened = seen.pending.as_ref().and_then(|p| {
+                        Some(HoldOpening {
+                            hold_id: p.hold_id.clone(),
+                            decision: p.decision.clone()?,
+                            receipt: p.receipt.clone()?,
+                        })
+                    });
+                    if let Some(opened) = reopened.and_then(|o| reopen(&self.signer, &o)) {
+                        return (Admitted::Resent(opened), None);
+                    }
+                    let held_usage: Option<Usage> = seen
+                        .recorded
+                        .as_deref()
+                        .and_then(|u| serde_json::from_str(u).ok());
+                    // A lease makes attended only the requests that declare nothing, on a key
+                    // whose default is unattended.
+                    let lease = match req.human {
+                        None if !req.key.human_default => seen.lease.as_deref(),
+                        _ => None,
+                    };
+                    let input = GateInput {
+                        key_id,
+                        shape,
+                        human: req.human.unwrap_or(req.key.human_default),
+                        held: req.held,
+                        held_usage,
+                        approved_hold: false,
+                    };
+                    let approvals = Approvals {
+                        hold: seen.approved.as_deref(),
+                        lease,
+                    };
+                    let state = KeyState {
+                        counts: seen.counts,
+                        budget: seen.budget,
+                    };
+                    let decision = {
+                        let policy = self.policy.read().unwrap_or_else(|p| p.into_inner());
+                        decide_with(&policy, &input, approvals, &state, seen.now_ms)
+                    };
+                    let body = decision.receipt_body();
+                    let decision_id = crate::receipt::decision_id(&body);
+                    let reservation = decision.verdict.forwards().then(|| NewReservation {
+                        nano: decision.worst_case.cost_nano.unwrap_or(0),
+                        served_model: decision
+                            .model_served
+                            .clone()
+                            .unwrap_or_else(|| shape.model.clone()),
+                        wire,
+                        output_ceiling: decision.worst_case.output_tokens,
+                        fingerprint: shape.fingerprint,
+                        reusable: shape.reproducible(),
+                        approved_past_budget: decision.approved_hold.is_some(),
+                    });
+                    let new_hold = decision.hold_id.as_ref().map(|hold_id| NewHold {
+                        hold_id: hold_id.clone(),
+                        fingerprint: shape.fingerprint.to_hex(),
+                        worst_case_tokens: decision.worst_case.tokens().unwrap_or(0),
+                        reason: decision.reason(),
+                        opening_decision: serde_json::to_string(&decision).unwrap_or_default(),
+                        opening_receipt: body.clone(),
+                    });
+                    let reserved = reservation.as_ref().map_or(0, |r| r.nano);
+                    let mut row = decision_row(&decision, &decision_id, wire, reserved);
+                    row.step_fingerprint = Some(shape.step_fingerprint.to_hex());
+                    let booking = Booking {
+                        row,
+                        reservation,
+                        used_hold: decision.approved_hold.clone(),
+                        new_hold,
+                    };
+                    (
+                        Admitted::Decided(Box::new(decision), body, decision_id),
+                        Some(booking),
+                    )
+                },
+            )
+            .await?;
+        let (decision, body, decision_id) = match admitted {
+            Admitted::Resent(opened) => {
+                self.metrics.hold_resends.inc();
+                return Ok((*opened).clone());
+            }
+            Admitted::Decided(decision, body, decision_id) => (*decision, body, decision_id),
+        };
+        self.count(&decision);
+        let envelope = self.signer.sign(&body);
+        lock(&self.recent).push(&decision_id, key_id, &envelope);
+        self.metrics
+            .decision_seconds
+            .observe(started.elapsed().as_secs_f64());
+        Ok(GateOutcome {
+            decision,
+            envelope,
+            decision_id,
+        })
+    }
+
+    /// [`Gatekeeper::gate`] in `Mode::Estimate` on a fleet instance: the decision an
+    /// admission would make now, from the fleet's windows, budget and holds; nothing is
+    /// locked, counted or booked.
+    pub async fn estimate_fleet(&self, req: &GateRequest<'_>) -> Result<GateOutcome, FleetError> {
+        let Some(fleet) = self.fleet.as_ref() else {
+            return Ok(self.gate(req, super::Mode::Estimate));
+        };
+        let shape = req.shape;
+        let key_id = req.key.id.as_str();
+        let limit = {
+            let st = lock(&self.state);
+            st.budgets.get(key_id).map_or(
+                KeyLimit {
+                    ceiling_nano: None,
+                    period: Default::default(),
+                },
+                |b| KeyLimit {
+                    ceiling_nano: b.ceiling_nano,
+                    period: b.period,
+                },
+            )
+        };
+        let seen = fleet
+            .peek(AdmitScope {
+                key_id,
+                fingerprint: &shape.fingerprint,
+                step: &shape.step_fingerprint,
+                model: &shape.model,
+                limit,
+                wire: shape.wire_form(),
+                named_hold: req.hold_id,
+            })
+            .await?;
+        let input = GateInput {
+            key_id,
+            shape,
+            human: req.human.unwrap_or(req.key.human_default),
+            held: req.held,
+            held_usage: seen
+                .recorded
+                .as_deref()
+                .and_then(|u| serde_json::from_str(u).ok()),
+            approved_hold: false,
+        };
+        let lease = match req.human {
+            None if !req.key.human_default => seen.lease.as_deref(),
+            _ => None,
+        };
+        let approvals = Approvals {
+            hold: seen.approved.as_deref(),
+            lease,
+        };
+        let state = KeyState {
+            counts: seen.counts,
+            budget: seen.budget,
+        };
+        let decision = {
+            let policy = self.policy.read().unwrap_or_else(|p| p.into_inner());
+            decide_with(&policy, &input, approvals, &state, seen.now_ms)
+        };
+        let body = decision.receipt_body();
+        Ok(GateOutcome {
+            envelope: self.signer.sign(&body),
+            decision_id: crate::receipt::decision_id(&body),
+            decision,
+        })
+    }
+
+    /// Settle a forwarded decision in the fleet ([`settlement`], as on a single node). The
+    /// proxy's own report that cannot be written is spooled and replayed later (and counts as
+    /// recorded); a digest client's is refused (`Storage`), for the client to send again.
+    pub async fn record_usage_fleet(
+        &self,
+        report: &UsageReport,
+        source: RecordSource,
+    ) -> Result<UsageRow, RecordError> {
+        match self.settle_in_fleet(report, source).await {
+            Err(SettleError::Fleet(_)) if source == RecordSource::Proxy => {
+                let spooled = match &self.spool {
+                    Some(spool) => spool.append(report).await.is_ok(),
+                    None => false,
+                };
+                if !spooled {
+                    tracing::error!("fleet usage could neither be written nor spooled");
+                }
+                Err(RecordError::Storage)
+            }
+            Err(SettleError::Fleet(_)) => Err(RecordError::Storage),
+            Err(SettleError::Unknown) => Err(RecordError::UnknownDecision),
+            Err(SettleError::AlreadySettled) => Err(RecordError::AlreadyRecorded),
+            Err(SettleError::ModelMismatch) => Err(RecordError::ModelMismatch),
+            Ok(row) => Ok(row),
+        }
+    }
+
+    async fn settle_in_fleet(
+        &self,
+        report: &UsageReport,
+        source: RecordSource,
+    ) -> Result<UsageRow, SettleError> {
+        let Some(fleet) = self.fleet.as_ref() else {
+            return Err(SettleError::Fleet(FleetError::Unavailable));
+        };
+        let ending = match (report.ending, report.usage) {
+            (Ending::Complete, None) => Ending::NoUsage,
+            (e, _) => e,
+        };
+        let complete = ending == Ending::Complete;
+        let usage: Option<Billed> = report.usage;
+        let prices = self
+            .policy
+            .read()
+            .ok()
+            .and_then(|p| p.prices.get(&report.served_model).copied());
+        let (row, reservation) = fleet
+            .settle(
+                &report.decision_id,
+                &report.key_id,
+                report.wire,
+                &report.served_model,
+                |r, at_ms| {
+                    // Only a complete, reproducible answer's usage is what a SERVE does not buy.
+                    let recorded = match (usage, complete, r.reusable) {
+                        (Some(b), true, true) => serde_json::to_string(&b.usage).ok(),
+                        _ => None,
+                    };
+                    let (spend, basis) = settlement(
+                        ending,
+                        usage.as_ref(),
+                        prices.as_ref(),
+                        r.nano,
+                        r.output_ceiling,
+                    );
+                    let row = UsageRow {
+                        decision_id: report.decision_id.clone(),
+                        key_id: report.key_id.clone(),
+                        at_ms,
+                        served_model: report.served_model.clone(),
+                        wire: report.wire,
+                        complete,
+                        usage: usage.map(|b| b.usage).unwrap_or_default(),
+                        cache_write_1h: usage.map(|b| b.cache_write_1h).unwrap_or(0),
+                        web_search_requests: usage.map(|b| b.web_search_requests).unwrap_or(0),
+                        ending: Some(ending),
+                        basis,
+                        spend_nano: spend,
+                    };
+                    (row, recorded)
+                },
+            )
+            .await?;
+        let _ = (reservation, source);
+        Ok(row)
+    }
+
+    /// [`Gatekeeper::decide_hold`] in the fleet: one conditional UPDATE decides (two
+    /// concurrent approvals on two instances: one wins, the other finds it not pending).
+    pub async fn decide_hold_fleet(
+        &self,
+        hold_id: &str,
+        key_id: Option<&str>,
+        action: HoldAction,
+    ) -> Result<HoldDecided, HoldError> {
+        let Some(fleet) = self.fleet.as_ref() else {
+            return Err(HoldError::Unavailable);
+        };
+        let (approve, attend_minutes) = match action {
+            HoldAction::Approve { attend_minutes } => (true, attend_minutes),
+            HoldAction::Deny => (false, None),
+        };
+        if attend_minutes.is_some_and(|m| !(1..=super::MAX_ATTEND_MINUTES).contains(&m)) {
+            return Err(HoldError::AttendMinutes);
+        }
+        match fleet
+            .decide_hold(hold_id, key_id, approve, attend_minutes)
+            .await
+        {
+            Ok(Ok(d)) => Ok(HoldDecided {
+                hold_id: hold_id.to_string(),
+                key_id: d.key_id,
+                state: if approve {
+                    HoldState::Approved
+                } else {
+                    HoldState::Denied
+                },
+                expires_ms: d.expires_ms,
+                attending_until_ms: d.attending_until_ms,
+            }),
+            Ok(Err(HoldRefusal::Unknown)) => Err(HoldError::Unknown),
+            Ok(Err(HoldRefusal::Expired)) => Err(HoldError::Expired),
+            Ok(Err(HoldRefusal::NotPending)) => Err(HoldError::NotPending),
+            Err(_) => Err(HoldError::Unavailable),
+        }
+    }
+
+    /// [`Gatekeeper::holds`] in the fleet, and the database's time.
+    pub async fn holds_fleet(
+        &self,
+        key_id: Option<&str>,
+    ) -> Result<(u64, Vec<HoldView>, Vec<LeaseView>), FleetError> {
+        let Some(fleet) = self.fleet.as_ref() else {
+            return Err(FleetError::Unavailable);
+        };
+        let (now, holds, leases) = fleet.open_holds(key_id).await?;
+        let reason = |r: Option<String>| {
+            // The closed set of reasons a CHALLENGE can carry, as static text.
+            r.and_then(|r| {
+                [
+                    crate::gate::Rule::ExceedsRemainingBudget.as_str(),
+                    "score_challenge",
+                ]
+                .into_iter()
+                .find(|known| *known == r)
+            })
+        };
+        let holds = holds
+            .into_iter()
+            .map(|h| HoldView {
+                fingerprint_prefix: h.fingerprint.chars().take(16).collect(),
+                hold_id: h.hold_id,
+                key_id: h.key_id,
+                state: if h.approved {
+                    HoldState::Approved
+                } else {
+                    HoldState::Pending
+                },
+                reason: reason(h.reason),
+                created_ms: h.created_ms,
+                expires_ms: h.expires_ms,
+                worst_case_tokens: h.worst_case_tokens,
+            })
+            .collect();
+        let leases = leases
+            .into_iter()
+            .map(|l| LeaseView {
+                key_id: l.key_id,
+                hold_id: l.hold_id,
+                granted_ms: l.granted_ms,
+                until_ms: l.until_ms,
+            })
+            .collect();
+        Ok((now, holds, leases))
+    }
+
+    /// The fleet's stored answer for this request; a database that does not answer reads as
+    /// a miss (the request is decided, and forwarded if allowed, without it).
+    pub async fn answer_fleet(&self, key: &AnswerKey) -> Option<Arc<StoredAnswer>> {
+        let fleet = self.fleet.as_ref()?;
+        let (content_type, body) = fleet
+            .answer(&key.key_id, &key.fingerprint, key.wire)
+            .await
+            .ok()??;
+        Some(Arc::new(StoredAnswer {
+            content_type,
+            body: bytes::Bytes::from(body),
+        }))
+    }
+
+    /// Store an answer for the whole fleet; one that cannot be written is simply not stored.
+    pub async fn store_answer_fleet(&self, key: AnswerKey, answer: StoredAnswer) {
+        let Some(fleet) = self.fleet.as_ref() else {
+            return self.store_answer(key, answer);
+        };
+        let stored = fleet
+            .put_answer(
+                &key.key_id,
+                &key.fingerprint,
+                key.wire,
+                &answer.content_type,
+                &answer.body,
+            )
+            .await;
+        if stored.is_err() {
+            tracing::warn!("an answer could not be stored in the fleet database");
+        }
+    }
+
+    /// [`Gatekeeper::budget_view`] from the fleet's database (spend in the key's period by
+    /// the database's clock, and every instance's open reservations).
+    pub async fn budget_view_fleet(&self, key_id: &str) -> Result<super::BudgetView, FleetError> {
+        let Some(fleet) = self.fleet.as_ref() else {
+            return Err(FleetError::Unavailable);
+        };
+        let limit = match fleet.shared_budget(key_id).await? {
+            Some(shared) => shared,
+            None => {
+                let st = lock(&self.state);
+                st.budgets.get(key_id).map_or(
+                    KeyLimit {
+                        ceiling_nano: None,
+                        period: Default::default(),
+                    },
+                    |b| KeyLimit {
+                        ceiling_nano: b.ceiling_nano,
+                        period: b.period,
+                    },
+                )
+            }
+        };
+        let now = fleet.db_now_ms().await?;
+        let s = fleet
+            .budget_sample(key_id, crate::store::period_start(limit.period, now))
+            .await?;
+        let left = limit
+            .ceiling_nano
+            .map(|c| i128::from(c) - i128::from(s.spend_nano) - i128::from(s.reserved_nano));
+        Ok(super::BudgetView {
+            key_id: key_id.to_string(),
+            ceiling_nano: limit.ceiling_nano,
+            period: limit.period.as_str(),
+            spend_nano: s.spend_nano,
+            reserved_nano: s.reserved_nano,
+            left_nano: left,
+        })
+    }
+
+    /// [`Gatekeeper::decisions`] from the fleet's database: every instance's decisions.
+    pub async fn decisions_fleet(
+        &self,
+        query: &crate::store::DecisionQuery,
+    ) -> Result<crate::store::DecisionPage, crate::store::StoreError> {
+        let Some(fleet) = self.fleet.as_ref() else {
+            return Err(crate::store::StoreError::Unavailable);
+        };
+        fleet.decisions(query).await
+    }
+
+    /// The fleet's periodic work: charge expired reservations (any instance may, at once) and
+    /// replay spooled usage once the database answers again.
+    pub async fn fleet_tick(&self) {
+        let Some(fleet) = self.fleet.as_ref() else {
+            return;
+        };
+        if fleet.expire().await.is_err() {
+            tracing::warn!("fleet expiry sweep failed; the next tick retries");
+        }
+        let Some(spool) = self.spool.as_ref().filter(|s| s.pending()) else {
+            return;
+        };
+        let replayed = spool
+            .replay(|report| async move {
+                match self.settle_in_fleet(&report, RecordSource::Proxy).await {
+                    Err(SettleError::Fleet(_)) => Replayed::Later,
+                    _ => Replayed::Done,
+                }
+            })
+            .await;
+        match replayed {
+            Ok(n) if n > 0 => tracing::info!(reports = n, "spooled fleet usage replayed"),
+            Ok(_) => {}
+            Err(_) => tracing::error!("the fleet usage spool could not be replayed"),
+        }
+    }
+}
