@@ -5,6 +5,7 @@
 use bytes::Bytes;
 use pingora::connectors::http::Connector;
 use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::protocols::http::client::HttpSession;
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType, Result};
 use serde_json::{Map, Value};
@@ -76,6 +77,37 @@ struct Outcome {
     /// The last bytes for the client, written once the answer is recorded and stored, so a
     /// client that repeats at once finds it.
     tail: Option<Bytes>,
+    /// How the exchange failed, if it did.
+    failure: Option<Failure>,
+}
+
+impl Outcome {
+    /// Until the request is written, nothing reached the provider.
+    fn not_sent() -> Self {
+        Outcome {
+            status: 0,
+            usage: None,
+            ending: Ending::NotSent,
+            answer: None,
+            tail: None,
+            failure: None,
+        }
+    }
+
+    /// Nothing went to the client yet: it gets a closed-form error.
+    fn refused(mut self, err: GateError) -> Self {
+        self.failure = Some(Failure::BeforeHeader(err));
+        self
+    }
+
+    /// The answer was under way and ended for `cause` (an error status stays a refusal).
+    fn broke_off(mut self, cause: Ending) -> Self {
+        if self.ending != Ending::ProviderError {
+            self.ending = cause;
+        }
+        self.failure = Some(Failure::MidStream);
+        self
+    }
 }
 
 impl Forward<'_> {
@@ -170,11 +202,8 @@ impl Forward<'_> {
                 return Err(e);
             }
         };
-        let result = self.exchange(session, header, body, strip).await;
-        let (mut outcome, error) = match result {
-            Ok(outcome) => (outcome, None),
-            Err((outcome, err)) => (outcome, Some(err)),
-        };
+        let mut outcome = self.exchange(session, header, body, strip).await;
+        let error = outcome.failure.take();
         self.recorder
             .record(self.gatekeeper, self.report(outcome.usage, outcome.ending))
             .await;
@@ -231,41 +260,51 @@ impl Forward<'_> {
         }
     }
 
+    /// Send the request upstream, relay the header, then the body, and read how the answer
+    /// ended and what the provider reported.
     async fn exchange(
         &self,
         session: &mut Session,
         header: RequestHeader,
         body: Bytes,
         strip: bool,
-    ) -> std::result::Result<Outcome, (Outcome, Failure)> {
-        // Until the request is written, nothing reached the provider.
-        let mut outcome = Outcome {
-            status: 0,
-            usage: None,
-            ending: Ending::NotSent,
-            answer: None,
-            tail: None,
+    ) -> Outcome {
+        let mut outcome = Outcome::not_sent();
+        let mut upstream = match self.send(header, body, &mut outcome).await {
+            Ok(upstream) => upstream,
+            Err(err) => return outcome.refused(err),
         };
-        let bad_gateway =
-            |code: &'static str, msg: &'static str| GateError::new(502, "api_error", code, msg);
-        let (mut upstream, _reused) =
-            match self.connector.get_http_session(&self.provider.peer).await {
-                Ok(s) => s,
-                Err(_) => {
-                    return Err((
-                        outcome,
-                        Failure::BeforeHeader(bad_gateway(
-                            "upstream_connect",
-                            "could not connect to the provider",
-                        )),
-                    ))
-                }
-            };
+        let content_type = match self
+            .relay_header(session, &mut upstream, &mut outcome)
+            .await
+        {
+            Ok(Some(content_type)) => content_type,
+            Ok(None) => {
+                upstream.shutdown().await;
+                return outcome.broke_off(Ending::ClientGone);
+            }
+            Err(err) => return outcome.refused(err),
+        };
+        self.relay_body(session, upstream, content_type, strip, outcome)
+            .await
+    }
+
+    /// Connect and write the request. From the first byte written the provider may have
+    /// received the request and billed it: every later failure settles at the worst case.
+    async fn send(
+        &self,
+        header: RequestHeader,
+        body: Bytes,
+        outcome: &mut Outcome,
+    ) -> std::result::Result<HttpSession, GateError> {
+        let (mut upstream, _reused) = self
+            .connector
+            .get_http_session(&self.provider.peer)
+            .await
+            .map_err(|_| bad_gateway("upstream_connect", "could not connect to the provider"))?;
         // Pingora's connector does not carry the peer's timeouts into a session it hands out.
         upstream.set_read_timeout(self.provider.peer.options.read_timeout);
         upstream.set_write_timeout(self.provider.peer.options.write_timeout);
-        // From the first byte written, the provider may have received the request and billed
-        // it: every later failure settles at the worst case.
         outcome.ending = Ending::Unanswered;
         let sent = async {
             upstream.write_request_header(Box::new(header)).await?;
@@ -273,17 +312,25 @@ impl Forward<'_> {
             upstream.finish_request_body().await
         }
         .await;
-        if sent.is_err() {
-            return Err((
-                outcome,
-                Failure::BeforeHeader(bad_gateway(
-                    "upstream_write",
-                    "could not send the request to the provider",
-                )),
-            ));
-        }
+        sent.map_err(|_| {
+            bad_gateway(
+                "upstream_write",
+                "could not send the request to the provider",
+            )
+        })?;
+        Ok(upstream)
+    }
+
+    /// Read the provider's header and write the client's (the provider's, without hop
+    /// headers, with the receipt). `Ok(None)`: the client went away.
+    async fn relay_header(
+        &self,
+        session: &mut Session,
+        upstream: &mut HttpSession,
+        outcome: &mut Outcome,
+    ) -> std::result::Result<Option<String>, GateError> {
         if let Err(e) = crate::lifecycle::unless_cut(upstream.read_response_header()).await {
-            let err = if is_timeout(&e) {
+            return Err(if is_timeout(&e) {
                 GateError::new(
                     504,
                     "api_error",
@@ -295,18 +342,11 @@ impl Forward<'_> {
                     "upstream_reset",
                     "the provider closed the connection without answering",
                 )
-            };
-            return Err((outcome, Failure::BeforeHeader(err)));
+            });
         }
-        let Some(resp) = upstream.response_header() else {
-            return Err((
-                outcome,
-                Failure::BeforeHeader(bad_gateway(
-                    "upstream_header",
-                    "the provider sent no response header",
-                )),
-            ));
-        };
+        let resp = upstream.response_header().ok_or_else(|| {
+            bad_gateway("upstream_header", "the provider sent no response header")
+        })?;
         outcome.status = resp.status.as_u16();
         // An error status is the provider refusing the request: not billed, whatever follows.
         if !(200..300).contains(&outcome.status) {
@@ -319,18 +359,8 @@ impl Forward<'_> {
             .unwrap_or("application/json")
             .to_string();
         let is_sse = content_type.starts_with("text/event-stream");
-        let mut down = match ResponseHeader::build(resp.status, Some(resp.headers.len() + 3)) {
-            Ok(h) => h,
-            Err(_) => {
-                return Err((
-                    outcome,
-                    Failure::BeforeHeader(bad_gateway(
-                        "upstream_header",
-                        "the provider sent an invalid header",
-                    )),
-                ))
-            }
-        };
+        let mut down = ResponseHeader::build(resp.status, Some(resp.headers.len() + 3))
+            .map_err(|_| bad_gateway("upstream_header", "the provider sent an invalid header"))?;
         for (name, value) in resp.headers.iter() {
             if !DROPPED_RESPONSE_HEADERS.contains(&name.as_str()) {
                 let _ = down.append_header(name.clone(), value.clone());
@@ -349,16 +379,21 @@ impl Forward<'_> {
         for (name, value) in &self.receipt_headers {
             let _ = down.insert_header(*name, value.as_str());
         }
-        if session
-            .write_response_header(Box::new(down), false)
-            .await
-            .is_err()
-        {
-            upstream.shutdown().await;
-            outcome.ending = broken(&outcome, Ending::ClientGone);
-            return Err((outcome, Failure::MidStream));
-        }
+        let written = session.write_response_header(Box::new(down), false).await;
+        Ok(written.is_ok().then_some(content_type))
+    }
 
+    /// Relay the answer as it arrives, keeping it for the store when it may be reused and
+    /// reading the usage the provider reports.
+    async fn relay_body(
+        &self,
+        session: &mut Session,
+        mut upstream: HttpSession,
+        content_type: String,
+        strip: bool,
+        mut outcome: Outcome,
+    ) -> Outcome {
+        let is_sse = content_type.starts_with("text/event-stream");
         let success = (200..300).contains(&outcome.status);
         let keep_answer = self.reusable && success;
         let cap = self.gatekeeper.config.answer_store_bytes;
@@ -391,8 +426,7 @@ impl Forward<'_> {
                     {
                         upstream.shutdown().await;
                         outcome.usage = usage_so_far(self.route, &tap, &json_body).0;
-                        outcome.ending = broken(&outcome, Ending::ClientGone);
-                        return Err((outcome, Failure::MidStream));
+                        return outcome.broke_off(Ending::ClientGone);
                     }
                 }
                 Ok(None) => break,
@@ -412,8 +446,7 @@ impl Forward<'_> {
                     }
                     upstream.shutdown().await;
                     outcome.usage = usage_so_far(self.route, &tap, &json_body).0;
-                    outcome.ending = broken(&outcome, cause);
-                    return Err((outcome, Failure::MidStream));
+                    return outcome.broke_off(cause);
                 }
             }
         }
@@ -444,8 +477,12 @@ impl Forward<'_> {
                 )
                 .await;
         }
-        Ok(outcome)
+        outcome
     }
+}
+
+fn bad_gateway(code: &'static str, message: &'static str) -> GateError {
+    GateError::new(502, "api_error", code, message)
 }
 
 /// Where the provider's usage goes: the local ledger, or the central gate (digest mode).
@@ -499,14 +536,6 @@ fn usage_so_far(
     match tap {
         Some(t) => (t.usage(), t.end()),
         None => json_usage(route, json_body),
-    }
-}
-
-/// The ending of an answer that broke off for `cause`: an error status stays a refusal.
-fn broken(outcome: &Outcome, cause: Ending) -> Ending {
-    match outcome.ending {
-        Ending::ProviderError => Ending::ProviderError,
-        _ => cause,
     }
 }
 

@@ -28,10 +28,10 @@ use crate::auth;
 use crate::config::{Config, KeyConfig, Upstream};
 use crate::error::GateError;
 use crate::gate::Verdict;
-use crate::ledger::{GateRequest, Gatekeeper, Mode};
+use crate::ledger::{GateRequest, Gatekeeper};
 use crate::now_ms;
 use crate::request::{self, Digest, Provider, Route};
-use crate::store::answers::AnswerKey;
+use crate::store::answers::{AnswerKey, StoredAnswer};
 use remote::RemoteGate;
 
 /// Provider paths that are billable but not gated by this build: refused, so spend never
@@ -239,28 +239,78 @@ pub const FLEET_RETRY_AFTER_SECS: u64 = 2;
 struct Enforce {
     verdict: Verdict,
     status: u16,
-    reason: String,
+    /// The rule, band or reason id, from the closed vocabulary.
+    reason: &'static str,
+    /// A budget refusal because the model has no price (known to the local gate only).
+    unpriced: bool,
     hold_id: Option<String>,
     model_served: Option<String>,
     decision_id: String,
     receipt_headers: Vec<(&'static str, String)>,
 }
 
+/// Who calls: a key of this gate's config, or, in digest mode, the key this instance was
+/// given, which the central gate holds (its budget and profile are the central gate's).
+enum Identity<'c> {
+    Local(&'c KeyConfig),
+    Remote(&'c RemoteGate),
+}
+
+/// A gated request as read, before the decision.
+struct Gated<'c> {
+    route: Route,
+    identity: Identity<'c>,
+    key_id: String,
+    body: Bytes,
+    parsed: request::ParsedRequest,
+    human: Option<bool>,
+    hold_id: Option<String>,
+    answer_key: AnswerKey,
+    /// The answer held for this request, looked up once, before the decision that may
+    /// serve it.
+    stored: Option<Arc<StoredAnswer>>,
+}
+
+/// A refusal before or at the decision, and the headers it goes with.
+type Refused = (GateError, Vec<(&'static str, String)>);
+
 impl GateProxy {
+    /// A gated provider call, in order: read it, decide it, enforce the decision.
     async fn handle_gated(&self, session: &mut Session, route: Route) -> Result<()> {
+        let gated = match self.read_gated(session, route).await? {
+            Ok(gated) => gated,
+            Err(err) => return respond_error(session, Some(route), &err, &[]).await,
+        };
+        match self.decide(&gated).await {
+            Ok(decided) => self.enforce(session, gated, decided).await,
+            Err((err, headers)) => respond_error(session, Some(route), &err, &headers).await,
+        }
+    }
+
+    /// Authenticate, answer `Expect: 100-continue`, read and parse the body, find the answer
+    /// held for it.
+    async fn read_gated(
+        &self,
+        session: &mut Session,
+        route: Route,
+    ) -> Result<std::result::Result<Gated<'_>, GateError>> {
         let config = self.config();
         let presented = auth::presented_key(&session.req_header().headers);
         let identity = match &self.remote {
-            Some(remote) => remote_identity(remote, presented),
+            Some(remote) => remote_caller(remote, presented).map(|c| (Identity::Remote(remote), c)),
             None => auth::authenticate(config, presented)
-                .map(|(key, caller)| (key.clone(), caller))
+                .map(|(key, caller)| (Identity::Local(key), caller))
                 .map_err(|e| e.to_string()),
         };
-        let (key, caller) = match identity {
+        let (identity, caller) = match identity {
             Ok(found) => found,
             Err(message) => {
-                let err = GateError::new(401, "authentication_error", "invalid_api_key", message);
-                return respond_error(session, Some(route), &err, &[]).await;
+                return Ok(Err(GateError::new(
+                    401,
+                    "authentication_error",
+                    "invalid_api_key",
+                    message,
+                )))
             }
         };
         let expects_continue = session
@@ -276,202 +326,215 @@ impl GateProxy {
         }
         let body = match read_body(session, config.max_body_bytes).await {
             Ok(body) => body,
-            Err(err) => return respond_error(session, Some(route), &err, &[]).await,
+            Err(err) => return Ok(Err(err)),
         };
         let parsed = match request::parse(route, &body, &caller.fingerprint_key) {
             Ok(parsed) => parsed,
             Err(e) => {
-                let err = GateError::new(400, "invalid_request_error", e.code(), e.to_string());
-                return respond_error(session, Some(route), &err, &[]).await;
+                return Ok(Err(GateError::new(
+                    400,
+                    "invalid_request_error",
+                    e.code(),
+                    e.to_string(),
+                )))
             }
         };
-        let shape = &parsed.shape;
-        let headers = &session.req_header().headers;
-        let (human, hold_id) = request::caller_headers(headers);
+        let (human, hold_id) = request::caller_headers(&session.req_header().headers);
         let answer_key = AnswerKey {
-            key_id: key.id.clone(),
-            fingerprint: shape.fingerprint,
-            wire: shape.wire_form(),
+            key_id: caller.key_id.clone(),
+            fingerprint: parsed.shape.fingerprint,
+            wire: parsed.shape.wire_form(),
         };
         let stored = if self.gatekeeper.fleet().is_some() && self.remote.is_none() {
             self.gatekeeper.answer_fleet(&answer_key).await
         } else {
             self.gatekeeper.answer(&answer_key)
         };
+        Ok(Ok(Gated {
+            route,
+            identity,
+            key_id: caller.key_id,
+            body,
+            parsed,
+            human,
+            hold_id,
+            answer_key,
+            stored,
+        }))
+    }
 
-        let decided = match &self.remote {
-            None => {
+    /// The decision: this gate's (SQLite, or the fleet's PostgreSQL), or the central gate's
+    /// in digest mode. Either fails closed: no decision, nothing upstream.
+    async fn decide(&self, g: &Gated<'_>) -> std::result::Result<Enforce, Refused> {
+        let shape = &g.parsed.shape;
+        match g.identity {
+            Identity::Local(key) => {
                 let request = GateRequest {
-                    key: &key,
+                    key,
                     shape,
-                    human,
-                    held: stored.is_some(),
-                    hold_id: hold_id.as_deref(),
+                    human: g.human,
+                    held: g.stored.is_some(),
+                    hold_id: g.hold_id.as_deref(),
                     now_ms: now_ms(),
                 };
-                let outcome = if self.gatekeeper.fleet().is_some() {
-                    match self.gatekeeper.gate_fleet(&request).await {
-                        Ok(outcome) => outcome,
-                        Err(_) => {
-                            // Fail closed: without the fleet's database there is no budget,
-                            // no window and no hold to decide by; nothing goes upstream.
-                            let err = GateError::new(
-                                503,
-                                "api_error",
-                                "fleet_store_unavailable",
-                                "the gate's shared store is unreachable; retry shortly",
-                            );
-                            let retry = [("retry-after", FLEET_RETRY_AFTER_SECS.to_string())];
-                            return respond_error(session, Some(route), &err, &retry).await;
-                        }
-                    }
-                } else {
-                    self.gatekeeper.gate(&request, Mode::Commit)
-                };
+                let outcome = self.gatekeeper.gate_fleet(&request).await.map_err(|_| {
+                    // Without the fleet's database there is no budget, no window and no hold
+                    // to decide by.
+                    let err = GateError::new(
+                        503,
+                        "api_error",
+                        "fleet_store_unavailable",
+                        "the gate's shared store is unreachable; retry shortly",
+                    );
+                    (
+                        err,
+                        vec![("retry-after", FLEET_RETRY_AFTER_SECS.to_string())],
+                    )
+                })?;
                 let d = &outcome.decision;
-                Enforce {
+                Ok(Enforce {
                     verdict: d.verdict,
                     status: d.status(),
-                    reason: d.reason().to_string(),
+                    reason: d.reason(),
+                    unpriced: d.verdict == Verdict::Block
+                        && d.rule == Some(crate::gate::Rule::ExceedsRemainingBudget)
+                        && !self.gatekeeper.has_price(&shape.model),
                     hold_id: d.hold_id.clone(),
                     model_served: d.model_served.clone(),
                     receipt_headers: receipt_headers(d.verdict, &outcome.envelope),
                     decision_id: outcome.decision_id,
-                }
+                })
             }
-            Some(remote) => {
+            Identity::Remote(remote) => {
                 let mut digest = Digest::new(shape.clone());
-                digest.human = human;
-                digest.hold_id = hold_id.clone();
-                if stored.is_some() {
+                digest.human = g.human;
+                digest.hold_id = g.hold_id.clone();
+                if g.stored.is_some() {
                     digest.held.push(shape.wire_form());
                 }
-                match remote.gate(&digest).await {
-                    Ok(r) => Enforce {
-                        verdict: r.verdict,
-                        status: r.status,
-                        receipt_headers: receipt_headers(r.verdict, &r.receipt),
-                        reason: r.reason,
-                        hold_id: r.hold_id,
-                        model_served: r.model_served,
-                        decision_id: r.decision_id,
-                    },
-                    Err(e) => {
-                        // Fail closed: spend never bypasses the gate.
-                        let err = GateError::from(e);
-                        return respond_error(session, Some(route), &err, &[]).await;
-                    }
-                }
+                let r = remote
+                    .gate(&digest)
+                    .await
+                    .map_err(|e| (GateError::from(e), Vec::new()))?;
+                Ok(Enforce {
+                    verdict: r.verdict,
+                    status: r.status,
+                    receipt_headers: receipt_headers(r.verdict, &r.receipt),
+                    reason: static_reason(&r.reason),
+                    unpriced: false,
+                    hold_id: r.hold_id,
+                    model_served: r.model_served,
+                    decision_id: r.decision_id,
+                })
             }
-        };
+        }
+    }
 
-        let wants_usage = parsed.include_usage;
+    /// Do what the decision says: serve the held answer, hold, refuse, or forward.
+    async fn enforce(&self, session: &mut Session, g: Gated<'_>, decided: Enforce) -> Result<()> {
+        let route = g.route;
+        let headers = &decided.receipt_headers;
         // A hold keeps its approval text; a refusal for want of a price says so.
-        let unpriced = decided.verdict == Verdict::Block
-            && decided.reason == crate::gate::Rule::ExceedsRemainingBudget.as_str()
-            && self.remote.is_none()
-            && !self.gatekeeper.has_price(&shape.model);
-        if unpriced {
-            let err = GateError::unpriced_model(decided.status, "tokensaver_block", &shape.model);
-            return respond_error(session, Some(route), &err, &decided.receipt_headers).await;
+        if decided.unpriced {
+            let model = &g.parsed.shape.model;
+            let err = GateError::unpriced_model(decided.status, "tokensaver_block", model);
+            return respond_error(session, Some(route), &err, headers).await;
         }
         match decided.verdict {
             Verdict::Serve => {
-                let Some(answer) = stored else {
+                // The local gate serves only what `stored` holds; a central gate that says
+                // SERVE for an answer this instance does not hold breaks the protocol.
+                let Some(answer) = &g.stored else {
                     let err = GateError::new(
-                        500,
+                        502,
                         "api_error",
                         "answer_missing",
-                        "stored answer vanished",
+                        "the gate served an answer this instance does not hold",
                     );
-                    return respond_error(session, Some(route), &err, &decided.receipt_headers)
-                        .await;
+                    return respond_error(session, Some(route), &err, headers).await;
                 };
-                let body = if route == Route::OpenAiChat && shape.stream && !wants_usage {
+                let shape = &g.parsed.shape;
+                let body = if route == Route::OpenAiChat && shape.stream && !g.parsed.include_usage
+                {
                     Bytes::from(usage::strip_openai_usage_chunk(&answer.body))
                 } else {
                     answer.body.clone()
                 };
-                respond(
-                    session,
-                    200,
-                    &answer.content_type,
-                    body,
-                    &decided.receipt_headers,
-                )
-                .await
+                respond(session, 200, &answer.content_type, body, headers).await
             }
             Verdict::Challenge => {
                 let ttl = self
                     .remote
                     .as_ref()
-                    .map_or(Some(config.hold_ttl_ms), |r| r.hold_ttl_ms());
-                let err =
-                    GateError::held(static_reason(&decided.reason), decided.hold_id.clone(), ttl);
-                respond_error(session, Some(route), &err, &decided.receipt_headers).await
+                    .map_or(Some(self.config().hold_ttl_ms), |r| r.hold_ttl_ms());
+                let err = GateError::held(decided.reason, decided.hold_id.clone(), ttl);
+                respond_error(session, Some(route), &err, headers).await
             }
             Verdict::Block => {
                 let err = GateError::new(
                     decided.status,
                     "tokensaver_block",
-                    static_reason(&decided.reason),
+                    decided.reason,
                     block_message(decided.status),
                 );
-                respond_error(session, Some(route), &err, &decided.receipt_headers).await
+                respond_error(session, Some(route), &err, headers).await
             }
-            Verdict::Allow | Verdict::Downgrade => {
-                let recorder = match &self.remote {
-                    Some(remote) => forward::Recorder::Remote(remote.clone()),
-                    None => forward::Recorder::Local,
-                };
-                let served_model = decided
-                    .model_served
-                    .clone()
-                    .unwrap_or_else(|| shape.model.clone());
-                let Some(provider) = self.provider(route) else {
-                    let err = GateError::new(
-                        502,
-                        "api_error",
-                        "no_upstream",
-                        "no upstream is configured for this provider",
-                    );
-                    recorder
-                        .record(
-                            &self.gatekeeper,
-                            crate::ledger::UsageReport {
-                                key_id: key.id.clone(),
-                                decision_id: decided.decision_id.clone(),
-                                usage: None,
-                                served_model: served_model.clone(),
-                                wire: shape.wire_form(),
-                                ending: crate::store::Ending::NotSent,
-                            },
-                        )
-                        .await;
-                    return respond_error(session, Some(route), &err, &decided.receipt_headers)
-                        .await;
-                };
-                let job = forward::Forward {
-                    route,
-                    provider,
-                    connector: &self.connector,
-                    gatekeeper: &self.gatekeeper,
-                    recorder,
-                    key_id: &key.id,
-                    decision_id: &decided.decision_id,
-                    served_model: &served_model,
-                    original: body,
-                    downgrade: decided.verdict == Verdict::Downgrade,
-                    stream: shape.stream,
-                    wants_usage,
-                    has_stream_options: parsed.has_stream_options,
-                    reusable: shape.reproducible(),
-                    answer_key,
-                    receipt_headers: decided.receipt_headers,
-                };
-                job.run(session).await
-            }
+            Verdict::Allow | Verdict::Downgrade => self.forward(session, g, decided).await,
         }
+    }
+
+    /// ALLOW and DOWNGRADE: send the request upstream and relay the answer (`forward.rs`).
+    async fn forward(&self, session: &mut Session, g: Gated<'_>, decided: Enforce) -> Result<()> {
+        let recorder = match &self.remote {
+            Some(remote) => forward::Recorder::Remote(remote.clone()),
+            None => forward::Recorder::Local,
+        };
+        let shape = &g.parsed.shape;
+        let served_model = decided
+            .model_served
+            .clone()
+            .unwrap_or_else(|| shape.model.clone());
+        let Some(provider) = self.provider(g.route) else {
+            let err = GateError::new(
+                502,
+                "api_error",
+                "no_upstream",
+                "no upstream is configured for this provider",
+            );
+            recorder
+                .record(
+                    &self.gatekeeper,
+                    crate::ledger::UsageReport {
+                        key_id: g.key_id.clone(),
+                        decision_id: decided.decision_id.clone(),
+                        usage: None,
+                        served_model,
+                        wire: shape.wire_form(),
+                        ending: crate::store::Ending::NotSent,
+                    },
+                )
+                .await;
+            return respond_error(session, Some(g.route), &err, &decided.receipt_headers).await;
+        };
+        let job = forward::Forward {
+            route: g.route,
+            provider,
+            connector: &self.connector,
+            gatekeeper: &self.gatekeeper,
+            recorder,
+            key_id: &g.key_id,
+            decision_id: &decided.decision_id,
+            served_model: &served_model,
+            original: g.body,
+            downgrade: decided.verdict == Verdict::Downgrade,
+            stream: shape.stream,
+            wants_usage: g.parsed.include_usage,
+            has_stream_options: g.parsed.has_stream_options,
+            reusable: shape.reproducible(),
+            answer_key: g.answer_key,
+            receipt_headers: decided.receipt_headers,
+        };
+        job.run(session).await
     }
 }
 
@@ -497,10 +560,10 @@ fn static_reason(reason: &str) -> &'static str {
 }
 
 /// Digest mode: the SDK presents the same tokensaver key this instance was given.
-fn remote_identity(
+fn remote_caller(
     remote: &RemoteGate,
     presented: Option<&str>,
-) -> std::result::Result<(KeyConfig, auth::Caller), String> {
+) -> std::result::Result<auth::Caller, String> {
     use subtle::ConstantTimeEq;
     let presented = presented.ok_or_else(|| auth::AuthError::Missing.to_string())?;
     let matches: bool = blake3::hash(presented.as_bytes())
@@ -510,19 +573,10 @@ fn remote_identity(
     let parsed = auth::parse_key(presented)
         .filter(|_| matches)
         .ok_or_else(|| auth::AuthError::Invalid.to_string())?;
-    let key = KeyConfig {
-        id: parsed.id.to_string(),
-        secret_hash: auth::secret_hash(parsed.secret),
-        budget: None,
-        human_default: false,
-        owner_secret_hash: None,
-        profile: None,
-    };
-    let caller = auth::Caller {
-        key_id: key.id.clone(),
+    Ok(auth::Caller {
+        key_id: parsed.id.to_string(),
         fingerprint_key: auth::fingerprint_key(parsed.secret),
-    };
-    Ok((key, caller))
+    })
 }
 
 /// Provider routes that cost nothing and are passed through after the key check: reading,
