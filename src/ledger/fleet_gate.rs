@@ -13,10 +13,11 @@ use super::{
     HoldDecided, HoldError, HoldView, LeaseView, RecordError, RecordSource, UsageReport,
 };
 use crate::fleet::spool::Replayed;
+use crate::fleet::Observed;
 use crate::fleet::{
     AdmitScope, Booking, FleetError, HoldRefusal, KeyLimit, NewHold, NewReservation, SettleError,
 };
-use crate::gate::{decide_with, Approvals, Billed, Decision, GateInput, KeyState, Usage};
+use crate::gate::{decide_with, Approvals, Billed, Decision, KeyState, Usage};
 use crate::store::answers::{AnswerKey, StoredAnswer};
 use crate::store::{Ending, HoldOpening, HoldState, UsageRow};
 
@@ -40,110 +41,57 @@ impl Gatekeeper {
         let shape = req.shape;
         let key_id = req.key.id.as_str();
         let wire = shape.wire_form();
-        let limit = {
-            let st = lock(&self.state);
-            st.budgets.get(key_id).map_or(
-                KeyLimit {
-                    ceiling_nano: None,
-                    period: Default::default(),
-                },
-                |b| KeyLimit {
-                    ceiling_nano: b.ceiling_nano,
-                    period: b.period,
-                },
-            )
-        };
         let admitted = fleet
-            .admit(
-                AdmitScope {
-                    key_id,
-                    fingerprint: &shape.fingerprint,
-                    step: &shape.step_fingerprint,
-                    model: &shape.model,
-                    limit,
+            .admit(self.admit_scope(req), |seen| {
+                // As in `gate`: a re-send of a pending hold gets its original answer (the
+                // same decision and receipt), uncounted, whichever instance it reaches.
+                let reopened = seen.pending.as_ref().and_then(|p| {
+                    Some(HoldOpening {
+                        hold_id: p.hold_id.clone(),
+                        decision: p.decision.clone()?,
+                        receipt: p.receipt.clone()?,
+                    })
+                });
+                if let Some(opened) = reopened.and_then(|o| reopen(&self.signer, &o)) {
+                    return (Admitted::Resent(opened), None);
+                }
+                let decision = self.decide_observed(req, &seen);
+                let body = decision.receipt_body();
+                let decision_id = crate::receipt::decision_id(&body);
+                let reservation = decision.verdict.forwards().then(|| NewReservation {
+                    nano: decision.worst_case.cost_nano.unwrap_or(0),
+                    served_model: decision
+                        .model_served
+                        .clone()
+                        .unwrap_or_else(|| shape.model.clone()),
                     wire,
-                    named_hold: req.hold_id,
-                },
-                |seen| {
-                    // As in `gate`: a re-send of a pending hold gets its original answer (the
-                    // same decision and receipt), uncounted, whichever instance it reaches.
-                    let reopened = seen.pending.as_ref().and_then(|p| {
-                        Some(HoldOpening {
-                            hold_id: p.hold_id.clone(),
-                            decision: p.decision.clone()?,
-                            receipt: p.receipt.clone()?,
-                        })
-                    });
-                    if let Some(opened) = reopened.and_then(|o| reopen(&self.signer, &o)) {
-                        return (Admitted::Resent(opened), None);
-                    }
-                    let held_usage: Option<Usage> = seen
-                        .recorded
-                        .as_deref()
-                        .and_then(|u| serde_json::from_str(u).ok());
-                    // A lease makes attended only the requests that declare nothing, on a key
-                    // whose default is unattended.
-                    let lease = match req.human {
-                        None if !req.key.human_default => seen.lease.as_deref(),
-                        _ => None,
-                    };
-                    let input = GateInput {
-                        key_id,
-                        shape,
-                        human: req.human.unwrap_or(req.key.human_default),
-                        held: req.held,
-                        held_usage,
-                        approved_hold: false,
-                    };
-                    let approvals = Approvals {
-                        hold: seen.approved.as_deref(),
-                        lease,
-                    };
-                    let state = KeyState {
-                        counts: seen.counts,
-                        budget: seen.budget,
-                    };
-                    let decision = {
-                        let policy = self.policy.read().unwrap_or_else(|p| p.into_inner());
-                        decide_with(&policy, &input, approvals, &state, seen.now_ms)
-                    };
-                    let body = decision.receipt_body();
-                    let decision_id = crate::receipt::decision_id(&body);
-                    let reservation = decision.verdict.forwards().then(|| NewReservation {
-                        nano: decision.worst_case.cost_nano.unwrap_or(0),
-                        served_model: decision
-                            .model_served
-                            .clone()
-                            .unwrap_or_else(|| shape.model.clone()),
-                        wire,
-                        output_ceiling: decision.worst_case.output_tokens,
-                        fingerprint: shape.fingerprint,
-                        reusable: shape.reproducible(),
-                        approved_past_budget: decision.approved_hold.is_some(),
-                    });
-                    let new_hold = decision.hold_id.as_ref().map(|hold_id| NewHold {
-                        hold_id: hold_id.clone(),
-                        fingerprint: shape.fingerprint.to_hex(),
-                        worst_case_tokens: decision.worst_case.tokens().unwrap_or(0),
-                        reason: decision.reason(),
-                        opening_decision: serde_json::to_string(&decision).unwrap_or_default(),
-                        opening_receipt: body.clone(),
-                    });
-                    let reserved = reservation.as_ref().map_or(0, |r| r.nano);
-                    let mut row = decision_row(&decision, &decision_id, wire, reserved);
-                    row.step_fingerprint = Some(shape.step_fingerprint.to_hex());
-                    let booking = Booking {
-                        row,
-                        reservation,
-                        used_hold: decision.approved_hold.clone(),
-                        new_hold,
-                    };
-                    (
-                        Admitted::Decided(Box::new(decision), body, decision_id),
-                        Some(booking),
-                    )
-                },
-            )
+                    output_ceiling: decision.worst_case.output_tokens,
+                    fingerprint: shape.fingerprint,
+                    reusable: shape.reproducible(),
+                    approved_past_budget: decision.approved_hold.is_some(),
+                });
+                let new_hold = decision.hold_id.as_ref().map(|hold_id| NewHold {
+                    hold_id: hold_id.clone(),
+                    fingerprint: shape.fingerprint.to_hex(),
+                    worst_case_tokens: decision.worst_case.tokens().unwrap_or(0),
+                    reason: decision.reason(),
+                    opening_decision: serde_json::to_string(&decision).unwrap_or_default(),
+                    opening_receipt: body.clone(),
+                });
+                let reserved = reservation.as_ref().map_or(0, |r| r.nano);
+                let mut row = decision_row(&decision, &decision_id, wire, reserved);
+                row.step_fingerprint = Some(shape.step_fingerprint.to_hex());
+                let booking = Booking {
+                    row,
+                    reservation,
+                    used_hold: decision.approved_hold.clone(),
+                    new_hold,
+                };
+                (
+                    Admitted::Decided(Box::new(decision), body, decision_id),
+                    Some(booking),
+                )
+            })
             .await?;
         let (decision, body, decision_id) = match admitted {
             Admitted::Resent(opened) => {
@@ -172,47 +120,55 @@ impl Gatekeeper {
         let Some(fleet) = self.fleet.as_ref() else {
             return Ok(self.gate(req, super::Mode::Estimate));
         };
+        let seen = fleet.peek(self.admit_scope(req)).await?;
+        let decision = self.decide_observed(req, &seen);
+        let body = decision.receipt_body();
+        Ok(GateOutcome {
+            envelope: self.signer.sign(&body),
+            decision_id: crate::receipt::decision_id(&body),
+            decision,
+        })
+    }
+
+    /// What an admission or an estimate asks the fleet about: the request and the key's
+    /// budget as this instance's config (or a `PUT /budget` it has seen) states it.
+    fn admit_scope<'r>(&self, req: &'r GateRequest<'r>) -> AdmitScope<'r> {
         let shape = req.shape;
-        let key_id = req.key.id.as_str();
-        let limit = {
-            let st = lock(&self.state);
-            st.budgets.get(key_id).map_or(
-                KeyLimit {
-                    ceiling_nano: None,
-                    period: Default::default(),
-                },
-                |b| KeyLimit {
-                    ceiling_nano: b.ceiling_nano,
-                    period: b.period,
-                },
-            )
-        };
-        let seen = fleet
-            .peek(AdmitScope {
-                key_id,
-                fingerprint: &shape.fingerprint,
-                step: &shape.step_fingerprint,
-                model: &shape.model,
-                limit,
-                wire: shape.wire_form(),
-                named_hold: req.hold_id,
-            })
-            .await?;
-        let input = GateInput {
-            key_id,
-            shape,
-            human: req.human.unwrap_or(req.key.human_default),
-            held: req.held,
-            held_usage: seen
-                .recorded
-                .as_deref()
-                .and_then(|u| serde_json::from_str(u).ok()),
-            approved_hold: false,
-        };
+        let limit = lock(&self.state).budgets.get(req.key.id.as_str()).map_or(
+            KeyLimit {
+                ceiling_nano: None,
+                period: Default::default(),
+            },
+            |b| KeyLimit {
+                ceiling_nano: b.ceiling_nano,
+                period: b.period,
+            },
+        );
+        AdmitScope {
+            key_id: req.key.id.as_str(),
+            fingerprint: &shape.fingerprint,
+            step: &shape.step_fingerprint,
+            model: &shape.model,
+            limit,
+            wire: shape.wire_form(),
+            named_hold: req.hold_id,
+        }
+    }
+
+    /// The pure decision over what the fleet's database holds for the request (as `gate` over
+    /// what this instance's memory holds).
+    fn decide_observed(&self, req: &GateRequest<'_>, seen: &Observed) -> Decision {
+        let held_usage: Option<Usage> = seen
+            .recorded
+            .as_deref()
+            .and_then(|u| serde_json::from_str(u).ok());
+        // A lease makes attended only the requests that declare nothing, on a key whose
+        // default is unattended.
         let lease = match req.human {
             None if !req.key.human_default => seen.lease.as_deref(),
             _ => None,
         };
+        let input = req.input(held_usage);
         let approvals = Approvals {
             hold: seen.approved.as_deref(),
             lease,
@@ -221,16 +177,8 @@ impl Gatekeeper {
             counts: seen.counts,
             budget: seen.budget,
         };
-        let decision = {
-            let policy = self.policy.read().unwrap_or_else(|p| p.into_inner());
-            decide_with(&policy, &input, approvals, &state, seen.now_ms)
-        };
-        let body = decision.receipt_body();
-        Ok(GateOutcome {
-            envelope: self.signer.sign(&body),
-            decision_id: crate::receipt::decision_id(&body),
-            decision,
-        })
+        let policy = self.policy.read().unwrap_or_else(|p| p.into_inner());
+        decide_with(&policy, &input, approvals, &state, seen.now_ms)
     }
 
     /// Settle a forwarded decision in the fleet ([`settlement`], as on a single node). The

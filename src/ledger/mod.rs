@@ -53,6 +53,20 @@ pub struct GateRequest<'a> {
     pub now_ms: u64,
 }
 
+impl<'a> GateRequest<'a> {
+    /// The pure gate's input for this request (one place for the single node and the fleet).
+    fn input(&self, held_usage: Option<Usage>) -> GateInput<'a> {
+        GateInput {
+            key_id: self.key.id.as_str(),
+            shape: self.shape,
+            human: self.human.unwrap_or(self.key.human_default),
+            held: self.held,
+            held_usage,
+            approved_hold: false,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct GateOutcome {
     pub decision: Decision,
@@ -596,14 +610,7 @@ impl Gatekeeper {
             }
             _ => None,
         };
-        let input = GateInput {
-            key_id,
-            shape,
-            human: req.human.unwrap_or(req.key.human_default),
-            held: req.held,
-            held_usage,
-            approved_hold: false,
-        };
+        let input = req.input(held_usage);
         let approvals = Approvals {
             hold: approval.as_deref(),
             lease: lease.as_deref(),
