@@ -190,7 +190,22 @@ impl Harness {
         std::fs::write(self.config_path(), c).expect("write config");
     }
 
+    /// Start `tokensaver serve` on free ports. A port picked free can be taken before the
+    /// server binds it (another test's server or mock, in parallel): the server then exits,
+    /// while something else answers on the port. So the server counts as up only when it is
+    /// still running and its own admin listener answers `/healthz`; otherwise it is started
+    /// again on other ports.
     fn launch(&mut self) {
+        for _ in 0..5 {
+            if self.try_launch() {
+                return;
+            }
+            self.stop();
+        }
+        panic!("tokensaver serve did not come up on free ports in 5 tries");
+    }
+
+    fn try_launch(&mut self) -> bool {
         self.proxy = ([127, 0, 0, 1], free_port().unwrap()).into();
         self.api = ([127, 0, 0, 1], free_port().unwrap()).into();
         self.admin = ([127, 0, 0, 1], free_port().unwrap()).into();
@@ -219,6 +234,15 @@ impl Harness {
                 "tokensaver serve did not listen on {addr}"
             );
         }
+        let healthy = ureq::get(&self.admin_url("/healthz"))
+            .timeout(Duration::from_secs(5))
+            .call()
+            .is_ok_and(|r| r.status() == 200);
+        let running = self
+            .child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)));
+        healthy && running
     }
 
     fn stop(&mut self) {
