@@ -235,31 +235,14 @@ pub fn count_request(
 /// The context suite's metrics and view, from the counts recorded with the treatment runs of
 /// the live suite's evidence (`ev`).
 pub(super) fn suite(
-    m: &Methodology,
     decl: &SuiteDecl,
     ev: Option<&EvidenceFile>,
     query: &EconomicsQuery,
     boot: &super::summarize::Boot,
 ) -> (Vec<EconomicsMetric>, Option<EconomicsContextView>) {
-    let _ = m;
-    let metric =
-        |id: &str, title: &str, class, inputs, unit: &str, formula: &str| EconomicsMetric {
-            id: id.into(),
-            title: title.into(),
-            class,
-            inputs,
-            unit: unit.into(),
-            formula: formula.into(),
-            status: EconomicsMetricStatus::NotMeasured,
-            n: 0,
-            suite: decl.id.clone(),
-            value: None,
-            distribution: None,
-            interval: None,
-            evidence: vec![],
-            not: None,
-            warnings: vec![],
-        };
+    let metric = |id, title, class, inputs, unit, formula| {
+        super::summarize::metric(id, title, class, inputs, unit, formula, &decl.id)
+    };
     let mut cr = metric(
         "context_reduction",
         "Context reduction",

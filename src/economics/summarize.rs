@@ -39,7 +39,7 @@ const CLUSTER_METHOD: &str =
 
 const SIMULATION_WARNING: &str = "a simulation against a scripted provider: it measures the gate's mechanisms on scripted agent behaviour, not a real model's costs";
 
-fn metric(
+pub(super) fn metric(
     id: &str,
     title: &str,
     class: EconomicsClass,
@@ -204,7 +204,7 @@ pub fn summarize(
             if query.suite.as_deref().is_some_and(|q| q != decl.id) {
                 continue;
             }
-            let (metrics, ctx) = super::context::suite(m, decl, usable, query, &boot);
+            let (metrics, ctx) = super::context::suite(decl, usable, query, &boot);
             view.runs = usable.map_or(0, |e| e.runs.len());
             s.metrics.extend(metrics);
             s.context = ctx;
