@@ -531,12 +531,6 @@ impl Gatekeeper {
         self.fleet.as_ref()
     }
 
-    /// Whether the price table knows `model`.
-    pub fn has_price(&self, model: &str) -> bool {
-        let policy = self.policy.read().unwrap_or_else(|p| p.into_inner());
-        policy.prices.contains_key(model)
-    }
-
     pub fn policy(&self) -> Policy {
         self.policy.read().map(|p| p.clone()).unwrap_or_default()
     }

@@ -396,9 +396,9 @@ impl GateProxy {
                     verdict: d.verdict,
                     status: d.status(),
                     reason: d.reason(),
-                    unpriced: d.verdict == Verdict::Block
-                        && d.rule == Some(crate::gate::Rule::ExceedsRemainingBudget)
-                        && !self.gatekeeper.has_price(&shape.model),
+                    // A worst case without a cost is one without a price (`rules::worst_case`).
+                    unpriced: d.rule == Some(crate::gate::Rule::ExceedsRemainingBudget)
+                        && d.worst_case.cost_nano.is_none(),
                     hold_id: d.hold_id.clone(),
                     model_served: d.model_served.clone(),
                     receipt_headers: receipt_headers(d.verdict, &outcome.envelope),
