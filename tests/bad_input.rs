@@ -844,6 +844,33 @@ const ADMIN_ROUTES: &[(&str, &str, bool)] = &[
 
 const METHODS: &[&str] = &["GET", "POST", "PUT", "DELETE", "PATCH"];
 
+/// Every other method on a route: 405 in the API's shape, the marker in the query and body.
+fn wrong_methods(
+    listener: &str,
+    addr: std::net::SocketAddr,
+    path: &str,
+    method: &str,
+    key: &str,
+) -> Vec<Case> {
+    let m = MARK;
+    METHODS
+        .iter()
+        .filter(|w| **w != method)
+        .map(|wrong| Case {
+            name: format!("{listener} {wrong} {path}"),
+            addr,
+            request: http(
+                wrong,
+                &format!("{path}?x={m}"),
+                &[bearer(key), mark_header()],
+                m.as_bytes(),
+            ),
+            half_close: false,
+            expect: Expect::Status(405, Shape::Api),
+        })
+        .collect()
+}
+
 fn api_cases(h: &Harness) -> Vec<Case> {
     let m = MARK;
     let mut cases = Vec::new();
@@ -855,18 +882,7 @@ fn api_cases(h: &Harness) -> Vec<Case> {
         expect,
     };
     for &(path, method, keyed) in API_ROUTES {
-        for wrong in METHODS.iter().filter(|w| **w != method) {
-            cases.push(api(
-                format!("api {wrong} {path}"),
-                http(
-                    wrong,
-                    &format!("{path}?x={m}"),
-                    &[bearer(KEY_A), mark_header()],
-                    m.as_bytes(),
-                ),
-                Expect::Status(405, Shape::Api),
-            ));
-        }
+        cases.extend(wrong_methods("api", h.api, path, method, KEY_A));
         if keyed {
             for (label, headers) in [
                 ("no key", vec![mark_header()]),
@@ -1060,18 +1076,7 @@ fn admin_cases(h: &Harness) -> Vec<Case> {
         expect,
     };
     for &(path, method, keyed) in ADMIN_ROUTES {
-        for wrong in METHODS.iter().filter(|w| **w != method) {
-            cases.push(admin(
-                format!("admin {wrong} {path}"),
-                http(
-                    wrong,
-                    &format!("{path}?x={m}"),
-                    &[bearer(ADMIN_KEY), mark_header()],
-                    m.as_bytes(),
-                ),
-                Expect::Status(405, Shape::Api),
-            ));
-        }
+        cases.extend(wrong_methods("admin", h.admin, path, method, ADMIN_KEY));
         if keyed {
             for (label, headers) in [
                 ("no key", vec![mark_header()]),
