@@ -252,6 +252,41 @@ impl MockReply {
 
     /// The exact SSE events (`event: <type>\ndata: <json>\n\n` each) of the streamed Responses
     /// answer to `request`. The last one is `response.completed` (or `response.incomplete`).
+    /// The events of one output text part: added, its deltas, the text done, the part done.
+    fn text_part_events(
+        &self,
+        ev: &mut impl FnMut(&str, Value),
+        item_id: &str,
+        text: &str,
+        deltas: Vec<String>,
+    ) {
+        let at = |extra: Value| {
+            let mut m = json!({"item_id": item_id, "output_index": 0, "content_index": 0});
+            if let (Value::Object(m), Value::Object(extra)) = (&mut m, extra) {
+                m.extend(extra);
+            }
+            m
+        };
+        ev(
+            "response.content_part.added",
+            at(json!({"part": self.output_text_part("")})),
+        );
+        for d in deltas {
+            ev(
+                "response.output_text.delta",
+                at(json!({"delta": d, "logprobs": []})),
+            );
+        }
+        ev(
+            "response.output_text.done",
+            at(json!({"text": text, "logprobs": []})),
+        );
+        ev(
+            "response.content_part.done",
+            at(json!({"part": self.output_text_part(text)})),
+        );
+    }
+
     pub fn responses_sse_events(&self, request: &Value) -> Vec<String> {
         let mut seq = 0u64;
         let mut events = Vec::new();
@@ -276,34 +311,15 @@ impl MockReply {
             &self.script,
         ) {
             let item_id = self.response_message_id();
-            let at = |extra: Value| {
-                let mut m = json!({"item_id": item_id, "output_index": 0, "content_index": 0});
-                if let (Value::Object(m), Value::Object(extra)) = (&mut m, extra) {
-                    m.extend(extra);
-                }
-                m
-            };
             ev(
                 "response.output_item.added",
                 json!({"output_index": 0, "item": added}),
             );
-            ev(
-                "response.content_part.added",
-                at(json!({"part": self.output_text_part("")})),
-            );
-            for d in super::word_deltas(&c.preamble) {
-                ev(
-                    "response.output_text.delta",
-                    at(json!({"delta": d, "logprobs": []})),
-                );
-            }
-            ev(
-                "response.output_text.done",
-                at(json!({"text": c.preamble, "logprobs": []})),
-            );
-            ev(
-                "response.content_part.done",
-                at(json!({"part": self.output_text_part(&c.preamble)})),
+            self.text_part_events(
+                &mut ev,
+                &item_id,
+                &c.preamble,
+                super::word_deltas(&c.preamble),
             );
             ev(
                 "response.output_item.done",
@@ -332,31 +348,7 @@ impl MockReply {
             }
             _ => {
                 let item_id = self.response_message_id();
-                let at = |extra: Value| {
-                    let mut m = json!({"item_id": item_id, "output_index": 0, "content_index": 0});
-                    if let (Value::Object(m), Value::Object(extra)) = (&mut m, extra) {
-                        m.extend(extra);
-                    }
-                    m
-                };
-                ev(
-                    "response.content_part.added",
-                    at(json!({"part": self.output_text_part("")})),
-                );
-                for d in self.deltas() {
-                    ev(
-                        "response.output_text.delta",
-                        at(json!({"delta": d, "logprobs": []})),
-                    );
-                }
-                ev(
-                    "response.output_text.done",
-                    at(json!({"text": self.text, "logprobs": []})),
-                );
-                ev(
-                    "response.content_part.done",
-                    at(json!({"part": self.output_text_part(&self.text)})),
-                );
+                self.text_part_events(&mut ev, &item_id, &self.text, self.deltas());
             }
         }
         ev(
