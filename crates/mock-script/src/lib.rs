@@ -225,10 +225,15 @@ pub fn scripted(body: &Value) -> Option<Scripted> {
 /// `input[]` items with `role: "user"` (Responses). Their text: a string content, or the `text`
 /// of each content part (so Anthropic `tool_result` blocks are not searched).
 pub fn marker(body: &Value) -> Option<Marker> {
+    first_in_user_text(body, parse_marker)
+}
+
+/// The first text of the request's user turns (see [`marker`]) that `parse` accepts, parsed.
+fn first_in_user_text<T>(body: &Value, parse: impl Fn(&str) -> Option<T>) -> Option<T> {
     let mut found = None;
     let mut visit = |text: &str| {
         if found.is_none() {
-            found = parse_marker(text);
+            found = parse(text);
         }
     };
     if let Some(Value::Array(msgs)) = body.get("messages") {
@@ -700,27 +705,7 @@ impl Plan {
 
 /// The first task marker in the text of the request's user turns: `(task id, seed)`.
 pub fn task_marker(body: &Value) -> Option<(String, u64)> {
-    let mut found = None;
-    let mut visit = |text: &str| {
-        if found.is_none() {
-            found = parse_task_marker(text);
-        }
-    };
-    if let Some(Value::Array(msgs)) = body.get("messages") {
-        for m in msgs.iter().filter(|m| is_user(m)) {
-            for_each_text(m.get("content"), &mut visit);
-        }
-    }
-    match body.get("input") {
-        Some(Value::String(s)) => visit(s),
-        Some(Value::Array(items)) => {
-            for item in items.iter().filter(|m| is_user(m)) {
-                for_each_text(item.get("content"), &mut visit);
-            }
-        }
-        _ => {}
-    }
-    found
+    first_in_user_text(body, parse_task_marker)
 }
 
 /// `tokensaver-mock:task=<id>,seed=<n>` in `text`: the id is ASCII letters, digits, `-` and
