@@ -558,6 +558,23 @@ fn runaway_rules_fire_across_instances_where_a_single_node_fires_them() {
     );
 }
 
+/// A provider call made on its own thread (the provider holds it): its status when it ends.
+fn post_in_background(
+    url: String,
+    bearer: String,
+    body: serde_json::Value,
+) -> std::thread::JoinHandle<u16> {
+    std::thread::spawn(move || {
+        Resp::from(
+            ureq::post(&url)
+                .timeout(Duration::from_secs(30))
+                .set("authorization", &format!("Bearer {bearer}"))
+                .send_string(&body.to_string()),
+        )
+        .status
+    })
+}
+
 fn spool_lines(h: &Harness) -> usize {
     std::fs::read_to_string(h.dir.path().join("data").join("fleet-usage-spool.jsonl"))
         .map(|s| s.lines().count())
@@ -631,15 +648,7 @@ fn postgres_outage_fails_closed_and_spooled_usage_lands_once() {
                     json!({"max_tokens": 20}),
                 ),
             );
-            std::thread::spawn(move || {
-                Resp::from(
-                    ureq::post(&url)
-                        .timeout(Duration::from_secs(30))
-                        .set("authorization", &format!("Bearer {bearer}"))
-                        .send_string(&body.to_string()),
-                )
-                .status
-            })
+            post_in_background(url, bearer, body)
         })
         .collect();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -755,15 +764,7 @@ fn a_killed_instance_reservations_expire_and_are_charged_once() {
     let doomed: Vec<_> = (0..4)
         .map(|i| {
             let (url, bearer, body) = (fleet[2].proxy_url(CHAT), bearer.clone(), body(i));
-            std::thread::spawn(move || {
-                Resp::from(
-                    ureq::post(&url)
-                        .timeout(Duration::from_secs(30))
-                        .set("authorization", &format!("Bearer {bearer}"))
-                        .send_string(&body.to_string()),
-                )
-                .status
-            })
+            post_in_background(url, bearer, body)
         })
         .collect();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
