@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, SamplingMode, Throughput};
 
 use tokensaver::gate::{Usage, Verdict};
-use tokensaver::request::WireForm;
+use tokensaver::receipt::DecisionId;
+use tokensaver::request::{Hash, WireForm};
 use tokensaver::store::sqlite::SqliteStore;
 use tokensaver::store::{DecisionRow, Ending, Event, SpendBasis, Store, UsageRow};
 
@@ -27,21 +28,19 @@ const PAIRS_PER_COMMIT: usize = 128;
 const ROUNDS: usize = 7;
 const ROUND_PAIRS: u64 = 5_000;
 
-/// Distinct random-looking 64-hex ids, as `receipt::decision_id` makes them.
-fn hex_id(tag: &str, i: u64) -> String {
-    blake3::hash(format!("{tag}{i}").as_bytes())
-        .to_hex()
-        .to_string()
+/// Distinct random-looking 32-byte ids, as `receipt::decision_id` makes them.
+fn hashed(tag: &str, i: u64) -> [u8; 32] {
+    *blake3::hash(format!("{tag}{i}").as_bytes()).as_bytes()
 }
 
 fn pair(i: u64) -> (Event, Event) {
-    let decision_id = hex_id("decision", i);
+    let decision_id = DecisionId(hashed("decision", i));
     let key_id = format!("tsk_load_{:05}", i % KEYS);
     let at = NOW_MS + i;
     let decision = DecisionRow {
-        decision_id: decision_id.clone(),
+        decision_id,
         key_id: key_id.clone(),
-        fingerprint: Some(hex_id("fingerprint", i)),
+        fingerprint: Some(Hash(hashed("fingerprint", i))),
         verdict: Verdict::Allow,
         reason: "band:allow".to_owned(),
         score: 0.12,

@@ -1,4 +1,5 @@
-//! Reading a whole request body, bounded: shared by the proxy and the API listeners.
+//! Reading a whole request body, bounded, and what the caller says beside it: shared by the
+//! proxy and the API listeners.
 
 use bytes::{Bytes, BytesMut};
 use pingora::protocols::http::ServerSession;
@@ -57,4 +58,20 @@ async fn read_within(session: &mut ServerSession, cap: usize) -> Result<Bytes, B
             Err(_) => return Err(BodyError::Unreadable),
         }
     }
+}
+
+/// What the caller says beside the body: `x-tokensaver-human` (`1` a person attends, `0` none,
+/// absent: the key's default) and `x-tokensaver-hold` (retrying an approved hold).
+pub fn caller_headers(headers: &http::HeaderMap) -> (Option<bool>, Option<String>) {
+    let header = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &http::HeaderValue| v.to_str().ok())
+    };
+    let human = match header("x-tokensaver-human") {
+        Some("1") => Some(true),
+        Some("0") => Some(false),
+        _ => None,
+    };
+    (human, header("x-tokensaver-hold").map(str::to_string))
 }

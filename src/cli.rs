@@ -374,7 +374,7 @@ fn run(command: Command, log_format: Option<LogFormat>) -> anyhow::Result<()> {
         }
         Command::Verify { file, config } => {
             let config = Config::load(&config)?;
-            let signer = tokensaver::receipt::ReceiptSigner::load(&config.data_dir)?;
+            let signer = tokensaver::receipt::load(&config.data_dir)?;
             let input = read_input(&file)?;
             let text = String::from_utf8_lossy(&input);
             let envelope = match serde_json::from_str::<tokensaver::receipt::Envelope>(text.trim())
@@ -445,8 +445,7 @@ fn run(command: Command, log_format: Option<LogFormat>) -> anyhow::Result<()> {
                     // The signed report is signed with the server's key, from the config's
                     // data dir: no config, no signature (never a key made up in ./data).
                     let config = Config::load(&config)?;
-                    let signer =
-                        tokensaver::receipt::ReceiptSigner::load_or_create(&config.data_dir)?;
+                    let signer = tokensaver::receipt::load_or_create(&config.data_dir)?;
                     println!(
                         "{}",
                         String::from_utf8_lossy(&sp::signed_report(&report, &signer))

@@ -9,6 +9,9 @@ use serde_json::json;
 use crate::request::Route;
 use crate::store::StoreError;
 
+/// Seconds a caller is told to wait when the fleet's database is unreachable.
+pub const FLEET_RETRY_AFTER_SECS: u64 = 2;
+
 /// An error the gate itself answers with.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
@@ -47,6 +50,17 @@ impl GateError {
         let mut err = Self::new(409, "tokensaver_hold", code, message);
         err.hold_id = hold_id;
         err
+    }
+
+    /// The fleet's database cannot be reached: no budget, window or hold to decide by, so
+    /// nothing is decided or forwarded. Sent with `Retry-After: FLEET_RETRY_AFTER_SECS`.
+    pub fn fleet_unavailable() -> Self {
+        Self::new(
+            503,
+            "api_error",
+            "fleet_store_unavailable",
+            "the gate's shared store is unreachable; retry shortly",
+        )
     }
 
     pub fn status(&self) -> u16 {

@@ -1,8 +1,10 @@
 //! tokensaver: a deterministic cost gate for language-model traffic.
 //!
-//! The request's path through the crate: `request` (provider body → shape, digest,
-//! fingerprint) → `gate` (pure decision: rules, score, findings) → `receipt` (signed) →
-//! `store`/`ledger` (answers, spend, budgets) ; `proxy` and `api` are the I/O shells around it.
+//! This is the server crate: the I/O shells around the pure parts under `crates/`. A request's
+//! path: `request` (provider body → shape, digest, fingerprint) → `gate` (pure decision:
+//! rules, score, findings) → `receipt` (signed) — those three are the gate core,
+//! `tokensaver-core`, re-exported here — then `store`/`ledger` (answers, spend, budgets);
+//! `proxy` and `api` are the shells that read the network and answer it.
 
 pub mod api;
 pub mod auth;
@@ -12,19 +14,18 @@ pub mod demo;
 pub mod economics;
 pub mod error;
 pub mod fleet;
-pub mod gate;
 pub mod ledger;
 pub mod lifecycle;
 pub mod logging;
 pub mod metrics;
 pub mod proxy;
 pub mod receipt;
-pub mod request;
 pub mod server;
 pub mod spec_card;
 pub mod split_profile;
 pub mod store;
-pub mod utc;
+
+pub use tokensaver_core::{gate, prices, request, sql_types, utc};
 
 /// The wall clock in unix milliseconds, read by the I/O shells only: the decision logic takes
 /// the time as an argument.

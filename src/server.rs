@@ -20,12 +20,11 @@ use crate::ledger::Gatekeeper;
 use crate::lifecycle;
 use crate::now_ms;
 use crate::proxy::GateProxy;
-use crate::receipt::ReceiptSigner;
 use crate::store::sqlite::SqliteStore;
 
 /// Open the data dir, the signing key and the ledger, and rebuild the gate's memory.
 pub fn open_gatekeeper(config: Config) -> Result<Arc<Gatekeeper>, String> {
-    let signer = ReceiptSigner::load_or_create(&config.data_dir).map_err(|e| e.to_string())?;
+    let signer = crate::receipt::load_or_create(&config.data_dir).map_err(|e| e.to_string())?;
     let store = SqliteStore::open(&config.data_dir, config.commit_interval_ms)
         .map_err(|e| e.to_string())?;
     let fleet = match &config.fleet {

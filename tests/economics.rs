@@ -568,14 +568,17 @@ fn live(dir: &Path, current: &Current<'_>) -> EconomicsSuiteView {
         current,
         Some(50),
     );
-    s.suites.into_iter().find(|v| v.kind == "live").unwrap()
+    s.suites
+        .into_iter()
+        .find(|v| v.kind == SuiteKind::Live)
+        .unwrap()
 }
 
 #[test]
 fn fresh_evidence_is_current() {
     let (_tmp, d) = fresh_copy();
     let c = config();
-    let v = live(&d, &Current::this_build(Some(&c)));
+    let v = live(&d, &economics::this_build(Some(&c)));
     assert_eq!(
         v.freshness,
         EconomicsFreshness::Current,
@@ -589,7 +592,7 @@ fn stale_when_the_gate_config_changes() {
     let (_tmp, d) = fresh_copy();
     let mut c = config();
     c.gate.bands.challenge -= 0.05;
-    let v = live(&d, &Current::this_build(Some(&c)));
+    let v = live(&d, &economics::this_build(Some(&c)));
     assert_eq!(v.freshness, EconomicsFreshness::Stale);
     assert!(
         v.stale_reasons
@@ -598,7 +601,7 @@ fn stale_when_the_gate_config_changes() {
         "{:?}",
         v.stale_reasons
     );
-    let v = live(&d, &Current::this_build(None));
+    let v = live(&d, &economics::this_build(None));
     assert!(v
         .stale_reasons
         .iter()
@@ -635,7 +638,7 @@ fn stale_when_a_task_file_changes() {
     let mut text = std::fs::read_to_string(&f).unwrap();
     text.push_str("\n# an edit\n");
     std::fs::write(&f, text).unwrap();
-    let v = live(&d, &Current::this_build(Some(&c)));
+    let v = live(&d, &economics::this_build(Some(&c)));
     assert_eq!(v.freshness, EconomicsFreshness::Stale);
     assert_eq!(v.stale_reasons.len(), 1, "{:?}", v.stale_reasons);
     assert!(
@@ -658,7 +661,7 @@ fn stale_when_the_methodology_changes_and_incompatible_under_a_new_version() {
         ),
     )
     .unwrap();
-    let v = live(&d, &Current::this_build(Some(&c)));
+    let v = live(&d, &economics::this_build(Some(&c)));
     assert_eq!(v.freshness, EconomicsFreshness::Stale);
     assert!(
         v.stale_reasons[0].starts_with("methodology.json changed since it was recorded"),
@@ -676,10 +679,10 @@ fn stale_when_the_methodology_changes_and_incompatible_under_a_new_version() {
         &economics::load(&d),
         &EconomicsQuery::default(),
         NOW,
-        &Current::this_build(Some(&c)),
+        &economics::this_build(Some(&c)),
         Some(50),
     );
-    let v = s.suites.iter().find(|v| v.kind == "live").unwrap();
+    let v = s.suites.iter().find(|v| v.kind == SuiteKind::Live).unwrap();
     assert_eq!(v.freshness, EconomicsFreshness::Incompatible);
     assert!(s
         .pairs
@@ -701,7 +704,7 @@ fn history_appends_and_the_latest_is_judged() {
         &economics::load(&d),
         &EconomicsQuery::default(),
         NOW,
-        &Current::this_build(Some(&c)),
+        &economics::this_build(Some(&c)),
         Some(50),
     );
     let files: std::collections::BTreeSet<_> = s.history.iter().map(|h| h.file.as_str()).collect();
@@ -711,7 +714,7 @@ fn history_appends_and_the_latest_is_judged() {
         "one history line per evidence file: {:?}",
         s.history
     );
-    let v = s.suites.iter().find(|v| v.kind == "live").unwrap();
+    let v = s.suites.iter().find(|v| v.kind == SuiteKind::Live).unwrap();
     assert_eq!(
         v.evidence_file.as_deref(),
         Some("evidence/agent-sessions/b.json")
@@ -759,7 +762,7 @@ fn summary_over_the_committed_evidence() {
         &loaded,
         &EconomicsQuery::default(),
         now,
-        &Current::this_build(Some(&c)),
+        &economics::this_build(Some(&c)),
         Some(RESAMPLES),
     );
     assert!(s.present);
@@ -770,7 +773,7 @@ fn summary_over_the_committed_evidence() {
         s.verdict.statement
     );
     assert!(!s.verdict.publishable);
-    let live = s.suites.iter().find(|v| v.kind == "live").unwrap();
+    let live = s.suites.iter().find(|v| v.kind == SuiteKind::Live).unwrap();
     assert_eq!(
         live.provider.as_ref().unwrap().kind,
         ProviderKind::Simulated
@@ -814,7 +817,7 @@ fn summary_over_the_committed_evidence() {
         &loaded,
         &EconomicsQuery::default(),
         now,
-        &Current::this_build(Some(&c)),
+        &economics::this_build(Some(&c)),
         Some(RESAMPLES),
     );
     assert_eq!(s, again);
@@ -836,7 +839,7 @@ fn no_methodology_is_said_plainly() {
         tmp.path(),
         &EconomicsQuery::default(),
         0,
-        &Current::this_build(None),
+        &economics::this_build(None),
     );
     assert!(!s.present);
     assert_eq!(s.verdict.statement, "No methodology is declared.");

@@ -18,6 +18,7 @@ use support::*;
 use tokensaver::config::{FleetConfig, Prices};
 use tokensaver::fleet::Fleet;
 use tokensaver::gate::{Verdict, Windows};
+use tokensaver::receipt::decision_id;
 use tokensaver::request::{Hash, Route, WireForm};
 use tokensaver::store::DecisionRow;
 
@@ -248,9 +249,9 @@ fn sql_windows_equal_the_in_memory_windows() {
             windows.record_step(&key, &fp, &step, model, now);
             fleet
                 .record_attempt(&DecisionRow {
-                    decision_id: format!("{key}-{i}"),
+                    decision_id: decision_id(format!("{key}-{i}").as_bytes()),
                     key_id: key.clone(),
-                    fingerprint: Some(fp.to_hex()),
+                    fingerprint: Some(fp),
                     verdict: Verdict::Allow,
                     reason: "score_allow".into(),
                     score: 0.0,
@@ -264,7 +265,7 @@ fn sql_windows_equal_the_in_memory_windows() {
                     worst_case_tokens_avoided: 0,
                     findings_tokens: 0,
                     hold_id: None,
-                    step_fingerprint: Some(step.to_hex()),
+                    step_fingerprint: Some(step),
                 })
                 .await
                 .unwrap();
@@ -1124,9 +1125,9 @@ fn the_conditional_reservation_refuses_an_overshoot_and_rolls_back() {
         };
         let booking = |id: &str, nano: u64| Booking {
             row: DecisionRow {
-                decision_id: id.to_string(),
+                decision_id: decision_id(id.as_bytes()),
                 key_id: key.clone(),
-                fingerprint: Some(fp.to_hex()),
+                fingerprint: Some(fp),
                 verdict: Verdict::Allow,
                 reason: "allowed".into(),
                 score: 0.0,
@@ -1140,7 +1141,7 @@ fn the_conditional_reservation_refuses_an_overshoot_and_rolls_back() {
                 worst_case_tokens_avoided: 0,
                 findings_tokens: 0,
                 hold_id: None,
-                step_fingerprint: Some(fp.to_hex()),
+                step_fingerprint: Some(fp),
             },
             reservation: Some(NewReservation {
                 nano,

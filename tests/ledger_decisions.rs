@@ -41,7 +41,7 @@ fn receipt_decision_id(r: &Resp) -> String {
     let env =
         tokensaver::receipt::Envelope::from_header_value(r.header("x-tokensaver-receipt").unwrap())
             .unwrap();
-    tokensaver::receipt::decision_id(&env.body_bytes().unwrap())
+    tokensaver::receipt::decision_id(&env.body_bytes().unwrap()).to_string()
 }
 
 #[test]

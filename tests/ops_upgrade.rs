@@ -263,10 +263,16 @@ fn a_new_binary_takes_over_without_dropping_a_request_or_the_long_stream() {
     assert_eq!(count("SELECT sum(output) FROM usage"), completion);
     let log = h.log();
     assert!(log.contains("handing the listening sockets"), "{log}");
-    // The old process began its drain with the long stream still running.
-    assert!(
-        log.lines()
-            .any(|l| l.contains("draining") && l.contains("in_flight=1")),
-        "{log}"
-    );
+    // The old process began its drain with the long stream still running (and, on a loaded
+    // machine, perhaps a short request that had not finished yet).
+    let in_flight_at_drain = log.lines().find_map(|l| {
+        let rest = l.split("draining").nth(1)?;
+        rest.split("in_flight=")
+            .nth(1)?
+            .split(' ')
+            .next()?
+            .parse::<u64>()
+            .ok()
+    });
+    assert!(in_flight_at_drain.is_some_and(|n| n >= 1), "{log}");
 }

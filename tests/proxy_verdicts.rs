@@ -58,6 +58,36 @@ fn downgrade_rewrites_model_and_receipt_names_both() {
     assert_eq!(r.json()["model"], "gpt-4o-mini");
 }
 
+#[test]
+fn downgrade_changes_only_the_model_bytes_and_a_repeated_model_key_is_written_once() {
+    let h = Harness::default();
+    // Spacing, key order and escapes as a caller might write them: the provider must receive
+    // these bytes with the model's string replaced and nothing else touched.
+    let body = "{ \"messages\" : [ {\"role\":\"user\", \"content\":\"Say h\\u00e9llo.\"} ],\n  \
+                \"model\":  \"gpt-4o\" , \"max_tokens\": 100 }";
+    let r = h.post_raw(CHAT, Some(KEY_A), body.as_bytes(), &[HUMAN]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.verdict(), Some("DOWNGRADE"));
+    let seen = h.mock.last_request().unwrap();
+    assert_eq!(
+        seen.body_text(),
+        body.replace("\"gpt-4o\" ,", "\"gpt-4o-mini\" ,")
+    );
+
+    // Written twice, the model is the last one for the gate; a reader keeping the first would
+    // see another, so the provider gets the body with each key once.
+    let body = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hi."}],
+                   "model":"gpt-4o","max_tokens":100}"#;
+    let r = h.post_raw(CHAT, Some(KEY_A), body.as_bytes(), &[HUMAN]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.verdict(), Some("DOWNGRADE"));
+    let text = h.mock.last_request().unwrap().body_text();
+    assert_eq!(text.matches("\"model\"").count(), 1, "{text}");
+    let sent: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(sent["model"], "gpt-4o-mini");
+    assert_eq!(sent["max_tokens"], 100);
+}
+
 /// Key A with a $0.01 ceiling, and a call held for the person who declared themselves:
 /// max_tokens 10 000 on gpt-4o could cost $0.10 (exceeds_remaining_budget). Returns the
 /// harness, the body, the 409 and its hold id.

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use tokensaver::config::{BudgetPeriod, Prices};
 use tokensaver::gate::{Usage, Verdict};
-use tokensaver::request::WireForm;
+use tokensaver::receipt::DecisionId;
+use tokensaver::request::{Hash, WireForm};
 use tokensaver::store::sqlite::{SqliteStore, DB_FILE, SCHEMA_VERSION};
 use tokensaver::store::{
     utc_day, DecisionRow, Ending, Event, HoldRow, HoldState, LedgerTotals, SpendBasis, Store,
@@ -22,12 +23,31 @@ const DAY: u64 = 86_400_000;
 /// 2026-11-29T22:39:09Z
 const T0: u64 = 1_795_991_949_000;
 
+/// The 32 bytes these tests name `tag` (at most 32 bytes, zero-padded): a readable name
+/// survives the round trip through the typed ids, and sorts as its text would.
+fn tagged(tag: &str) -> [u8; 32] {
+    let mut bytes = [0u8; 32];
+    bytes[..tag.len()].copy_from_slice(tag.as_bytes());
+    bytes
+}
+
+/// The name of [`tagged`] bytes.
+fn tag_of(bytes: &[u8; 32]) -> String {
+    String::from_utf8_lossy(bytes)
+        .trim_end_matches('\0')
+        .to_owned()
+}
+
+fn id_of(tag: &str) -> DecisionId {
+    DecisionId(tagged(tag))
+}
+
 fn decision(id: &str, key: &str, verdict: Verdict, at: u64) -> DecisionRow {
     let forwarded = matches!(verdict, Verdict::Allow | Verdict::Downgrade);
     DecisionRow {
-        decision_id: id.to_owned(),
+        decision_id: id_of(id),
         key_id: key.to_owned(),
-        fingerprint: Some(format!("fp-{id}")),
+        fingerprint: Some(Hash(tagged(&format!("fp-{id}")))),
         verdict,
         reason: "band".to_owned(),
         score: 0.25,
@@ -47,7 +67,7 @@ fn decision(id: &str, key: &str, verdict: Verdict, at: u64) -> DecisionRow {
 
 fn usage_row(id: &str, key: &str, at: u64, spend: u64) -> UsageRow {
     UsageRow {
-        decision_id: id.to_owned(),
+        decision_id: id_of(id),
         key_id: key.to_owned(),
         at_ms: at,
         served_model: "gpt-4o-mini".to_owned(),
@@ -71,7 +91,7 @@ fn hold(id: &str, key: &str, created: u64, state: HoldState, worst: u64) -> Hold
     HoldRow {
         hold_id: id.to_owned(),
         key_id: key.to_owned(),
-        fingerprint: format!("fp-{id}"),
+        fingerprint: Some(Hash(tagged(&format!("fp-{id}")))),
         created_ms: created,
         expires_ms: created + 900_000,
         state,
@@ -81,7 +101,7 @@ fn hold(id: &str, key: &str, created: u64, state: HoldState, worst: u64) -> Hold
 
 fn expiry(id: &str, key: &str, at: u64, charged: u64) -> Event {
     Event::ReservationExpired {
-        decision_id: id.to_owned(),
+        decision_id: id_of(id),
         key_id: key.to_owned(),
         at_ms: at,
         charged_nano: charged,
@@ -91,7 +111,7 @@ fn expiry(id: &str, key: &str, at: u64, charged: u64) -> Event {
 fn recorded(key: &str, fp: &str, wire: WireForm, output: u64) -> Event {
     Event::Recorded {
         key_id: key.to_owned(),
-        fingerprint: fp.to_owned(),
+        fingerprint: Hash(tagged(fp)),
         wire,
         usage: Usage {
             input: 1,
@@ -111,8 +131,8 @@ fn raw(dir: &Path) -> rusqlite::Connection {
     rusqlite::Connection::open(dir.join(DB_FILE)).expect("raw connection")
 }
 
-fn ids(rows: &[DecisionRow]) -> Vec<&str> {
-    rows.iter().map(|d| d.decision_id.as_str()).collect()
+fn ids(rows: &[DecisionRow]) -> Vec<String> {
+    rows.iter().map(|d| tag_of(&d.decision_id.0)).collect()
 }
 
 #[test]
@@ -310,7 +330,7 @@ fn load_returns_what_was_written() {
     let rec: Vec<(String, String, WireForm, u64)> = snap
         .recorded
         .iter()
-        .map(|(k, f, w, u)| (k.clone(), f.clone(), *w, u.output))
+        .map(|(k, f, w, u)| (k.clone(), tag_of(&f.0), *w, u.output))
         .collect();
     assert_eq!(
         rec,
@@ -352,7 +372,9 @@ fn acknowledged_events_survive_without_a_clean_shutdown() {
     assert_eq!(snap.recent_decisions.len(), N);
     assert!(snap.open_reservations.is_empty());
     for i in 0..N {
-        assert!(store.usage_recorded(&format!("d{i}")).expect("read"));
+        assert!(store
+            .usage_recorded(&id_of(&format!("d{i}")))
+            .expect("read"));
     }
     let (_, total) = store.ledger(Some("a"), None, None).expect("ledger");
     assert_eq!(total.spend_nano, N as u64);
@@ -418,7 +440,9 @@ fn sigkill_loses_nothing_acknowledged() {
     let store = open(dir.path());
     for i in 0..=acked {
         assert!(
-            store.usage_recorded(&format!("d{i}")).expect("read"),
+            store
+                .usage_recorded(&id_of(&format!("d{i}")))
+                .expect("read"),
             "acknowledged usage d{i} lost"
         );
     }
@@ -535,14 +559,17 @@ fn forget_blanks_fingerprints_and_keeps_totals() {
         if d.key_id == "a" {
             assert_eq!(d.fingerprint, None, "{}", d.decision_id);
         } else {
-            assert_eq!(d.fingerprint.as_deref(), Some("fp-b1"));
+            assert_eq!(
+                d.fingerprint.map(|f| tag_of(&f.0)).as_deref(),
+                Some("fp-b1")
+            );
         }
     }
     assert_eq!(snap.recent_decisions.len(), 4);
     assert_eq!(snap.recorded.len(), 1);
     assert_eq!(snap.recorded[0].0, "b");
     assert_eq!(snap.holds.len(), 1);
-    assert_eq!(snap.holds[0].fingerprint, "");
+    assert_eq!(snap.holds[0].fingerprint, None);
     assert_eq!(snap.holds[0].state, HoldState::Approved);
     let nulls: u64 = raw(dir.path())
         .query_row(
@@ -821,11 +848,11 @@ fn a_record_is_accepted_once() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = open(dir.path());
     store.submit(Event::Decision(decision("d1", "a", Verdict::Allow, T0)));
-    assert!(!store.usage_recorded("d1").expect("read"));
+    assert!(!store.usage_recorded(&id_of("d1")).expect("read"));
     store
         .submit_and_wait(Event::Usage(usage_row("d1", "a", T0 + 1, 500)))
         .expect("first record");
-    assert!(store.usage_recorded("d1").expect("read"));
+    assert!(store.usage_recorded(&id_of("d1")).expect("read"));
     let before = store.ledger(Some("a"), None, None).expect("ledger");
 
     let second = store.submit_and_wait(Event::Usage(usage_row("d1", "a", T0 + 2, 9_000)));
@@ -1007,7 +1034,7 @@ fn an_async_waiter_gets_its_acknowledgement_over_a_channel() {
         assert!(matches!(second, Err(StoreError::Sqlite(_))), "{second:?}");
         store.flush_acked().await.expect("flush");
     });
-    assert!(store.usage_recorded("d1").expect("read"));
+    assert!(store.usage_recorded(&id_of("d1")).expect("read"));
     store.shutdown().expect("shutdown");
     // A closed store answers at once, never hangs.
     rt.block_on(async {

@@ -250,7 +250,7 @@ fn send(h: &Harness, case: &Case, request: &Value) -> Resp {
 fn decision_id(r: &Resp) -> String {
     let header = r.header("x-tokensaver-receipt").expect("receipt header");
     let env = tokensaver::receipt::Envelope::from_header_value(header).unwrap();
-    tokensaver::receipt::decision_id(&env.body_bytes().unwrap())
+    tokensaver::receipt::decision_id(&env.body_bytes().unwrap()).to_string()
 }
 
 /// Where a recorded decision differs from the case's expected figures (empty: it matches).

@@ -155,15 +155,7 @@ pub fn hold_error(e: HoldError) -> ApiResponse {
             ApiResponse::error(409, "hold_not_pending", "the hold is not pending")
         }
         HoldError::AttendMinutes => attend_error(),
-        HoldError::Unavailable => ApiResponse::error(
-            503,
-            "fleet_store_unavailable",
-            "the gate's shared store is unreachable; retry shortly",
-        )
-        .with_header(
-            "retry-after",
-            crate::proxy::FLEET_RETRY_AFTER_SECS.to_string(),
-        ),
+        HoldError::Unavailable => super::routes::fleet_unavailable(),
     }
 }
 

@@ -21,6 +21,7 @@ use crate::ledger::{
     GateOutcome, GateRequest, Gatekeeper, Mode, RecordError, RecordSource, UsageReport,
 };
 use crate::now_ms;
+use crate::receipt::DecisionId;
 use crate::request::{self, Digest, Route, WireForm};
 use crate::store::Ending;
 
@@ -52,20 +53,39 @@ fn method_not_allowed() -> ApiResponse {
     )
 }
 
+/// `POST /gate`'s body: a digest, or a closed-form 400 naming what is wrong with it.
+fn parse_digest(req: &ApiRequest) -> Result<Digest, ApiResponse> {
+    Digest::parse(&req.body).map_err(|e| invalid_digest(&e))
+}
+
+fn invalid_digest(e: &request::DigestError) -> ApiResponse {
+    ApiResponse::json(
+        400,
+        &json!({"error": {"code": "invalid_digest", "message": e.to_string()}}),
+    )
+}
+
+/// What a digest asks the gate to decide, for `key`, now.
+fn digest_request<'a>(digest: &'a Digest, key: &'a KeyConfig) -> GateRequest<'a> {
+    GateRequest {
+        key,
+        shape: &digest.request,
+        human: digest.human,
+        held: digest.holds(digest.request.wire_form()),
+        hold_id: digest.hold_id.as_deref(),
+        now_ms: now_ms(),
+    }
+}
+
 fn not_found() -> ApiResponse {
     ApiResponse::error(404, "not_found", "unknown route")
 }
 
 /// The fleet's database cannot be reached: closed-form, retry shortly.
-fn fleet_unavailable() -> ApiResponse {
-    ApiResponse::error(
-        503,
-        "fleet_store_unavailable",
-        "the gate's shared store is unreachable; retry shortly",
-    )
-    .with_header(
+pub(crate) fn fleet_unavailable() -> ApiResponse {
+    ApiResponse::from(GateError::fleet_unavailable()).with_header(
         "retry-after",
-        crate::proxy::FLEET_RETRY_AFTER_SECS.to_string(),
+        crate::error::FLEET_RETRY_AFTER_SECS.to_string(),
     )
 }
 
@@ -334,12 +354,7 @@ impl Api {
                         let held = d.holds(d.request.wire_form());
                         (d.request, d.human, held, d.hold_id)
                     }
-                    Err(e) => {
-                        return ApiResponse::json(
-                            400,
-                            &json!({"error": {"code": "invalid_digest", "message": e.to_string()}}),
-                        )
-                    }
+                    Err(e) => return invalid_digest(&e),
                 }
             } else {
                 let route = match req.query_param("route") {
@@ -365,7 +380,7 @@ impl Api {
                         } else {
                             self.gatekeeper.answer(&answer_key).is_some()
                         };
-                        let (human, hold_id) = request::caller_headers(&req.headers);
+                        let (human, hold_id) = crate::body::caller_headers(&req.headers);
                         (shape, human, held, hold_id)
                     }
                     Err(e) => {
@@ -401,25 +416,15 @@ impl Api {
     /// `POST /gate` on a fleet instance: decided against the fleet's database; a 503 with
     /// `Retry-After` when it cannot be reached (the client forwards nothing).
     async fn gate_fleet(&self, req: &ApiRequest, key: &KeyConfig) -> ApiResponse {
-        let digest = match Digest::parse(&req.body) {
-            Ok(d) => d,
-            Err(e) => {
-                return ApiResponse::json(
-                    400,
-                    &json!({"error": {"code": "invalid_digest", "message": e.to_string()}}),
-                )
-            }
+        let digest = match parse_digest(req) {
+            Ok(digest) => digest,
+            Err(resp) => return resp,
         };
-        let wire = digest.request.wire_form();
-        let request = GateRequest {
-            key,
-            shape: &digest.request,
-            human: digest.human,
-            held: digest.holds(wire),
-            hold_id: digest.hold_id.as_deref(),
-            now_ms: now_ms(),
-        };
-        match self.gatekeeper.gate_fleet(&request).await {
+        match self
+            .gatekeeper
+            .gate_fleet(&digest_request(&digest, key))
+            .await
+        {
             Ok(outcome) => self.gate_response(&outcome),
             Err(_) => fleet_unavailable(),
         }
@@ -434,27 +439,13 @@ impl Api {
     }
 
     fn gate(&self, req: &ApiRequest, key: &KeyConfig) -> ApiResponse {
-        let digest = match Digest::parse(&req.body) {
-            Ok(d) => d,
-            Err(e) => {
-                return ApiResponse::json(
-                    400,
-                    &json!({"error": {"code": "invalid_digest", "message": e.to_string()}}),
-                )
-            }
+        let digest = match parse_digest(req) {
+            Ok(digest) => digest,
+            Err(resp) => return resp,
         };
-        let wire = digest.request.wire_form();
-        let outcome = self.gatekeeper.gate(
-            &GateRequest {
-                key,
-                shape: &digest.request,
-                human: digest.human,
-                held: digest.holds(wire),
-                hold_id: digest.hold_id.as_deref(),
-                now_ms: now_ms(),
-            },
-            Mode::Commit,
-        );
+        let outcome = self
+            .gatekeeper
+            .gate(&digest_request(&digest, key), Mode::Commit);
         self.gate_response(&outcome)
     }
 
@@ -483,9 +474,13 @@ impl Api {
                 "complete must be true exactly when ending is complete",
             );
         };
+        // An id that is not a decision id names no decision awaiting usage.
+        let Ok(decision_id) = rec.decision_id.parse::<DecisionId>() else {
+            return unknown_decision();
+        };
         let report = UsageReport {
             key_id: key.id.clone(),
-            decision_id: rec.decision_id,
+            decision_id,
             usage: rec.usage.map(|usage| Billed {
                 usage,
                 cache_write_1h: rec.cache_write_1h.min(usage.cache_write),
@@ -514,11 +509,7 @@ impl Api {
                 "already_recorded",
                 "usage for this decision was already recorded",
             ),
-            Err(RecordError::UnknownDecision) => ApiResponse::error(
-                404,
-                "unknown_decision",
-                "no forwarded decision with this id is awaiting usage for this key",
-            ),
+            Err(RecordError::UnknownDecision) => unknown_decision(),
             Err(RecordError::ModelMismatch) => ApiResponse::error(
                 409,
                 "model_mismatch",
@@ -600,14 +591,19 @@ impl Api {
             Some(Ok(n)) if (1..=crate::store::sqlite::MAX_DECISIONS_PAGE).contains(&n) => n,
             Some(_) => return ApiResponse::error(400, "invalid_limit", "limit must be 1 to 1000"),
         };
+        // A cursor that is not a decision id names no decision: the store's own answer.
+        let after = match req.query_param("after").filter(|a| !a.is_empty()) {
+            None => None,
+            Some(a) => match a.parse::<DecisionId>() {
+                Ok(id) => Some(id),
+                Err(_) => return crate::store::StoreError::UnknownCursor.into(),
+            },
+        };
         let query = crate::store::DecisionQuery {
             key_id: key_id.map(str::to_string),
             from_ms,
             to_ms,
-            after: req
-                .query_param("after")
-                .filter(|a| !a.is_empty())
-                .map(str::to_string),
+            after,
             limit,
         };
         let page = if self.gatekeeper.fleet().is_some() {
@@ -620,7 +616,7 @@ impl Api {
                 let csv = crate::ledger::report::decisions_csv(&page);
                 let resp = ApiResponse::text(200, "text/csv", csv);
                 match page.next_after {
-                    Some(next) => resp.with_header("x-tokensaver-next-after", next),
+                    Some(next) => resp.with_header("x-tokensaver-next-after", next.to_string()),
                     None => resp,
                 }
             }
@@ -738,6 +734,14 @@ impl Api {
             Err(e) => e.into(),
         }
     }
+}
+
+fn unknown_decision() -> ApiResponse {
+    ApiResponse::error(
+        404,
+        "unknown_decision",
+        "no forwarded decision with this id is awaiting usage for this key",
+    )
 }
 
 #[derive(Deserialize)]

@@ -426,7 +426,7 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
     let decl = m
         .suites
         .iter()
-        .find(|s| s.id == args.suite && s.kind == "live")
+        .find(|s| s.id == args.suite && s.kind == super::model::SuiteKind::Live)
         .ok_or_else(|| format!("methodology.json declares no live suite {:?}", args.suite))?;
     let config = Config::load(&args.config).map_err(|e| e.to_string())?;
     let policy = identity::gate_policy_blake3(&config, &m.treatment_key)?;
@@ -461,7 +461,7 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
         &args.dir,
         &EconomicsQuery::default(),
         now,
-        &super::Current::this_build(Some(&config)),
+        &super::this_build(Some(&config)),
     );
     println!("wrote {}", path.display());
     println!("{}", s.verdict.statement);

@@ -24,6 +24,7 @@ use tokio_postgres::{IsolationLevel, NoTls};
 
 use crate::config::{BudgetPeriod, FleetConfig};
 use crate::gate::{BudgetState, WindowCounts};
+use crate::receipt::DecisionId;
 use crate::request::{Hash, WireForm};
 use crate::store::{
     period_start, DecisionLine, DecisionPage, DecisionQuery, DecisionRow, Ending, LedgerDay,
@@ -58,6 +59,16 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const ANSWER_TTL_MS: u64 = 86_400_000;
 /// An answer lookup that takes longer counts as a miss: the request is decided without it.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// `work` within `limit`; past it the database counts as unreachable.
+async fn within<T, E: From<FleetError>>(
+    limit: Duration,
+    work: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    tokio::time::timeout(limit, work)
+        .await
+        .unwrap_or(Err(E::from(FleetError::Unavailable)))
+}
 
 /// The database's clock in unix milliseconds.
 const DB_NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
@@ -151,7 +162,7 @@ pub struct PendingHold {
 /// A CHALLENGE's hold, written with its decision.
 pub struct NewHold {
     pub hold_id: String,
-    pub fingerprint: String,
+    pub fingerprint: Hash,
     pub worst_case_tokens: u64,
     pub reason: &'static str,
     pub opening_decision: String,
@@ -236,7 +247,8 @@ pub struct ListedHold {
     pub created_ms: u64,
     pub expires_ms: u64,
     pub worst_case_tokens: u64,
-    pub fingerprint: String,
+    /// `None`: blanked, or not readable as a fingerprint.
+    pub fingerprint: Option<Hash>,
 }
 
 /// A key's budget figures at one instant (one statement, one snapshot).
@@ -334,9 +346,7 @@ impl Fleet {
         request: AdmitScope<'_>,
         decide: impl FnOnce(Observed) -> (T, Option<Booking>),
     ) -> Result<T, FleetError> {
-        tokio::time::timeout(CALL_TIMEOUT, self.admit_inner(request, decide))
-            .await
-            .unwrap_or(Err(FleetError::Unavailable))
+        within(CALL_TIMEOUT, self.admit_inner(request, decide)).await
     }
 
     async fn admit_inner<T>(
@@ -373,16 +383,14 @@ impl Fleet {
         let now_ms = un(now);
         let limit = shared_limit(&locked, 1).unwrap_or(limit);
         let since = db(period_start(limit.period, now_ms));
-        let fp = fingerprint.to_hex();
-        let step = step.to_hex();
         let read = tx.prepare_cached(ADMIT_READ).await?;
         let found = tx
             .query_one(
                 &read,
                 &[
                     &key_id,
-                    &fp,
-                    &step,
+                    fingerprint,
+                    step,
                     &model,
                     &now,
                     &since,
@@ -494,8 +502,7 @@ impl Fleet {
                     .map(db);
                 let expires = db(now_ms.saturating_add(self.reservation_ttl_ms));
                 let (nano, wire) = (db(r.nano), r.wire.as_str());
-                let (output_ceiling, fingerprint) =
-                    (r.output_ceiling.map(db), r.fingerprint.to_hex());
+                let output_ceiling = r.output_ceiling.map(db);
                 let mut params = decision.to_vec();
                 params.extend_from_slice(&[
                     &nano,
@@ -503,7 +510,7 @@ impl Fleet {
                     &r.served_model,
                     &wire,
                     &output_ceiling,
-                    &fingerprint,
+                    &r.fingerprint,
                     &r.reusable,
                     &ceiling,
                     &since,
@@ -523,28 +530,27 @@ impl Fleet {
     /// finds no reservation and a usage row).
     pub async fn settle(
         &self,
-        decision_id: &str,
+        decision_id: &DecisionId,
         key_id: &str,
         wire: WireForm,
         served_model: &str,
         charge: impl FnOnce(&OpenReservation, u64) -> (UsageRow, Option<String>),
-    ) -> Result<(UsageRow, OpenReservation), SettleError> {
-        tokio::time::timeout(
+    ) -> Result<UsageRow, SettleError> {
+        within(
             CALL_TIMEOUT,
             self.settle_inner(decision_id, key_id, wire, served_model, charge),
         )
         .await
-        .unwrap_or(Err(SettleError::Fleet(FleetError::Unavailable)))
     }
 
     async fn settle_inner(
         &self,
-        decision_id: &str,
+        decision_id: &DecisionId,
         key_id: &str,
         wire: WireForm,
         served_model: &str,
         charge: impl FnOnce(&OpenReservation, u64) -> (UsageRow, Option<String>),
-    ) -> Result<(UsageRow, OpenReservation), SettleError> {
+    ) -> Result<UsageRow, SettleError> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
         let take = tx
@@ -557,7 +563,7 @@ impl Fleet {
         let taken = tx
             .query_opt(
                 &take,
-                &[&decision_id, &key_id, &wire.as_str(), &served_model],
+                &[decision_id, &key_id, &wire.as_str(), &served_model],
             )
             .await?;
         let Some(taken) = taken else {
@@ -566,7 +572,7 @@ impl Fleet {
                     "SELECT EXISTS (SELECT 1 FROM fleet_reservations \
                                     WHERE decision_id = $1 AND key_id = $2 AND wire = $3), \
                             EXISTS (SELECT 1 FROM fleet_usage WHERE decision_id = $1)",
-                    &[&decision_id, &key_id, &wire.as_str()],
+                    &[decision_id, &key_id, &wire.as_str()],
                 )
                 .await?;
             return Err(if why.get::<_, bool>(0) {
@@ -580,7 +586,8 @@ impl Fleet {
         let reservation = OpenReservation {
             nano: un(taken.get::<_, i64>(0)),
             output_ceiling: taken.get::<_, Option<i64>>(1).map(un),
-            fingerprint: Hash::from_hex(taken.get::<_, &str>(2)),
+            // A stored fingerprint that does not read as one is no fingerprint.
+            fingerprint: taken.try_get::<_, Option<Hash>>(2).ok().flatten(),
             reusable: taken.get(3),
         };
         let at_ms = un(taken.get::<_, i64>(4));
@@ -606,7 +613,7 @@ impl Fleet {
         tx.execute(
             &book,
             &[
-                &decision_id,
+                decision_id,
                 &key_id,
                 &db(at_ms),
                 &db(row.spend_nano),
@@ -615,7 +622,7 @@ impl Fleet {
         )
         .await?;
         tx.commit().await?;
-        Ok((row, reservation))
+        Ok(row)
     }
 
     /// Charge every reservation past its TTL (the database's clock) at its worst case. Safe to
@@ -662,9 +669,7 @@ impl Fleet {
                 .await?;
             Ok::<_, FleetError>(charged)
         };
-        tokio::time::timeout(CALL_TIMEOUT, sweep)
-            .await
-            .unwrap_or(Err(FleetError::Unavailable))
+        within(CALL_TIMEOUT, sweep).await
     }
 
     /// Approve or deny a pending hold: one conditional UPDATE, so of two concurrent approvals
@@ -761,7 +766,7 @@ impl Fleet {
                 created_ms: un(r.get(4)),
                 expires_ms: un(r.get(5)),
                 worst_case_tokens: un(r.get(6)),
-                fingerprint: r.get(7),
+                fingerprint: r.try_get::<_, Option<Hash>>(7).ok().flatten(),
             })
             .collect();
         let leases = client
@@ -800,13 +805,11 @@ impl Fleet {
                 ))
                 .await?;
             let row = client
-                .query_opt(&stmt, &[&key_id, &fingerprint.to_hex(), &wire.as_str()])
+                .query_opt(&stmt, &[&key_id, fingerprint, &wire.as_str()])
                 .await?;
             Ok::<_, FleetError>(row.map(|r| (r.get(0), r.get(1))))
         };
-        tokio::time::timeout(ANSWER_TIMEOUT, read)
-            .await
-            .unwrap_or(Err(FleetError::Unavailable))
+        within(ANSWER_TIMEOUT, read).await
     }
 
     /// Store an answer for the fleet (replacing an older one for the same request).
@@ -833,7 +836,7 @@ impl Fleet {
                     ),
                     &[
                         &key_id,
-                        &fingerprint.to_hex(),
+                        fingerprint,
                         &wire.as_str(),
                         &content_type,
                         &body,
@@ -844,9 +847,7 @@ impl Fleet {
                 .await?;
             Ok::<_, FleetError>(())
         };
-        tokio::time::timeout(CALL_TIMEOUT, write)
-            .await
-            .unwrap_or(Err(FleetError::Unavailable))
+        within(CALL_TIMEOUT, write).await
     }
 
     /// Per-day and total ledger figures of a key (`None`: every key) over `[from_ms, to_ms)`,
@@ -952,6 +953,7 @@ impl Fleet {
         let limit = q.limit.clamp(1, crate::store::sqlite::MAX_DECISIONS_PAGE);
         let client = self.pool.get().await.map_err(|_| StoreError::Unavailable)?;
         let key_id = q.key_id.as_deref();
+        // The cursor's id is compared as the text the column holds (see `tokensaver_core::sql_types`).
         let (after_ms, after_id) = match &q.after {
             None => (i64::MIN, String::new()),
             Some(id) => {
@@ -964,7 +966,7 @@ impl Fleet {
                     .await
                     .map_err(|e| unavailable(FleetError::from(e)))?
                     .ok_or(StoreError::UnknownCursor)?;
-                (found.get(0), id.clone())
+                (found.get(0), id.to_string())
             }
         };
         let from = q.from_ms.map(db).unwrap_or(i64::MIN);
@@ -1000,16 +1002,7 @@ impl Fleet {
             let spend: Option<i64> = r.get(4);
             lines.push(decision_line(d, kind, usage, settled_at, spend));
         }
-        let next_after = if lines.len() > limit {
-            lines.truncate(limit);
-            lines.last().map(|l| l.decision_id.clone())
-        } else {
-            None
-        };
-        Ok(DecisionPage {
-            decisions: lines,
-            next_after,
-        })
+        Ok(DecisionPage::of(lines, limit))
     }
 
     /// What an admission of this request would read now, without locking or writing
@@ -1038,8 +1031,8 @@ impl Fleet {
                 &read,
                 &[
                     &request.key_id,
-                    &request.fingerprint.to_hex(),
-                    &request.step.to_hex(),
+                    request.fingerprint,
+                    request.step,
                     &request.model,
                     &now,
                     &since,
@@ -1150,14 +1143,7 @@ impl Fleet {
         let row = client
             .query_one(
                 &stmt,
-                &[
-                    &key_id,
-                    &fingerprint.to_hex(),
-                    &step.to_hex(),
-                    &model,
-                    &db(now_ms),
-                    &0_i64,
-                ],
+                &[&key_id, fingerprint, step, &model, &db(now_ms), &0_i64],
             )
             .await?;
         Ok(counts_from(&row))

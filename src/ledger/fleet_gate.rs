@@ -9,24 +9,25 @@
 use std::sync::Arc;
 
 use super::{
-    decision_row, lock, reopen, settlement, GateOutcome, GateRequest, Gatekeeper, HoldAction,
-    HoldDecided, HoldError, HoldView, LeaseView, RecordError, RecordSource, UsageReport,
+    decision_row, lock, reopen, GateOutcome, GateRequest, Gatekeeper, HoldAction, HoldDecided,
+    HoldError, HoldView, LeaseView, RecordError, RecordSource, UsageReport,
 };
 use crate::fleet::spool::Replayed;
 use crate::fleet::Observed;
 use crate::fleet::{
     AdmitScope, Booking, FleetError, HoldRefusal, KeyLimit, NewHold, NewReservation, SettleError,
 };
-use crate::gate::{decide_with, Approvals, Billed, Decision, KeyState, Usage};
+use crate::gate::{decide_with, Approvals, Decision, KeyState, Usage};
+use crate::receipt::DecisionId;
 use crate::store::answers::{AnswerKey, StoredAnswer};
-use crate::store::{Ending, HoldOpening, HoldState, UsageRow};
+use crate::store::{HoldOpening, HoldState, UsageRow};
 
 /// What an admission came to.
 enum Admitted {
     /// A re-send of a pending hold: its original answer.
     Resent(Arc<GateOutcome>),
     /// A new decision, its receipt body and its id.
-    Decided(Box<Decision>, Vec<u8>, String),
+    Decided(Box<Decision>, Vec<u8>, DecisionId),
 }
 
 impl Gatekeeper {
@@ -72,15 +73,15 @@ impl Gatekeeper {
                 });
                 let new_hold = decision.hold_id.as_ref().map(|hold_id| NewHold {
                     hold_id: hold_id.clone(),
-                    fingerprint: shape.fingerprint.to_hex(),
+                    fingerprint: shape.fingerprint,
                     worst_case_tokens: decision.worst_case.tokens().unwrap_or(0),
                     reason: decision.reason(),
                     opening_decision: serde_json::to_string(&decision).unwrap_or_default(),
                     opening_receipt: body.clone(),
                 });
                 let reserved = reservation.as_ref().map_or(0, |r| r.nano);
-                let mut row = decision_row(&decision, &decision_id, wire, reserved);
-                row.step_fingerprint = Some(shape.step_fingerprint.to_hex());
+                let mut row = decision_row(&decision, decision_id, wire, reserved);
+                row.step_fingerprint = Some(shape.step_fingerprint);
                 let booking = Booking {
                     row,
                     reservation,
@@ -102,7 +103,7 @@ impl Gatekeeper {
         };
         self.count(&decision);
         let envelope = self.signer.sign(&body);
-        lock(&self.recent).push(&decision_id, key_id, &envelope);
+        lock(&self.recent).push(decision_id, key_id, &envelope);
         self.metrics
             .decision_seconds
             .observe(started.elapsed().as_secs_f64());
@@ -130,11 +131,10 @@ impl Gatekeeper {
         })
     }
 
-    /// What an admission or an estimate asks the fleet about: the request and the key's
-    /// budget as this instance's config (or a `PUT /budget` it has seen) states it.
-    fn admit_scope<'r>(&self, req: &'r GateRequest<'r>) -> AdmitScope<'r> {
-        let shape = req.shape;
-        let limit = lock(&self.state).budgets.get(req.key.id.as_str()).map_or(
+    /// The key's budget as this instance's config (or a `PUT /budget` it has seen) states it;
+    /// unlimited when it states none.
+    fn local_limit(&self, key_id: &str) -> KeyLimit {
+        lock(&self.state).budgets.get(key_id).map_or(
             KeyLimit {
                 ceiling_nano: None,
                 period: Default::default(),
@@ -143,7 +143,14 @@ impl Gatekeeper {
                 ceiling_nano: b.ceiling_nano,
                 period: b.period,
             },
-        );
+        )
+    }
+
+    /// What an admission or an estimate asks the fleet about: the request and the key's
+    /// budget as this instance's config (or a `PUT /budget` it has seen) states it.
+    fn admit_scope<'r>(&self, req: &'r GateRequest<'r>) -> AdmitScope<'r> {
+        let shape = req.shape;
+        let limit = self.local_limit(req.key.id.as_str());
         AdmitScope {
             key_id: req.key.id.as_str(),
             fingerprint: &shape.fingerprint,
@@ -189,7 +196,7 @@ impl Gatekeeper {
         report: &UsageReport,
         source: RecordSource,
     ) -> Result<UsageRow, RecordError> {
-        match self.settle_in_fleet(report, source).await {
+        match self.settle_in_fleet(report).await {
             Err(SettleError::Fleet(_)) if source == RecordSource::Proxy => {
                 let spooled = match &self.spool {
                     Some(spool) => spool.append(report).await.is_ok(),
@@ -208,64 +215,27 @@ impl Gatekeeper {
         }
     }
 
-    async fn settle_in_fleet(
-        &self,
-        report: &UsageReport,
-        source: RecordSource,
-    ) -> Result<UsageRow, SettleError> {
+    async fn settle_in_fleet(&self, report: &UsageReport) -> Result<UsageRow, SettleError> {
         let Some(fleet) = self.fleet.as_ref() else {
             return Err(SettleError::Fleet(FleetError::Unavailable));
         };
-        let ending = match (report.ending, report.usage) {
-            (Ending::Complete, None) => Ending::NoUsage,
-            (e, _) => e,
-        };
-        let complete = ending == Ending::Complete;
-        let usage: Option<Billed> = report.usage;
-        let prices = self
-            .policy
-            .read()
-            .ok()
-            .and_then(|p| p.prices.get(&report.served_model).copied());
-        let (row, reservation) = fleet
+        let prices = self.price_of(&report.served_model);
+        fleet
             .settle(
                 &report.decision_id,
                 &report.key_id,
                 report.wire,
                 &report.served_model,
                 |r, at_ms| {
+                    let row = report.usage_row(at_ms, prices.as_ref(), r.nano, r.output_ceiling);
                     // Only a complete, reproducible answer's usage is what a SERVE does not buy.
-                    let recorded = match (usage, complete, r.reusable) {
-                        (Some(b), true, true) => serde_json::to_string(&b.usage).ok(),
-                        _ => None,
-                    };
-                    let (spend, basis) = settlement(
-                        ending,
-                        usage.as_ref(),
-                        prices.as_ref(),
-                        r.nano,
-                        r.output_ceiling,
-                    );
-                    let row = UsageRow {
-                        decision_id: report.decision_id.clone(),
-                        key_id: report.key_id.clone(),
-                        at_ms,
-                        served_model: report.served_model.clone(),
-                        wire: report.wire,
-                        complete,
-                        usage: usage.map(|b| b.usage).unwrap_or_default(),
-                        cache_write_1h: usage.map(|b| b.cache_write_1h).unwrap_or(0),
-                        web_search_requests: usage.map(|b| b.web_search_requests).unwrap_or(0),
-                        ending: Some(ending),
-                        basis,
-                        spend_nano: spend,
-                    };
+                    let recorded = report
+                        .reusable_usage(r.reusable)
+                        .and_then(|u| serde_json::to_string(&u).ok());
                     (row, recorded)
                 },
             )
-            .await?;
-        let _ = (reservation, source);
-        Ok(row)
+            .await
     }
 
     /// [`Gatekeeper::decide_hold`] in the fleet: one conditional UPDATE decides (two
@@ -331,7 +301,7 @@ impl Gatekeeper {
         let holds = holds
             .into_iter()
             .map(|h| HoldView {
-                fingerprint_prefix: h.fingerprint.chars().take(16).collect(),
+                fingerprint_prefix: super::fingerprint_prefix(h.fingerprint.as_ref()),
                 hold_id: h.hold_id,
                 key_id: h.key_id,
                 state: if h.approved {
@@ -398,19 +368,7 @@ impl Gatekeeper {
         };
         let limit = match fleet.shared_budget(key_id).await? {
             Some(shared) => shared,
-            None => {
-                let st = lock(&self.state);
-                st.budgets.get(key_id).map_or(
-                    KeyLimit {
-                        ceiling_nano: None,
-                        period: Default::default(),
-                    },
-                    |b| KeyLimit {
-                        ceiling_nano: b.ceiling_nano,
-                        period: b.period,
-                    },
-                )
-            }
+            None => self.local_limit(key_id),
         };
         let now = fleet.db_now_ms().await?;
         let s = fleet
@@ -454,7 +412,7 @@ impl Gatekeeper {
         };
         let replayed = spool
             .replay(|report| async move {
-                match self.settle_in_fleet(&report, RecordSource::Proxy).await {
+                match self.settle_in_fleet(&report).await {
                     Err(SettleError::Fleet(_)) => Replayed::Later,
                     _ => Replayed::Done,
                 }

@@ -24,7 +24,7 @@ use crate::gate::{
     Verdict, Windows,
 };
 use crate::metrics::Metrics;
-use crate::receipt::{Envelope, ReceiptSigner};
+use crate::receipt::{DecisionId, Envelope, ReceiptSigner};
 use crate::request::{Hash, RequestShape, WireForm};
 use crate::store::answers::{AnswerKey, AnswerStore, StoredAnswer};
 use crate::store::{
@@ -71,7 +71,7 @@ impl<'a> GateRequest<'a> {
 pub struct GateOutcome {
     pub decision: Decision,
     pub envelope: Envelope,
-    pub decision_id: String,
+    pub decision_id: DecisionId,
 }
 
 /// Who reports usage, which decides how durably it is kept.
@@ -90,7 +90,7 @@ pub enum RecordSource {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct UsageReport {
     pub key_id: String,
-    pub decision_id: String,
+    pub decision_id: DecisionId,
     /// What the provider reported: its final figures for a complete answer, what it had
     /// reported before the end otherwise; `None`: nothing.
     pub usage: Option<Billed>,
@@ -98,6 +98,60 @@ pub struct UsageReport {
     pub wire: WireForm,
     /// How the answer ended (only a complete answer is stored or counts as bought usage).
     pub ending: Ending,
+}
+
+impl UsageReport {
+    /// How the answer ended: a "complete" answer without usage is one that reported none.
+    pub fn ending(&self) -> Ending {
+        match (self.ending, self.usage) {
+            (Ending::Complete, None) => Ending::NoUsage,
+            (e, _) => e,
+        }
+    }
+
+    /// The row that settles this report against its reservation (`reserved_nano`, the
+    /// `output_ceiling` it was reserved with), priced with the served model's `prices`: one
+    /// rule for the single node and the fleet.
+    pub fn usage_row(
+        &self,
+        at_ms: u64,
+        prices: Option<&crate::config::Prices>,
+        reserved_nano: u64,
+        output_ceiling: Option<u64>,
+    ) -> UsageRow {
+        let ending = self.ending();
+        let usage = self.usage;
+        let (spend, basis) = settlement(
+            ending,
+            usage.as_ref(),
+            prices,
+            reserved_nano,
+            output_ceiling,
+        );
+        UsageRow {
+            decision_id: self.decision_id,
+            key_id: self.key_id.clone(),
+            at_ms,
+            served_model: self.served_model.clone(),
+            wire: self.wire,
+            complete: ending == Ending::Complete,
+            usage: usage.map(|b| b.usage).unwrap_or_default(),
+            cache_write_1h: usage.map(|b| b.cache_write_1h).unwrap_or(0),
+            web_search_requests: usage.map(|b| b.web_search_requests).unwrap_or(0),
+            ending: Some(ending),
+            basis,
+            spend_nano: spend,
+        }
+    }
+
+    /// What a SERVE of this answer would not buy: its usage, when the answer is complete and
+    /// the request reusable.
+    pub fn reusable_usage(&self, reusable: bool) -> Option<Usage> {
+        match (self.usage, self.ending() == Ending::Complete, reusable) {
+            (Some(b), true, true) => Some(b.usage),
+            _ => None,
+        }
+    }
 }
 
 /// What a settled decision is charged, and on what basis (README, "Usage accounting"):
@@ -262,7 +316,7 @@ struct OpenHold {
 struct State {
     windows: Windows,
     budgets: HashMap<String, KeyBudget>,
-    reservations: HashMap<String, Reservation>,
+    reservations: HashMap<DecisionId, Reservation>,
     /// Pending and approved holds by id (used, expired and denied ones leave memory).
     holds: HashMap<String, OpenHold>,
     /// Key → fingerprint → the open hold for that request: how a re-send of a pending hold is
@@ -310,7 +364,7 @@ impl State {
     /// Put a pending or approved hold in memory, indexed by its key and fingerprint (a later
     /// hold for the same request replaces an earlier one in the index).
     fn open_hold(&mut self, row: HoldRow, opened: Option<Arc<GateOutcome>>) {
-        if let Some(fp) = Hash::from_hex(&row.fingerprint) {
+        if let Some(fp) = row.fingerprint {
             self.hold_index
                 .entry(row.key_id.clone())
                 .or_default()
@@ -323,7 +377,7 @@ impl State {
     /// Take a hold out of memory once it is used, expired or denied.
     fn close_hold(&mut self, hold_id: &str) -> Option<OpenHold> {
         let hold = self.holds.remove(hold_id)?;
-        if let Some(fp) = Hash::from_hex(&hold.row.fingerprint) {
+        if let Some(fp) = hold.row.fingerprint {
             if let Some(by_fp) = self.hold_index.get_mut(&hold.row.key_id) {
                 if by_fp.get(&fp).is_some_and(|id| id == hold_id) {
                     by_fp.remove(&fp);
@@ -359,7 +413,7 @@ impl State {
             h.row.state == HoldState::Approved
                 && h.row.key_id == key_id
                 && now_ms < h.row.expires_ms
-                && Hash::from_hex(&h.row.fingerprint).as_ref() == Some(fingerprint)
+                && h.row.fingerprint.as_ref() == Some(fingerprint)
         };
         if let Some(h) = named
             .and_then(|id| self.holds.get(id))
@@ -420,7 +474,7 @@ impl Gatekeeper {
         now_ms: u64,
     ) -> Result<Self, StoreError> {
         let snapshot = store.load(now_ms)?;
-        let mut policy = Policy::from_config(&config);
+        let mut policy = config.policy();
         for (model, prices) in &snapshot.prices {
             policy.prices.insert(model.clone(), *prices);
         }
@@ -445,12 +499,8 @@ impl Gatekeeper {
             state.add_spend(key_id, *at, *nano);
         }
         for row in &snapshot.recent_decisions {
-            if let Some(fp) = row.fingerprint.as_deref().and_then(Hash::from_hex) {
-                let step = row
-                    .step_fingerprint
-                    .as_deref()
-                    .and_then(Hash::from_hex)
-                    .unwrap_or(fp);
+            if let Some(fp) = row.fingerprint {
+                let step = row.step_fingerprint.unwrap_or(fp);
                 state.windows.record_step(
                     &row.key_id,
                     &fp,
@@ -461,9 +511,9 @@ impl Gatekeeper {
             }
         }
         for row in &snapshot.open_reservations {
-            if let Some(fp) = row.fingerprint.as_deref().and_then(Hash::from_hex) {
+            if let Some(fp) = row.fingerprint {
                 state.reservations.insert(
-                    row.decision_id.clone(),
+                    row.decision_id,
                     Reservation {
                         key_id: row.key_id.clone(),
                         fingerprint: fp,
@@ -496,13 +546,11 @@ impl Gatekeeper {
             state.add_lease(lease.clone());
         }
         for (key_id, fp, wire, usage) in &snapshot.recorded {
-            if let Some(fp) = Hash::from_hex(fp) {
-                state
-                    .recorded
-                    .entry(key_id.clone())
-                    .or_default()
-                    .insert((fp, *wire), *usage);
-            }
+            state
+                .recorded
+                .entry(key_id.clone())
+                .or_default()
+                .insert((*fp, *wire), *usage);
         }
         Ok(Self {
             answers: Mutex::new(AnswerStore::new(config.answer_store_bytes)),
@@ -529,6 +577,14 @@ impl Gatekeeper {
     /// The fleet this instance belongs to, if any.
     pub fn fleet(&self) -> Option<&Fleet> {
         self.fleet.as_ref()
+    }
+
+    /// The price of `model` under the policy in force (`None`: it has none).
+    fn price_of(&self, model: &str) -> Option<crate::config::Prices> {
+        self.policy
+            .read()
+            .ok()
+            .and_then(|p| p.prices.get(model).copied())
     }
 
     pub fn policy(&self) -> Policy {
@@ -642,7 +698,7 @@ impl Gatekeeper {
                 let hold = HoldRow {
                     hold_id: hold_id.clone(),
                     key_id: key_id.to_string(),
-                    fingerprint: shape.fingerprint.to_hex(),
+                    fingerprint: Some(shape.fingerprint),
                     created_ms: now_ms,
                     expires_ms: now_ms + self.config.hold_ttl_ms,
                     state: HoldState::Pending,
@@ -653,7 +709,7 @@ impl Gatekeeper {
                 let outcome = GateOutcome {
                     decision: decision.clone(),
                     envelope: self.signer.sign(&body),
-                    decision_id: decision_id.clone(),
+                    decision_id,
                 };
                 let opening = HoldOpening {
                     hold_id: hold_id.clone(),
@@ -667,7 +723,7 @@ impl Gatekeeper {
             let reserved = if decision.verdict.forwards() {
                 let nano = decision.worst_case.cost_nano.unwrap_or(0);
                 st.reservations.insert(
-                    decision_id.clone(),
+                    decision_id,
                     Reservation {
                         key_id: key_id.to_string(),
                         fingerprint: shape.fingerprint,
@@ -687,8 +743,8 @@ impl Gatekeeper {
                 0
             };
             drop(st);
-            let mut row = decision_row(&decision, &decision_id, wire, reserved);
-            row.step_fingerprint = Some(shape.step_fingerprint.to_hex());
+            let mut row = decision_row(&decision, decision_id, wire, reserved);
+            row.step_fingerprint = Some(shape.step_fingerprint);
             self.store.submit(Event::Decision(row));
             for e in events {
                 self.store.submit(e);
@@ -701,7 +757,7 @@ impl Gatekeeper {
         // the state lock is released, so concurrent requests do not queue behind it.
         let envelope = signed.unwrap_or_else(|| self.signer.sign(&body));
         if mode == Mode::Commit {
-            lock(&self.recent).push(&decision_id, key_id, &envelope);
+            lock(&self.recent).push(decision_id, key_id, &envelope);
         }
         self.metrics
             .decision_seconds
@@ -746,11 +802,11 @@ impl Gatekeeper {
             return;
         }
         st.next_sweep_ms = now_ms.saturating_add(SWEEP_INTERVAL_MS);
-        let expired: Vec<String> = st
+        let expired: Vec<DecisionId> = st
             .reservations
             .iter()
             .filter(|(_, r)| r.expires_ms <= now_ms)
-            .map(|(id, _)| id.clone())
+            .map(|(id, _)| *id)
             .collect();
         for id in expired {
             if let Some(r) = st.reservations.remove(&id) {
@@ -826,24 +882,13 @@ impl Gatekeeper {
     ) -> Result<(UsageRow, Option<Event>), RecordError> {
         let (key_id, decision_id, served_model) = (
             report.key_id.as_str(),
-            report.decision_id.as_str(),
+            &report.decision_id,
             report.served_model.as_str(),
         );
         let wire = report.wire;
-        // A "complete" answer without usage is one that reported none.
-        let ending = match (report.ending, report.usage) {
-            (Ending::Complete, None) => Ending::NoUsage,
-            (e, _) => e,
-        };
-        let complete = ending == Ending::Complete;
-        let usage = report.usage;
         // Prices first: `gate` holds the policy while it takes the state lock, so taking the
         // policy under the state lock here could deadlock behind a waiting `PUT /prices`.
-        let prices = self
-            .policy
-            .read()
-            .ok()
-            .and_then(|p| p.prices.get(served_model).copied());
+        let prices = self.price_of(served_model);
         let mut st = lock(&self.state);
         let reservation = match st.reservations.get(decision_id) {
             Some(r) if r.key_id == key_id && r.wire == wire => st.reservations.remove(decision_id),
@@ -858,48 +903,32 @@ impl Gatekeeper {
         };
         if reservation.served_model != served_model {
             // A record must name the model the gate sent the call to; put the reservation back.
-            st.reservations.insert(decision_id.to_string(), reservation);
+            st.reservations.insert(*decision_id, reservation);
             return Err(RecordError::ModelMismatch);
         }
-        let (spend, basis) = settlement(
-            ending,
-            usage.as_ref(),
+        let row = report.usage_row(
+            now_ms,
             prices.as_ref(),
             reservation.nano,
             reservation.output_ceiling,
         );
-        st.add_spend(key_id, now_ms, spend);
+        st.add_spend(key_id, now_ms, row.spend_nano);
         let mut recorded_event = None;
         // Only a complete answer's usage is what a SERVE of it would not buy.
-        if let (Some(Billed { usage: u, .. }), true, true) = (usage, complete, reservation.reusable)
-        {
+        if let Some(u) = report.reusable_usage(reservation.reusable) {
             st.recorded
                 .entry(key_id.to_string())
                 .or_default()
                 .insert((reservation.fingerprint, wire), u);
             recorded_event = Some(Event::Recorded {
                 key_id: key_id.to_string(),
-                fingerprint: reservation.fingerprint.to_hex(),
+                fingerprint: reservation.fingerprint,
                 wire,
                 usage: u,
                 at_ms: now_ms,
             });
         }
         drop(st);
-        let row = UsageRow {
-            decision_id: decision_id.to_string(),
-            key_id: key_id.to_string(),
-            at_ms: now_ms,
-            served_model: served_model.to_string(),
-            wire,
-            complete,
-            usage: usage.map(|b| b.usage).unwrap_or_default(),
-            cache_write_1h: usage.map(|b| b.cache_write_1h).unwrap_or(0),
-            web_search_requests: usage.map(|b| b.web_search_requests).unwrap_or(0),
-            ending: Some(ending),
-            basis,
-            spend_nano: spend,
-        };
         if let (Some(e), RecordSource::Digest) = (recorded_event, source) {
             self.store.submit(e);
         }
@@ -1028,7 +1057,7 @@ impl Gatekeeper {
                 created_ms: h.row.created_ms,
                 expires_ms: h.row.expires_ms,
                 worst_case_tokens: h.row.worst_case_tokens,
-                fingerprint_prefix: h.row.fingerprint.chars().take(16).collect(),
+                fingerprint_prefix: fingerprint_prefix(h.row.fingerprint.as_ref()),
             })
             .collect();
         holds.sort_by(|a, b| (a.created_ms, &a.hold_id).cmp(&(b.created_ms, &b.hold_id)));
@@ -1246,7 +1275,11 @@ impl Gatekeeper {
     /// The signed receipt of a recent decision (kept in memory for the last
     /// [`recent::RECENT_RECEIPTS`] decisions since start), if it belongs to `key_id`
     /// (`None`: any key).
-    pub fn recent_receipt(&self, decision_id: &str, key_id: Option<&str>) -> Option<Envelope> {
+    pub fn recent_receipt(
+        &self,
+        decision_id: &DecisionId,
+        key_id: Option<&str>,
+    ) -> Option<Envelope> {
         lock(&self.recent).get(decision_id, key_id)
     }
 
@@ -1282,16 +1315,23 @@ fn reopen(signer: &ReceiptSigner, opening: &HoldOpening) -> Option<Arc<GateOutco
     }))
 }
 
+/// The first 16 hex digits of a fingerprint (`GET /holds`); empty once forgotten.
+fn fingerprint_prefix(fingerprint: Option<&Hash>) -> String {
+    fingerprint
+        .map(|f| f.to_hex().chars().take(16).collect())
+        .unwrap_or_default()
+}
+
 fn decision_row(
     d: &Decision,
-    decision_id: &str,
+    decision_id: DecisionId,
     wire: WireForm,
     reserved_nano: u64,
 ) -> DecisionRow {
     DecisionRow {
-        decision_id: decision_id.to_string(),
+        decision_id,
         key_id: d.key_id.clone(),
-        fingerprint: Some(d.fingerprint.to_hex()),
+        fingerprint: Some(d.fingerprint),
         verdict: d.verdict,
         reason: d.reason().to_string(),
         score: d.score,

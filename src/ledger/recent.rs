@@ -5,21 +5,21 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::receipt::Envelope;
+use crate::receipt::{DecisionId, Envelope};
 
 /// How many receipts are kept (a receipt envelope is about 2 KB).
 pub const RECENT_RECEIPTS: usize = 1024;
 
 #[derive(Default)]
 pub struct RecentReceipts {
-    order: VecDeque<String>,
-    by_id: HashMap<String, (String, Envelope)>,
+    order: VecDeque<DecisionId>,
+    by_id: HashMap<DecisionId, (String, Envelope)>,
 }
 
 impl RecentReceipts {
     /// Keep a committed decision's receipt; the oldest leaves when the ring is full.
-    pub fn push(&mut self, decision_id: &str, key_id: &str, envelope: &Envelope) {
-        if self.by_id.contains_key(decision_id) {
+    pub fn push(&mut self, decision_id: DecisionId, key_id: &str, envelope: &Envelope) {
+        if self.by_id.contains_key(&decision_id) {
             return;
         }
         while self.order.len() >= RECENT_RECEIPTS {
@@ -27,16 +27,14 @@ impl RecentReceipts {
                 self.by_id.remove(&old);
             }
         }
-        self.order.push_back(decision_id.to_string());
-        self.by_id.insert(
-            decision_id.to_string(),
-            (key_id.to_string(), envelope.clone()),
-        );
+        self.order.push_back(decision_id);
+        self.by_id
+            .insert(decision_id, (key_id.to_string(), envelope.clone()));
     }
 
     /// The receipt of `decision_id`, if it is still kept and belongs to `key_id` (`None`:
     /// any key, the admin).
-    pub fn get(&self, decision_id: &str, key_id: Option<&str>) -> Option<Envelope> {
+    pub fn get(&self, decision_id: &DecisionId, key_id: Option<&str>) -> Option<Envelope> {
         let (owner, envelope) = self.by_id.get(decision_id)?;
         key_id.is_none_or(|k| k == owner).then(|| envelope.clone())
     }
@@ -54,19 +52,20 @@ mod tests {
         }
     }
 
+    /// The decision id named `d{n}` in this test.
+    fn id(n: usize) -> DecisionId {
+        crate::receipt::decision_id(format!("d{n}").as_bytes())
+    }
+
     #[test]
     fn bounded_and_scoped_by_key() {
         let mut r = RecentReceipts::default();
         for n in 0..RECENT_RECEIPTS + 3 {
-            r.push(
-                &format!("d{n}"),
-                if n % 2 == 0 { "a" } else { "b" },
-                &env(n),
-            );
+            r.push(id(n), if n % 2 == 0 { "a" } else { "b" }, &env(n));
         }
         assert_eq!(r.order.len(), RECENT_RECEIPTS);
-        assert!(r.get("d0", None).is_none(), "the oldest left");
-        let last = format!("d{}", RECENT_RECEIPTS + 2);
+        assert!(r.get(&id(0), None).is_none(), "the oldest left");
+        let last = id(RECENT_RECEIPTS + 2);
         assert!(r.get(&last, Some("a")).is_some());
         assert!(
             r.get(&last, Some("b")).is_none(),

@@ -82,7 +82,7 @@ pub fn decisions_csv(page: &DecisionPage) -> String {
     );
     for d in &page.decisions {
         let fields = [
-            csv_field(&d.decision_id),
+            d.decision_id.to_string(),
             csv_field(&d.key_id),
             d.decided_at_ms.to_string(),
             utc_time(d.decided_at_ms),

@@ -142,7 +142,7 @@ fn forward(gk: &Gatekeeper, tag: &str, at: u64) -> GateOutcome {
 fn report(o: &GateOutcome, usage: Option<Billed>, ending: Ending) -> UsageReport {
     UsageReport {
         key_id: "alpha".into(),
-        decision_id: o.decision_id.clone(),
+        decision_id: o.decision_id,
         usage,
         served_model: "gpt-4o".into(),
         wire: WireForm::Json,
@@ -253,7 +253,7 @@ fn the_decisions_listing_pages_by_time_and_names_each_settlement() {
     )
     .unwrap();
 
-    let query = |after: Option<String>, limit| DecisionQuery {
+    let query = |after: Option<DecisionId>, limit| DecisionQuery {
         key_id: Some("alpha".into()),
         from_ms: Some(T0),
         to_ms: None,
@@ -262,21 +262,18 @@ fn the_decisions_listing_pages_by_time_and_names_each_settlement() {
     };
     let first = gk.decisions(&query(None, 2)).unwrap();
     assert_eq!(first.decisions.len(), 2);
-    assert_eq!(
-        first.next_after.as_deref(),
-        Some(broken.decision_id.as_str())
-    );
-    let rest = gk.decisions(&query(first.next_after.clone(), 2)).unwrap();
+    assert_eq!(first.next_after, Some(broken.decision_id));
+    let rest = gk.decisions(&query(first.next_after, 2)).unwrap();
     assert_eq!(rest.next_after, None);
     let all: Vec<&DecisionLine> = first.decisions.iter().chain(&rest.decisions).collect();
-    let ids: Vec<&str> = all.iter().map(|d| d.decision_id.as_str()).collect();
+    let ids: Vec<DecisionId> = all.iter().map(|d| d.decision_id).collect();
     assert_eq!(
         ids,
         [
-            complete.decision_id.as_str(),
-            broken.decision_id.as_str(),
-            refused.decision_id.as_str(),
-            open_call.decision_id.as_str()
+            complete.decision_id,
+            broken.decision_id,
+            refused.decision_id,
+            open_call.decision_id
         ]
     );
     let statuses: Vec<&str> = all.iter().map(|d| d.status).collect();
@@ -320,7 +317,7 @@ fn the_decisions_listing_pages_by_time_and_names_each_settlement() {
     assert!(gk.decisions(&other).unwrap().decisions.is_empty());
     assert!(matches!(
         gk.decisions(&DecisionQuery {
-            after: Some(complete.decision_id.clone()),
+            after: Some(complete.decision_id),
             ..other
         }),
         Err(StoreError::UnknownCursor)

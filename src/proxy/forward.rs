@@ -17,6 +17,7 @@ use crate::error::GateError;
 use crate::gate::Billed;
 use crate::ledger::{Gatekeeper, RecordSource, UsageReport};
 use crate::now_ms;
+use crate::receipt::DecisionId;
 use crate::request::{Route, WireForm};
 use crate::store::answers::{AnswerKey, StoredAnswer};
 use crate::store::Ending;
@@ -52,13 +53,15 @@ pub(super) struct Forward<'a> {
     pub gatekeeper: &'a Gatekeeper,
     pub recorder: Recorder,
     pub key_id: &'a str,
-    pub decision_id: &'a str,
+    pub decision_id: DecisionId,
     pub served_model: &'a str,
     pub original: Bytes,
     pub downgrade: bool,
     pub stream: bool,
     pub wants_usage: bool,
     pub has_stream_options: bool,
+    /// The model's string in `original` (`ParsedRequest::model_span`).
+    pub model_span: Option<std::ops::Range<usize>>,
     pub reusable: bool,
     pub answer_key: AnswerKey,
     pub receipt_headers: Vec<(&'static str, String)>,
@@ -120,19 +123,39 @@ impl Forward<'_> {
         if !self.downgrade && !strip {
             return Ok((self.original.clone(), false));
         }
-        if !self.downgrade && !self.has_stream_options {
-            // The usual streamed SDK call: one member added to the caller's bytes. The gate read
-            // them as a non-empty JSON object (a model is required), so the last `}` closes it.
-            if let Some(close) = self.original.iter().rposition(|&b| b == b'}') {
-                let mut bytes = Vec::with_capacity(self.original.len() + USAGE_OPTION.len());
-                bytes.extend_from_slice(&self.original[..close]);
-                bytes.extend_from_slice(USAGE_OPTION);
-                bytes.extend_from_slice(&self.original[close..]);
-                return Ok((Bytes::from(bytes), true));
+        // The usual cases edit the caller's bytes where the gate's reading found them: the
+        // model's string replaced (DOWNGRADE), one member added before the closing `}` (the
+        // streamed SDK call; the body is a non-empty JSON object, a model is required).
+        let replaced = if self.downgrade {
+            self.model_span.clone()
+        } else {
+            Some(0..0)
+        };
+        let parts = replaced.and_then(|span| {
+            let head = self.original.get(..span.start)?;
+            Some((head, self.original.get(span.end..)?))
+        });
+        if let (Some((head, tail)), false) = (parts, strip && self.has_stream_options) {
+            let mut bytes = Vec::with_capacity(self.original.len() + USAGE_OPTION.len() + 64);
+            bytes.extend_from_slice(head);
+            if self.downgrade {
+                let model = serde_json::to_vec(self.served_model).or_else(|_| {
+                    Error::e_explain(ErrorType::InternalError, "request body rewrite")
+                })?;
+                bytes.extend_from_slice(&model);
             }
+            bytes.extend_from_slice(tail);
+            if strip {
+                let Some(close) = bytes.iter().rposition(|&b| b == b'}') else {
+                    return Error::e_explain(ErrorType::InternalError, "request body rewrite");
+                };
+                bytes.splice(close..close, USAGE_OPTION.iter().copied());
+            }
+            return Ok((Bytes::from(bytes), strip));
         }
-        // Rarer: a model to replace, or options to merge into: edit a map of the body, which
-        // the gate has read as a JSON object (serde_json accepts the same language).
+        // Rarer: options to merge into, or a model written under a repeated key: edit a map of
+        // the body, which the gate has read as a JSON object (serde_json accepts the same
+        // language, and writes each key once).
         let Ok(mut body) = serde_json::from_slice::<Map<String, Value>>(&self.original) else {
             return Error::e_explain(ErrorType::InternalError, "request body re-parse failed");
         };
@@ -176,7 +199,7 @@ impl Forward<'_> {
     fn report(&self, usage: Option<Billed>, ending: Ending) -> UsageReport {
         UsageReport {
             key_id: self.key_id.to_string(),
-            decision_id: self.decision_id.to_string(),
+            decision_id: self.decision_id,
             usage,
             served_model: self.served_model.to_string(),
             wire: if self.stream {

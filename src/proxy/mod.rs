@@ -26,10 +26,11 @@ use pingora::{Error, ErrorType, Result};
 
 use crate::auth;
 use crate::config::{Config, KeyConfig, Upstream};
-use crate::error::GateError;
+use crate::error::{GateError, FLEET_RETRY_AFTER_SECS};
 use crate::gate::Verdict;
 use crate::ledger::{GateRequest, Gatekeeper};
 use crate::now_ms;
+use crate::receipt::DecisionId;
 use crate::request::{self, Digest, Provider, Route};
 use crate::store::answers::{AnswerKey, StoredAnswer};
 use remote::RemoteGate;
@@ -231,12 +232,36 @@ async fn read_body(session: &mut Session, cap: usize) -> std::result::Result<Byt
         })
 }
 
-/// `Retry-After` of a 503 while the fleet's database is unreachable.
-pub const FLEET_RETRY_AFTER_SECS: u64 = 2;
-
 /// A decision as the proxy enforces it, whichever gate made it (local, or central in digest
-/// mode).
-struct Enforce {
+/// mode): what to do, and the receipt that goes with it.
+struct Decided {
+    action: Action,
+    receipt: Issued,
+}
+
+/// A decision's receipt as it goes out: the id its usage is recorded against, and the headers
+/// every answer to the request carries.
+struct Issued {
+    decision_id: DecisionId,
+    headers: Vec<(&'static str, String)>,
+}
+
+/// What a decision has the proxy do. The rule or band it came from is read into it at the
+/// decision (the refusal's status and reason id), so enforcing it asks nothing again.
+enum Action {
+    /// SERVE: the answer the decision was made with, looked up once, before it.
+    Serve(Arc<StoredAnswer>),
+    /// ALLOW, or DOWNGRADE to `model_served`.
+    Forward {
+        downgrade: bool,
+        model_served: Option<String>,
+    },
+    /// CHALLENGE (the error names the hold) and BLOCK: a closed-form refusal.
+    Refuse(GateError),
+}
+
+/// A decision's terms as either gate states them.
+struct Terms {
     verdict: Verdict,
     status: u16,
     /// The rule, band or reason id, from the closed vocabulary.
@@ -245,8 +270,6 @@ struct Enforce {
     unpriced: bool,
     hold_id: Option<String>,
     model_served: Option<String>,
-    decision_id: String,
-    receipt_headers: Vec<(&'static str, String)>,
 }
 
 /// Who calls: a key of this gate's config, or, in digest mode, the key this instance was
@@ -339,7 +362,7 @@ impl GateProxy {
                 )))
             }
         };
-        let (human, hold_id) = request::caller_headers(&session.req_header().headers);
+        let (human, hold_id) = crate::body::caller_headers(&session.req_header().headers);
         let answer_key = AnswerKey {
             key_id: caller.key_id.clone(),
             fingerprint: parsed.shape.fingerprint,
@@ -365,7 +388,7 @@ impl GateProxy {
 
     /// The decision: this gate's (SQLite, or the fleet's PostgreSQL), or the central gate's
     /// in digest mode. Either fails closed: no decision, nothing upstream.
-    async fn decide(&self, g: &Gated<'_>) -> std::result::Result<Enforce, Refused> {
+    async fn decide(&self, g: &Gated<'_>) -> std::result::Result<Decided, Refused> {
         let shape = &g.parsed.shape;
         match g.identity {
             Identity::Local(key) => {
@@ -378,21 +401,11 @@ impl GateProxy {
                     now_ms: now_ms(),
                 };
                 let outcome = self.gatekeeper.gate_fleet(&request).await.map_err(|_| {
-                    // Without the fleet's database there is no budget, no window and no hold
-                    // to decide by.
-                    let err = GateError::new(
-                        503,
-                        "api_error",
-                        "fleet_store_unavailable",
-                        "the gate's shared store is unreachable; retry shortly",
-                    );
-                    (
-                        err,
-                        vec![("retry-after", FLEET_RETRY_AFTER_SECS.to_string())],
-                    )
+                    let retry = ("retry-after", FLEET_RETRY_AFTER_SECS.to_string());
+                    (GateError::fleet_unavailable(), vec![retry])
                 })?;
                 let d = &outcome.decision;
-                Ok(Enforce {
+                let terms = Terms {
                     verdict: d.verdict,
                     status: d.status(),
                     reason: d.reason(),
@@ -401,9 +414,8 @@ impl GateProxy {
                         && d.worst_case.cost_nano.is_none(),
                     hold_id: d.hold_id.clone(),
                     model_served: d.model_served.clone(),
-                    receipt_headers: receipt_headers(d.verdict, &outcome.envelope),
-                    decision_id: outcome.decision_id,
-                })
+                };
+                Ok(self.decided(g, terms, &outcome.envelope, outcome.decision_id))
             }
             Identity::Remote(remote) => {
                 let mut digest = Digest::new(shape.clone());
@@ -416,43 +428,87 @@ impl GateProxy {
                     .gate(&digest)
                     .await
                     .map_err(|e| (GateError::from(e), Vec::new()))?;
-                Ok(Enforce {
+                let terms = Terms {
                     verdict: r.verdict,
                     status: r.status,
-                    receipt_headers: receipt_headers(r.verdict, &r.receipt),
                     reason: static_reason(&r.reason),
                     unpriced: false,
                     hold_id: r.hold_id,
                     model_served: r.model_served,
-                    decision_id: r.decision_id,
-                })
+                };
+                Ok(self.decided(g, terms, &r.receipt, r.decision_id))
             }
         }
     }
 
-    /// Do what the decision says: serve the held answer, hold, refuse, or forward.
-    async fn enforce(&self, session: &mut Session, g: Gated<'_>, decided: Enforce) -> Result<()> {
-        let route = g.route;
-        let headers = &decided.receipt_headers;
-        // A hold keeps its approval text; a refusal for want of a price says so.
-        if decided.unpriced {
-            let model = &g.parsed.shape.model;
-            let err = GateError::unpriced_model(decided.status, "tokensaver_block", model);
-            return respond_error(session, Some(route), &err, headers).await;
+    /// A decision's terms and receipt, as the proxy enforces them.
+    fn decided(
+        &self,
+        g: &Gated<'_>,
+        terms: Terms,
+        envelope: &crate::receipt::Envelope,
+        decision_id: DecisionId,
+    ) -> Decided {
+        let headers = receipt_headers(terms.verdict, envelope);
+        Decided {
+            action: self.action(g, terms),
+            receipt: Issued {
+                decision_id,
+                headers,
+            },
         }
-        match decided.verdict {
-            Verdict::Serve => {
-                // The local gate serves only what `stored` holds; a central gate that says
-                // SERVE for an answer this instance does not hold breaks the protocol.
-                let Some(answer) = &g.stored else {
-                    let err = GateError::new(
-                        502,
-                        "api_error",
-                        "answer_missing",
-                        "the gate served an answer this instance does not hold",
-                    );
-                    return respond_error(session, Some(route), &err, headers).await;
-                };
+    }
+
+    /// What the proxy does with a verdict: serve the answer held for it, forward, or refuse.
+    fn action(&self, g: &Gated<'_>, t: Terms) -> Action {
+        // A refusal for want of a price says so, whatever the verdict.
+        if t.unpriced {
+            let model = &g.parsed.shape.model;
+            return Action::Refuse(GateError::unpriced_model(
+                t.status,
+                "tokensaver_block",
+                model,
+            ));
+        }
+        match t.verdict {
+            // The local gate serves only what `stored` holds; a central gate that says SERVE
+            // for an answer this instance does not hold breaks the protocol.
+            Verdict::Serve => match &g.stored {
+                Some(answer) => Action::Serve(answer.clone()),
+                None => Action::Refuse(GateError::new(
+                    502,
+                    "api_error",
+                    "answer_missing",
+                    "the gate served an answer this instance does not hold",
+                )),
+            },
+            Verdict::Challenge => {
+                let ttl = self
+                    .remote
+                    .as_ref()
+                    .map_or(Some(self.config().hold_ttl_ms), |r| r.hold_ttl_ms());
+                Action::Refuse(GateError::held(t.reason, t.hold_id, ttl))
+            }
+            Verdict::Block => Action::Refuse(GateError::new(
+                t.status,
+                "tokensaver_block",
+                t.reason,
+                block_message(t.status),
+            )),
+            Verdict::Allow | Verdict::Downgrade => Action::Forward {
+                downgrade: t.verdict == Verdict::Downgrade,
+                model_served: t.model_served,
+            },
+        }
+    }
+
+    /// Do what the decision says: serve the held answer, refuse, or forward.
+    async fn enforce(&self, session: &mut Session, g: Gated<'_>, decided: Decided) -> Result<()> {
+        let route = g.route;
+        let Decided { action, receipt } = decided;
+        let headers = &receipt.headers;
+        match action {
+            Action::Serve(answer) => {
                 let shape = &g.parsed.shape;
                 let body = if route == Route::OpenAiChat && shape.stream && !g.parsed.include_usage
                 {
@@ -462,38 +518,32 @@ impl GateProxy {
                 };
                 respond(session, 200, &answer.content_type, body, headers).await
             }
-            Verdict::Challenge => {
-                let ttl = self
-                    .remote
-                    .as_ref()
-                    .map_or(Some(self.config().hold_ttl_ms), |r| r.hold_ttl_ms());
-                let err = GateError::held(decided.reason, decided.hold_id.clone(), ttl);
-                respond_error(session, Some(route), &err, headers).await
+            Action::Refuse(err) => respond_error(session, Some(route), &err, headers).await,
+            Action::Forward {
+                downgrade,
+                model_served,
+            } => {
+                self.forward(session, g, receipt, downgrade, model_served)
+                    .await
             }
-            Verdict::Block => {
-                let err = GateError::new(
-                    decided.status,
-                    "tokensaver_block",
-                    decided.reason,
-                    block_message(decided.status),
-                );
-                respond_error(session, Some(route), &err, headers).await
-            }
-            Verdict::Allow | Verdict::Downgrade => self.forward(session, g, decided).await,
         }
     }
 
     /// ALLOW and DOWNGRADE: send the request upstream and relay the answer (`forward.rs`).
-    async fn forward(&self, session: &mut Session, g: Gated<'_>, decided: Enforce) -> Result<()> {
+    async fn forward(
+        &self,
+        session: &mut Session,
+        g: Gated<'_>,
+        receipt: Issued,
+        downgrade: bool,
+        model_served: Option<String>,
+    ) -> Result<()> {
         let recorder = match &self.remote {
             Some(remote) => forward::Recorder::Remote(remote.clone()),
             None => forward::Recorder::Local,
         };
         let shape = &g.parsed.shape;
-        let served_model = decided
-            .model_served
-            .clone()
-            .unwrap_or_else(|| shape.model.clone());
+        let served_model = model_served.unwrap_or_else(|| shape.model.clone());
         let Some(provider) = self.provider(g.route) else {
             let err = GateError::new(
                 502,
@@ -506,7 +556,7 @@ impl GateProxy {
                     &self.gatekeeper,
                     crate::ledger::UsageReport {
                         key_id: g.key_id.clone(),
-                        decision_id: decided.decision_id.clone(),
+                        decision_id: receipt.decision_id,
                         usage: None,
                         served_model,
                         wire: shape.wire_form(),
@@ -514,7 +564,7 @@ impl GateProxy {
                     },
                 )
                 .await;
-            return respond_error(session, Some(g.route), &err, &decided.receipt_headers).await;
+            return respond_error(session, Some(g.route), &err, &receipt.headers).await;
         };
         let job = forward::Forward {
             route: g.route,
@@ -523,16 +573,17 @@ impl GateProxy {
             gatekeeper: &self.gatekeeper,
             recorder,
             key_id: &g.key_id,
-            decision_id: &decided.decision_id,
+            decision_id: receipt.decision_id,
             served_model: &served_model,
             original: g.body,
-            downgrade: decided.verdict == Verdict::Downgrade,
+            downgrade,
             stream: shape.stream,
             wants_usage: g.parsed.include_usage,
             has_stream_options: g.parsed.has_stream_options,
+            model_span: g.parsed.model_span.clone(),
             reusable: shape.reproducible(),
             answer_key: g.answer_key,
-            receipt_headers: decided.receipt_headers,
+            receipt_headers: receipt.headers,
         };
         job.run(session).await
     }

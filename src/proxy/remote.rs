@@ -19,7 +19,7 @@ use serde_json::json;
 use crate::config::parse_origin;
 use crate::gate::Verdict;
 use crate::ledger::UsageReport;
-use crate::receipt::Envelope;
+use crate::receipt::{DecisionId, Envelope};
 use crate::request::Digest;
 
 /// A decision or record answer is a few hundred bytes; anything near this is not the gate.
@@ -61,7 +61,7 @@ struct Link {
 #[derive(Debug, Clone, Deserialize)]
 pub struct RemoteDecision {
     pub verdict: Verdict,
-    pub decision_id: String,
+    pub decision_id: DecisionId,
     pub status: u16,
     pub reason: String,
     pub hold_id: Option<String>,

@@ -1,34 +1,9 @@
-//! split-profile: the tool-catalogue check (seed 000, criteria `token-efficiency/v1`
-//! revision 1.2.0), served under `/split-profile/` on the admin listener and by the
-//! `tokensaver split-profile FILE|-` command.
-//!
-//! It states how one submitted MCP tool catalogue's definition-token count is composed —
-//! the shares carried by names, descriptions and parameter schemas, for the catalogue and
-//! inside each tool, on the floor-to-0.5 grid with the derivability self-check — and which
-//! tools have byte-identical schema serialisations. It reports no count of any kind.
-//!
-//! - [`json`]: JavaScript-compatible `JSON.parse` / `JSON.stringify` (part strings are
-//!   defined by them).
-//! - [`tokenizer`]: cl100k_base via tiktoken-rs, special-token spellings as ordinary text.
-//! - [`derivability`]: the 0.5 grid and the closed-form self-check (proven against brute force).
-//! - [`engine`]: input contract, part strings, shares, edge rules, schema-identity groups.
-//! - [`report`]: the signed report and pre-check documents, the verdict line, a text render.
-//! - [`criteria`]: the criteria as this build applies them (`GET /split-profile/criteria`).
-//! - [`service`]: the routes as pure handlers, with the free pre-check allowance.
-//!
-//! Public entry points for the shells:
-//! - admin listener: [`SplitProfileService::handle`];
-//! - CLI: [`profile`] then [`render_text`] / [`report_bytes`], or [`render_refusal_text`].
+//! split-profile on the admin listener: the routes as pure handlers, with the free pre-check
+//! allowance ([`service`]). The check itself (criteria, shares, the signed report) is the
+//! `tokensaver-split-profile` crate, re-exported here.
 
-pub mod criteria;
-pub mod derivability;
-pub mod engine;
-pub mod json;
-pub mod report;
+pub use tokensaver_split_profile::*;
+
 pub mod service;
-pub mod tokenizer;
 
-pub use criteria::criteria_json;
-pub use engine::{profile, Refusal, Report, Shares, MAX_BODY_BYTES, MAX_TOOLS};
-pub use report::{render_refusal_text, render_text, report_bytes, signed_report};
 pub use service::SplitProfileService;

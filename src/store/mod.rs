@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{BudgetPeriod, Prices};
 use crate::gate::{Usage, Verdict};
-use crate::request::WireForm;
+use crate::receipt::DecisionId;
+use crate::request::{Hash, WireForm};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -29,10 +30,10 @@ pub enum StoreError {
 /// One gated request, as the ledger keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DecisionRow {
-    pub decision_id: String,
+    pub decision_id: DecisionId,
     pub key_id: String,
     /// Blanked by `POST /forget`.
-    pub fingerprint: Option<String>,
+    pub fingerprint: Option<Hash>,
     pub verdict: Verdict,
     /// The rule or band id, or what earned the verdict.
     pub reason: String,
@@ -53,13 +54,13 @@ pub struct DecisionRow {
     pub hold_id: Option<String>,
     /// The step fingerprint (SPEC §2.1), for rebuilding the loop windows; blanked by
     /// `POST /forget` with the fingerprint. `None` in rows written before it existed.
-    pub step_fingerprint: Option<String>,
+    pub step_fingerprint: Option<Hash>,
 }
 
 /// Provider-reported usage for a forwarded decision, and the spend it settles.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UsageRow {
-    pub decision_id: String,
+    pub decision_id: DecisionId,
     pub key_id: String,
     pub at_ms: u64,
     pub served_model: String,
@@ -232,7 +233,8 @@ impl HoldState {
 pub struct HoldRow {
     pub hold_id: String,
     pub key_id: String,
-    pub fingerprint: String,
+    /// Blanked by `POST /forget`.
+    pub fingerprint: Option<Hash>,
     pub created_ms: u64,
     pub expires_ms: u64,
     pub state: HoldState,
@@ -269,7 +271,7 @@ pub enum Event {
     Usage(UsageRow),
     /// A reservation never settled, charged at its worst case after the TTL.
     ReservationExpired {
-        decision_id: String,
+        decision_id: DecisionId,
         key_id: String,
         at_ms: u64,
         charged_nano: u64,
@@ -285,7 +287,7 @@ pub enum Event {
     /// An answer's provider-reported usage is recorded for (key, fingerprint, wire form).
     Recorded {
         key_id: String,
-        fingerprint: String,
+        fingerprint: Hash,
         wire: WireForm,
         usage: Usage,
         at_ms: u64,
@@ -320,7 +322,7 @@ pub struct Snapshot {
     pub hold_openings: Vec<HoldOpening>,
     /// Leases that have not ended.
     pub leases: Vec<LeaseRow>,
-    pub recorded: Vec<(String, String, WireForm, Usage)>,
+    pub recorded: Vec<(String, Hash, WireForm, Usage)>,
     pub budgets: Vec<(String, Option<u64>, BudgetPeriod)>,
     pub prices: Vec<(String, Prices)>,
 }
@@ -398,7 +400,7 @@ pub trait Store: Send + Sync {
         to_day: Option<&str>,
     ) -> Result<(Vec<LedgerDay>, LedgerTotals), StoreError>;
     /// Whether a usage row exists for the decision (a `/record` is accepted once).
-    fn usage_recorded(&self, decision_id: &str) -> Result<bool, StoreError>;
+    fn usage_recorded(&self, decision_id: &DecisionId) -> Result<bool, StoreError>;
     /// Decisions with their settlements, oldest first (`GET /ledger/decisions`).
     fn decisions(&self, query: &DecisionQuery) -> Result<DecisionPage, StoreError>;
     /// The ledger page: the newest decisions first, of a key (`None`: every key) and
@@ -429,14 +431,14 @@ pub struct DecisionQuery {
     /// Decided before (unix ms, exclusive).
     pub to_ms: Option<u64>,
     /// Start after this decision (the last one of the previous page).
-    pub after: Option<String>,
+    pub after: Option<DecisionId>,
     pub limit: usize,
 }
 
 /// One decision as `GET /ledger/decisions` lists it, with its settlement: never content.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DecisionLine {
-    pub decision_id: String,
+    pub decision_id: DecisionId,
     pub key_id: String,
     pub decided_at_ms: u64,
     pub verdict: Verdict,
@@ -474,7 +476,24 @@ pub struct DecisionLine {
 pub struct DecisionPage {
     pub decisions: Vec<DecisionLine>,
     /// Pass as `after` for the next page; `None` on the last page.
-    pub next_after: Option<String>,
+    pub next_after: Option<DecisionId>,
+}
+
+impl DecisionPage {
+    /// The page of `limit` lines from up to `limit + 1` read: one more than the page means a
+    /// next page, which starts after the page's last line.
+    pub fn of(mut lines: Vec<DecisionLine>, limit: usize) -> Self {
+        let next_after = if lines.len() > limit {
+            lines.truncate(limit);
+            lines.last().map(|l| l.decision_id)
+        } else {
+            None
+        };
+        DecisionPage {
+            decisions: lines,
+            next_after,
+        }
+    }
 }
 
 /// A commit's outcome, awaited by an async caller: resolves when the writer has committed (or

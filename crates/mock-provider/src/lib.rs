@@ -1640,17 +1640,7 @@ impl MockReply {
         if self.text.is_empty() {
             return Vec::new();
         }
-        self.text
-            .split(' ')
-            .enumerate()
-            .map(|(i, w)| {
-                if i == 0 {
-                    w.to_owned()
-                } else {
-                    format!(" {w}")
-                }
-            })
-            .collect()
+        word_deltas(&self.text)
     }
 
     fn oa_usage(&self) -> OaUsage {

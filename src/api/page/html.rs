@@ -13,6 +13,7 @@ use super::svg;
 use crate::api::Listener;
 use crate::gate::Verdict;
 use crate::ledger::HoldView;
+use crate::receipt::DecisionId;
 use crate::store::{utc_day, HoldState, LedgerTotals};
 
 const LAYOUT: &str = include_str!("assets/layout.html");
@@ -516,10 +517,11 @@ fn decision_row(out: &mut String, d: &DecisionLine) {
         None => r#"<span class="muted" title="the receipt is no longer kept in memory">—</span>"#
             .to_string(),
     };
-    let receipt = if d.finding_codes.is_some() && safe_id(&r.decision_id) {
+    // A decision id is 64 hex digits: safe in a URL and in HTML as it is.
+    let receipt = if d.finding_codes.is_some() {
         format!(
             r#"<a class="verify" href="/page/receipt/{0}">verify</a>"#,
-            esc(&r.decision_id)
+            r.decision_id
         )
     } else {
         r#"<span class="muted" title="receipts are kept in memory for the latest 1024 decisions since start">not kept</span>"#.to_string()
@@ -527,7 +529,11 @@ fn decision_row(out: &mut String, d: &DecisionLine) {
     let fingerprint = match &r.fingerprint {
         Some(fp) => format!(
             "<code>{}…</code>",
-            esc(&fp.chars().take(FINGERPRINT_DIGITS).collect::<String>())
+            esc(&fp
+                .to_hex()
+                .chars()
+                .take(FINGERPRINT_DIGITS)
+                .collect::<String>())
         ),
         None => r#"<span class="muted">forgotten</span>"#.to_string(),
     };
@@ -635,7 +641,7 @@ fn economics(out: &mut String, e: &EconomicsBrief) {
 pub fn receipt(
     listener: Listener,
     scope: &Scope,
-    decision_id: &str,
+    decision_id: &DecisionId,
     kid: &str,
     body: &Value,
     id_matches: bool,
@@ -667,7 +673,7 @@ pub fn receipt(
     let body_html = format!(
         r#"<main class="narrow" id="receipt"><h1>Receipt</h1><p class="ok" id="verified">Signature valid: Ed25519, key <code>{kid}</code> (listed by <code>GET /spec</code>).</p><p class="{idc}">Decision id <code>{id}</code> {idm} the BLAKE3 hash of the signed bytes.</p><table class="receipt">{rows}</table><p class="note">Your client received this receipt in the <code>x-tokensaver-receipt</code> header; <code>POST /verify</code> on the API listener or <code>tokensaver verify</code> checks it without this page. The fingerprint is cut to {FINGERPRINT_DIGITS} hex digits here.</p><p><a href="/page/">Back to the ledger page</a></p></main>"#,
         kid = esc(kid),
-        id = esc(decision_id),
+        id = decision_id,
         idc = if id_matches { "ok" } else { "error" },
         idm = if id_matches { "is" } else { "is NOT" },
     );

@@ -38,6 +38,7 @@ use crate::auth;
 use crate::gate::Verdict;
 use crate::ledger::{Gatekeeper, HoldAction, HoldError};
 use crate::now_ms;
+use crate::receipt::DecisionId;
 use model::{EconomicsBrief, Range};
 use session::{Scope, Session, Sessions};
 
@@ -358,9 +359,14 @@ fn csrf_refused(listener: Listener) -> ApiResponse {
     )
 }
 
-/// A listed decision's receipt, verified with the gate's own key.
+/// A listed decision's receipt, verified with the gate's own key. The id comes from the URL:
+/// one that is not a decision id is a receipt the page does not keep.
 fn receipt(listener: Listener, gk: &Gatekeeper, s: &Session, decision_id: &str) -> ApiResponse {
-    let Some(envelope) = gk.recent_receipt(decision_id, s.scope.key_id()) else {
+    let envelope = decision_id
+        .parse::<DecisionId>()
+        .ok()
+        .and_then(|id| Some((id, gk.recent_receipt(&id, s.scope.key_id())?)));
+    let Some((decision_id, envelope)) = envelope else {
         return html(
             404,
             html::message(
@@ -379,7 +385,7 @@ fn receipt(listener: Listener, gk: &Gatekeeper, s: &Session, decision_id: &str) 
                 html::receipt(
                     listener,
                     &s.scope,
-                    decision_id,
+                    &decision_id,
                     &envelope.kid,
                     &parsed,
                     id_matches,

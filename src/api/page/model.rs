@@ -7,6 +7,7 @@ use serde_json::Value;
 use super::session::Scope;
 use crate::gate::Verdict;
 use crate::ledger::{BudgetView, Gatekeeper, HoldView, LeaseView};
+use crate::receipt::DecisionId;
 use crate::store::{utc_day, DecisionListing, LedgerTotals, StoreError, VerdictCount};
 
 /// How many of the latest decisions the page lists.
@@ -157,7 +158,7 @@ pub struct View {
 }
 
 /// The finding codes a receipt body names.
-fn finding_codes(gatekeeper: &Gatekeeper, decision_id: &str) -> Option<Vec<String>> {
+fn finding_codes(gatekeeper: &Gatekeeper, decision_id: &DecisionId) -> Option<Vec<String>> {
     let envelope = gatekeeper.recent_receipt(decision_id, None)?;
     let body: Value = serde_json::from_slice(&envelope.body_bytes().ok()?).ok()?;
     Some(

@@ -86,14 +86,22 @@ mod tests {
 
     use super::*;
     use crate::gate::Usage;
-    use crate::request::WireForm;
+    use crate::receipt::DecisionId;
+    use crate::request::{Hash, WireForm};
     use crate::store::{DecisionRow, Event, Store, UsageRow};
 
-    fn row(id: &str, key: &str, verdict: Verdict, reason: &str, at: u64) -> DecisionRow {
+    /// The decision id named `tag` in these tests.
+    fn id(tag: &str) -> DecisionId {
+        crate::receipt::decision_id(tag.as_bytes())
+    }
+
+    fn row(tag: &str, key: &str, verdict: Verdict, reason: &str, at: u64) -> DecisionRow {
         DecisionRow {
-            decision_id: id.into(),
+            decision_id: id(tag),
             key_id: key.into(),
-            fingerprint: Some(format!("fp-{id}")),
+            fingerprint: Some(Hash(
+                *blake3::hash(format!("fp-{tag}").as_bytes()).as_bytes(),
+            )),
             verdict,
             reason: reason.into(),
             score: 0.5,
@@ -126,7 +134,7 @@ mod tests {
             store.submit(Event::Decision(r));
         }
         store.submit(Event::Usage(UsageRow {
-            decision_id: "d1".into(),
+            decision_id: id("d1"),
             key_id: "a".into(),
             at_ms: 1_100,
             served_model: "gpt-4o".into(),
@@ -142,15 +150,16 @@ mod tests {
         store.flush().unwrap();
 
         let all = store.latest_decisions(None, None, 10).unwrap();
-        let ids: Vec<&str> = all.iter().map(|d| d.row.decision_id.as_str()).collect();
-        assert_eq!(ids, ["d5", "d4", "d3", "d2", "d1"], "newest first");
+        let ids: Vec<DecisionId> = all.iter().map(|d| d.row.decision_id).collect();
+        let expected = ["d5", "d4", "d3", "d2", "d1"].map(id);
+        assert_eq!(ids, expected, "newest first");
         assert_eq!(all[4].spend_nano, Some(4_200));
         assert_eq!(all[0].spend_nano, None);
         let a_blocks = store
             .latest_decisions(Some("a"), Some(Verdict::Block), 1)
             .unwrap();
         assert_eq!(a_blocks.len(), 1);
-        assert_eq!(a_blocks[0].row.decision_id, "d4");
+        assert_eq!(a_blocks[0].row.decision_id, id("d4"));
         assert!(store
             .latest_decisions(Some("c"), None, 10)
             .unwrap()

@@ -72,19 +72,21 @@ impl Hash {
 
 impl fmt::Debug for Hash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Hash({})", self.to_hex())
+        f.write_str("Hash(")?;
+        crate::receipt::write_hex32(&self.0, f)?;
+        f.write_str(")")
     }
 }
 
 impl fmt::Display for Hash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_hex())
+        crate::receipt::write_hex32(&self.0, f)
     }
 }
 
 impl Serialize for Hash {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_hex())
+        s.collect_str(self)
     }
 }
 

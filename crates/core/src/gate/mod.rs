@@ -96,7 +96,7 @@ impl Usage {
     }
 
     /// Spend in nano-USD: each part × its price (micro-USD per million tokens), rounded up.
-    pub fn cost_nano(&self, prices: &crate::config::Prices) -> u64 {
+    pub fn cost_nano(&self, prices: &crate::prices::Prices) -> u64 {
         tokens_cost_nano(self.input, prices.input)
             .saturating_add(tokens_cost_nano(self.cache_write, prices.cache_write))
             .saturating_add(tokens_cost_nano(self.cache_read, prices.cache_read))
@@ -127,7 +127,7 @@ impl Billed {
     /// `cache_write − cache_write_1h`; 1-hour writes take `cache_write_1h` (absent: twice
     /// the input price, Anthropic's published rule); web search requests take
     /// `web_search_per_1k` (absent: not priced, see `/spec`).
-    pub fn cost_nano(&self, prices: &crate::config::Prices) -> u64 {
+    pub fn cost_nano(&self, prices: &crate::prices::Prices) -> u64 {
         let u = &self.usage;
         let one_hour = self.cache_write_1h.min(u.cache_write);
         tokens_cost_nano(u.input, prices.input)

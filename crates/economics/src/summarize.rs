@@ -173,7 +173,7 @@ pub fn summarize(
 
     let mut primary_verdict: Option<EconomicsVerdict> = None;
     for decl in &m.suites {
-        let source = if decl.kind == "context" {
+        let source = if decl.kind == SuiteKind::Context {
             decl.reads.clone().unwrap_or_default()
         } else {
             decl.id.clone()
@@ -200,7 +200,7 @@ pub fn summarize(
             ));
         }
         let mut view = suite_view(decl, loaded, latest, freshness, reasons);
-        if decl.kind == "context" {
+        if decl.kind == SuiteKind::Context {
             if query.suite.as_deref().is_some_and(|q| q != decl.id) {
                 continue;
             }
@@ -273,7 +273,7 @@ fn suite_view(
         .collect();
     EconomicsSuiteView {
         id: decl.id.clone(),
-        kind: decl.kind.clone(),
+        kind: decl.kind,
         version: decl.version,
         title: decl.title.clone(),
         model: None,
@@ -650,17 +650,21 @@ fn live_metrics(
     out
 }
 
+/// A dimension the pairs are segmented by: its name, and a pair's value in it.
+type Dimension = (&'static str, fn(&EconomicsPair) -> &String);
+
+const DIMENSIONS: [Dimension; 3] = [
+    ("category", |p| &p.category),
+    ("client", |p| &p.client),
+    ("model", |p| &p.model),
+];
+
 fn segments(pairs: &[&EconomicsPair]) -> Vec<EconomicsSegment> {
     let mut out = Vec::new();
-    for dim in ["category", "client", "model"] {
+    for (dim, value_of) in DIMENSIONS {
         let mut seg: BTreeMap<String, Vec<f64>> = BTreeMap::new();
         for p in pairs {
-            let k = match dim {
-                "category" => &p.category,
-                "client" => &p.client,
-                _ => &p.model,
-            };
-            let e = seg.entry(k.clone()).or_default();
+            let e = seg.entry(value_of(p).clone()).or_default();
             if let (EconomicsPairStatus::Valid, Some(r)) = (p.status, p.token_reduction) {
                 e.push(r);
             }

@@ -10,7 +10,7 @@ use super::derivability::Share;
 use super::engine::{Group, Refusal, Report, Row, Shares};
 use super::json::{self, JsObject, JsString, JsValue};
 use super::tokenizer;
-use crate::receipt::ReceiptSigner;
+use tokensaver_core::receipt::ReceiptSigner;
 
 pub const CRITERIA_ID: &str = "token-efficiency/v1";
 pub const CRITERIA_REVISION: &str = "1.2.0";
@@ -24,13 +24,13 @@ pub const R3_NOT_ASSESSABLE_REASON: &str = "fewer than two tools carry a schema"
 
 /// RFC 3339 UTC, second precision: `YYYY-MM-DDTHH:MM:SSZ`.
 pub fn rfc3339_utc(unix_ms: u64) -> String {
-    crate::utc::rfc3339(unix_ms)
+    tokensaver_core::utc::rfc3339(unix_ms)
 }
 
 /// Days since 1970-01-01 → (year, month, day), proleptic Gregorian.
 #[cfg(test)]
 fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let (y, m, d) = crate::utc::civil_from_days(i64::try_from(days).unwrap_or(i64::MAX));
+    let (y, m, d) = tokensaver_core::utc::civil_from_days(i64::try_from(days).unwrap_or(i64::MAX));
     (y.unsigned_abs(), u64::from(m), u64::from(d))
 }
 
@@ -380,7 +380,8 @@ mod tests {
         let signer = ReceiptSigner::from_seed([3; 32]);
         let doc = signed_report(&r, &signer);
         let v: serde_json::Value = serde_json::from_slice(&doc).unwrap();
-        let env: crate::receipt::Envelope = serde_json::from_value(v["signature"].clone()).unwrap();
+        let env: tokensaver_core::receipt::Envelope =
+            serde_json::from_value(v["signature"].clone()).unwrap();
         let signed = signer.verify(&env).unwrap();
         assert_eq!(signed, report_bytes(&r));
         let reparsed: serde_json::Value = serde_json::from_slice(&signed).unwrap();

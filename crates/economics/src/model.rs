@@ -287,8 +287,7 @@ pub enum EconomicsFreshness {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EconomicsSuiteView {
     pub id: String,
-    /// `live` or `context`.
-    pub kind: String,
+    pub kind: SuiteKind,
     pub version: u32,
     pub title: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -402,7 +401,7 @@ pub struct EconomicsVariant {
 }
 
 /// When a quantitative total-token claim may be published. Every threshold must hold; none
-/// has a default. The code holds a floor under each ([`crate::economics::SEED_FLOOR`], the
+/// has a default. The code holds a floor under each ([`crate::SEED_FLOOR`], the
 /// seed's rule): a methodology cannot loosen the rule below it, and evidence recorded against
 /// a simulated provider is never publishable, whatever the thresholds say.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -484,13 +483,30 @@ pub struct EconomicsSummary {
 // Declarations and evidence on disk
 // ---------------------------------------------------------------------------------------------
 
+/// The two kinds of suite: measured on real clients in two arms, or counted in the live
+/// suite's treatment requests. They are separate metrics and never merged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SuiteKind {
+    Live,
+    Context,
+}
+
+impl SuiteKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SuiteKind::Live => "live",
+            SuiteKind::Context => "context",
+        }
+    }
+}
+
 /// A suite the methodology declares.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SuiteDecl {
     pub id: String,
-    /// `live` or `context`.
-    pub kind: String,
+    pub kind: SuiteKind,
     pub version: u32,
     pub title: String,
     /// Live: repetitions of every task, client and arm the harness runs.
@@ -806,7 +822,7 @@ pub struct EvidenceFile {
     pub recorded_at_unix_ms: u64,
     pub build: BuildInfo,
     /// BLAKE3 of the effective gate policy of the treatment (see
-    /// [`crate::economics::identity::gate_policy`]).
+    /// `tokensaver::economics::identity::gate_policy`).
     pub gate_config_blake3: String,
     pub provider: ProviderInfo,
     pub clients: Vec<ClientInfo>,

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::windows::WindowCounts;
-use crate::config::Prices;
+use crate::prices::Prices;
 use crate::request::RequestShape;
 
 /// The 8th identical request in 120 s (seven earlier ones).

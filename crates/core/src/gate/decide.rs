@@ -9,7 +9,7 @@ use super::rules::{self, BudgetState, Rule, WorstCase};
 use super::score::{self, Signals};
 use super::windows::WindowCounts;
 use super::{Band, GateConfig, Saturation, Usage, Verdict};
-use crate::config::Prices;
+use crate::prices::Prices;
 use crate::request::{Hash, RequestShape};
 
 /// What the gate decides with besides the request: tunables, prices, the downgrade map.
@@ -23,30 +23,6 @@ pub struct Policy {
 }
 
 impl Policy {
-    pub fn from_config(config: &crate::config::Config) -> Self {
-        let key_saturation = config
-            .keys
-            .iter()
-            .filter_map(|key| {
-                let (_, spend) = key.profile.as_ref()?;
-                let saturation = Saturation {
-                    size: spend.size,
-                    ask: spend.ask,
-                    depth: spend.depth,
-                    tools: spend.tools,
-                    ..config.gate.saturation.clone()
-                };
-                Some((key.id.clone(), saturation))
-            })
-            .collect();
-        Policy {
-            gate: config.gate.clone(),
-            prices: config.prices.clone(),
-            downgrade: config.downgrade.clone(),
-            key_saturation,
-        }
-    }
-
     /// The saturation points a key is scored with: its profile's, else the gate's.
     pub fn saturation_for(&self, key_id: &str) -> &Saturation {
         self.key_saturation

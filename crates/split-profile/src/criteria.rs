@@ -161,7 +161,7 @@ mod tests {
         // The shared seeds sit beside the checkout (locally and in CI); elsewhere this is skipped.
         let shared = std::path::Path::new(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../shared/seeds/000_31d81980081a14fe.txt"
+            "/../../../shared/seeds/000_31d81980081a14fe.txt"
         ));
         if let Ok(bytes) = std::fs::read(shared) {
             assert_eq!(

@@ -115,7 +115,7 @@ fn variants(o: &mut String, s: &EconomicsSummary) {
 fn suites(o: &mut String, s: &EconomicsSummary) {
     let _ = writeln!(o, "\nsuites:");
     for v in &s.suites {
-        if v.kind == "context" {
+        if v.kind == SuiteKind::Context {
             let _ = writeln!(
                 o,
                 "  {} (context, v{}): {} — reads the treatment requests of {}",
@@ -130,7 +130,7 @@ fn suites(o: &mut String, s: &EconomicsSummary) {
             o,
             "  {} ({}, v{}): {} — runs {}, pairs declared {} attempted {} valid {} control_failed {} treatment_failed {} both_failed {} other {}",
             v.id,
-            v.kind,
+            v.kind.as_str(),
             v.version,
             word(&v.freshness),
             v.runs,

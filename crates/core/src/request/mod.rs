@@ -208,6 +208,11 @@ pub struct ParsedRequest {
     pub include_usage: bool,
     /// The body has a top-level `stream_options`.
     pub has_stream_options: bool,
+    /// Where the model's JSON string (quotes included) lies in the body, when it is the only
+    /// `model` the body has: a DOWNGRADE rewrites these bytes and nothing else. `None` when a
+    /// key is written twice at the top level (readers keeping the first value would see
+    /// another model): the rewrite then re-serialises the body.
+    pub model_span: Option<std::ops::Range<usize>>,
 }
 
 /// Parse a provider request body and derive its shape. `key` is the caller's fingerprint key.
@@ -222,7 +227,22 @@ pub fn parse(route: Route, bytes: &[u8], key: &[u8; 32]) -> Result<ParsedRequest
             .and_then(Json::as_bool)
             .unwrap_or(false),
         has_stream_options: stream_options.is_some(),
+        model_span: model_span(&body, bytes),
     })
+}
+
+/// The byte range of the top-level `model` string in `bytes`, quotes included (see
+/// [`ParsedRequest::model_span`]).
+fn model_span(body: &Object, bytes: &[u8]) -> Option<std::ops::Range<usize>> {
+    if body.has_repeated_keys() {
+        return None;
+    }
+    let raw = body.get("model")?.as_string()?.raw();
+    // The tree borrows from `bytes`: the string's offset is its distance from their start.
+    let start = (raw.as_ptr() as usize).checked_sub(bytes.as_ptr() as usize)?;
+    let range = start.checked_sub(1)?..start + raw.len() + 1;
+    let quoted = bytes.get(range.clone())?;
+    (quoted.first() == Some(&b'"') && quoted.last() == Some(&b'"')).then_some(range)
 }
 
 /// Parse a body that must be a JSON object, into the borrowed tree the shape is read from.
@@ -409,18 +429,35 @@ pub(crate) fn tool_defs<'b>(
         .collect()
 }
 
-/// What the caller says beside the body: `x-tokensaver-human` (`1` a person attends, `0` none,
-/// absent: the key's default) and `x-tokensaver-hold` (retrying an approved hold).
-pub fn caller_headers(headers: &http::HeaderMap) -> (Option<bool>, Option<String>) {
-    let header = |name| {
-        headers
-            .get(name)
-            .and_then(|v: &http::HeaderValue| v.to_str().ok())
-    };
-    let human = match header("x-tokensaver-human") {
-        Some("1") => Some(true),
-        Some("0") => Some(false),
-        _ => None,
-    };
-    (human, header("x-tokensaver-hold").map(str::to_string))
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(body: &str) -> Option<String> {
+        let parsed = parse(Route::OpenAiChat, body.as_bytes(), &[0; 32]).ok()?;
+        Some(body.get(parsed.model_span?)?.to_string())
+    }
+
+    #[test]
+    fn the_model_span_is_the_quoted_string_the_gate_read() {
+        let messages = r#""messages":[{"role":"user","content":"hi \"model\":\"x\""}]"#;
+        assert_eq!(
+            span(&format!(r#"{{{messages}, "model" :  "gpt-4o" }}"#)).as_deref(),
+            Some(r#""gpt-4o""#)
+        );
+        // An escaped model, and a model key written with an escape, are still the one model.
+        assert_eq!(
+            span(&format!(r#"{{"mod\u0065l":"gpt\u002d4o",{messages}}}"#)).as_deref(),
+            Some(r#""gpt\u002d4o""#)
+        );
+        // A key written twice: the span is withheld (first-value readers see another model).
+        assert_eq!(
+            span(&format!(r#"{{"model":"a",{messages},"model":"b"}}"#)),
+            None
+        );
+        assert_eq!(
+            span(&format!(r#"{{"model":"a",{messages},"n":1,"n":2}}"#)),
+            None
+        );
+    }
 }

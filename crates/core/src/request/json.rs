@@ -80,6 +80,11 @@ impl<'a> Str<'a> {
         (self.raw.chars().count() as u64).saturating_sub(u64::from(self.escape_surplus))
     }
 
+    /// The string as written between its quotes: a slice of the input it was read from.
+    pub fn raw(&self) -> &'a str {
+        self.raw
+    }
+
     /// The decoded string (borrowed when it has no escapes).
     pub fn to_cow(&self) -> Cow<'a, str> {
         if self.has_escapes {
@@ -102,6 +107,8 @@ impl<'a> Str<'a> {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Object<'a> {
     members: Vec<(Cow<'a, str>, Json<'a>)>,
+    /// A key was written more than once (the last value is the one kept).
+    repeated_keys: bool,
 }
 
 impl<'a> Object<'a> {
@@ -129,13 +136,21 @@ impl<'a> Object<'a> {
         &self.members
     }
 
+    /// Whether a key was written more than once: readers that keep the first value and readers
+    /// that keep the last one see different objects.
+    pub fn has_repeated_keys(&self) -> bool {
+        self.repeated_keys
+    }
+
     /// Members in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Json<'a>)> {
         self.members.iter().map(|(k, v)| (k.as_ref(), v))
     }
 
     fn from_members(mut members: Vec<(Cow<'a, str>, Json<'a>)>) -> Self {
+        let mut repeated_keys = false;
         if !members.is_sorted_by(|a, b| a.0 < b.0) {
+            let read = members.len();
             // Stable: of repeated keys the last read stays last, and is the one kept.
             members.sort_by(|a, b| a.0.cmp(&b.0));
             members.dedup_by(|later, earlier| {
@@ -145,8 +160,12 @@ impl<'a> Object<'a> {
                 }
                 same
             });
+            repeated_keys = members.len() != read;
         }
-        Object { members }
+        Object {
+            members,
+            repeated_keys,
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use serde_json::Value;
 
 use super::model::*;
-use crate::split_profile::tokenizer;
+use tokensaver_tokenizer as tokenizer;
 
 /// The gate's finding codes this suite knows how to locate in a request.
 pub const OLD_TURNS: &str = "carrying_old_turns";

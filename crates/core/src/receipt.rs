@@ -1,0 +1,289 @@
+//! Ed25519 receipts: every decision is signed, and anyone holding the public key can check it.
+//!
+//! The envelope is `{"body": base64 of the exact signed bytes, "sig": base64 signature,
+//! "kid": key id}`. Earlier public keys stay verifiable so old receipts keep their worth after
+//! a rotation. The key files (in the data dir) are read by the server, not here.
+
+use std::fmt;
+use std::str::FromStr;
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine;
+use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum VerifyError {
+    #[error("envelope is not valid JSON of the form {{body, sig, kid}}")]
+    Malformed,
+    #[error("envelope body or signature is not valid base64")]
+    Encoding,
+    #[error("no known receipt key has this kid")]
+    UnknownKid,
+    #[error("signature does not match the body")]
+    BadSignature,
+}
+
+/// A signed receipt as it travels: the exact body bytes, the signature, the key id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Envelope {
+    pub body: String,
+    pub sig: String,
+    pub kid: String,
+}
+
+impl Envelope {
+    /// The signed bytes, decoded (no signature check).
+    pub fn body_bytes(&self) -> Result<Vec<u8>, VerifyError> {
+        B64.decode(&self.body).map_err(|_| VerifyError::Encoding)
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// The envelope as base64 JSON, the form carried in the `x-tokensaver-receipt` header.
+    pub fn to_header_value(&self) -> String {
+        B64.encode(self.to_json())
+    }
+
+    pub fn from_header_value(value: &str) -> Result<Self, VerifyError> {
+        let json = B64
+            .decode(value.trim())
+            .map_err(|_| VerifyError::Encoding)?;
+        serde_json::from_slice(&json).map_err(|_| VerifyError::Malformed)
+    }
+}
+
+/// BLAKE3 of the exact signed body bytes: the id `/record` and the ledger use.
+pub fn decision_id(body: &[u8]) -> DecisionId {
+    DecisionId(*blake3::hash(body).as_bytes())
+}
+
+/// A decision's id: the BLAKE3 hash of its receipt body. Shown, serialised and parsed as 64
+/// lowercase hex digits, the one spelling the gate has ever made, so that an id has one text
+/// form and a string key is never compared against a differently spelt twin.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DecisionId(pub [u8; 32]);
+
+/// A decision id that is not 64 lowercase hex digits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a decision id is 64 lowercase hex digits")]
+pub struct MalformedDecisionId;
+
+impl fmt::Display for DecisionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_hex32(&self.0, f)
+    }
+}
+
+impl fmt::Debug for DecisionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl FromStr for DecisionId {
+    type Err = MalformedDecisionId;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let lowercase = text.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'));
+        match parse_hex32(text) {
+            Some(bytes) if lowercase => Ok(DecisionId(bytes)),
+            _ => Err(MalformedDecisionId),
+        }
+    }
+}
+
+impl Serialize for DecisionId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for DecisionId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PublicKeyInfo {
+    pub kid: String,
+    pub alg: &'static str,
+    pub public_key: String,
+    pub current: bool,
+}
+
+pub struct ReceiptSigner {
+    signing: SigningKey,
+    kid: String,
+    earlier: Vec<(String, VerifyingKey)>,
+}
+
+/// A key id names a public key: the first 16 hex digits of its BLAKE3 hash.
+fn kid_of(key: &VerifyingKey) -> String {
+    let hex = blake3::hash(key.as_bytes()).to_hex();
+    format!("ed25519-{}", &hex.as_str()[..16])
+}
+
+impl ReceiptSigner {
+    pub fn from_seed(seed: [u8; 32]) -> Self {
+        let signing = SigningKey::from_bytes(&seed);
+        let kid = kid_of(&signing.verifying_key());
+        Self {
+            signing,
+            kid,
+            earlier: Vec::new(),
+        }
+    }
+
+    /// The signer with the earlier public keys it still verifies: one base64 public key per
+    /// line (unreadable lines are skipped); their kids are derived, not trusted.
+    pub fn with_earlier_keys(mut self, lines: &str) -> Self {
+        self.earlier = lines
+            .lines()
+            .filter_map(|line| {
+                let bytes = B64.decode(line.trim()).ok()?;
+                let arr: [u8; 32] = bytes.try_into().ok()?;
+                let key = VerifyingKey::from_bytes(&arr).ok()?;
+                Some((kid_of(&key), key))
+            })
+            .collect();
+        self
+    }
+
+    pub fn kid(&self) -> &str {
+        &self.kid
+    }
+
+    pub fn sign(&self, body: &[u8]) -> Envelope {
+        let sig = self.signing.sign(body);
+        Envelope {
+            body: B64.encode(body),
+            sig: B64.encode(sig.to_bytes()),
+            kid: self.kid.clone(),
+        }
+    }
+
+    /// Check an envelope against the current and earlier keys; returns the signed bytes.
+    pub fn verify(&self, envelope: &Envelope) -> Result<Vec<u8>, VerifyError> {
+        let current = self.signing.verifying_key();
+        let key = if envelope.kid == self.kid {
+            current
+        } else {
+            self.earlier
+                .iter()
+                .find(|(kid, _)| *kid == envelope.kid)
+                .map(|(_, key)| *key)
+                .ok_or(VerifyError::UnknownKid)?
+        };
+        let body = envelope.body_bytes()?;
+        let sig_bytes = B64
+            .decode(&envelope.sig)
+            .map_err(|_| VerifyError::Encoding)?;
+        let sig = Signature::from_slice(&sig_bytes).map_err(|_| VerifyError::Encoding)?;
+        key.verify(&body, &sig)
+            .map_err(|_| VerifyError::BadSignature)?;
+        Ok(body)
+    }
+
+    pub fn verify_json(&self, json: &[u8]) -> Result<Vec<u8>, VerifyError> {
+        let envelope: Envelope =
+            serde_json::from_slice(json).map_err(|_| VerifyError::Malformed)?;
+        self.verify(&envelope)
+    }
+
+    pub fn public_keys(&self) -> Vec<PublicKeyInfo> {
+        let mut keys = vec![PublicKeyInfo {
+            kid: self.kid.clone(),
+            alg: "Ed25519",
+            public_key: B64.encode(self.signing.verifying_key().as_bytes()),
+            current: true,
+        }];
+        keys.extend(self.earlier.iter().map(|(kid, key)| PublicKeyInfo {
+            kid: kid.clone(),
+            alg: "Ed25519",
+            public_key: B64.encode(key.as_bytes()),
+            current: false,
+        }));
+        keys
+    }
+}
+
+/// 32 bytes as 64 lowercase hex digits, written from the stack (no allocation: receipts and
+/// digests write ids and fingerprints on every request).
+pub fn write_hex32(bytes: &[u8; 32], f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    let mut digits = [0u8; 64];
+    // 32 bytes always fit 64 digits: encode_to_slice fails only on a length mismatch.
+    hex::encode_to_slice(bytes, &mut digits).map_err(|_| fmt::Error)?;
+    f.write_str(std::str::from_utf8(&digits).map_err(|_| fmt::Error)?)
+}
+
+/// Exactly 64 hex digits → 32 bytes.
+pub fn parse_hex32(text: &str) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    hex::decode_to_slice(text, &mut out).ok()?;
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trips() {
+        assert_eq!(hex::encode([0x00, 0x0f, 0xa0, 0xff, 0x5c]), "000fa0ff5c");
+        let bytes: [u8; 32] = std::array::from_fn(|i| (i * 37) as u8);
+        let hex = hex::encode(bytes);
+        let expected: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, expected);
+        assert_eq!(parse_hex32(&hex), Some(bytes));
+    }
+
+    #[test]
+    fn decision_id_is_64_lowercase_hex_everywhere() {
+        let id = decision_id(b"body");
+        let text = blake3::hash(b"body").to_hex().to_string();
+        assert_eq!(id.to_string(), text);
+        assert_eq!(format!("{id:?}"), text);
+        assert_eq!(text.parse::<DecisionId>(), Ok(id));
+        let json = serde_json::to_string(&id).unwrap();
+        assert_eq!(json, format!("\"{text}\""));
+        assert_eq!(serde_json::from_str::<DecisionId>(&json).unwrap(), id);
+        for bad in [
+            text.to_uppercase(),
+            text[1..].to_owned(),
+            format!("{text}0"),
+            format!("{}g", &text[1..]),
+            "d1".into(),
+            String::new(),
+        ] {
+            assert_eq!(bad.parse::<DecisionId>(), Err(MalformedDecisionId), "{bad}");
+            let err = serde_json::from_value::<DecisionId>(serde_json::Value::String(bad.clone()))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                !err.contains(&bad) || bad.is_empty(),
+                "the error echoes the input"
+            );
+        }
+    }
+
+    #[test]
+    fn sign_then_verify_round_trips_and_tampering_fails() {
+        let signer = ReceiptSigner::from_seed([7; 32]);
+        let env = signer.sign(br#"{"verdict":"ALLOW"}"#);
+        assert_eq!(signer.verify(&env).unwrap(), br#"{"verdict":"ALLOW"}"#);
+        let mut forged = env.clone();
+        forged.body = B64.encode(br#"{"verdict":"SERVE"}"#);
+        assert_eq!(signer.verify(&forged), Err(VerifyError::BadSignature));
+        let mut unknown = env.clone();
+        unknown.kid = "ed25519-0000000000000000".into();
+        assert_eq!(signer.verify(&unknown), Err(VerifyError::UnknownKid));
+        let header = env.to_header_value();
+        assert_eq!(Envelope::from_header_value(&header).unwrap(), env);
+    }
+}
