@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use pingora::listeners::{L4BufferSettings, ListenerConfig};
 use pingora::server::configuration::{Opt, ServerConf};
 use pingora::server::{RunArgs, Server, ShutdownWatch};
 use pingora::services::background::{background_service, BackgroundService};
@@ -21,6 +22,9 @@ use crate::lifecycle;
 use crate::now_ms;
 use crate::proxy::GateProxy;
 use crate::store::sqlite::SqliteStore;
+
+/// The proxy listener's write buffer (see `run`).
+const PROXY_WRITE_BUFFER: usize = 16 * 1024;
 
 /// Open the data dir, the signing key and the ledger, and rebuild the gate's memory.
 pub fn open_gatekeeper(config: Config) -> Result<Arc<Gatekeeper>, String> {
@@ -220,7 +224,13 @@ pub fn serve(opts: ServeOptions) -> Result<(), String> {
         proxy,
         "tokensaver proxy",
     );
-    proxy_service.add_tcp(&proxy_addr.to_string());
+    // A write buffer that holds a response's header with its receipt (about 2 KiB) and a
+    // typical answer: pingora flushes a body of known length once it is complete, so header
+    // and body leave in one send instead of two (pingora's default buffer is one MSS, 1460
+    // bytes, smaller than the header alone). Streams are flushed chunk by chunk whatever the
+    // buffer, so SSE is not delayed.
+    let buffers = L4BufferSettings::default().write(PROXY_WRITE_BUFFER);
+    proxy_service.add_listener(ListenerConfig::tcp(proxy_addr.to_string()).l4_buffer(buffers));
 
     let api = Arc::new(Api::new(gatekeeper.clone()));
     let mut api_service = Service::new(

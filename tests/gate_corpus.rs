@@ -278,6 +278,11 @@ fn run_case(defaults: &Defaults, case: &Case) -> Result<Decision, String> {
 
     let parsed = request::parse(case.route, &body_bytes(&case.request), &fkey)
         .map_err(|e| format!("request does not parse: {e}"))?;
+    // The proxy reads a body for its own decision with only the turn hashes it compares; it
+    // must decide as on the full shape (checked below).
+    let for_decision = request::parse_for_decision(case.route, &body_bytes(&case.request), &fkey)
+        .map_err(|e| format!("request does not parse for a decision: {e}"))?
+        .shape;
     let shape = parsed.shape;
     let human = match case.human_header.as_deref() {
         Some("1") => true,
@@ -302,7 +307,15 @@ fn run_case(defaults: &Defaults, case: &Case) -> Result<Decision, String> {
         counts: windows.observe(&case.key.id, &shape.fingerprint, &shape.model, case.now_ms),
         budget: case.budget,
     };
-    Ok(decide(&policy, &input, &state, case.now_ms))
+    let decision = decide(&policy, &input, &state, case.now_ms);
+    let as_the_proxy_reads_it = GateInput {
+        shape: &for_decision,
+        ..input
+    };
+    if decide(&policy, &as_the_proxy_reads_it, &state, case.now_ms) != decision {
+        return Err("the shape read for a decision decides otherwise than the full one".into());
+    }
+    Ok(decision)
 }
 
 fn diff(out: &mut Vec<String>, field: &str, want: String, got: String) {

@@ -591,10 +591,11 @@ fn signer() -> ReceiptSigner {
     ReceiptSigner::from_seed([7u8; 32])
 }
 
-/// Proxy mode: the request body, the `x-tokensaver-human` header, the answer store.
+/// Proxy mode: the request body, the `x-tokensaver-human` header, the answer store. The proxy
+/// reads the body for its own decision (only the turn hashes a decision compares).
 fn decide_from_request(route: Route, body: &[u8], st: &State) -> Result<Decision, String> {
-    let parsed =
-        request::parse(route, body, &fingerprint_key(&st.secret)).map_err(|e| e.to_string())?;
+    let parsed = request::parse_for_decision(route, body, &fingerprint_key(&st.secret))
+        .map_err(|e| e.to_string())?;
     let shape = parsed.shape;
     let form = shape.wire_form();
     let input = GateInput {
@@ -1153,11 +1154,11 @@ fn shape(extreme: bool) -> impl Strategy<Value = RequestShape> {
                         .map(|(role, chars, h, fresh)| Turn {
                             role: *role,
                             chars: *chars,
-                            hash: if *fresh {
+                            hash: Some(if *fresh {
                                 Hash([h.index(255) as u8; 32])
                             } else {
                                 pick(h)
-                            },
+                            }),
                         })
                         .collect(),
                     tools: tools

@@ -368,7 +368,14 @@ impl Api {
                         )
                     }
                 };
-                match request::shape_of(route, &object, &caller.fingerprint_key, req.body.len()) {
+                let hashes = request::TurnHashes::WhereTheyCanRepeat;
+                match request::shape_of(
+                    route,
+                    &object,
+                    &caller.fingerprint_key,
+                    req.body.len(),
+                    hashes,
+                ) {
                     Ok(shape) => {
                         let answer_key = crate::store::answers::AnswerKey {
                             key_id: key.id.clone(),

@@ -351,7 +351,12 @@ impl GateProxy {
             Ok(body) => body,
             Err(err) => return Ok(Err(err)),
         };
-        let parsed = match request::parse(route, &body, &caller.fingerprint_key) {
+        // A digest carries every turn hash; this gate's own decision needs only some.
+        let parse = match identity {
+            Identity::Remote(_) => request::parse,
+            Identity::Local(_) => request::parse_for_decision,
+        };
+        let parsed = match parse(route, &body, &caller.fingerprint_key) {
             Ok(parsed) => parsed,
             Err(e) => {
                 return Ok(Err(GateError::new(

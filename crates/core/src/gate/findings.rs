@@ -150,7 +150,8 @@ pub fn findings(
     let duplicate_chars: Option<u64> = shape
         .turns
         .iter()
-        .filter(|x| !seen.insert(x.hash))
+        // A turn without a hash shares its role and size with no other (`Turn::hash`).
+        .filter(|x| x.hash.is_some_and(|hash| !seen.insert(hash)))
         .map(|x| x.chars)
         .reduce(u64::saturating_add);
     if let Some(chars) = duplicate_chars {

@@ -106,6 +106,13 @@ pub(super) fn keyed(key: &[u8; 32], parts: &[&[u8]]) -> Hash {
     Hash(*hasher.finalize().as_bytes())
 }
 
+/// What a turn's hash is over: a message of the body's turn list (by index: a system prompt
+/// is not a turn), or, for a Responses `input` string, the user message it stands for.
+pub enum TurnBytes {
+    Message(usize),
+    Standalone(Vec<u8>),
+}
+
 /// Keyed hash of a tool name, as defined and as called.
 pub fn tool_name_hash(key: &[u8; 32], name: &str) -> Hash {
     keyed(key, &[TOOL_NAME_DOMAIN, name.as_bytes()])
@@ -190,17 +197,16 @@ impl<'k> Canonical<'k> {
         }
     }
 
-    /// The turn hash of a message given as its canonical JSON (a Responses `input` string is
-    /// hashed as the user message it stands for).
-    pub fn turn_hash_of(&self, canonical_message: &[u8]) -> Hash {
-        keyed(self.key, &[canonical_message, TURN_DOMAIN_SUFFIX])
-    }
-
-    /// The turn hash of `messages[index]`: computed only for messages that are turns (a
-    /// system prompt is not).
-    pub fn message_hash(&self, index: usize) -> Hash {
-        let range = self.message_ranges.get(index).cloned().unwrap_or_default();
-        keyed(self.key, &[&self.buf[range], TURN_DOMAIN_SUFFIX])
+    /// A turn's hash: over its message's canonical JSON, with the turn domain after it.
+    pub fn turn_hash(&self, turn: &TurnBytes) -> Hash {
+        let message = match turn {
+            TurnBytes::Message(index) => {
+                let range = self.message_ranges.get(*index).cloned().unwrap_or_default();
+                &self.buf[range]
+            }
+            TurnBytes::Standalone(message) => message.as_slice(),
+        };
+        keyed(self.key, &[message, TURN_DOMAIN_SUFFIX])
     }
 }
 

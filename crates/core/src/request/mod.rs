@@ -70,7 +70,7 @@ pub enum Provider {
     Anthropic,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     User,
@@ -85,7 +85,43 @@ pub struct Turn {
     pub role: Role,
     pub chars: u64,
     /// Keyed hash of the whole message (role and content): equal hashes, identical messages.
-    pub hash: Hash,
+    /// `None` only in a shape read for this gate's own decision ([`parse_for_decision`]), for
+    /// a turn whose role and size no other turn of the request has: it can repeat none, so
+    /// its hash is never compared and is not computed. A digest carries every hash (one read
+    /// without is refused, and a shape with a `None` does not serialise).
+    #[serde(with = "required_hash")]
+    pub hash: Option<Hash>,
+}
+
+/// Which turn hashes a parse computes (see [`Turn::hash`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnHashes {
+    /// Every turn's: what a digest carries.
+    All,
+    /// Only those of turns that share their role and size with another turn, the only ones
+    /// that can be identical. `duplicate_turns_in_context` is the one reader of turn hashes in
+    /// a decision, so the decision is the same as with [`TurnHashes::All`]; the keyed hashing
+    /// of every message (the larger part of reading an agent's request) is saved.
+    WhereTheyCanRepeat,
+}
+
+/// A turn hash is always present on the wire.
+mod required_hash {
+    use super::Hash;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(hash: &Option<Hash>, s: S) -> Result<S::Ok, S::Error> {
+        match hash {
+            Some(hash) => hash.serialize(s),
+            None => Err(serde::ser::Error::custom(
+                "a turn hash was not computed (a shape read for a decision is not a digest)",
+            )),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Hash>, D::Error> {
+        Hash::deserialize(d).map(Some)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -215,10 +251,30 @@ pub struct ParsedRequest {
     pub model_span: Option<std::ops::Range<usize>>,
 }
 
-/// Parse a provider request body and derive its shape. `key` is the caller's fingerprint key.
+/// Parse a provider request body and derive its shape, every turn hash included (what a
+/// digest needs). `key` is the caller's fingerprint key.
 pub fn parse(route: Route, bytes: &[u8], key: &[u8; 32]) -> Result<ParsedRequest, ShapeError> {
+    parse_with(route, bytes, key, TurnHashes::All)
+}
+
+/// [`parse`] for this gate's own decision: only the turn hashes a decision compares
+/// ([`TurnHashes::WhereTheyCanRepeat`]). Decides exactly as [`parse`] does.
+pub fn parse_for_decision(
+    route: Route,
+    bytes: &[u8],
+    key: &[u8; 32],
+) -> Result<ParsedRequest, ShapeError> {
+    parse_with(route, bytes, key, TurnHashes::WhereTheyCanRepeat)
+}
+
+fn parse_with(
+    route: Route,
+    bytes: &[u8],
+    key: &[u8; 32],
+    hashes: TurnHashes,
+) -> Result<ParsedRequest, ShapeError> {
     let body = parse_object(bytes)?;
-    let shape = shape_of(route, &body, key, bytes.len())?;
+    let shape = shape_of(route, &body, key, bytes.len(), hashes)?;
     let stream_options = body.get("stream_options");
     Ok(ParsedRequest {
         shape,
@@ -265,14 +321,16 @@ pub fn shape_of(
     body: &Object,
     key: &[u8; 32],
     size_hint: usize,
+    hashes: TurnHashes,
 ) -> Result<RequestShape, ShapeError> {
     let canonical = canonical::Canonical::of(route, body, key, size_hint);
     let common = common_fields(body)?;
-    let parts = match route {
+    let mut parts = match route {
         Route::OpenAiChat => openai::parts(body, &canonical)?,
         Route::AnthropicMessages => anthropic::parts(body, &canonical)?,
         Route::OpenAiResponses => responses::parts(body, &canonical)?,
     };
+    hash_turns(&canonical, &mut parts, hashes);
     let step_fingerprint =
         step::step_fingerprint(route, body, key).unwrap_or(canonical.fingerprint);
     Ok(RequestShape {
@@ -378,9 +436,39 @@ fn opt_u64(body: &Object, field: &'static str) -> Result<Option<u64>, ShapeError
 /// The parts of a shape that depend on the provider's message format.
 pub(crate) struct Parts {
     pub system_chars: u64,
+    /// The turns, their hashes not yet computed ([`hash_turns`]).
     pub turns: Vec<Turn>,
+    /// What each turn's hash is over, beside `turns`.
+    pub turn_bytes: Vec<canonical::TurnBytes>,
     pub tools: Vec<ToolDef>,
     pub called_tool_hashes: Vec<Hash>,
+}
+
+/// Fill in the turn hashes `hashes` asks for.
+fn hash_turns(canonical: &canonical::Canonical, parts: &mut Parts, hashes: TurnHashes) {
+    let turns = &mut parts.turns;
+    let wanted: Vec<bool> = match hashes {
+        TurnHashes::All => vec![true; turns.len()],
+        TurnHashes::WhereTheyCanRepeat => {
+            // Sorted by role and size, the turns that can be identical are neighbours.
+            let size = |i: usize| (turns[i].role, turns[i].chars);
+            let mut order: Vec<usize> = (0..turns.len()).collect();
+            order.sort_unstable_by_key(|&i| size(i));
+            let mut wanted = vec![false; turns.len()];
+            for pair in order.windows(2) {
+                if size(pair[0]) == size(pair[1]) {
+                    wanted[pair[0]] = true;
+                    wanted[pair[1]] = true;
+                }
+            }
+            wanted
+        }
+    };
+    for ((turn, bytes), wanted) in turns.iter_mut().zip(&parts.turn_bytes).zip(wanted) {
+        if wanted {
+            turn.hash = Some(canonical.turn_hash(bytes));
+        }
+    }
 }
 
 /// Tool names called in the history: every turn but the newest.
@@ -459,5 +547,85 @@ mod tests {
             span(&format!(r#"{{"model":"a",{messages},"n":1,"n":2}}"#)),
             None
         );
+    }
+
+    /// For a decision only the turns that share a role and a size with another are hashed, and
+    /// with the hashes a full parse gives; every route, duplicates and same-size look-alikes
+    /// included. (That the decision is unchanged is `gate_properties`' proxy/digest test.)
+    #[test]
+    fn a_decision_hashes_exactly_the_turns_that_can_repeat() {
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config, TestRunner};
+        // Texts of two sizes, two of each, so that equal sizes with other content occur.
+        let texts = ["abc", "xyz", "abcdef", "uvwxyz"];
+        let turns = proptest::collection::vec((0..3usize, 0..texts.len()), 0..9);
+        let mut runner = TestRunner::new(Config::with_cases(400));
+        let result = runner.run(&(turns, 0..3usize), |(turns, route)| {
+            let role = |r: usize| ["user", "assistant", "user"][r];
+            let body = match route {
+                0 | 1 => {
+                    let messages: Vec<String> = turns
+                        .iter()
+                        .map(|&(r, t)| {
+                            format!(r#"{{"role":"{}","content":"{}"}}"#, role(r), texts[t])
+                        })
+                        .collect();
+                    format!(
+                        r#"{{"model":"m","max_tokens":5,"messages":[{}]}}"#,
+                        messages.join(",")
+                    )
+                }
+                _ => match turns.first() {
+                    // A Responses `input` string is a turn of its own.
+                    Some(&(_, t)) if turns.len() == 1 => {
+                        format!(r#"{{"model":"m","input":"{}"}}"#, texts[t])
+                    }
+                    _ => {
+                        let items: Vec<String> = turns
+                            .iter()
+                            .map(|&(r, t)| {
+                                format!(
+                                    r#"{{"type":"message","role":"{}","content":"{}"}}"#,
+                                    role(r),
+                                    texts[t]
+                                )
+                            })
+                            .collect();
+                        format!(r#"{{"model":"m","input":[{}]}}"#, items.join(","))
+                    }
+                },
+            };
+            let route = [
+                Route::OpenAiChat,
+                Route::AnthropicMessages,
+                Route::OpenAiResponses,
+            ][route];
+            let full = parse(route, body.as_bytes(), &[9; 32]).unwrap().shape;
+            let lazy = parse_for_decision(route, body.as_bytes(), &[9; 32])
+                .unwrap()
+                .shape;
+            prop_assert_eq!(full.fingerprint, lazy.fingerprint);
+            prop_assert_eq!(full.turns.len(), lazy.turns.len());
+            for (i, (f, l)) in full.turns.iter().zip(&lazy.turns).enumerate() {
+                prop_assert!(f.hash.is_some());
+                let shares = lazy
+                    .turns
+                    .iter()
+                    .enumerate()
+                    .any(|(j, o)| j != i && (o.role, o.chars) == (l.role, l.chars));
+                prop_assert_eq!(l.hash.is_some(), shares, "turn {} of {}", i, body);
+                if l.hash.is_some() {
+                    prop_assert_eq!(l.hash, f.hash);
+                }
+            }
+            // A shape with a hash left out is no digest: it does not serialise.
+            if lazy.turns.iter().any(|t| t.hash.is_none()) {
+                prop_assert!(serde_json::to_vec(&Digest::new(lazy)).is_err());
+            } else {
+                prop_assert!(serde_json::to_vec(&Digest::new(lazy)).is_ok());
+            }
+            Ok(())
+        });
+        assert!(result.is_ok(), "{result:?}");
     }
 }

@@ -2,7 +2,7 @@
 
 use super::json::{Json, Object};
 
-use super::canonical::{compact_json_chars, tool_name_hash, Canonical};
+use super::canonical::{compact_json_chars, tool_name_hash, Canonical, TurnBytes};
 use super::{Parts, Role, ShapeError, Turn};
 
 pub(super) fn parts(body: &Object, canonical: &Canonical) -> Result<Parts, ShapeError> {
@@ -19,6 +19,7 @@ pub(super) fn parts(body: &Object, canonical: &Canonical) -> Result<Parts, Shape
     let key = canonical.key;
     let mut system_chars = 0u64;
     let mut turns = Vec::with_capacity(messages.len());
+    let mut turn_bytes = Vec::with_capacity(messages.len());
     let mut calls_per_turn: Vec<Vec<super::Hash>> = Vec::with_capacity(messages.len());
     for (index, message) in messages.iter().enumerate() {
         let err = |problem| ShapeError::Message { index, problem };
@@ -74,8 +75,9 @@ pub(super) fn parts(body: &Object, canonical: &Canonical) -> Result<Parts, Shape
         turns.push(Turn {
             role,
             chars: turn_chars,
-            hash: canonical.message_hash(index),
+            hash: None,
         });
+        turn_bytes.push(TurnBytes::Message(index));
         calls_per_turn.push(called);
     }
 
@@ -91,6 +93,7 @@ pub(super) fn parts(body: &Object, canonical: &Canonical) -> Result<Parts, Shape
     Ok(Parts {
         system_chars,
         turns,
+        turn_bytes,
         tools,
         called_tool_hashes: super::history_calls(calls_per_turn),
     })

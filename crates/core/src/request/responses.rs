@@ -8,7 +8,7 @@
 
 use super::json::{Json, Object, Str};
 
-use super::canonical::{compact_json_chars, tool_name_hash, Canonical};
+use super::canonical::{compact_json_chars, tool_name_hash, Canonical, TurnBytes};
 use super::openai::content_chars;
 use super::{Hash, Parts, Role, ShapeError, ToolDef, Turn};
 
@@ -35,6 +35,7 @@ pub(super) fn parts(body: &Object, canonical: &Canonical) -> Result<Parts, Shape
         }
     };
     let mut turns = Vec::new();
+    let mut turn_bytes = Vec::new();
     let mut calls_per_turn: Vec<Vec<Hash>> = Vec::new();
     let mut extra_tools = Vec::new();
     match body.get("input") {
@@ -48,8 +49,9 @@ pub(super) fn parts(body: &Object, canonical: &Canonical) -> Result<Parts, Shape
             turns.push(Turn {
                 role: Role::User,
                 chars: text.chars(),
-                hash: canonical.turn_hash_of(&message),
+                hash: None,
             });
+            turn_bytes.push(TurnBytes::Standalone(message));
             calls_per_turn.push(Vec::new());
         }
         Some(Json::Array(items)) => {
@@ -151,8 +153,9 @@ pub(super) fn parts(body: &Object, canonical: &Canonical) -> Result<Parts, Shape
                 turns.push(Turn {
                     role,
                     chars,
-                    hash: canonical.message_hash(index),
+                    hash: None,
                 });
+                turn_bytes.push(TurnBytes::Message(index));
                 calls_per_turn.push(called);
             }
         }
@@ -176,6 +179,7 @@ pub(super) fn parts(body: &Object, canonical: &Canonical) -> Result<Parts, Shape
     Ok(Parts {
         system_chars,
         turns,
+        turn_bytes,
         tools,
         called_tool_hashes: super::history_calls(calls_per_turn),
     })
