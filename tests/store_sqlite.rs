@@ -843,6 +843,56 @@ fn open_reservations_exclude_settled_and_expired() {
     assert_eq!(total.spend_nano, 1 + 1_000 + 1 + 1_000);
 }
 
+/// A decision whose usage comes in the same batch is written settled, its usage linked to its
+/// row; a second usage in the batch is refused; a usage refused because one came before the
+/// decision leaves the decision marked as possibly open, and load finds it settled.
+#[test]
+fn a_decision_and_its_usage_in_one_batch_are_written_settled() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path());
+    store
+        .submit_and_wait(Event::Usage(usage_row("early", "a", T0, 7)))
+        .expect("early usage");
+    store.submit(Event::Decision(decision(
+        "pair",
+        "a",
+        Verdict::Allow,
+        T0 + 1,
+    )));
+    store.submit(Event::Usage(usage_row("pair", "a", T0 + 2, 500)));
+    store.submit(Event::Usage(usage_row("pair", "a", T0 + 3, 9_000)));
+    store.submit(Event::Decision(decision(
+        "early",
+        "a",
+        Verdict::Allow,
+        T0 + 4,
+    )));
+    store.submit(Event::Usage(usage_row("early", "a", T0 + 5, 9_000)));
+    assert!(store.flush().is_err(), "two refused usage rows");
+    assert_eq!(store.rejected_events(), 2);
+
+    let db = raw(dir.path());
+    let row = |tag: &str| -> (i64, i64, i64) {
+        db.query_row(
+            "SELECT d.open, (SELECT count(*) FROM usage AS u WHERE u.decision = d.id),              (SELECT count(*) FROM usage AS u WHERE u.decision_id = d.decision_id)              FROM decisions AS d WHERE d.decision_id = ?1",
+            [&tagged(tag)[..]],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .expect("decision row")
+    };
+    // open, usage rows linked to the decision's row, usage rows with its id.
+    assert_eq!(row("pair"), (0, 1, 1));
+    assert_eq!(row("early"), (1, 0, 1));
+    let snap = store.load(T0 + 1_000).expect("load");
+    assert!(
+        snap.open_reservations.is_empty(),
+        "{:?}",
+        ids(&snap.open_reservations)
+    );
+    let (_, total) = store.ledger(Some("a"), None, None).expect("ledger");
+    assert_eq!(total.spend_nano, 500 + 7);
+}
+
 #[test]
 fn a_record_is_accepted_once() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -39,7 +39,7 @@
 //! Reads use a second connection behind a mutex; WAL lets it read the last committed state
 //! beside the writer. They see committed events only.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
@@ -1168,12 +1168,13 @@ fn write_batch(
 ) -> rusqlite::Result<Vec<rusqlite::Result<()>>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut results = Vec::with_capacity(events.len());
+    let mut pairs = Pairs::of(events);
     for (event, _) in events {
         let guarded = !single_statement(event);
         if guarded {
             tx.prepare_cached("SAVEPOINT event")?.execute([])?;
         }
-        let result = apply(&tx, event);
+        let result = apply(&tx, event, &mut pairs);
         match result {
             Err(e) if tx.is_autocommit() => return Err(e),
             Err(_) if guarded => {
@@ -1189,6 +1190,33 @@ fn write_batch(
     }
     tx.commit()?;
     Ok(results)
+}
+
+/// Decisions whose usage is in the same batch (a call that ended within one commit interval,
+/// the common case). Such a decision is written already settled (`open` = 0) and its usage
+/// row is linked to the row id it was just given: the usage skips the look-up of its decision
+/// by id and the update of its `open` mark, about a third of what a decision and its usage
+/// cost the writer.
+struct Pairs {
+    usage_of: HashSet<DecisionId>,
+    /// Decisions written in this batch whose usage follows in it: their row ids.
+    written: HashMap<DecisionId, i64>,
+}
+
+impl Pairs {
+    fn of(events: &[(Box<Event>, Option<Ack>)]) -> Pairs {
+        let usage_of = events
+            .iter()
+            .filter_map(|(event, _)| match &**event {
+                Event::Usage(u) => Some(u.decision_id),
+                _ => None,
+            })
+            .collect();
+        Pairs {
+            usage_of,
+            written: HashMap::new(),
+        }
+    }
 }
 
 /// Whether [`apply`] writes the event with one statement (usage and expiries: one row, and
@@ -1208,11 +1236,13 @@ fn single_statement(event: &Event) -> bool {
     }
 }
 
-fn apply(conn: &Connection, event: &Event) -> rusqlite::Result<()> {
+fn apply(conn: &Connection, event: &Event, pairs: &mut Pairs) -> rusqlite::Result<()> {
     match event {
         Event::Decision(d) => {
-            // A usage or expiry written before its decision is accounted for at load.
-            let open = d.verdict.forwards() && d.reserved_nano > 0;
+            // A usage or expiry written before its decision is accounted for at load; one
+            // written after it in this batch settles it now (`Pairs`).
+            let settled_here = pairs.usage_of.contains(&d.decision_id);
+            let open = d.verdict.forwards() && d.reserved_nano > 0 && !settled_here;
             conn.prepare_cached(INSERT_DECISION)?.execute(params![
                 d.decision_id,
                 d.key_id,
@@ -1234,8 +1264,27 @@ fn apply(conn: &Connection, event: &Event) -> rusqlite::Result<()> {
                 d.step_fingerprint,
                 open,
             ])?;
+            if settled_here {
+                pairs
+                    .written
+                    .insert(d.decision_id, conn.last_insert_rowid());
+            }
         }
-        Event::Usage(u) => insert_usage(conn, u)?,
+        Event::Usage(u) => {
+            // Only the first usage of the batch meets its decision as written settled.
+            let written = pairs.written.remove(&u.decision_id);
+            let result = insert_usage(conn, u, written);
+            if let (Err(_), Some(row), false) = (&result, written, conn.is_autocommit()) {
+                // Written as settled by this usage, which was refused: mark the decision as
+                // possibly open again (load checks what settles it). Not once the error has
+                // ended the transaction: the batch fails whole.
+                let reopened = conn
+                    .prepare_cached("UPDATE decisions SET open = 1 WHERE id = ?1 AND open = 0")
+                    .and_then(|mut s| s.execute([row]));
+                settle(conn, reopened)?;
+            }
+            result?
+        }
         Event::ReservationExpired {
             decision_id,
             key_id,
@@ -1401,12 +1450,17 @@ fn apply(conn: &Connection, event: &Event) -> rusqlite::Result<()> {
 /// Writes a usage row, at most one per decision id (see migration 2): keyed by the decision's
 /// row when the decision is stored (always so from the gate, the cheap case), else by the
 /// decision id.
-fn insert_usage(conn: &Connection, u: &UsageRow) -> rusqlite::Result<()> {
+/// `written`: the row id of the decision, when it was written in this batch already settled
+/// (`Pairs`); otherwise the decision is looked up by its id.
+fn insert_usage(conn: &Connection, u: &UsageRow, written: Option<i64>) -> rusqlite::Result<()> {
     let id = u.decision_id;
-    let decision: Option<(i64, bool)> = conn
-        .prepare_cached("SELECT id, open FROM decisions WHERE decision_id = ?1")?
-        .query_row([&id], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?;
+    let decision: Option<(i64, bool)> = match written {
+        Some(row) => Some((row, false)),
+        None => conn
+            .prepare_cached("SELECT id, open FROM decisions WHERE decision_id = ?1")?
+            .query_row([&id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?,
+    };
     if decision.is_some() {
         // A usage stored before its decision counts too.
         let early: bool = conn
