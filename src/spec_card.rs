@@ -85,7 +85,7 @@ pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value
             "digest": "send only a fingerprint and counts. Your prompts and answers never leave your building, the decision is identical, and the receipt is the same. The downloaded client uses this path by default.",
         },
         "identity": {
-            "fingerprint": "keyed BLAKE3 over the route and the body's canonical JSON (keys sorted, no whitespace), without the fields below",
+            "fingerprint": "keyed BLAKE3 over the route and the body's canonical JSON (keys sorted, no whitespace), without the fields below; an input longer than 1 KiB is padded (one 0x01 byte, then zeros) to a multiple of 4 KiB so that every BLAKE3 chunk of it is hashed in parallel (hashes v2)",
             "step_fingerprint": "keyed BLAKE3 over route, model, system, tools and the tail from the newest assistant turn on: its tool calls (names and arguments, not its text or thinking) and the turns after it, without per-call ids, item status and cache_control; equals the fingerprint when there is no assistant turn",
             "fields_that_never_change_the_answer": {
                 "openai_chat": crate::request::ignored_fields(crate::request::Route::OpenAiChat),

@@ -8,11 +8,11 @@
 //! user turns). Ids that the provider or the client generate per call, and cache hints, are
 //! left out of the tail: they differ between two identical steps.
 
-use super::canonical::keyed;
+use super::canonical::{keyed_in_place, PAD_TO};
 use super::json::{write_compact, write_without_keys, Json, Object};
 use super::{Hash, Route};
 
-const STEP_DOMAIN: &[u8] = b"tokensaver step v1\0";
+const STEP_DOMAIN: &[u8] = b"tokensaver step v2\0";
 
 /// Keys that vary between identical steps without changing what is asked: per-call ids,
 /// item status and prompt-cache hints.
@@ -28,7 +28,8 @@ const VOLATILE: &[&str] = &[
 /// The step fingerprint, or `None` when the request has no assistant turn (it is then the
 /// fingerprint itself).
 pub(super) fn step_fingerprint(route: Route, body: &Object, key: &[u8; 32]) -> Option<Hash> {
-    let mut buf = Vec::with_capacity(1024);
+    // A typical step (system, tools, the tail) fits the padded size of one block.
+    let mut buf = Vec::with_capacity(PAD_TO);
     buf.extend_from_slice(STEP_DOMAIN);
     buf.extend_from_slice(route.as_str().as_bytes());
     buf.push(0);
@@ -45,7 +46,7 @@ pub(super) fn step_fingerprint(route: Route, body: &Object, key: &[u8; 32]) -> O
         return None;
     }
     buf.push(b']');
-    Some(keyed(key, &[&buf]))
+    Some(keyed_in_place(key, &mut buf))
 }
 
 fn items<'b>(body: &'b Object, field: &str) -> &'b [Json<'b>] {
