@@ -1,10 +1,12 @@
 //! Writer cost of the ALLOW path in the SQLite store: one `Event::Decision` and one
-//! `Event::Usage` per request, submitted fire-and-forget as the proxy does.
+//! `Event::Usage` per request, submitted fire-and-forget as the proxy does; and of the SERVE
+//! path: one decision row per request.
 //!
 //! The database is first filled with `PREFILL` pairs so the indexes have a realistic depth.
 //! Each sample then submits its pairs, `PAIRS_PER_COMMIT` per commit (the batch size under
 //! load), and waits for each commit and its fsync. Criterion reports the wall time per pair;
-//! the writer thread's CPU time per pair (what the proxy pays) is printed after it.
+//! the writer thread's CPU time per pair and per SERVE row (what the proxy pays) is printed
+//! after it.
 //!
 //! `cargo bench --bench store` (a few seconds; `-- zzz` skips criterion and prints only the
 //! writer's CPU time).
@@ -33,13 +35,11 @@ fn hashed(tag: &str, i: u64) -> [u8; 32] {
     *blake3::hash(format!("{tag}{i}").as_bytes()).as_bytes()
 }
 
-fn pair(i: u64) -> (Event, Event) {
-    let decision_id = DecisionId(hashed("decision", i));
-    let key_id = format!("tsk_load_{:05}", i % KEYS);
-    let at = NOW_MS + i;
-    let decision = DecisionRow {
-        decision_id,
-        key_id: key_id.clone(),
+/// Request `i`'s decision row, as an ALLOW.
+fn decision(i: u64) -> DecisionRow {
+    DecisionRow {
+        decision_id: DecisionId(hashed("decision", i)),
+        key_id: format!("tsk_load_{:05}", i % KEYS),
         fingerprint: Some(Hash(hashed("fingerprint", i))),
         verdict: Verdict::Allow,
         reason: "band:allow".to_owned(),
@@ -47,7 +47,7 @@ fn pair(i: u64) -> (Event, Event) {
         model_requested: "gpt-4o".to_owned(),
         model_served: Some("gpt-4o".to_owned()),
         wire: WireForm::Json,
-        decided_at_ms: at,
+        decided_at_ms: NOW_MS + i,
         reserved_nano: 164_000_000,
         worst_case_tokens: Some(16_884),
         tokens_not_bought: 0,
@@ -55,11 +55,15 @@ fn pair(i: u64) -> (Event, Event) {
         findings_tokens: 0,
         hold_id: None,
         step_fingerprint: None,
-    };
+    }
+}
+
+fn pair(i: u64) -> (Event, Event) {
+    let decision = decision(i);
     let usage = UsageRow {
-        decision_id,
-        key_id,
-        at_ms: at + 40,
+        decision_id: decision.decision_id,
+        key_id: decision.key_id.clone(),
+        at_ms: decision.decided_at_ms + 40,
         served_model: "gpt-4o".to_owned(),
         wire: WireForm::Json,
         complete: true,
@@ -76,6 +80,18 @@ fn pair(i: u64) -> (Event, Event) {
         spend_nano: 2_450_000,
     };
     (Event::Decision(decision), Event::Usage(usage))
+}
+
+/// The decision row of a SERVE (no reservation, no usage to come).
+fn served(i: u64) -> Event {
+    Event::Decision(DecisionRow {
+        verdict: Verdict::Serve,
+        reason: "answer_held".to_owned(),
+        model_served: None,
+        reserved_nano: 0,
+        tokens_not_bought: 620,
+        ..decision(i)
+    })
 }
 
 /// Pairs `from..from + n`, built ahead so that building them is not timed.
@@ -142,23 +158,44 @@ fn bench(c: &mut Criterion) {
     });
     g.finish();
 
-    // The writer thread's own CPU time, without the fsync waits of the wall time above.
-    let mut per_pair = Vec::new();
+    // The writer thread's own CPU time, without the fsync waits of the wall time above:
+    // rounds of ALLOW pairs and of SERVE rows, alternating.
+    let (mut per_pair, mut per_served) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         let events = pairs(&mut next, ROUND_PAIRS);
         let cpu = writer_cpu_ns();
         write(&store, events);
         let spent = writer_cpu_ns().saturating_sub(cpu);
         per_pair.push(spent as f64 / 1e3 / ROUND_PAIRS as f64);
+
+        let rows: Vec<Event> = (next..next + ROUND_PAIRS).map(served).collect();
+        next += ROUND_PAIRS;
+        let cpu = writer_cpu_ns();
+        for (i, row) in rows.into_iter().enumerate() {
+            store.submit(row);
+            if (i + 1) % PAIRS_PER_COMMIT == 0 {
+                store.flush().expect("flush");
+            }
+        }
+        store.flush().expect("flush");
+        let spent = writer_cpu_ns().saturating_sub(cpu);
+        per_served.push(spent as f64 / 1e3 / ROUND_PAIRS as f64);
     }
-    per_pair.sort_by(f64::total_cmp);
+    for (what, figures) in [
+        ("ALLOW pair", &mut per_pair),
+        ("SERVE row", &mut per_served),
+    ] {
+        figures.sort_by(f64::total_cmp);
+        eprintln!(
+            "store: writer CPU per {what}: median {:.1} µs (min {:.1}, max {:.1}) over \
+             {ROUNDS} rounds of {ROUND_PAIRS}, {PAIRS_PER_COMMIT} per commit",
+            figures[ROUNDS / 2],
+            figures[0],
+            figures[ROUNDS - 1],
+        );
+    }
     eprintln!(
-        "store: writer CPU per pair: median {:.1} µs (min {:.1}, max {:.1}) over {ROUNDS} \
-         rounds of {ROUND_PAIRS}, {PAIRS_PER_COMMIT} pairs per commit; {next} pairs in the \
-         database, {} commits",
-        per_pair[ROUNDS / 2],
-        per_pair[0],
-        per_pair[ROUNDS - 1],
+        "store: {next} requests' rows in the database, {} commits",
         store.commits()
     );
 }

@@ -10,7 +10,7 @@ CONNS=${CONNS:-32}
 WRK_THREADS=${WRK_THREADS:-2}
 PROXY_THREADS=${PROXY_THREADS:-2} # worker threads: pass-through and tokensaver alike
 N_ALLOW=${N_ALLOW:-4000}         # ALLOW keys (each key must stay < 120 requests / 60 s)
-N_SERVE=${N_SERVE:-2400}         # SERVE keys (× PROMPTS pairs, each served ≤ 6 times)
+N_SERVE=${N_SERVE:-3200}         # SERVE keys (× PROMPTS pairs, each served ≤ 6 times)
 PROMPTS=${PROMPTS:-16}
 P_MOCK=${P_MOCK:-18801} P_PT=${P_PT:-18802} P_TS=${P_TS:-18803} P_API=${P_API:-18804} P_ADMIN=${P_ADMIN:-18805}
 ADMIN_KEY=tsa_demo-admin-key-not-for-production
