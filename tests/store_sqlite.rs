@@ -874,7 +874,9 @@ fn a_decision_and_its_usage_in_one_batch_are_written_settled() {
     let db = raw(dir.path());
     let row = |tag: &str| -> (i64, i64, i64) {
         db.query_row(
-            "SELECT d.open, (SELECT count(*) FROM usage AS u WHERE u.decision = d.id),              (SELECT count(*) FROM usage AS u WHERE u.decision_id = d.decision_id)              FROM decisions AS d WHERE d.decision_id = ?1",
+            "SELECT d.open, (SELECT count(*) FROM usage AS u WHERE u.decision = d.id), \
+                    (SELECT count(*) FROM usage AS u WHERE u.decision_id = d.decision_id) \
+             FROM decisions AS d WHERE d.decision_id = ?1",
             [&tagged(tag)[..]],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
