@@ -23,6 +23,8 @@ pub struct GateError {
     pub code: &'static str,
     pub message: String,
     pub hold_id: Option<String>,
+    /// Sent as `Retry-After` (seconds) wherever the error is answered.
+    pub retry_after_secs: Option<u64>,
 }
 
 impl GateError {
@@ -38,6 +40,7 @@ impl GateError {
             code,
             message: message.into(),
             hold_id: None,
+            retry_after_secs: None,
         }
     }
 
@@ -53,14 +56,16 @@ impl GateError {
     }
 
     /// The fleet's database cannot be reached: no budget, window or hold to decide by, so
-    /// nothing is decided or forwarded. Sent with `Retry-After: FLEET_RETRY_AFTER_SECS`.
+    /// nothing is decided or forwarded; retry after [`FLEET_RETRY_AFTER_SECS`].
     pub fn fleet_unavailable() -> Self {
-        Self::new(
+        let mut err = Self::new(
             503,
             "api_error",
             "fleet_store_unavailable",
             "the gate's shared store is unreachable; retry shortly",
-        )
+        );
+        err.retry_after_secs = Some(FLEET_RETRY_AFTER_SECS);
+        err
     }
 
     pub fn status(&self) -> u16 {
@@ -218,6 +223,17 @@ fn duration(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fleet's 503 says when to retry on the API listener as the proxy says it (the proxy's
+    /// is `tests/fleet.rs`, against a paused PostgreSQL).
+    #[test]
+    fn the_fleet_outage_carries_its_retry_after() {
+        let resp = crate::api::http::ApiResponse::from(GateError::fleet_unavailable());
+        assert_eq!(resp.status, 503);
+        assert_eq!(resp.headers, [("retry-after", "2".to_string())]);
+        let plain = crate::api::http::ApiResponse::from(GateError::api(503, "x", "y"));
+        assert!(plain.headers.is_empty());
+    }
 
     #[test]
     fn the_hold_message_names_the_hold_and_how_to_release_it() {

@@ -11,7 +11,11 @@ use crate::error::GateError;
 
 impl From<GateError> for ApiResponse {
     fn from(e: GateError) -> Self {
-        ApiResponse::json(e.status(), &e.api_body())
+        let resp = ApiResponse::json(e.status(), &e.api_body());
+        match e.retry_after_secs {
+            Some(secs) => resp.with_header("retry-after", secs.to_string()),
+            None => resp,
+        }
     }
 }
 

@@ -83,10 +83,7 @@ fn not_found() -> ApiResponse {
 
 /// The fleet's database cannot be reached: closed-form, retry shortly.
 pub(crate) fn fleet_unavailable() -> ApiResponse {
-    ApiResponse::from(GateError::fleet_unavailable()).with_header(
-        "retry-after",
-        crate::error::FLEET_RETRY_AFTER_SECS.to_string(),
-    )
+    GateError::fleet_unavailable().into()
 }
 
 fn bad_json() -> ApiResponse {

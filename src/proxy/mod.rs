@@ -26,7 +26,7 @@ use pingora::{Error, ErrorType, Result};
 
 use crate::auth;
 use crate::config::{Config, KeyConfig, Upstream};
-use crate::error::{GateError, FLEET_RETRY_AFTER_SECS};
+use crate::error::GateError;
 use crate::gate::Verdict;
 use crate::ledger::{GateRequest, Gatekeeper};
 use crate::now_ms;
@@ -202,6 +202,9 @@ pub(crate) async fn respond_error(
     if let Some(id) = &err.hold_id {
         headers.push(("x-tokensaver-hold", id.clone()));
     }
+    if let Some(secs) = err.retry_after_secs {
+        headers.push(("retry-after", secs.to_string()));
+    }
     respond(
         session,
         err.status,
@@ -294,9 +297,6 @@ struct Gated<'c> {
     stored: Option<Arc<StoredAnswer>>,
 }
 
-/// A refusal before or at the decision, and the headers it goes with.
-type Refused = (GateError, Vec<(&'static str, String)>);
-
 impl GateProxy {
     /// A gated provider call, in order: read it, decide it, enforce the decision.
     async fn handle_gated(&self, session: &mut Session, route: Route) -> Result<()> {
@@ -306,7 +306,7 @@ impl GateProxy {
         };
         match self.decide(&gated).await {
             Ok(decided) => self.enforce(session, gated, decided).await,
-            Err((err, headers)) => respond_error(session, Some(route), &err, &headers).await,
+            Err(err) => respond_error(session, Some(route), &err, &[]).await,
         }
     }
 
@@ -393,7 +393,7 @@ impl GateProxy {
 
     /// The decision: this gate's (SQLite, or the fleet's PostgreSQL), or the central gate's
     /// in digest mode. Either fails closed: no decision, nothing upstream.
-    async fn decide(&self, g: &Gated<'_>) -> std::result::Result<Decided, Refused> {
+    async fn decide(&self, g: &Gated<'_>) -> std::result::Result<Decided, GateError> {
         let shape = &g.parsed.shape;
         match g.identity {
             Identity::Local(key) => {
@@ -405,10 +405,11 @@ impl GateProxy {
                     hold_id: g.hold_id.as_deref(),
                     now_ms: now_ms(),
                 };
-                let outcome = self.gatekeeper.gate_fleet(&request).await.map_err(|_| {
-                    let retry = ("retry-after", FLEET_RETRY_AFTER_SECS.to_string());
-                    (GateError::fleet_unavailable(), vec![retry])
-                })?;
+                let outcome = self
+                    .gatekeeper
+                    .gate_fleet(&request)
+                    .await
+                    .map_err(|_| GateError::fleet_unavailable())?;
                 let d = &outcome.decision;
                 let terms = Terms {
                     verdict: d.verdict,
@@ -429,10 +430,7 @@ impl GateProxy {
                 if g.stored.is_some() {
                     digest.held.push(shape.wire_form());
                 }
-                let r = remote
-                    .gate(&digest)
-                    .await
-                    .map_err(|e| (GateError::from(e), Vec::new()))?;
+                let r = remote.gate(&digest).await.map_err(GateError::from)?;
                 let terms = Terms {
                     verdict: r.verdict,
                     status: r.status,
