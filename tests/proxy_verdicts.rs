@@ -88,6 +88,27 @@ fn downgrade_changes_only_the_model_bytes_and_a_repeated_model_key_is_written_on
     assert_eq!(sent["max_tokens"], 100);
 }
 
+/// A streamed DOWNGRADE whose caller did not ask for usage: the provider gets the caller's
+/// bytes with the model's string replaced and the usage option added before the closing brace,
+/// nothing else touched; the caller's stream carries no usage chunk.
+#[test]
+fn a_streamed_downgrade_edits_the_model_and_asks_for_usage_in_the_callers_bytes() {
+    let h = Harness::default();
+    let body = "{ \"model\" : \"gpt-4o\", \"stream\": true,\n  \"messages\": [{\"role\":\"user\", \
+                \"content\":\"Say hi.\"}], \"max_tokens\": 100 }";
+    let r = h.post_raw(CHAT, Some(KEY_A), body.as_bytes(), &[HUMAN]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.verdict(), Some("DOWNGRADE"));
+    let sent = h.mock.last_request().unwrap().body_text();
+    let expected = body.replace("\"gpt-4o\"", "\"gpt-4o-mini\"").replace(
+        " 100 }",
+        " 100 ,\"stream_options\":{\"include_usage\":true}}",
+    );
+    assert_eq!(sent, expected);
+    assert!(r.text().contains("[DONE]"), "{}", r.text());
+    assert!(!r.text().contains("\"prompt_tokens\""), "{}", r.text());
+}
+
 /// Key A with a $0.01 ceiling, and a call held for the person who declared themselves:
 /// max_tokens 10 000 on gpt-4o could cost $0.10 (exceeds_remaining_budget). Returns the
 /// harness, the body, the 409 and its hold id.

@@ -2,6 +2,8 @@
 //! connector, relay the answer as it arrives, capture the usage the provider reports, and
 //! store the answer when it is complete, successful and reusable.
 
+use std::ops::Range;
+
 use bytes::Bytes;
 use pingora::connectors::http::Connector;
 use pingora::http::{RequestHeader, ResponseHeader};
@@ -61,7 +63,7 @@ pub(super) struct Forward<'a> {
     pub wants_usage: bool,
     pub has_stream_options: bool,
     /// The model's string in `original` (`ParsedRequest::model_span`).
-    pub model_span: Option<std::ops::Range<usize>>,
+    pub model_span: Option<Range<usize>>,
     pub reusable: bool,
     pub answer_key: AnswerKey,
     pub receipt_headers: Vec<(&'static str, String)>,
@@ -126,32 +128,16 @@ impl Forward<'_> {
         // The usual cases edit the caller's bytes where the gate's reading found them: the
         // model's string replaced (DOWNGRADE), one member added before the closing `}` (the
         // streamed SDK call; the body is a non-empty JSON object, a model is required).
-        let replaced = if self.downgrade {
+        let model_span = if self.downgrade {
             self.model_span.clone()
         } else {
             Some(0..0)
         };
-        let parts = replaced.and_then(|span| {
-            let head = self.original.get(..span.start)?;
-            Some((head, self.original.get(span.end..)?))
-        });
-        if let (Some((head, tail)), false) = (parts, strip && self.has_stream_options) {
-            let mut bytes = Vec::with_capacity(self.original.len() + USAGE_OPTION.len() + 64);
-            bytes.extend_from_slice(head);
-            if self.downgrade {
-                let model = serde_json::to_vec(self.served_model).or_else(|_| {
-                    Error::e_explain(ErrorType::InternalError, "request body rewrite")
-                })?;
-                bytes.extend_from_slice(&model);
+        let merge_options = strip && self.has_stream_options;
+        if let (Some(span), false) = (model_span, merge_options) {
+            if let Some(bytes) = self.spliced(span, strip)? {
+                return Ok((Bytes::from(bytes), strip));
             }
-            bytes.extend_from_slice(tail);
-            if strip {
-                let Some(close) = bytes.iter().rposition(|&b| b == b'}') else {
-                    return Error::e_explain(ErrorType::InternalError, "request body rewrite");
-                };
-                bytes.splice(close..close, USAGE_OPTION.iter().copied());
-            }
-            return Ok((Bytes::from(bytes), strip));
         }
         // Rarer: options to merge into, or a model written under a repeated key: edit a map of
         // the body, which the gate has read as a JSON object (serde_json accepts the same
@@ -173,6 +159,39 @@ impl Forward<'_> {
         let bytes = serde_json::to_vec(&body)
             .or_else(|_| Error::e_explain(ErrorType::InternalError, "request body rewrite"))?;
         Ok((Bytes::from(bytes), strip))
+    }
+
+    /// The caller's bytes with `span` replaced by the served model's string (an empty span
+    /// at 0 for no model change) and, when `add_usage_option`, [`USAGE_OPTION`] before the
+    /// closing `}`. `None` when the bytes do not fit the span (then the map is edited).
+    fn spliced(&self, span: Range<usize>, add_usage_option: bool) -> Result<Option<Vec<u8>>> {
+        let (Some(head), Some(tail)) = (
+            self.original.get(..span.start),
+            self.original.get(span.end..),
+        ) else {
+            return Ok(None);
+        };
+        let close = if add_usage_option {
+            let Some(close) = tail.iter().rposition(|&b| b == b'}') else {
+                return Ok(None);
+            };
+            close
+        } else {
+            tail.len()
+        };
+        let mut bytes = Vec::with_capacity(self.original.len() + USAGE_OPTION.len() + 64);
+        bytes.extend_from_slice(head);
+        if self.downgrade {
+            let model = serde_json::to_vec(self.served_model)
+                .or_else(|_| Error::e_explain(ErrorType::InternalError, "request body rewrite"))?;
+            bytes.extend_from_slice(&model);
+        }
+        bytes.extend_from_slice(&tail[..close]);
+        if add_usage_option {
+            bytes.extend_from_slice(USAGE_OPTION);
+        }
+        bytes.extend_from_slice(&tail[close..]);
+        Ok(Some(bytes))
     }
 
     fn upstream_header(&self, session: &Session, len: usize) -> Result<RequestHeader> {
