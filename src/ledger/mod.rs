@@ -1317,9 +1317,7 @@ fn reopen(signer: &ReceiptSigner, opening: &HoldOpening) -> Option<Arc<GateOutco
 
 /// The first 16 hex digits of a fingerprint (`GET /holds`); empty once forgotten.
 fn fingerprint_prefix(fingerprint: Option<&Hash>) -> String {
-    fingerprint
-        .map(|f| f.to_hex().chars().take(16).collect())
-        .unwrap_or_default()
+    fingerprint.map(|f| f.hex_prefix(16)).unwrap_or_default()
 }
 
 fn decision_row(

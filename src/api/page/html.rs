@@ -527,14 +527,8 @@ fn decision_row(out: &mut String, d: &DecisionLine) {
         r#"<span class="muted" title="receipts are kept in memory for the latest 1024 decisions since start">not kept</span>"#.to_string()
     };
     let fingerprint = match &r.fingerprint {
-        Some(fp) => format!(
-            "<code>{}…</code>",
-            esc(&fp
-                .to_hex()
-                .chars()
-                .take(FINGERPRINT_DIGITS)
-                .collect::<String>())
-        ),
+        // Hex digits: nothing to escape.
+        Some(fp) => format!("<code>{}…</code>", fp.hex_prefix(FINGERPRINT_DIGITS)),
         None => r#"<span class="muted">forgotten</span>"#.to_string(),
     };
     let score = if r.score.is_finite() {

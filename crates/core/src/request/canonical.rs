@@ -76,6 +76,13 @@ impl Hash {
         hex::encode(self.0)
     }
 
+    /// The first `digits` hex digits (at most 64): a short name for display.
+    pub fn hex_prefix(&self, digits: usize) -> String {
+        let mut hex = self.to_hex();
+        hex.truncate(digits);
+        hex
+    }
+
     pub fn from_hex(text: &str) -> Option<Hash> {
         crate::receipt::parse_hex32(text).map(Hash)
     }
