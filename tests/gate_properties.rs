@@ -1169,6 +1169,8 @@ fn shape(extreme: bool) -> impl Strategy<Value = RequestShape> {
                         })
                         .collect(),
                     called_tool_hashes: called.iter().map(pick).collect(),
+                    text_extra_bytes: 0,
+                    media: Default::default(),
                 }
             },
         )

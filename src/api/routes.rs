@@ -74,6 +74,7 @@ fn digest_request<'a>(digest: &'a Digest, key: &'a KeyConfig) -> GateRequest<'a>
         held: digest.holds(digest.request.wire_form()),
         hold_id: digest.hold_id.as_deref(),
         now_ms: now_ms(),
+        recorded_by: RecordSource::Digest,
     }
 }
 
@@ -402,6 +403,8 @@ impl Api {
             held,
             hold_id: hold_id.as_deref(),
             now_ms: now_ms(),
+            // An estimate books nothing: no reservation is made.
+            recorded_by: RecordSource::Proxy,
         };
         let outcome = if self.gatekeeper.fleet().is_some() {
             match self.gatekeeper.estimate_fleet(&request).await {
@@ -518,6 +521,13 @@ impl Api {
                 409,
                 "model_mismatch",
                 "served_model differs from the model the gate decided",
+            ),
+            Err(RecordError::ExceedsDecision) => ApiResponse::error(
+                422,
+                "usage_exceeds_decision",
+                "the usage exceeds what the decision could have been billed: input at most \
+                 3 tokens per character of the request plus 4096, output at most its ceiling, \
+                 each part at most 100000000",
             ),
             Err(RecordError::Storage) => ApiResponse::error(
                 503,

@@ -28,7 +28,7 @@ use crate::receipt::DecisionId;
 use crate::request::{Hash, WireForm};
 use crate::store::{
     period_start, DecisionLine, DecisionPage, DecisionQuery, DecisionRow, Ending, LedgerDay,
-    LedgerTotals, SpendBasis, StoreError, UsageRow,
+    LedgerTotals, RecordSource, SpendBasis, StoreError, UsageRow,
 };
 
 /// The schema, in order; each applied once, recorded in `schema_migrations`.
@@ -42,6 +42,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
         3,
         include_str!("../../migrations/pg/0003_fleet_budgets.sql"),
     ),
+    (4, include_str!("../../migrations/pg/0004_recorded_by.sql")),
 ];
 
 /// Taken while migrating, so instances starting together apply each migration once.
@@ -111,6 +112,8 @@ pub enum SettleError {
     AlreadySettled,
     /// The reservation names another served model.
     ModelMismatch,
+    /// A digest client's usage exceeds what the decision could have been billed.
+    ExceedsDecision,
     Fleet(FleetError),
 }
 
@@ -210,6 +213,10 @@ pub struct NewReservation {
     /// A person's approval forwards past `exceeds_remaining_budget` (SPEC §2.7): the
     /// conditional reservation does not apply to it.
     pub approved_past_budget: bool,
+    /// The decision's input worst case (tokens).
+    pub input_tokens: u64,
+    /// The one party that may settle it.
+    pub recorded_by: RecordSource,
 }
 
 /// An open reservation, as settling reads it back.
@@ -219,6 +226,7 @@ pub struct OpenReservation {
     pub output_ceiling: Option<u64>,
     pub fingerprint: Option<Hash>,
     pub reusable: bool,
+    pub input_tokens: u64,
 }
 
 /// A hold decision that did not apply.
@@ -503,6 +511,7 @@ impl Fleet {
                 let expires = db(now_ms.saturating_add(self.reservation_ttl_ms));
                 let (nano, wire) = (db(r.nano), r.wire.as_str());
                 let output_ceiling = r.output_ceiling.map(db);
+                let (input_tokens, recorded_by) = (db(r.input_tokens), r.recorded_by.as_str());
                 let mut params = decision.to_vec();
                 params.extend_from_slice(&[
                     &nano,
@@ -514,6 +523,8 @@ impl Fleet {
                     &r.reusable,
                     &ceiling,
                     &since,
+                    &recorded_by,
+                    &input_tokens,
                 ]);
                 if tx.execute(&reserve, &params).await? != 1 {
                     tx.rollback().await?;
@@ -534,11 +545,12 @@ impl Fleet {
         key_id: &str,
         wire: WireForm,
         served_model: &str,
-        charge: impl FnOnce(&OpenReservation, u64) -> (UsageRow, Option<String>),
+        recorded_by: RecordSource,
+        charge: impl FnOnce(&OpenReservation, u64) -> Result<(UsageRow, Option<String>), SettleError>,
     ) -> Result<UsageRow, SettleError> {
         within(
             CALL_TIMEOUT,
-            self.settle_inner(decision_id, key_id, wire, served_model, charge),
+            self.settle_inner(decision_id, key_id, wire, served_model, recorded_by, charge),
         )
         .await
     }
@@ -549,7 +561,8 @@ impl Fleet {
         key_id: &str,
         wire: WireForm,
         served_model: &str,
-        charge: impl FnOnce(&OpenReservation, u64) -> (UsageRow, Option<String>),
+        recorded_by: RecordSource,
+        charge: impl FnOnce(&OpenReservation, u64) -> Result<(UsageRow, Option<String>), SettleError>,
     ) -> Result<UsageRow, SettleError> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
@@ -557,22 +570,30 @@ impl Fleet {
             .prepare_cached(&format!(
                 "DELETE FROM fleet_reservations \
                  WHERE decision_id = $1 AND key_id = $2 AND wire = $3 AND served_model = $4 \
-                 RETURNING nano, output_ceiling, fingerprint, reusable, {DB_NOW_MS}"
+                   AND recorded_by = $5 \
+                 RETURNING nano, output_ceiling, fingerprint, reusable, {DB_NOW_MS}, input_tokens"
             ))
             .await?;
         let taken = tx
             .query_opt(
                 &take,
-                &[decision_id, &key_id, &wire.as_str(), &served_model],
+                &[
+                    decision_id,
+                    &key_id,
+                    &wire.as_str(),
+                    &served_model,
+                    &recorded_by.as_str(),
+                ],
             )
             .await?;
         let Some(taken) = taken else {
             let why = tx
                 .query_one(
                     "SELECT EXISTS (SELECT 1 FROM fleet_reservations \
-                                    WHERE decision_id = $1 AND key_id = $2 AND wire = $3), \
+                                    WHERE decision_id = $1 AND key_id = $2 AND wire = $3 \
+                                      AND recorded_by = $4), \
                             EXISTS (SELECT 1 FROM fleet_usage WHERE decision_id = $1)",
-                    &[decision_id, &key_id, &wire.as_str()],
+                    &[decision_id, &key_id, &wire.as_str(), &recorded_by.as_str()],
                 )
                 .await?;
             return Err(if why.get::<_, bool>(0) {
@@ -589,9 +610,11 @@ impl Fleet {
             // A stored fingerprint that does not read as one is no fingerprint.
             fingerprint: taken.try_get::<_, Option<Hash>>(2).ok().flatten(),
             reusable: taken.get(3),
+            input_tokens: un(taken.get::<_, i64>(5)),
         };
         let at_ms = un(taken.get::<_, i64>(4));
-        let (row, recorded) = charge(&reservation, at_ms);
+        // An error leaves with the transaction unfinished: the reservation stays.
+        let (row, recorded) = charge(&reservation, at_ms)?;
         if let Some(usage) = recorded {
             let fingerprint: &str = taken.get(2);
             tx.execute(
@@ -897,7 +920,8 @@ impl Fleet {
             .query(
                 &format!(
                     "SELECT at_ms / 86400000 AS day, COALESCE(sum(spend_nano), 0)::bigint, \
-                     {}, {}, {}, {} \
+                     {}, {}, {}, {}, \
+                     count(*) FILTER (WHERE row_json::jsonb ->> 'basis' = 'unpriced') \
                      FROM fleet_usage WHERE ($1::text IS NULL OR key_id = $1::text) \
                        AND at_ms >= $2 AND at_ms < $3 GROUP BY day",
                     part("input"),
@@ -917,6 +941,7 @@ impl Fleet {
                 cache_read: un(r.get(4)),
                 output: un(r.get(5)),
             });
+            t.unpriced_calls = t.unpriced_calls.saturating_add(un(r.get(6)));
         }
         // A hold never used (expired, or denied) counts on the day of the request it held.
         let holds = client
@@ -1239,9 +1264,9 @@ const DECIDE_AND_RESERVE: &str = "WITH decision AS (\
     step_fingerprint, model, verdict, reason, reserved_nano, row_json) \
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)) \
     INSERT INTO fleet_reservations (decision_id, key_id, nano, expires_ms, \
-    served_model, wire, output_ceiling, fingerprint, reusable) \
+    served_model, wire, output_ceiling, fingerprint, reusable, recorded_by, input_tokens) \
     SELECT $1::text, $2::text, $11::bigint, $12::bigint, $13::text, $14::text, $15::bigint, \
-           $16::text, $17::boolean \
+           $16::text, $17::boolean, $20::text, $21::bigint \
     WHERE $18::bigint IS NULL \
        OR COALESCE((SELECT sum(spend_nano) FROM fleet_usage \
                     WHERE key_id = $2::text AND at_ms >= $19::bigint), 0) \

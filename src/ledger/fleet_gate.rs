@@ -70,6 +70,8 @@ impl Gatekeeper {
                     fingerprint: shape.fingerprint,
                     reusable: shape.reproducible(),
                     approved_past_budget: decision.approved_hold.is_some(),
+                    input_tokens: decision.worst_case.input_tokens_estimated,
+                    recorded_by: req.recorded_by,
                 });
                 let new_hold = decision.hold_id.as_ref().map(|hold_id| NewHold {
                     hold_id: hold_id.clone(),
@@ -82,6 +84,7 @@ impl Gatekeeper {
                 let reserved = reservation.as_ref().map_or(0, |r| r.nano);
                 let mut row = decision_row(&decision, decision_id, wire, reserved);
                 row.step_fingerprint = Some(shape.step_fingerprint);
+                row.recorded_by = req.recorded_by;
                 let booking = Booking {
                     row,
                     reservation,
@@ -196,7 +199,7 @@ impl Gatekeeper {
         report: &UsageReport,
         source: RecordSource,
     ) -> Result<UsageRow, RecordError> {
-        match self.settle_in_fleet(report).await {
+        match self.settle_in_fleet(report, source).await {
             Err(SettleError::Fleet(_)) if source == RecordSource::Proxy => {
                 let spooled = match &self.spool {
                     Some(spool) => spool.append(report).await.is_ok(),
@@ -211,11 +214,16 @@ impl Gatekeeper {
             Err(SettleError::Unknown) => Err(RecordError::UnknownDecision),
             Err(SettleError::AlreadySettled) => Err(RecordError::AlreadyRecorded),
             Err(SettleError::ModelMismatch) => Err(RecordError::ModelMismatch),
+            Err(SettleError::ExceedsDecision) => Err(RecordError::ExceedsDecision),
             Ok(row) => Ok(row),
         }
     }
 
-    async fn settle_in_fleet(&self, report: &UsageReport) -> Result<UsageRow, SettleError> {
+    async fn settle_in_fleet(
+        &self,
+        report: &UsageReport,
+        source: RecordSource,
+    ) -> Result<UsageRow, SettleError> {
         let Some(fleet) = self.fleet.as_ref() else {
             return Err(SettleError::Fleet(FleetError::Unavailable));
         };
@@ -226,13 +234,20 @@ impl Gatekeeper {
                 &report.key_id,
                 report.wire,
                 &report.served_model,
+                source,
                 |r, at_ms| {
+                    let bound = super::RecordBound::of(r.input_tokens, r.output_ceiling);
+                    if source == RecordSource::Digest
+                        && !report.usage.as_ref().map_or(true, |b| bound.admits(b))
+                    {
+                        return Err(SettleError::ExceedsDecision);
+                    }
                     let row = report.usage_row(at_ms, prices.as_ref(), r.nano, r.output_ceiling);
                     // Only a complete, reproducible answer's usage is what a SERVE does not buy.
                     let recorded = report
                         .reusable_usage(r.reusable)
                         .and_then(|u| serde_json::to_string(&u).ok());
-                    (row, recorded)
+                    Ok((row, recorded))
                 },
             )
             .await
@@ -412,7 +427,7 @@ impl Gatekeeper {
         };
         let replayed = spool
             .replay(|report| async move {
-                match self.settle_in_fleet(&report).await {
+                match self.settle_in_fleet(&report, RecordSource::Proxy).await {
                     Err(SettleError::Fleet(_)) => Replayed::Later,
                     _ => Replayed::Done,
                 }

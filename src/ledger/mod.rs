@@ -51,6 +51,9 @@ pub struct GateRequest<'a> {
     pub held: bool,
     pub hold_id: Option<&'a str>,
     pub now_ms: u64,
+    /// Who will report this request's usage: the proxy (request mode) or the digest client
+    /// (`POST /gate`). Only that party can settle its reservation.
+    pub recorded_by: RecordSource,
 }
 
 impl<'a> GateRequest<'a> {
@@ -74,16 +77,16 @@ pub struct GateOutcome {
     pub decision_id: DecisionId,
 }
 
-/// Who reports usage, which decides how durably it is kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecordSource {
-    /// The proxy itself, after relaying the answer: queued for the next group commit. The
-    /// recorded usage that makes the answer servable stays in memory, like the answer.
-    Proxy,
-    /// A digest client's `POST /record`: committed before it is acknowledged, and the recorded
-    /// usage persisted, since the client's own store outlives a restart of the gate.
-    Digest,
-}
+/// Who reports usage: which decides how durably it is kept, and who may settle a decision.
+pub use crate::store::RecordSource;
+
+/// The most a `POST /record` may report of any one usage part, whatever the decision: no call
+/// is billed 10^8 tokens, and with it no spend or total can overflow (4 parts × 10^8 tokens ×
+/// $1,000 per million tokens is 4 × 10^14 nano-USD per call).
+pub const MAX_RECORDED_TOKENS: u64 = 100_000_000;
+/// Provider-side framing a record's input may add to the request's own text: chat templates,
+/// tool-use system prompts (Anthropic's is up to ~530 tokens), per-message separators.
+pub const RECORD_INPUT_FRAMING_TOKENS: u64 = 4_096;
 
 /// What the provider reported for a forwarded decision: the proxy's own record, or a digest
 /// client's `POST /record`.
@@ -170,6 +173,10 @@ pub fn settlement(
     output_ceiling: Option<u64>,
 ) -> (u64, SpendBasis) {
     let priced = |b: &Billed| prices.map(|p| b.cost_nano(p)).unwrap_or(0);
+    if prices.is_none() && (usage.is_some() || ending.billable()) {
+        // A cost the gate cannot price is unknown, not zero.
+        return (0, SpendBasis::Unpriced);
+    }
     match (ending, usage) {
         (Ending::Complete | Ending::Failed, Some(u)) => (priced(u), SpendBasis::Reported),
         (e, Some(u)) if !e.billable() => (priced(u), SpendBasis::Reported),
@@ -199,6 +206,8 @@ pub enum RecordError {
     Storage,
     #[error("the served model differs from the one the gate decided")]
     ModelMismatch,
+    #[error("the usage exceeds what the decision could have been billed")]
+    ExceedsDecision,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -286,7 +295,9 @@ struct KeyBudget {
 impl KeyBudget {
     fn spend_in_period(&self, now_ms: u64) -> u64 {
         let from = period_start(self.period, now_ms) / DAY_MS;
-        self.spend_by_day.range(from..).map(|(_, v)| *v).sum()
+        self.spend_by_day
+            .range(from..)
+            .fold(0u64, |sum, (_, v)| sum.saturating_add(*v))
     }
 }
 
@@ -300,8 +311,51 @@ struct Reservation {
     nano: u64,
     /// The decision's output ceiling (tokens): bounds the charge of an incomplete answer.
     output_ceiling: Option<u64>,
+    /// The decision's input worst case (tokens): with the output ceiling, what a digest
+    /// client's record may report at most ([`RecordBound`]).
+    input_tokens: u64,
     expires_ms: u64,
     reusable: bool,
+    /// The one party that may settle it.
+    recorded_by: RecordSource,
+}
+
+/// What a digest client's `POST /record` may report for one decision: no more output than the
+/// decision's output ceiling, no more input than every character of the request billed as a
+/// token (3 × the one-per-3-characters estimate) plus provider framing, and no part above
+/// [`MAX_RECORDED_TOKENS`]. The proxy's own records are the provider's word and are not
+/// bounded: only a caller's claim is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordBound {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl RecordBound {
+    pub fn of(input_tokens_estimated: u64, output_ceiling: Option<u64>) -> RecordBound {
+        RecordBound {
+            input_tokens: input_tokens_estimated
+                .saturating_mul(3)
+                .saturating_add(RECORD_INPUT_FRAMING_TOKENS)
+                .min(MAX_RECORDED_TOKENS),
+            output_tokens: output_ceiling
+                .unwrap_or(MAX_RECORDED_TOKENS)
+                .min(MAX_RECORDED_TOKENS),
+        }
+    }
+
+    /// Whether `billed` stays within the bound.
+    pub fn admits(&self, billed: &Billed) -> bool {
+        let u = &billed.usage;
+        let input = u
+            .input
+            .checked_add(u.cache_write)
+            .and_then(|s| s.checked_add(u.cache_read));
+        input.is_some_and(|i| i <= self.input_tokens)
+            && u.output <= self.output_tokens
+            && billed.cache_write_1h <= u.cache_write
+            && billed.web_search_requests <= MAX_RECORDED_TOKENS
+    }
 }
 
 /// A pending or approved hold in memory.
@@ -351,13 +405,13 @@ impl State {
         self.reservations
             .values()
             .filter(|r| r.key_id == key_id)
-            .map(|r| r.nano)
-            .sum()
+            .fold(0u64, |sum, r| sum.saturating_add(r.nano))
     }
 
     fn add_spend(&mut self, key_id: &str, at_ms: u64, nano: u64) {
         if let Some(b) = self.budgets.get_mut(key_id) {
-            *b.spend_by_day.entry(at_ms / DAY_MS).or_default() += nano;
+            let day = b.spend_by_day.entry(at_ms / DAY_MS).or_default();
+            *day = day.saturating_add(nano);
         }
     }
 
@@ -525,8 +579,10 @@ impl Gatekeeper {
                         nano: row.reserved_nano,
                         // The stored worst case adds the input estimate: a looser ceiling.
                         output_ceiling: row.worst_case_tokens,
+                        input_tokens: row.worst_case_tokens.unwrap_or(0),
                         expires_ms: row.decided_at_ms + config.reservation_ttl_ms,
                         reusable: false,
+                        recorded_by: row.recorded_by,
                     },
                 );
             }
@@ -734,8 +790,10 @@ impl Gatekeeper {
                         wire,
                         nano,
                         output_ceiling: decision.worst_case.output_tokens,
+                        input_tokens: decision.worst_case.input_tokens_estimated,
                         expires_ms: now_ms + self.config.reservation_ttl_ms,
                         reusable: shape.reproducible(),
+                        recorded_by: req.recorded_by,
                     },
                 );
                 nano
@@ -745,6 +803,7 @@ impl Gatekeeper {
             drop(st);
             let mut row = decision_row(&decision, decision_id, wire, reserved);
             row.step_fingerprint = Some(shape.step_fingerprint);
+            row.recorded_by = req.recorded_by;
             self.store.submit(Event::Decision(row));
             for e in events {
                 self.store.submit(e);
@@ -890,8 +949,19 @@ impl Gatekeeper {
         // policy under the state lock here could deadlock behind a waiting `PUT /prices`.
         let prices = self.price_of(served_model);
         let mut st = lock(&self.state);
+        // A decision is settled only by the party its reservation names: a key can never
+        // record usage for a call the proxy forwarded for it (SPEC §3, `POST /record`).
         let reservation = match st.reservations.get(decision_id) {
-            Some(r) if r.key_id == key_id && r.wire == wire => st.reservations.remove(decision_id),
+            Some(r) if r.key_id == key_id && r.wire == wire && r.recorded_by == source => {
+                if source == RecordSource::Digest
+                    && !report.usage.as_ref().map_or(true, |billed| {
+                        RecordBound::of(r.input_tokens, r.output_ceiling).admits(billed)
+                    })
+                {
+                    return Err(RecordError::ExceedsDecision);
+                }
+                st.reservations.remove(decision_id)
+            }
             _ => None,
         };
         let Some(reservation) = reservation else {
@@ -1348,5 +1418,6 @@ fn decision_row(
         findings_tokens: d.findings.iter().filter_map(|f| f.tokens).sum(),
         hold_id: d.hold_id.clone(),
         step_fingerprint: None,
+        recorded_by: RecordSource::Proxy,
     }
 }

@@ -158,6 +158,12 @@ pub fn render(days: &[LedgerDay], total: &LedgerTotals) -> String {
             t.findings_tokens_estimated
         ));
     }
+    if total.unpriced_calls > 0 {
+        out.push_str(&format!(
+            "\n{} call(s) were billed for a model with no price: their spend is unknown and not in the spend column.\n",
+            total.unpriced_calls
+        ));
+    }
     out.push_str("\ntokens_not_bought is the only savings total (provider-reported usage of answers served from store).\nworst_case_tokens_avoided is a ceiling on refused calls, reported apart; findings figures are estimates.\n");
     out
 }

@@ -102,6 +102,7 @@ fn gate_at(
             held: false,
             hold_id,
             now_ms,
+            recorded_by: RecordSource::Proxy,
         },
         mode,
     )

@@ -28,7 +28,7 @@ use crate::auth;
 use crate::config::{Config, KeyConfig, Upstream};
 use crate::error::GateError;
 use crate::gate::Verdict;
-use crate::ledger::{GateRequest, Gatekeeper};
+use crate::ledger::{GateRequest, Gatekeeper, RecordSource};
 use crate::now_ms;
 use crate::receipt::DecisionId;
 use crate::request::{self, Digest, Provider, Route};
@@ -404,6 +404,7 @@ impl GateProxy {
                     held: g.stored.is_some(),
                     hold_id: g.hold_id.as_deref(),
                     now_ms: now_ms(),
+                    recorded_by: RecordSource::Proxy,
                 };
                 let outcome = self
                     .gatekeeper

@@ -27,6 +27,39 @@ pub enum StoreError {
     UnknownCursor,
 }
 
+/// Who reports a forwarded decision's usage: the one party that may settle it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordSource {
+    /// The proxy itself, after relaying the answer (request mode): queued for the next group
+    /// commit. The recorded usage that makes the answer servable stays in memory, like the
+    /// answer. No caller can record it: a key settling its own call in flight could set its
+    /// price and its savings.
+    #[default]
+    Proxy,
+    /// A digest client's `POST /record` (a decision made by `POST /gate`): committed before it
+    /// is acknowledged, and the recorded usage persisted, since the client's own store
+    /// outlives a restart of the gate.
+    Digest,
+}
+
+impl RecordSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordSource::Proxy => "proxy",
+            RecordSource::Digest => "digest",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RecordSource> {
+        match s {
+            "proxy" => Some(RecordSource::Proxy),
+            "digest" => Some(RecordSource::Digest),
+            _ => None,
+        }
+    }
+}
+
 /// One gated request, as the ledger keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DecisionRow {
@@ -55,6 +88,9 @@ pub struct DecisionRow {
     /// The step fingerprint (SPEC §2.1), for rebuilding the loop windows; blanked by
     /// `POST /forget` with the fingerprint. `None` in rows written before it existed.
     pub step_fingerprint: Option<Hash>,
+    /// Who may settle this decision's reservation (rows written before it: the proxy).
+    #[serde(default)]
+    pub recorded_by: RecordSource,
 }
 
 /// Provider-reported usage for a forwarded decision, and the spend it settles.
@@ -184,6 +220,10 @@ pub enum SpendBasis {
     WorstCase,
     /// Not billed: nothing reached the provider, or it refused the request.
     None,
+    /// Billed at a price the gate does not know: the model has no price, so the spend is
+    /// unknown — never zero. The row's spend is 0 and every total counts it apart
+    /// (`unpriced_calls`), with its usage.
+    Unpriced,
 }
 
 impl SpendBasis {
@@ -192,6 +232,7 @@ impl SpendBasis {
             SpendBasis::Reported => "reported",
             SpendBasis::WorstCase => "worst_case",
             SpendBasis::None => "none",
+            SpendBasis::Unpriced => "unpriced",
         }
     }
 
@@ -200,6 +241,7 @@ impl SpendBasis {
             SpendBasis::Reported,
             SpendBasis::WorstCase,
             SpendBasis::None,
+            SpendBasis::Unpriced,
         ]
         .into_iter()
         .find(|b| b.as_str() == s)
@@ -337,6 +379,10 @@ pub struct LedgerTotals {
     pub tokens_not_bought: u64,
     pub worst_case_tokens_avoided: u64,
     pub findings_tokens_estimated: u64,
+    /// Calls billed for a model with no price: their spend is unknown and is not in
+    /// `spend_nano` (their usage is in `usage`).
+    #[serde(default)]
+    pub unpriced_calls: u64,
 }
 
 impl LedgerTotals {

@@ -57,7 +57,7 @@ use super::{
     Ending, Event, HoldOpening, HoldRow, HoldState, LeaseRow, LedgerDay, LedgerTotals, Snapshot,
     SpendBasis, Store, StoreError, UsageRow,
 };
-use super::{DecisionListing, VerdictCount};
+use super::{DecisionListing, RecordSource, VerdictCount};
 use crate::config::{BudgetPeriod, Prices};
 use crate::gate::{Usage, Verdict};
 use crate::receipt::DecisionId;
@@ -287,6 +287,13 @@ const MIGRATIONS: &[&str] = &[
         WHERE typeof(fingerprint) = 'text' AND length(fingerprint) = 64
           AND fingerprint NOT GLOB '*[^0-9a-f]*';
     "#,
+    // 7: who may settle a decision: the proxy that forwarded it, or the digest client that
+    // asked `POST /gate`. Rows before it were the proxy's: an old digest decision left open
+    // is charged its worst case at expiry, never settled by a caller's claim.
+    r#"
+    ALTER TABLE decisions ADD COLUMN recorded_by TEXT NOT NULL DEFAULT 'proxy'
+        CHECK (recorded_by IN ('proxy', 'digest'));
+    "#,
 ];
 
 macro_rules! decision_columns {
@@ -294,16 +301,18 @@ macro_rules! decision_columns {
         "decision_id, key_id, fingerprint, verdict, reason, score, model_requested, \
          model_served, wire, decided_at_ms, reserved_nano, worst_case_tokens, \
          tokens_not_bought, worst_case_tokens_avoided, findings_tokens, hold_id, \
-         step_fingerprint"
+         step_fingerprint, recorded_by"
     };
 }
 const DECISION_COLUMNS: &str = decision_columns!();
+/// How many columns [`DECISION_COLUMNS`] names: a query's own columns follow them.
+const DECISION_COLUMN_COUNT: usize = 18;
 /// Built once: the statement cache is keyed by the SQL text.
 const INSERT_DECISION: &str = concat!(
     "INSERT INTO decisions (",
     decision_columns!(),
     ", open) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
-     ?18)"
+     ?18, ?19)"
 );
 /// Whether decision `d` is settled: it has a usage row (stored after it, or before it) or an
 /// expiry charge.
@@ -742,7 +751,8 @@ impl Store for SqliteStore {
             drop(rows);
 
             let sql = format!(
-                "SELECT at_ms / 86400000 AS day, {}, {}, {}, {}, {} \
+                "SELECT at_ms / 86400000 AS day, {}, {}, {}, {}, {}, \
+                 SUM(basis = 'unpriced') \
                  FROM usage WHERE {key_clause} AND at_ms >= ?2 AND at_ms < ?3 GROUP BY day",
                 split_sum("spend_nano"),
                 split_sum("input"),
@@ -763,6 +773,8 @@ impl Store for SqliteStore {
                     output: get_sum(r, 9).map_err(sql_error)?,
                 };
                 t.usage.add(&usage);
+                let unpriced = get_u64(r, 11).map_err(sql_error)?;
+                t.unpriced_calls = t.unpriced_calls.saturating_add(unpriced);
             }
             drop(rows);
 
@@ -1004,6 +1016,7 @@ pub(crate) fn add_totals(into: &mut LedgerTotals, t: &LedgerTotals) {
     into.findings_tokens_estimated = into
         .findings_tokens_estimated
         .saturating_add(t.findings_tokens_estimated);
+    into.unpriced_calls = into.unpriced_calls.saturating_add(t.unpriced_calls);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1262,6 +1275,7 @@ fn apply(conn: &Connection, event: &Event, pairs: &mut Pairs) -> rusqlite::Resul
                 to_i64(d.findings_tokens),
                 d.hold_id,
                 d.step_fingerprint,
+                d.recorded_by.as_str(),
                 open,
             ])?;
             if settled_here {
@@ -1743,6 +1757,16 @@ fn decision_from_row(r: &Row<'_>) -> rusqlite::Result<DecisionRow> {
         findings_tokens: get_u64(r, 14)?,
         hold_id: r.get(15)?,
         step_fingerprint: r.get(16)?,
+        recorded_by: {
+            let by: String = r.get(17)?;
+            RecordSource::parse(&by).ok_or_else(|| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    17,
+                    rusqlite::types::Type::Text,
+                    "unknown recorded_by".into(),
+                )
+            })?
+        },
     })
 }
 

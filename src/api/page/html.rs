@@ -275,9 +275,16 @@ fn ledger_row(out: &mut String, label: &str, key: &str, t: &LedgerTotals) {
     for v in Verdict::ALL {
         out.push_str(&figure_cell(key, v.as_str(), t.count(v)));
     }
+    // Calls at a price the gate does not know have an unknown spend: said, never shown as 0.
+    let unpriced = match t.unpriced_calls {
+        0 => String::new(),
+        n => format!(
+            r#" <span class="muted" data-figure="unpriced_calls" data-value="{n}">+ {n} unpriced</span>"#
+        ),
+    };
     let _ = write!(
         out,
-        r#"<td class="n" data-key="{}" data-figure="spend_nano" data-value="{}">{}</td>"#,
+        r#"<td class="n" data-key="{}" data-figure="spend_nano" data-value="{}">{}{unpriced}</td>"#,
         esc(key),
         t.spend_nano,
         usd(t.spend_nano)

@@ -6,6 +6,7 @@ use rusqlite::params;
 
 use super::{
     decision_from_row, get_u64, sql_error, to_i64, verdict_from, SqliteStore, DECISION_COLUMNS,
+    DECISION_COLUMN_COUNT,
 };
 use crate::gate::Verdict;
 use crate::store::{DecisionListing, StoreError, VerdictCount};
@@ -40,7 +41,9 @@ pub(super) fn latest_decisions(
         stmt.query_map(params![key_id, verdict.map(Verdict::as_str), limit], |r| {
             Ok(DecisionListing {
                 row: decision_from_row(r)?,
-                spend_nano: r.get::<_, Option<i64>>(17)?.map(super::to_u64),
+                spend_nano: r
+                    .get::<_, Option<i64>>(DECISION_COLUMN_COUNT)?
+                    .map(super::to_u64),
             })
         })
         .and_then(Iterator::collect)

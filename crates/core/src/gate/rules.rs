@@ -15,6 +15,45 @@ pub const BURST_LIMIT: u64 = 120;
 /// Input is estimated cautiously at one token per this many characters.
 pub const CHARS_PER_INPUT_TOKEN: u64 = 3;
 
+/// The most one image part can be billed as input, by provider family (the providers'
+/// published image rules at their largest accepted size): Anthropic ≈ w×h/750 on images of
+/// up to ~3.7 MP (≤ 4,784); OpenAI tile models 85 + 170 × 8 tiles = 1,445, patch models
+/// 1,536 patches × ≤ 2.46, "original" detail larger still — 10,000 bounds them all, except
+/// `gpt-4o-mini`, which bills 2,833 + 5,667 × 8 tiles = 48,169.
+pub const IMAGE_TOKENS_ANTHROPIC: u64 = 5_000;
+pub const IMAGE_TOKENS_OPENAI: u64 = 10_000;
+pub const IMAGE_TOKENS_GPT_4O_MINI: u64 = 48_200;
+/// A document or file part (PDF): at most 100 pages, each its text and its page image.
+pub const DOCUMENT_TOKENS: u64 = 100 * (3_000 + IMAGE_TOKENS_OPENAI);
+/// An audio part.
+pub const AUDIO_TOKENS: u64 = 100_000;
+
+/// The input tokens a request's media parts can be billed at most.
+pub fn media_tokens_bound(shape: &RequestShape) -> u64 {
+    let media = &shape.media;
+    let image = match shape.route {
+        crate::request::Route::AnthropicMessages => IMAGE_TOKENS_ANTHROPIC,
+        _ if shape.model.starts_with("gpt-4o-mini") => IMAGE_TOKENS_GPT_4O_MINI,
+        _ => IMAGE_TOKENS_OPENAI,
+    };
+    media
+        .images
+        .saturating_mul(image)
+        .saturating_add(media.documents.saturating_mul(DOCUMENT_TOKENS))
+        .saturating_add(media.audio.saturating_mul(AUDIO_TOKENS))
+}
+
+/// The input part of the worst case: the characters at the seed's cautious rate, plus every
+/// byte the text takes beyond one per character (a byte-level tokenizer can bill each), plus
+/// the media parts' bound.
+pub fn input_tokens_bound(shape: &RequestShape) -> u64 {
+    shape
+        .prompt_chars()
+        .div_ceil(CHARS_PER_INPUT_TOKEN)
+        .saturating_add(shape.text_extra_bytes)
+        .saturating_add(media_tokens_bound(shape))
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Rule {
@@ -91,7 +130,8 @@ impl BudgetState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorstCase {
-    /// ⌈prompt_chars ÷ 3⌉: an estimate, labelled as such.
+    /// ⌈prompt_chars ÷ 3⌉ + the text's bytes beyond one per character + the media parts'
+    /// bound ([`input_tokens_bound`]): an estimate, labelled as such.
     pub input_tokens_estimated: u64,
     /// The exact `max_tokens` ceiling × `n`, else the model's maximum output × `n`;
     /// `None` when neither is known (unbounded).
@@ -108,7 +148,7 @@ impl WorstCase {
 }
 
 pub fn worst_case(shape: &RequestShape, prices: Option<&Prices>) -> WorstCase {
-    let input = shape.prompt_chars().div_ceil(CHARS_PER_INPUT_TOKEN);
+    let input = input_tokens_bound(shape);
     let ceiling = shape.max_tokens.or(prices.map(|p| p.max_output));
     let output = ceiling.map(|c| c.saturating_mul(shape.choices()));
     let cost = match (prices, output) {
@@ -169,6 +209,35 @@ mod tests {
         assert_eq!(
             runaway_rule(&counts(3, 200), false),
             Some(Rule::RunawayLoopUnattended)
+        );
+    }
+
+    #[test]
+    fn the_input_worst_case_counts_extra_bytes_and_media() {
+        use crate::request::{parse, Route};
+        let shape = |body: &str, route| parse(route, body.as_bytes(), &[0; 32]).unwrap().shape;
+        let emoji = format!(
+            r#"{{"model":"claude","max_tokens":1,"messages":[{{"role":"user","content":"{}"}}]}}"#,
+            "😀".repeat(3000)
+        );
+        // 3,000 characters at one token per 3, and 9,000 bytes beyond one per character.
+        let s = shape(&emoji, Route::AnthropicMessages);
+        assert_eq!(worst_case(&s, None).input_tokens_estimated, 1_000 + 9_000);
+        // Fifty images and one character: 1 + 50 × the family's image bound.
+        let parts = vec![r#"{"type":"image_url","image_url":{"url":"x","detail":"high"}}"#; 50];
+        let images = format!(
+            r#"{{"model":"gpt-4o","messages":[{{"role":"user","content":[{{"type":"text","text":"a"}},{}]}}]}}"#,
+            parts.join(",")
+        );
+        let s = shape(&images, Route::OpenAiChat);
+        assert_eq!(
+            worst_case(&s, None).input_tokens_estimated,
+            1 + 50 * IMAGE_TOKENS_OPENAI
+        );
+        let s = shape(&images.replace("gpt-4o", "gpt-4o-mini"), Route::OpenAiChat);
+        assert_eq!(
+            worst_case(&s, None).input_tokens_estimated,
+            1 + 50 * IMAGE_TOKENS_GPT_4O_MINI
         );
     }
 

@@ -109,6 +109,11 @@ pub struct Object<'a> {
     members: Vec<(Cow<'a, str>, Json<'a>)>,
     /// A key was written more than once (the last value is the one kept).
     repeated_keys: bool,
+    /// The first (in key order) of the keys written more than once.
+    repeated: Option<Cow<'a, str>>,
+    /// Of a whole body's root object (else 0): the UTF-8 bytes its strings take beyond one
+    /// per character ([`parse_measured`]).
+    text_extra_bytes: u64,
 }
 
 impl<'a> Object<'a> {
@@ -142,29 +147,48 @@ impl<'a> Object<'a> {
         self.repeated_keys
     }
 
+    /// Of a body's root object read by [`parse_measured`]: the UTF-8 bytes its strings take
+    /// beyond one per character. A tokenizer over bytes can bill each of them as a token.
+    pub fn text_extra_bytes(&self) -> u64 {
+        self.text_extra_bytes
+    }
+
+    pub(crate) fn set_text_extra_bytes(&mut self, bytes: u64) {
+        self.text_extra_bytes = bytes;
+    }
+
+    /// The first key written more than once, if any (keys are sorted; the kept value is the
+    /// last written).
+    pub fn first_repeated_key(&self) -> Option<&str> {
+        self.repeated.as_deref()
+    }
+
     /// Members in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Json<'a>)> {
         self.members.iter().map(|(k, v)| (k.as_ref(), v))
     }
 
     fn from_members(mut members: Vec<(Cow<'a, str>, Json<'a>)>) -> Self {
-        let mut repeated_keys = false;
+        let mut repeated = None;
         if !members.is_sorted_by(|a, b| a.0 < b.0) {
-            let read = members.len();
             // Stable: of repeated keys the last read stays last, and is the one kept.
             members.sort_by(|a, b| a.0.cmp(&b.0));
             members.dedup_by(|later, earlier| {
                 let same = later.0 == earlier.0;
                 if same {
                     std::mem::swap(later, earlier);
+                    if repeated.is_none() {
+                        repeated = Some(earlier.0.clone());
+                    }
                 }
                 same
             });
-            repeated_keys = members.len() != read;
         }
         Object {
             members,
-            repeated_keys,
+            repeated_keys: repeated.is_some(),
+            repeated,
+            text_extra_bytes: 0,
         }
     }
 }
@@ -209,8 +233,18 @@ pub enum JsonError {
 
 /// Parse a whole body.
 pub fn parse(bytes: &[u8]) -> Result<Json<'_>, JsonError> {
+    parse_measured(bytes).map(|(value, _)| value)
+}
+
+/// [`parse`], and how many UTF-8 bytes the body's decoded strings take beyond one per
+/// character (what a byte-level tokenizer can bill beyond a character count).
+pub fn parse_measured(bytes: &[u8]) -> Result<(Json<'_>, u64), JsonError> {
     let text = simdutf8::basic::from_utf8(bytes).map_err(|_| JsonError::NotUtf8)?;
-    let mut reader = Reader { text, pos: 0 };
+    let mut reader = Reader {
+        text,
+        pos: 0,
+        escaped_extra_bytes: 0,
+    };
     let result = reader.value(0).and_then(|value| {
         reader.skip_ws();
         if reader.pos == text.len() {
@@ -219,7 +253,14 @@ pub fn parse(bytes: &[u8]) -> Result<Json<'_>, JsonError> {
             Err(reader.pos)
         }
     });
-    result.map_err(|offset| syntax_error(text, offset))
+    let value = result.map_err(|offset| syntax_error(text, offset))?;
+    // Outside strings JSON is ASCII, so every continuation byte of the body is one byte of a
+    // string's character beyond its first; `\u` escapes add what their characters take.
+    let continuation = bytes.iter().filter(|&&b| (b as i8) < -64).count() as u64;
+    Ok((
+        value,
+        continuation.saturating_add(reader.escaped_extra_bytes),
+    ))
 }
 
 fn syntax_error(text: &str, offset: usize) -> JsonError {
@@ -241,6 +282,8 @@ type Scan<T> = Result<T, usize>;
 struct Reader<'a> {
     text: &'a str,
     pos: usize,
+    /// UTF-8 bytes beyond one per character of the characters written as `\u` escapes.
+    escaped_extra_bytes: u64,
 }
 
 impl<'a> Reader<'a> {
@@ -357,6 +400,7 @@ impl<'a> Reader<'a> {
                     let (decoded_len, raw_len, is_canonical) = escape(bytes, i)?;
                     // raw_len ASCII characters stand for `decoded_len` characters (0 or 1).
                     surplus = surplus.saturating_add((raw_len - decoded_len) as u32);
+                    self.escaped_extra_bytes += escaped_extra_bytes(bytes, i, raw_len);
                     canonical &= is_canonical;
                     i += raw_len;
                 }
@@ -460,6 +504,17 @@ fn skip_plain(bytes: &[u8], mut i: usize) -> usize {
 
 /// The escape at `bytes[i] == '\\'`: (characters it decodes to, its length in bytes, whether
 /// it is the escape serde_json would write). Lone surrogates are refused, as serde_json does.
+/// UTF-8 bytes beyond the first of the character a valid escape of `raw_len` bytes at `i`
+/// stands for: 3 for a surrogate pair, 0–2 for one `\uXXXX`, 0 for the short escapes.
+fn escaped_extra_bytes(bytes: &[u8], i: usize, raw_len: usize) -> u64 {
+    match (raw_len, hex4(bytes, i + 2)) {
+        (12, _) => 3,
+        (6, Ok(unit)) if unit >= 0x800 => 2,
+        (6, Ok(unit)) if unit >= 0x80 => 1,
+        _ => 0,
+    }
+}
+
 fn escape(bytes: &[u8], i: usize) -> Scan<(usize, usize, bool)> {
     match bytes.get(i + 1) {
         Some(b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't') => Ok((1, 2, true)),

@@ -159,6 +159,65 @@ pub struct RequestShape {
     pub tools: Vec<ToolDef>,
     /// Hashes of tool names called in the history (the turns before the newest one).
     pub called_tool_hashes: Vec<Hash>,
+    /// UTF-8 bytes the body's text takes beyond one per character: a byte-level tokenizer
+    /// can bill each one (3,000 emoji are 3,000 characters and up to 12,000 tokens), so the
+    /// worst case counts them whole (SPEC §2.3).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub text_extra_bytes: u64,
+    /// Media parts by kind: they add no characters, but each is billed.
+    #[serde(default, skip_serializing_if = "MediaParts::is_empty")]
+    pub media: MediaParts,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// A request's media parts by kind (images, documents/files, audio), counted wherever they
+/// appear in the messages, the input or the system prompt (tool results included).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MediaParts {
+    #[serde(default)]
+    pub images: u64,
+    #[serde(default)]
+    pub documents: u64,
+    #[serde(default)]
+    pub audio: u64,
+}
+
+impl MediaParts {
+    pub fn is_empty(&self) -> bool {
+        *self == MediaParts::default()
+    }
+
+    /// Count the typed parts under `body`'s `messages`, `input` and `system` (an explicit
+    /// stack: a body's nesting is bounded only by its size cap).
+    pub fn of(body: &Object) -> MediaParts {
+        let mut media = MediaParts::default();
+        let mut stack: Vec<&Json> = ["messages", "input", "system"]
+            .iter()
+            .filter_map(|field| body.get(field))
+            .collect();
+        while let Some(value) = stack.pop() {
+            match value {
+                Json::Array(items) => stack.extend(items.iter()),
+                Json::Object(object) => {
+                    if let Some(Json::String(kind)) = object.get("type") {
+                        match kind.to_cow().as_ref() {
+                            "image" | "image_url" | "input_image" => media.images += 1,
+                            "document" | "file" | "input_file" => media.documents += 1,
+                            "input_audio" | "audio" => media.audio += 1,
+                            _ => {}
+                        }
+                    }
+                    stack.extend(object.iter().map(|(_, v)| v));
+                }
+                _ => {}
+            }
+        }
+        media
+    }
 }
 
 impl RequestShape {
@@ -217,6 +276,8 @@ pub enum ShapeError {
     Item { index: usize, problem: &'static str },
     #[error("tools[{index}]: {problem}")]
     Tool { index: usize, problem: &'static str },
+    #[error("field `{0}` is written more than once at the top level of the body")]
+    RepeatedField(&'static str),
 }
 
 impl ShapeError {
@@ -232,6 +293,7 @@ impl ShapeError {
             ShapeError::Message { .. } => "invalid_message",
             ShapeError::Item { .. } => "invalid_input_item",
             ShapeError::Tool { .. } => "invalid_tool",
+            ShapeError::RepeatedField(_) => "repeated_field",
         }
     }
 }
@@ -306,8 +368,11 @@ pub fn parse_object(bytes: &[u8]) -> Result<Object<'_>, ShapeError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(ShapeError::Empty);
     }
-    match json::parse(bytes) {
-        Ok(Json::Object(object)) => Ok(object),
+    match json::parse_measured(bytes) {
+        Ok((Json::Object(mut object), extra)) => {
+            object.set_text_extra_bytes(extra);
+            Ok(object)
+        }
         Ok(_) => Err(ShapeError::NotObject),
         Err(json::JsonError::NotUtf8) => Err(ShapeError::NotUtf8),
         Err(json::JsonError::Syntax { line, column }) => Err(ShapeError::NotJson { line, column }),
@@ -323,6 +388,11 @@ pub fn shape_of(
     size_hint: usize,
     hashes: TurnHashes,
 ) -> Result<RequestShape, ShapeError> {
+    if let Some(field) = body.first_repeated_key() {
+        // Readers that keep the first value and readers that keep the last would see two
+        // different requests: the one priced and the one billed could differ.
+        return Err(ShapeError::RepeatedField(named_field(field)));
+    }
     let canonical = canonical::Canonical::of(route, body, key, size_hint);
     let common = common_fields(body)?;
     let mut parts = match route {
@@ -355,7 +425,50 @@ pub fn shape_of(
         turns: parts.turns,
         tools: parts.tools,
         called_tool_hashes: parts.called_tool_hashes,
+        text_extra_bytes: body.text_extra_bytes(),
+        media: MediaParts::of(body),
     })
+}
+
+/// A top-level field's name as an error may say it: the provider APIs' own field names, never
+/// a caller's arbitrary key.
+fn named_field(field: &str) -> &'static str {
+    const KNOWN: &[&str] = &[
+        "model",
+        "messages",
+        "input",
+        "instructions",
+        "system",
+        "tools",
+        "tool_choice",
+        "max_tokens",
+        "max_completion_tokens",
+        "max_output_tokens",
+        "n",
+        "temperature",
+        "top_p",
+        "seed",
+        "stream",
+        "stream_options",
+        "stop",
+        "metadata",
+        "user",
+        "store",
+        "background",
+        "previous_response_id",
+        "conversation",
+        "reasoning",
+        "thinking",
+        "response_format",
+        "text",
+        "prompt_cache_key",
+        "cache_control",
+    ];
+    KNOWN
+        .iter()
+        .find(|known| **known == field)
+        .copied()
+        .unwrap_or("(a top-level field)")
 }
 
 struct Common {
@@ -547,6 +660,61 @@ mod tests {
             span(&format!(r#"{{"model":"a",{messages},"n":1,"n":2}}"#)),
             None
         );
+    }
+
+    fn shape(route: Route, body: &str) -> Result<RequestShape, ShapeError> {
+        parse(route, body.as_bytes(), &[0; 32]).map(|p| p.shape)
+    }
+
+    #[test]
+    fn a_field_written_twice_at_the_top_level_is_refused_by_name() {
+        let messages = r#""messages":[{"role":"user","content":"hi"}]"#;
+        let twice = format!(r#"{{"model":"gpt-4o",{messages},"model":"gpt-4o-mini"}}"#);
+        assert_eq!(
+            shape(Route::OpenAiChat, &twice),
+            Err(ShapeError::RepeatedField("model"))
+        );
+        // A caller's own key is never echoed.
+        let own = format!(r#"{{"model":"m",{messages},"secret plan":1,"secret plan":2}}"#);
+        let err = shape(Route::OpenAiChat, &own).unwrap_err();
+        assert_eq!(err, ShapeError::RepeatedField("(a top-level field)"));
+        assert!(!err.to_string().contains("secret"));
+        assert_eq!(err.code(), "repeated_field");
+        // Inside a message, the last value is read, as the providers' JSON readers do.
+        let inner = r#"{"model":"m","messages":[{"role":"user","content":"a","content":"b"}]}"#;
+        assert!(shape(Route::OpenAiChat, inner).is_ok());
+    }
+
+    #[test]
+    fn text_beyond_one_byte_per_character_is_counted_raw_or_escaped() {
+        let body = |content: &str| {
+            format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{content}"}}]}}"#)
+        };
+        let of = |content: &str| shape(Route::OpenAiChat, &body(content)).unwrap();
+        assert_eq!(of("plain ascii").text_extra_bytes, 0);
+        // é is 2 bytes, 😀 is 4, 中 is 3: 1 + 3 + 2 beyond one byte each.
+        assert_eq!(of("é😀中").text_extra_bytes, 6);
+        // The same characters written as escapes count the same.
+        assert_eq!(of(r"\u00e9\ud83d\ude00\u4e2d").text_extra_bytes, 6);
+        assert_eq!(of(r"\n\u0041").text_extra_bytes, 0);
+        // 3,000 emoji: 3,000 characters, 12,000 bytes.
+        let emoji = of(&"😀".repeat(3000));
+        assert_eq!((emoji.turns[0].chars, emoji.text_extra_bytes), (3000, 9000));
+    }
+
+    #[test]
+    fn media_parts_are_counted_by_kind_on_every_route() {
+        let chat = r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"data:"}},{"type":"image_url","image_url":{"url":"x"}},{"type":"input_audio","input_audio":{"data":"x"}},{"type":"file","file":{}}]}]}"#;
+        let m = shape(Route::OpenAiChat, chat).unwrap().media;
+        assert_eq!((m.images, m.documents, m.audio), (2, 1, 1));
+        let anthropic = r#"{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"image","source":{}},{"type":"tool_result","tool_use_id":"t","content":[{"type":"image","source":{}}]},{"type":"document","source":{}}]}]}"#;
+        let m = shape(Route::AnthropicMessages, anthropic).unwrap().media;
+        assert_eq!((m.images, m.documents, m.audio), (2, 1, 0));
+        let responses = r#"{"model":"m","input":[{"role":"user","content":[{"type":"input_image","image_url":"x"},{"type":"input_file","file_id":"f"}]}]}"#;
+        let m = shape(Route::OpenAiResponses, responses).unwrap().media;
+        assert_eq!((m.images, m.documents, m.audio), (1, 1, 0));
+        let none = r#"{"model":"m","messages":[{"role":"user","content":"an image_url"}]}"#;
+        assert!(shape(Route::OpenAiChat, none).unwrap().media.is_empty());
     }
 
     /// For a decision only the turns that share a role and a size with another are hashed, and
