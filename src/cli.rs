@@ -382,10 +382,11 @@ fn run(command: Command, log_format: Option<LogFormat>) -> anyhow::Result<()> {
                 Ok(e) => e,
                 Err(_) => tokensaver::receipt::Envelope::from_header_value(text.trim())?,
             };
-            let body = signer
-                .verify(&envelope)
+            let (kind, body) = signer
+                .verify_document(&envelope)
                 .map_err(|e| anyhow!("INVALID: {e}"))?;
-            println!("VALID (kid {})", envelope.kid);
+            let kind = kind.map_or("unscoped (signed before document kinds)", |k| k.as_str());
+            println!("VALID {kind} (kid {})", envelope.kid);
             println!("{}", String::from_utf8_lossy(&body));
             Ok(())
         }

@@ -266,6 +266,7 @@ fn sql_windows_equal_the_in_memory_windows() {
                     findings_tokens: 0,
                     hold_id: None,
                     step_fingerprint: Some(step),
+                    recorded_by: Default::default(),
                 })
                 .await
                 .unwrap();
@@ -1142,6 +1143,7 @@ fn the_conditional_reservation_refuses_an_overshoot_and_rolls_back() {
                 findings_tokens: 0,
                 hold_id: None,
                 step_fingerprint: Some(fp),
+                recorded_by: Default::default(),
             },
             reservation: Some(NewReservation {
                 nano,
@@ -1151,6 +1153,8 @@ fn the_conditional_reservation_refuses_an_overshoot_and_rolls_back() {
                 fingerprint: fp,
                 reusable: false,
                 approved_past_budget: false,
+                input_tokens: 0,
+                recorded_by: Default::default(),
             }),
             used_hold: None,
             new_hold: None,

@@ -14,7 +14,7 @@ use http::{HeaderMap, Method};
 use sha2::{Digest, Sha256};
 
 use tokensaver::api::http::{ApiRequest, ApiResponse};
-use tokensaver::receipt::{Envelope, ReceiptSigner};
+use tokensaver::receipt::{DocumentKind, Envelope, ReceiptSigner};
 use tokensaver::split_profile::criteria::{CORPUS_ID, CORPUS_SHA256};
 use tokensaver::split_profile::engine::{self, parse_request};
 use tokensaver::split_profile::json::{self, JsObject, JsString, JsValue};
@@ -136,8 +136,18 @@ fn verify_signed(doc: &[u8], key: &str, signer: &ReceiptSigner) -> JsValue {
         body: str_of(get(sig, "body").unwrap()).unwrap(),
         sig: str_of(get(sig, "sig").unwrap()).unwrap(),
         kid: str_of(get(sig, "kid").unwrap()).unwrap(),
+        kind: Some(DocumentKind::SplitProfileReport),
     };
-    let signed = signer.verify(&envelope).expect("signature verifies");
+    assert_eq!(
+        str_of(get(sig, "kind").unwrap()).as_deref(),
+        Some("split_profile_report"),
+        "a report names its kind"
+    );
+    let signed = signer
+        .verify_as(DocumentKind::SplitProfileReport, &envelope)
+        .expect("signature verifies");
+    // Signed under its own domain: it never passes as a decision receipt.
+    assert!(signer.verify(&envelope).is_err());
     let inner = get(&v, key).expect("signed value");
     assert_eq!(
         json::stringify(inner).into_bytes(),

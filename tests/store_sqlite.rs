@@ -62,6 +62,7 @@ fn decision(id: &str, key: &str, verdict: Verdict, at: u64) -> DecisionRow {
         findings_tokens: 3,
         hold_id: None,
         step_fingerprint: None,
+        recorded_by: Default::default(),
     }
 }
 
@@ -705,6 +706,7 @@ fn ledger_by_day_tier_and_key() {
         tokens_not_bought: 100,
         worst_case_tokens_avoided: 700 + 300,
         findings_tokens_estimated: 12,
+        unpriced_calls: 0,
     };
     let a2 = LedgerTotals {
         requests: 2,
@@ -714,6 +716,7 @@ fn ledger_by_day_tier_and_key() {
         tokens_not_bought: 0,
         worst_case_tokens_avoided: 0,
         findings_tokens_estimated: 6,
+        unpriced_calls: 0,
     };
     let (days, total) = store.ledger(Some("a"), None, None).expect("ledger");
     assert_eq!(days.len(), 2);
@@ -738,6 +741,7 @@ fn ledger_by_day_tier_and_key() {
             tokens_not_bought: 100,
             worst_case_tokens_avoided: 1_000,
             findings_tokens_estimated: 18,
+            unpriced_calls: 0,
         }
     );
 
@@ -749,6 +753,7 @@ fn ledger_by_day_tier_and_key() {
         tokens_not_bought: 100,
         worst_case_tokens_avoided: 700 + 50,
         findings_tokens_estimated: 9,
+        unpriced_calls: 0,
     };
     let (days_b, total_b) = store.ledger(Some("b"), None, None).expect("ledger");
     assert_eq!(days_b.len(), 1);

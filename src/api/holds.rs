@@ -156,6 +156,12 @@ pub fn hold_error(e: HoldError) -> ApiResponse {
         }
         HoldError::AttendMinutes => attend_error(),
         HoldError::Unavailable => super::routes::fleet_unavailable(),
+        HoldError::Unpriced => ApiResponse::error(
+            409,
+            "unpriced_model",
+            "the held request's model has no price, so its spend has no bound: set its price \
+             (PUT /prices on the admin listener, or [prices] in the config), then approve",
+        ),
     }
 }
 

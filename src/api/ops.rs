@@ -78,7 +78,10 @@ impl Ops {
             store_writable: self.store_writable().await,
             signing_key: {
                 let signer = &self.gatekeeper.signer;
-                signer.verify(&signer.sign(b"readyz")).is_ok()
+                let probe = signer.sign_as(crate::receipt::DocumentKind::Probe, b"readyz");
+                signer
+                    .verify_as(crate::receipt::DocumentKind::Probe, &probe)
+                    .is_ok()
             },
             upstreams_resolved: self.upstreams.iter().all(|u| u.address.is_some()),
             draining: lifecycle::draining(),

@@ -311,11 +311,24 @@ impl Api {
     }
 
     fn verify(&self, req: &ApiRequest) -> ApiResponse {
-        match self.gatekeeper.signer.verify_json(&req.body) {
-            Ok(body) => {
+        let checked = serde_json::from_slice::<crate::receipt::Envelope>(&req.body)
+            .map_err(|_| crate::receipt::VerifyError::Malformed)
+            .and_then(|envelope| self.gatekeeper.signer.verify_document(&envelope));
+        match checked {
+            // Each kind of document is signed under its own domain: the answer says which kind
+            // the signature proves ("unscoped": signed before the domains, kind unproven).
+            Ok((kind, body)) => {
                 let parsed: serde_json::Value =
                     serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
-                ApiResponse::json(200, &json!({"valid": true, "receipt": parsed}))
+                let kind = kind.map_or("unscoped", |k| k.as_str());
+                let mut answer = json!({"valid": true, "kind": kind});
+                let field = if kind == "receipt" || kind == "unscoped" {
+                    "receipt"
+                } else {
+                    "document"
+                };
+                answer[field] = parsed;
+                ApiResponse::json(200, &answer)
             }
             Err(e) => ApiResponse::json(200, &json!({"valid": false, "error": e.to_string()})),
         }

@@ -222,6 +222,8 @@ pub enum HoldError {
     AttendMinutes,
     #[error("the fleet's shared store is unreachable")]
     Unavailable,
+    #[error("the held request's model has no price: its spend has no bound to approve")]
+    Unpriced,
 }
 
 /// The longest attending lease an approval may grant: one day.
@@ -1009,6 +1011,21 @@ impl Gatekeeper {
         Ok((row, None))
     }
 
+    /// Whether the hold was opened for a call whose worst case had no bound (a model without a
+    /// price) and the model still has none. Such a hold cannot be approved: the decision would
+    /// hold it again (an approval never passes an unbounded worst case), and a person cannot
+    /// approve a spend nobody can bound. Read before the state lock is taken for the approval:
+    /// the policy is never taken under it.
+    fn hold_is_unpriced(&self, hold_id: &str) -> bool {
+        let model = lock(&self.state)
+            .holds
+            .get(hold_id)
+            .and_then(|h| h.opened.as_ref())
+            .filter(|o| o.decision.worst_case.cost_nano.is_none())
+            .map(|o| o.decision.model_requested.clone());
+        model.is_some_and(|m| self.price_of(&m).is_none())
+    }
+
     /// The answer held for this key, fingerprint and wire form, if any.
     pub fn answer(&self, key: &AnswerKey) -> Option<Arc<StoredAnswer>> {
         lock(&self.answers).get(key)
@@ -1055,6 +1072,9 @@ impl Gatekeeper {
             if !(1..=MAX_ATTEND_MINUTES).contains(&m) {
                 return Err(HoldError::AttendMinutes);
             }
+        }
+        if matches!(action, HoldAction::Approve { .. }) && self.hold_is_unpriced(hold_id) {
+            return Err(HoldError::Unpriced);
         }
         let mut st = lock(&self.state);
         self.expire(&mut st, now_ms);

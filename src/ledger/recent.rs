@@ -49,6 +49,7 @@ mod tests {
             body: format!("b{n}"),
             sig: "s".into(),
             kid: "k".into(),
+            kind: None,
         }
     }
 

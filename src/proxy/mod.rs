@@ -466,13 +466,16 @@ impl GateProxy {
     /// What the proxy does with a verdict: serve the answer held for it, forward, or refuse.
     fn action(&self, g: &Gated<'_>, t: Terms) -> Action {
         // A refusal for want of a price says so, whatever the verdict.
+        // A CHALLENGE stays a CHALLENGE (SPEC §2.11, §2.12): its hold id in the body and the
+        // `x-tokensaver-hold` header, like every hold.
         if t.unpriced {
             let model = &g.parsed.shape.model;
-            return Action::Refuse(GateError::unpriced_model(
-                t.status,
-                "tokensaver_block",
-                model,
-            ));
+            let mut refusal = GateError::unpriced_model(t.status, "tokensaver_block", model);
+            if t.verdict == Verdict::Challenge {
+                refusal.kind = "tokensaver_hold";
+                refusal.hold_id = t.hold_id;
+            }
+            return Action::Refuse(refusal);
         }
         match t.verdict {
             // The local gate serves only what `stored` holds; a central gate that says SERVE

@@ -3,6 +3,13 @@
 //! The envelope is `{"body": base64 of the exact signed bytes, "sig": base64 signature,
 //! "kid": key id}`. Earlier public keys stay verifiable so old receipts keep their worth after
 //! a rotation. The key files (in the data dir) are read by the server, not here.
+//!
+//! One key signs several kinds of document (decision receipts, split-profile reports, …), so
+//! each kind is signed under its own domain: the signed message is the kind's domain string,
+//! then the body, and the envelope names the kind (`"kind"`). A document of one kind can never
+//! pass as another (a free split-profile pre-check is no receipt). Envelopes signed before the
+//! domains existed have no `kind`: they verify as *unscoped*, which proves the key signed the
+//! body but not which kind of document it is.
 
 use std::fmt;
 use std::str::FromStr;
@@ -22,6 +29,52 @@ pub enum VerifyError {
     UnknownKid,
     #[error("signature does not match the body")]
     BadSignature,
+    #[error("the envelope is a signed document of another kind")]
+    WrongKind,
+}
+
+/// The kinds of document the gate's key signs, each under its own domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DocumentKind {
+    /// A decision's receipt (SPEC §2.10).
+    Receipt,
+    /// A split-profile pre-check or house-check report.
+    SplitProfileReport,
+    /// An economics evidence file.
+    Evidence,
+    /// A readiness self-test (`/readyz`): never handed out.
+    Probe,
+}
+
+impl DocumentKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DocumentKind::Receipt => "receipt",
+            DocumentKind::SplitProfileReport => "split_profile_report",
+            DocumentKind::Evidence => "evidence",
+            DocumentKind::Probe => "probe",
+        }
+    }
+
+    /// What precedes the body in the signed message (NUL-terminated: no kind's domain is a
+    /// prefix of another's).
+    fn domain(self) -> &'static [u8] {
+        match self {
+            DocumentKind::Receipt => b"tokensaver receipt v1\0",
+            DocumentKind::SplitProfileReport => b"tokensaver split-profile report v1\0",
+            DocumentKind::Evidence => b"tokensaver economics evidence v1\0",
+            DocumentKind::Probe => b"tokensaver readiness probe v1\0",
+        }
+    }
+
+    fn message(self, body: &[u8]) -> Vec<u8> {
+        let domain = self.domain();
+        let mut message = Vec::with_capacity(domain.len() + body.len());
+        message.extend_from_slice(domain);
+        message.extend_from_slice(body);
+        message
+    }
 }
 
 /// A signed receipt as it travels: the exact body bytes, the signature, the key id.
@@ -31,6 +84,10 @@ pub struct Envelope {
     pub body: String,
     pub sig: String,
     pub kid: String,
+    /// The kind of document, whose domain the signature covers; absent in envelopes signed
+    /// before domains existed (unscoped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<DocumentKind>,
 }
 
 impl Envelope {
@@ -159,17 +216,49 @@ impl ReceiptSigner {
         &self.kid
     }
 
+    /// Sign a decision's receipt body.
     pub fn sign(&self, body: &[u8]) -> Envelope {
-        let sig = self.signing.sign(body);
+        self.sign_as(DocumentKind::Receipt, body)
+    }
+
+    /// Sign `body` as a document of `kind`, under that kind's domain.
+    pub fn sign_as(&self, kind: DocumentKind, body: &[u8]) -> Envelope {
+        let sig = self.signing.sign(&kind.message(body));
         Envelope {
             body: B64.encode(body),
             sig: B64.encode(sig.to_bytes()),
             kid: self.kid.clone(),
+            kind: Some(kind),
         }
     }
 
-    /// Check an envelope against the current and earlier keys; returns the signed bytes.
+    /// Check a receipt: an envelope of kind `receipt` (or an unscoped one, from before the
+    /// domains) against the current and earlier keys; returns the signed bytes.
     pub fn verify(&self, envelope: &Envelope) -> Result<Vec<u8>, VerifyError> {
+        match self.verify_document(envelope)? {
+            (None | Some(DocumentKind::Receipt), body) => Ok(body),
+            (Some(_), _) => Err(VerifyError::WrongKind),
+        }
+    }
+
+    /// Check a document of `kind` (an unscoped envelope never passes as one).
+    pub fn verify_as(
+        &self,
+        kind: DocumentKind,
+        envelope: &Envelope,
+    ) -> Result<Vec<u8>, VerifyError> {
+        match self.verify_document(envelope)? {
+            (Some(k), body) if k == kind => Ok(body),
+            _ => Err(VerifyError::WrongKind),
+        }
+    }
+
+    /// Check an envelope of any kind; returns its kind (`None`: unscoped, signed before the
+    /// domains existed) and the signed bytes.
+    pub fn verify_document(
+        &self,
+        envelope: &Envelope,
+    ) -> Result<(Option<DocumentKind>, Vec<u8>), VerifyError> {
         let current = self.signing.verifying_key();
         let key = if envelope.kid == self.kid {
             current
@@ -185,9 +274,12 @@ impl ReceiptSigner {
             .decode(&envelope.sig)
             .map_err(|_| VerifyError::Encoding)?;
         let sig = Signature::from_slice(&sig_bytes).map_err(|_| VerifyError::Encoding)?;
-        key.verify(&body, &sig)
-            .map_err(|_| VerifyError::BadSignature)?;
-        Ok(body)
+        let verified = match envelope.kind {
+            Some(kind) => key.verify(&kind.message(&body), &sig),
+            None => key.verify(&body, &sig),
+        };
+        verified.map_err(|_| VerifyError::BadSignature)?;
+        Ok((envelope.kind, body))
     }
 
     pub fn verify_json(&self, json: &[u8]) -> Result<Vec<u8>, VerifyError> {

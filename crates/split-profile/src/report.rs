@@ -10,7 +10,7 @@ use super::derivability::Share;
 use super::engine::{Group, Refusal, Report, Row, Shares};
 use super::json::{self, JsObject, JsString, JsValue};
 use super::tokenizer;
-use tokensaver_core::receipt::ReceiptSigner;
+use tokensaver_core::receipt::{DocumentKind, ReceiptSigner};
 
 pub const CRITERIA_ID: &str = "token-efficiency/v1";
 pub const CRITERIA_REVISION: &str = "1.2.0";
@@ -229,7 +229,7 @@ pub fn refusal_value(refusal: Refusal) -> JsValue {
 
 /// `{"<key>": <signed bytes>, "signature": <envelope>}`: the signed bytes appear verbatim.
 pub fn signed_document(key: &str, signed: &[u8], signer: &ReceiptSigner) -> Vec<u8> {
-    let envelope = signer.sign(signed);
+    let envelope = signer.sign_as(DocumentKind::SplitProfileReport, signed);
     let mut out = Vec::with_capacity(signed.len() * 2 + 200);
     out.extend_from_slice(b"{");
     out.extend_from_slice(JsString::from_str_lossless(key).to_json().as_bytes());
@@ -382,7 +382,14 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&doc).unwrap();
         let env: tokensaver_core::receipt::Envelope =
             serde_json::from_value(v["signature"].clone()).unwrap();
-        let signed = signer.verify(&env).unwrap();
+        let signed = signer
+            .verify_as(DocumentKind::SplitProfileReport, &env)
+            .unwrap();
+        // A report never passes as a receipt.
+        assert_eq!(
+            signer.verify(&env),
+            Err(tokensaver_core::receipt::VerifyError::WrongKind)
+        );
         assert_eq!(signed, report_bytes(&r));
         let reparsed: serde_json::Value = serde_json::from_slice(&signed).unwrap();
         assert_eq!(reparsed, v["report"]);

@@ -763,6 +763,10 @@ pub fn notice(code: Option<&str>) -> Option<(&'static str, bool)> {
             "The holds could not be read or changed now; try again.",
             false,
         ),
+        "unpriced" => (
+            "The held request's model has no price, so its spend has no bound: set its price first.",
+            false,
+        ),
         "fleet_holds" => (
             "In a fleet, decide holds with 'tokensaver holds' or POST /holds/{id}/approve.",
             false,

@@ -332,6 +332,7 @@ impl Page {
             Err(HoldError::NotPending) => "not_pending",
             Err(HoldError::AttendMinutes) => "attend_minutes",
             Err(HoldError::Unavailable) => "unavailable",
+            Err(HoldError::Unpriced) => "unpriced",
         };
         redirect(&format!("/page/?done={done}"))
     }

@@ -23,8 +23,10 @@ use crate::api::Listener;
 
 /// How long a sign-in lasts (absolute, not renewed by activity): a working day.
 pub const SESSION_TTL_MS: u64 = 8 * 3_600_000;
-/// At most this many sessions are kept; opening one more drops the one that ends first.
-pub const MAX_SESSIONS: usize = 1024;
+/// At most this many sessions per principal (the admin, or one key) and listener; opening one
+/// more drops that principal's session that ends first. One principal's sign-ins never evict
+/// another's, and memory stays bounded by the configured keys: (keys + 1) × 2 listeners × this.
+pub const MAX_SESSIONS_PER_PRINCIPAL: usize = 16;
 
 /// Whose data a session shows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,12 +75,15 @@ impl Sessions {
     /// Open a session; returns its cookie token.
     pub fn open(&mut self, scope: Scope, listener: Listener, now_ms: u64) -> (String, Session) {
         self.by_token_hash.retain(|_, s| now_ms < s.expires_ms);
-        while self.by_token_hash.len() >= MAX_SESSIONS {
-            let first_to_end = self
+        loop {
+            let theirs = self
                 .by_token_hash
                 .iter()
-                .min_by_key(|(_, s)| s.expires_ms)
-                .map(|(h, _)| *h);
+                .filter(|(_, s)| s.scope == scope && s.listener == listener);
+            if theirs.clone().count() < MAX_SESSIONS_PER_PRINCIPAL {
+                break;
+            }
+            let first_to_end = theirs.min_by_key(|(_, s)| s.expires_ms).map(|(h, _)| *h);
             match first_to_end {
                 Some(h) => self.by_token_hash.remove(&h),
                 None => break,
@@ -233,14 +238,33 @@ mod tests {
         assert!(s.get(&other, Listener::Admin, 2_000).is_some());
     }
 
+    /// Issue "hostile" (9): 1,100 sign-ins with a plain key used to evict the admin's session.
+    #[test]
+    fn one_principal_never_evicts_another() {
+        let mut s = Sessions::default();
+        let (admin, _) = s.open(Scope::Admin, Listener::Admin, 0);
+        let (alpha_admin_listener, _) = s.open(Scope::Key("alpha".into()), Listener::Admin, 0);
+        for i in 1..1_100 {
+            s.open(Scope::Key("beta".into()), Listener::Api, i);
+        }
+        assert!(
+            s.get(&admin, Listener::Admin, 2_000).is_some(),
+            "admin kept"
+        );
+        assert!(s
+            .get(&alpha_admin_listener, Listener::Admin, 2_000)
+            .is_some());
+        assert_eq!(s.len(), 2 + MAX_SESSIONS_PER_PRINCIPAL);
+    }
+
     #[test]
     fn sessions_are_bounded_and_expired_ones_leave() {
         let mut s = Sessions::default();
         let (first, _) = s.open(Scope::Admin, Listener::Admin, 0);
-        for i in 1..MAX_SESSIONS as u64 + 10 {
+        for i in 1..MAX_SESSIONS_PER_PRINCIPAL as u64 + 10 {
             s.open(Scope::Admin, Listener::Admin, i);
         }
-        assert_eq!(s.len(), MAX_SESSIONS);
+        assert_eq!(s.len(), MAX_SESSIONS_PER_PRINCIPAL);
         assert_eq!(
             s.get(&first, Listener::Admin, 5),
             None,

@@ -119,6 +119,7 @@ mod tests {
             findings_tokens: 0,
             hold_id: None,
             step_fingerprint: None,
+            recorded_by: Default::default(),
         }
     }
 

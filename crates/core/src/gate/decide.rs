@@ -271,7 +271,10 @@ fn decide_inner(policy: &Policy, input: &GateInput, state: &KeyState, now_ms: u6
         if b.exhausted() {
             return block(decision, Some(Rule::BudgetExhausted), None, avoided);
         }
-        if !input.approved_hold && rules::exceeds_remaining(b, &worst) {
+        // A person's approval lets a bounded worst case past the budget left; an unbounded
+        // one (a model with no price) it cannot: nobody can approve a spend nobody can bound.
+        let approved_past_budget = input.approved_hold && worst.cost_nano.is_some();
+        if !approved_past_budget && rules::exceeds_remaining(b, &worst) {
             return if input.human {
                 challenge(decision, Some(Rule::ExceedsRemainingBudget), None)
             } else {
