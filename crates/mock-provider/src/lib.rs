@@ -323,8 +323,15 @@ use tokio::sync::watch;
 
 use server::{accept_loop, bind_listener};
 
+mod cache;
 mod responses;
 mod server;
+
+pub use cache::{
+    anthropic_min_tokens, canonical, openai_cached, CacheControlError, Retention, Ttl,
+    FIVE_MINUTES_MS, LOOKBACK_BLOCKS, MAX_BREAKPOINTS, ONE_DAY_MS, ONE_HOUR_MS, OPENAI_MIN_TOKENS,
+    OPENAI_STEP_TOKENS,
+};
 
 use tokensaver_mock_script as script;
 pub use tokensaver_mock_script::{
@@ -387,6 +394,13 @@ pub struct ProviderOptions {
     /// Task scripts by task id, for `tokensaver-mock:task=<id>,seed=<n>` markers (default
     /// none; see "Task scripts" in the module docs).
     pub tasks: Arc<BTreeMap<String, TaskScript>>,
+    /// Prompt caching billed as the providers do (default `true`; see "Prompt caching" in the
+    /// module docs). `false` (`--no-prompt-cache`) restores the earlier behaviour: no cache
+    /// but the fixed rule of the `cached` models.
+    pub prompt_cache: bool,
+    /// Cache entries kept over all partitions (default 200 000); past it the soonest to
+    /// expire are dropped.
+    pub max_cache_entries: usize,
 }
 
 /// The task scripts of every `<dir>/<id>/task.json` (its `script` field; the other fields are
@@ -455,6 +469,8 @@ impl Default for ProviderOptions {
             max_stored_responses: 1000,
             usage: UsageCounting::Chars,
             tasks: Arc::new(BTreeMap::new()),
+            prompt_cache: true,
+            max_cache_entries: cache::DEFAULT_MAX_ENTRIES,
         }
     }
 }
@@ -479,6 +495,10 @@ pub struct ReceivedRequest {
     pub body_len: usize,
     /// When the request was fully read.
     pub at: SystemTime,
+    /// For a model call the mock answered (a normal answer, `fault-slow`, `fault-reset`,
+    /// `fault-truncated`), the usage it answered with, cache figures included; `None` until
+    /// then, and for every other request.
+    pub usage: Option<MockUsage>,
 }
 
 impl ReceivedRequest {
@@ -513,14 +533,54 @@ struct Shared {
     opts: ProviderOptions,
     rec: Mutex<Recorder>,
     stored: Mutex<responses::Store>,
+    cache: Mutex<cache::PromptCache>,
+    /// The clock set by `POST /__mock/clock` (Unix ms); `None`: the real clock.
+    clock: Mutex<Option<u64>>,
 }
+
+/// The header a test sets to give one request its own clock (Unix milliseconds).
+pub const NOW_HEADER: &str = "x-mock-now-ms";
 
 impl Shared {
     fn new(opts: ProviderOptions) -> Shared {
+        let cap = opts.max_cache_entries;
         Shared {
             opts,
             rec: Mutex::new(Recorder::default()),
             stored: Mutex::new(responses::Store::default()),
+            cache: Mutex::new(cache::PromptCache::new(cap)),
+            clock: Mutex::new(None),
+        }
+    }
+
+    fn cache(&self) -> MutexGuard<'_, cache::PromptCache> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn fixed_clock(&self) -> MutexGuard<'_, Option<u64>> {
+        self.clock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The clock's reading: the fixed clock if one is set, else the real one (Unix ms).
+    fn clock_ms(&self) -> u64 {
+        (*self.fixed_clock()).unwrap_or_else(real_now_ms)
+    }
+
+    /// A request's clock: its `x-mock-now-ms` header (a decimal integer), else
+    /// [`Shared::clock_ms`].
+    fn now_ms(&self, headers: &[(String, String)]) -> u64 {
+        headers
+            .iter()
+            .find(|(n, _)| n == NOW_HEADER)
+            .and_then(|(_, v)| v.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| self.clock_ms())
+    }
+
+    /// Sets the usage a recorded request was answered with.
+    fn set_usage(&self, seq: u64, usage: MockUsage) {
+        let mut r = self.lock();
+        if let Some(rec) = r.records.iter_mut().rev().find(|rec| rec.seq == seq) {
+            rec.usage = Some(usage);
         }
     }
 
@@ -539,7 +599,7 @@ impl Shared {
         target: String,
         headers: Vec<(String, String)>,
         body: &Bytes,
-    ) {
+    ) -> u64 {
         let body_len = body.len();
         let kept = if body_len > self.opts.max_recorded_bytes {
             body.slice(..self.opts.max_recorded_bytes)
@@ -558,7 +618,7 @@ impl Shared {
             r.counts.insert(path.to_owned(), 1);
         }
         if max_records == 0 {
-            return;
+            return seq;
         }
         while r.records.len() >= max_records
             || (!r.records.is_empty() && r.retained + kept.len() > max_bytes)
@@ -578,7 +638,9 @@ impl Shared {
             body: kept,
             body_len,
             at,
+            usage: None,
         });
+        seq
     }
 
     fn counts(&self) -> BTreeMap<String, usize> {
@@ -596,7 +658,14 @@ impl Shared {
         r.retained = 0;
         drop(r);
         self.store().clear();
+        self.cache().clear();
     }
+}
+
+fn real_now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -745,9 +814,41 @@ impl MockProvider {
         self.shared.store().get(id).map(|r| r.response.clone())
     }
 
-    /// Forgets counters, records and kept Responses API answers.
+    /// Forgets counters, records, kept Responses API answers and prompt-cache entries (the
+    /// clock stays as set).
     pub fn reset(&self) {
         self.shared.reset();
+    }
+
+    /// Sets the clock the prompt cache reads when a request has no `x-mock-now-ms` header:
+    /// `Some(unix_ms)` fixes it, `None` returns to the real clock.
+    pub fn set_clock_ms(&self, now: Option<u64>) {
+        *self.shared.fixed_clock() = now;
+    }
+
+    /// Moves the clock `ms` forward from its current reading (the clock is then fixed);
+    /// returns the new reading.
+    pub fn advance_clock_ms(&self, ms: u64) -> u64 {
+        let mut clock = self.shared.fixed_clock();
+        let now = clock.unwrap_or_else(real_now_ms).saturating_add(ms);
+        *clock = Some(now);
+        now
+    }
+
+    /// The clock's reading (Unix ms): the fixed clock, else the real one.
+    pub fn clock_ms(&self) -> u64 {
+        self.shared.clock_ms()
+    }
+
+    /// Drops every prompt-cache entry (every credential, model and key); returns how many
+    /// there were.
+    pub fn reset_prompt_cache(&self) -> usize {
+        self.shared.cache().clear()
+    }
+
+    /// Prompt-cache entries held (expired ones are dropped lazily).
+    pub fn prompt_cache_entries(&self) -> usize {
+        self.shared.cache().len()
     }
 
     /// Stops the server (same as dropping it).
@@ -927,6 +1028,42 @@ fn split_target(target: &str) -> (&str, Option<&str>) {
     }
 }
 
+/// What a model call's prompt cache depends on besides its body.
+struct CallContext {
+    /// The call's record.
+    seq: u64,
+    /// The credential it carried (see [`request_credential`]).
+    credential: String,
+    /// Its clock (Unix ms).
+    now_ms: u64,
+}
+
+/// The credential a request carries, whose prompt cache it uses: Anthropic routes take
+/// `x-api-key`, else the `Authorization: Bearer` token; OpenAI routes the reverse; `""` when
+/// it carries neither.
+fn request_credential(headers: &[(String, String)], flavor: Flavor) -> String {
+    let api_key = || {
+        headers
+            .iter()
+            .find(|(n, _)| n == "x-api-key")
+            .map(|(_, v)| v.clone())
+    };
+    let bearer = || {
+        headers.iter().find_map(|(n, v)| {
+            (n == "authorization")
+                .then(|| v.split_once(' '))
+                .flatten()
+                .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+                .map(|(_, cred)| cred.trim().to_owned())
+        })
+    };
+    match flavor {
+        Flavor::Anthropic => api_key().or_else(bearer),
+        Flavor::OpenAi => bearer().or_else(api_key),
+    }
+    .unwrap_or_default()
+}
+
 fn credential_ok(headers: &[(String, String)], expected: &str) -> bool {
     headers.iter().any(|(n, v)| match n.as_str() {
         "x-api-key" => v == expected,
@@ -994,7 +1131,7 @@ fn handle(shared: &Shared, head: RequestHead, body: Bytes) -> Outcome {
     } = head;
     let (path, query) = split_target(&target);
     if path.starts_with("/__mock/") {
-        return introspect(shared, &method, path, query).into();
+        return introspect(shared, &method, path, query, &body).into();
     }
     let route = route(&method, path);
     let auth_ok = shared
@@ -1004,7 +1141,18 @@ fn handle(shared: &Shared, head: RequestHead, body: Bytes) -> Outcome {
         .is_none_or(|k| credential_ok(&headers, k));
     let path = path.to_owned();
     let query = query.map(str::to_owned);
-    shared.record(method, &path, target, headers, &body);
+    let flavor = match route {
+        Route::Answer(api) => api.flavor(),
+        _ => Flavor::OpenAi,
+    };
+    let credential = request_credential(&headers, flavor);
+    let now_ms = shared.now_ms(&headers);
+    let seq = shared.record(method, &path, target, headers, &body);
+    let ctx = CallContext {
+        seq,
+        credential,
+        now_ms,
+    };
     match route {
         Route::NotFound => {
             error_reply(Flavor::OpenAi, 404, &format!("Unknown request URL: {path}")).into()
@@ -1024,7 +1172,7 @@ fn handle(shared: &Shared, head: RequestHead, body: Bytes) -> Outcome {
         Route::CountTokens if !auth_ok => unauthorized(Flavor::Anthropic).into(),
         Route::Models | Route::Stored(..) if !auth_ok => unauthorized(Flavor::OpenAi).into(),
         Route::Models => json_reply(200, &models_json()).into(),
-        Route::Answer(api) => answer(shared, api, &body),
+        Route::Answer(api) => answer(shared, api, &body, &ctx),
         Route::CountTokens => count_tokens(&body, &shared.opts).into(),
         Route::Stored(op, id) => stored_op(shared, op, &id, query.as_deref()).into(),
     }
@@ -1106,12 +1254,17 @@ fn models_json() -> Value {
     json!({"object": "list", "data": data})
 }
 
-fn answer(shared: &Shared, api: Api, body: &[u8]) -> Outcome {
+fn answer(shared: &Shared, api: Api, body: &[u8], ctx: &CallContext) -> Outcome {
     let flavor = api.flavor();
     let value = match json_object(flavor, body) {
         Ok(v) => v,
         Err(r) => return r.into(),
     };
+    if shared.opts.prompt_cache && api == Api::Messages {
+        if let Err(e) = cache::check_anthropic(&value) {
+            return error_reply(Flavor::Anthropic, 400, &e.message()).into();
+        }
+    }
     let model = value.get("model").and_then(Value::as_str).unwrap_or("");
     let fault = Fault::for_model(model);
     match fault {
@@ -1133,7 +1286,19 @@ fn answer(shared: &Shared, api: Api, body: &[u8]) -> Outcome {
         .get("stream_options")
         .and_then(|o| o.get("include_usage"))
         == Some(&Value::Bool(true));
-    let reply = MockReply::for_api_with(api, &value, &shared.opts);
+    let mut reply = MockReply::build(
+        api,
+        &value,
+        Some(&shared.opts.tasks),
+        shared.opts.usage,
+        false,
+    );
+    if shared.opts.prompt_cache {
+        let mut cache = shared.cache();
+        // Checked above: a refused marker never reaches this point.
+        let _ = reply.bill_cache(api, &value, &mut cache, &ctx.credential, ctx.now_ms);
+    }
+    shared.set_usage(ctx.seq, reply.usage);
     let full = |reply: &MockReply| match api {
         Api::ChatCompletions => reply.openai_json(),
         Api::Messages => reply.anthropic_json(),
@@ -1191,8 +1356,10 @@ fn answer(shared: &Shared, api: Api, body: &[u8]) -> Outcome {
     }
 }
 
-/// The usage the mock reported for a recorded model call (a pure function of its body), so a
-/// test can check a ledger against what the provider said without restating the rules.
+/// The usage the mock reported for a recorded model call (as answered, prompt cache
+/// included; for a call it did not answer with usage, as it would answer it on an empty
+/// cache), so a test can check a ledger against what the provider said without restating
+/// the rules.
 fn reported_usage(rec: &ReceivedRequest, opts: &ProviderOptions) -> Value {
     let api = match (rec.method.as_str(), rec.path.as_str()) {
         ("POST", "/v1/chat/completions") => Api::ChatCompletions,
@@ -1200,24 +1367,89 @@ fn reported_usage(rec: &ReceivedRequest, opts: &ProviderOptions) -> Value {
         ("POST", "/v1/responses") => Api::Responses,
         _ => return Value::Null,
     };
-    match serde_json::from_slice::<Value>(&rec.body) {
-        Ok(body @ Value::Object(_)) if rec.body.len() == rec.body_len => {
-            let u = MockReply::for_api_with(api, &body, opts).usage;
-            json!({
-                "prompt_tokens": u.prompt_tokens,
-                "completion_tokens": u.completion_tokens,
-                "cached_tokens": u.cached_tokens,
-                "input_tokens": u.input_tokens,
-                "cache_read_input_tokens": u.cache_read_input_tokens,
-                "cache_creation_input_tokens": u.cache_creation_input_tokens,
-            })
+    let u = match (rec.usage, serde_json::from_slice::<Value>(&rec.body)) {
+        (Some(u), _) => u,
+        (None, Ok(body @ Value::Object(_))) if rec.body.len() == rec.body_len => {
+            MockReply::for_api_with(api, &body, opts).usage
         }
-        _ => Value::Null,
-    }
+        _ => return Value::Null,
+    };
+    json!({
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "cached_tokens": u.cached_tokens,
+        "input_tokens": u.input_tokens,
+        "cache_read_input_tokens": u.cache_read_input_tokens,
+        "cache_creation_input_tokens": u.cache_creation_input_tokens,
+        "cache_creation": u.cache_creation_json(),
+    })
 }
 
-fn introspect(shared: &Shared, method: &str, path: &str, query: Option<&str>) -> Reply {
+fn clock_json(shared: &Shared) -> Value {
+    json!({"now_ms": shared.clock_ms(), "fixed": shared.fixed_clock().is_some()})
+}
+
+/// `POST /__mock/clock`: `{"now_ms": N}` fixes the clock at N, `{"now_ms": null}` returns to
+/// the real clock, `{"advance_ms": N}` moves it N forward from its reading (then fixed); both
+/// keys may be given (set, then advance).
+fn set_clock(shared: &Shared, body: &[u8]) -> Reply {
+    let v: Value = match serde_json::from_slice(body) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => return error_reply(Flavor::OpenAi, 400, "expected a JSON object"),
+    };
+    let now = match v.get("now_ms") {
+        None => None,
+        Some(Value::Null) => Some(None),
+        Some(n) => match n.as_u64() {
+            Some(n) => Some(Some(n)),
+            None => return error_reply(Flavor::OpenAi, 400, "now_ms: expected an integer or null"),
+        },
+    };
+    let advance = match v.get("advance_ms") {
+        None => None,
+        Some(n) => match n.as_u64() {
+            Some(n) => Some(n),
+            None => return error_reply(Flavor::OpenAi, 400, "advance_ms: expected an integer"),
+        },
+    };
+    if now.is_none() && advance.is_none() {
+        return error_reply(Flavor::OpenAi, 400, "expected now_ms or advance_ms");
+    }
+    let mut clock = shared.fixed_clock();
+    if let Some(now) = now {
+        *clock = now;
+    }
+    if let Some(ms) = advance {
+        *clock = Some(clock.unwrap_or_else(real_now_ms).saturating_add(ms));
+    }
+    drop(clock);
+    json_reply(200, &clock_json(shared))
+}
+
+fn introspect(
+    shared: &Shared,
+    method: &str,
+    path: &str,
+    query: Option<&str>,
+    body: &[u8],
+) -> Reply {
     match (path, method) {
+        ("/__mock/clock", "GET") => json_reply(200, &clock_json(shared)),
+        ("/__mock/clock", "POST") => set_clock(shared, body),
+        ("/__mock/cache", "GET") => json_reply(
+            200,
+            &json!({"enabled": shared.opts.prompt_cache, "entries": shared.cache().len()}),
+        ),
+        ("/__mock/cache/reset", "POST") => {
+            let dropped = shared.cache().clear();
+            json_reply(200, &json!({"ok": true, "dropped": dropped}))
+        }
+        ("/__mock/clock", _) => {
+            error_reply(Flavor::OpenAi, 405, "method not allowed; use GET or POST")
+        }
+        ("/__mock/cache/reset", _) => {
+            error_reply(Flavor::OpenAi, 405, "method not allowed; use POST")
+        }
         ("/__mock/calls", "GET") => json_reply(200, &json!(shared.counts())),
         ("/__mock/reset", "POST") => {
             shared.reset();
@@ -1270,7 +1502,7 @@ fn introspect(shared: &Shared, method: &str, path: &str, query: Option<&str>) ->
             drop(r);
             json_reply(200, &Value::Array(list))
         }
-        ("/__mock/calls" | "/__mock/health" | "/__mock/requests", _) => {
+        ("/__mock/calls" | "/__mock/health" | "/__mock/requests" | "/__mock/cache", _) => {
             error_reply(Flavor::OpenAi, 405, "method not allowed; use GET")
         }
         ("/__mock/reset", _) => error_reply(Flavor::OpenAi, 405, "method not allowed; use POST"),
@@ -1317,18 +1549,30 @@ impl Fault {
 /// Token figures of an answer (see the module docs for the rules).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MockUsage {
-    /// `P = ceil(prompt chars / 4) + 8`: OpenAI `prompt_tokens`.
+    /// `P` (module docs, "Usage"): OpenAI `prompt_tokens`, Responses `input_tokens`.
     pub prompt_tokens: u64,
     /// `O` = words in the reply: OpenAI `completion_tokens`, Anthropic `output_tokens`.
     pub completion_tokens: u64,
-    /// OpenAI `prompt_tokens_details.cached_tokens` (`P / 2` for `cached` models, else 0).
+    /// Cache read: OpenAI `prompt_tokens_details.cached_tokens` / Responses
+    /// `input_tokens_details.cached_tokens` (`P / 2` for `cached` models; else what the
+    /// prompt cache read, also on the Anthropic routes).
     pub cached_tokens: u64,
-    /// Anthropic `input_tokens` = `P - cache_read - cache_creation`.
+    /// Anthropic `input_tokens` = `P - cache_read - cache_creation` (OpenAI routes:
+    /// `P - cached`).
     pub input_tokens: u64,
-    /// Anthropic `cache_read_input_tokens` (`P / 2` for `cached` models, else 0).
+    /// Anthropic `cache_read_input_tokens` (`P / 2` for `cached` models; else what the
+    /// prompt cache read).
     pub cache_read_input_tokens: u64,
-    /// Anthropic `cache_creation_input_tokens` (`P / 4` for `cached` models, else 0).
+    /// Anthropic `cache_creation_input_tokens` (`P / 4` for `cached` models; else what the
+    /// prompt cache wrote): the sum of the two TTL parts below.
     pub cache_creation_input_tokens: u64,
+    /// Anthropic `cache_creation.ephemeral_5m_input_tokens`.
+    pub cache_creation_5m_input_tokens: u64,
+    /// Anthropic `cache_creation.ephemeral_1h_input_tokens`.
+    pub cache_creation_1h_input_tokens: u64,
+    /// Whether the Anthropic `usage` carries the `cache_creation` object: when the request
+    /// has a `cache_control` (top level or on a block) and prompt caching is on.
+    pub cache_breakdown: bool,
 }
 
 impl MockUsage {
@@ -1349,11 +1593,23 @@ impl MockUsage {
 
     /// The Anthropic `usage` object.
     pub fn anthropic_json(&self) -> Value {
-        json!({
+        let mut v = json!({
             "input_tokens": self.input_tokens,
             "output_tokens": self.completion_tokens,
             "cache_creation_input_tokens": self.cache_creation_input_tokens,
             "cache_read_input_tokens": self.cache_read_input_tokens,
+        });
+        if self.cache_breakdown {
+            v["cache_creation"] = self.cache_creation_json();
+        }
+        v
+    }
+
+    /// `{"ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens"}`.
+    pub fn cache_creation_json(&self) -> Value {
+        json!({
+            "ephemeral_5m_input_tokens": self.cache_creation_5m_input_tokens,
+            "ephemeral_1h_input_tokens": self.cache_creation_1h_input_tokens,
         })
     }
 }
@@ -1379,6 +1635,9 @@ pub struct MockReply {
     /// agents"); `words` is then empty and `text` is the final answer (or empty for a tool
     /// call).
     pub script: Option<Scripted>,
+    /// How `P` was counted (the options' rule; characters if cl100k was unavailable): the
+    /// prompt cache counts its prefixes the same way.
+    pub counting: UsageCounting,
 }
 
 /// The reply to a chat-completions or messages request body (JSON object); errors if the
@@ -1425,7 +1684,7 @@ fn cl100k(text: &str) -> Option<u64> {
     tokensaver_tokenizer::count(text)
 }
 
-fn content_chars(c: &Value) -> u64 {
+pub(crate) fn content_chars(c: &Value) -> u64 {
     let count = |s: &str| s.chars().count() as u64;
     match c {
         Value::String(s) => count(s),
@@ -1461,22 +1720,26 @@ impl MockReply {
     }
 
     /// The reply to a parsed request body of the given wire format, under the default options
-    /// (usage by characters, no task scripts).
+    /// (usage by characters, no task scripts, prompt caching on), as the mock answers it when
+    /// its prompt cache is empty (module docs, "Prompt caching").
     pub fn for_api(api: Api, body: &Value) -> MockReply {
-        Self::build(api, body, None, UsageCounting::Chars)
+        Self::build(api, body, None, UsageCounting::Chars, true)
     }
 
-    /// The reply to a parsed request body of the given wire format under `opts`: its task
-    /// scripts and its usage counting.
+    /// The reply to a parsed request body of the given wire format under `opts` (its task
+    /// scripts, usage counting and prompt caching), as the mock answers it when its prompt
+    /// cache is empty.
     pub fn for_api_with(api: Api, body: &Value, opts: &ProviderOptions) -> MockReply {
-        Self::build(api, body, Some(&opts.tasks), opts.usage)
+        Self::build(api, body, Some(&opts.tasks), opts.usage, opts.prompt_cache)
     }
 
+    /// The reply; with `cold_cache`, its usage billed against an empty prompt cache.
     fn build(
         api: Api,
         body: &Value,
         tasks: Option<&BTreeMap<String, TaskScript>>,
         counting: UsageCounting,
+        cold_cache: bool,
     ) -> MockReply {
         let model = body
             .get("model")
@@ -1530,8 +1793,8 @@ impl MockReply {
             }
         };
         let by_chars = chars.div_ceil(4) + PROMPT_OVERHEAD_TOKENS;
-        let (p, output_tokens) = match counting {
-            UsageCounting::Chars => (by_chars, output_tokens),
+        let (p, output_tokens, counted) = match counting {
+            UsageCounting::Chars => (by_chars, output_tokens, UsageCounting::Chars),
             UsageCounting::Cl100k => {
                 let out = match &script {
                     Some(Scripted::ToolCall(c)) => {
@@ -1540,8 +1803,8 @@ impl MockReply {
                     _ => text.clone(),
                 };
                 match (cl100k(&canonical_text(body)), cl100k(&out)) {
-                    (Some(p), Some(o)) => (p, o.max(1)),
-                    _ => (by_chars, output_tokens),
+                    (Some(p), Some(o)) => (p, o.max(1), UsageCounting::Cl100k),
+                    _ => (by_chars, output_tokens, UsageCounting::Chars),
                 }
             }
         };
@@ -1554,8 +1817,9 @@ impl MockReply {
             input_tokens: p - read - creation,
             cache_read_input_tokens: read,
             cache_creation_input_tokens: creation,
+            ..MockUsage::default()
         };
-        MockReply {
+        let mut reply = MockReply {
             model,
             digest,
             truncated,
@@ -1564,7 +1828,67 @@ impl MockReply {
             prompt_chars: chars,
             usage,
             script,
+            counting: counted,
+        };
+        if cold_cache {
+            let mut empty = cache::PromptCache::new(usize::MAX);
+            // A refused marker is answered with a 400; the figures stay uncached.
+            let _ = reply.bill_cache(api, body, &mut empty, "", 0);
         }
+        reply
+    }
+
+    /// Bills prompt caching (module docs, "Prompt caching") against `cache` for a request
+    /// carrying `credential` at `now_ms`, replacing the cache figures of the usage. Models
+    /// whose name contains `cached` keep their fixed figures. Errors, leaving the usage as it
+    /// was, when an Anthropic request's `cache_control` markers are refused.
+    fn bill_cache(
+        &mut self,
+        api: Api,
+        body: &Value,
+        cache: &mut cache::PromptCache,
+        credential: &str,
+        now_ms: u64,
+    ) -> Result<(), CacheControlError> {
+        let p = self.usage.prompt_tokens;
+        let u = &mut self.usage;
+        if self.model.contains("cached") {
+            if api == Api::Messages {
+                u.cache_breakdown = cache::check_anthropic(body)?;
+                u.cache_creation_5m_input_tokens = u.cache_creation_input_tokens;
+            }
+            return Ok(());
+        }
+        match api {
+            Api::Messages => {
+                let prompt = cache::anthropic_prompt(body, self.counting)?;
+                let key = cache::PartitionKey::new("messages", credential, &self.model, None);
+                let min = anthropic_min_tokens(&self.model);
+                let bill = cache.bill_anthropic(&key, &prompt, min, p, now_ms);
+                u.cache_breakdown = prompt.marked;
+                u.cache_read_input_tokens = bill.read;
+                u.cache_creation_input_tokens = bill.written();
+                u.cache_creation_5m_input_tokens = bill.write_5m;
+                u.cache_creation_1h_input_tokens = bill.write_1h;
+                u.cached_tokens = bill.read;
+                u.input_tokens = p - bill.read - bill.written();
+            }
+            Api::ChatCompletions | Api::Responses => {
+                let (name, boundaries) = match api {
+                    Api::Responses => ("responses", cache::responses_prompt(body, self.counting)),
+                    _ => ("chat", cache::chat_prompt(body, self.counting)),
+                };
+                let cache_key = body.get("prompt_cache_key").and_then(Value::as_str);
+                let key = cache::PartitionKey::new(name, credential, &self.model, cache_key);
+                let retention = Retention::of(body);
+                let cached = cache.bill_openai(&key, &boundaries, retention, p, now_ms);
+                u.cached_tokens = cached;
+                u.cache_read_input_tokens = cached;
+                u.cache_creation_input_tokens = 0;
+                u.input_tokens = p - cached;
+            }
+        }
+        Ok(())
     }
 
     /// The scripted tool call, if this reply is one.
@@ -1660,6 +1984,10 @@ impl MockReply {
             cache_creation_input_tokens: self.usage.cache_creation_input_tokens,
             cache_read_input_tokens: self.usage.cache_read_input_tokens,
             output_tokens,
+            cache_creation: self.usage.cache_breakdown.then_some(AnCacheCreation {
+                ephemeral_5m_input_tokens: self.usage.cache_creation_5m_input_tokens,
+                ephemeral_1h_input_tokens: self.usage.cache_creation_1h_input_tokens,
+            }),
         }
     }
 
@@ -2054,4 +2382,12 @@ struct AnUsage {
     cache_creation_input_tokens: u64,
     cache_read_input_tokens: u64,
     output_tokens: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_creation: Option<AnCacheCreation>,
+}
+
+#[derive(Serialize)]
+struct AnCacheCreation {
+    ephemeral_5m_input_tokens: u64,
+    ephemeral_1h_input_tokens: u64,
 }
