@@ -25,7 +25,9 @@ struct Args {
     #[arg(long)]
     tasks: Option<PathBuf>,
     /// Bill no prompt caching (the earlier behaviour: only the `cached` models' fixed rule).
-    #[arg(long, env = "TOKENSAVER_MOCK_NO_PROMPT_CACHE")]
+    /// The environment takes `1`/`true`/`yes`/`on` (or `0`/`false`/`no`/`off`).
+    #[arg(long, env = "TOKENSAVER_MOCK_NO_PROMPT_CACHE",
+          value_parser = clap::builder::BoolishValueParser::new())]
     no_prompt_cache: bool,
 }
 
