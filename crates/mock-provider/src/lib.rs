@@ -7,8 +7,10 @@
 //! and the load benchmark (`tokensaver mock-provider ARGS` runs that binary). It is a crate of
 //! its own so that the production `tokensaver` binary does not carry it. Everything
 //! it answers is a pure function of the request (and, for `GET /v1/responses/{id}`, of the
-//! earlier requests), so a test can predict every byte; [`reply_for`] / [`reply_for_api`] /
-//! [`expected_usage`] compute the same figures in-process.
+//! earlier requests; for the cache figures of the usage, of the earlier requests of the same
+//! credential and model and of the clock, see "Prompt caching"), so a test can predict every
+//! byte; [`reply_for`] / [`reply_for_api`] / [`expected_usage`] compute the same figures
+//! in-process, as the mock answers on an empty prompt cache.
 //!
 //! # Routes
 //!
@@ -26,8 +28,12 @@
 //! | other method on those paths  | 405 JSON error with `allow` (OpenAI shape; Anthropic shape on `/v1/messages*`) |
 //! | any other path               | 404 JSON error, OpenAI shape                              |
 //! | `GET /__mock/calls`          | `{"/v1/chat/completions": n, "/v1/messages": m, ...}`: requests received per path since the last reset (any method, query string stripped, `/__mock/*` not counted) |
-//! | `POST /__mock/reset`         | clears counters, records and kept Responses answers, answers `{"ok":true}` |
-//! | `GET /__mock/requests`       | the retained records, oldest first: `[{"seq","method","path","target","headers":[[name,value]..],"body_len","body","body_truncated","at_unix_ms","reported_usage"}]` (`reported_usage`: for a model call, the usage figures the mock answered with — `prompt_tokens`, `completion_tokens`, `cached_tokens`, `input_tokens`, `cache_read_input_tokens`, `cache_creation_input_tokens`; else null); `?limit=N` (default 50, newest N) and `?path=/v1/messages` filter; `body` is lossy UTF-8, at most 64 KiB (`?max_body=N`: at most N bytes) |
+//! | `POST /__mock/reset`         | clears counters, records, kept Responses answers and prompt-cache entries (not the clock), answers `{"ok":true}` |
+//! | `GET /__mock/requests`       | the retained records, oldest first: `[{"seq","method","path","target","headers":[[name,value]..],"body_len","body","body_truncated","at_unix_ms","reported_usage"}]` (`reported_usage`: for a model call, the usage figures the mock answered with, prompt cache included — `prompt_tokens`, `completion_tokens`, `cached_tokens`, `input_tokens`, `cache_read_input_tokens`, `cache_creation_input_tokens`, `cache_creation: {ephemeral_5m_input_tokens, ephemeral_1h_input_tokens}`; for a call answered without usage (a 400, 401, `fault-500`, `fault-429`) the figures it would have on an empty cache; else null); `?limit=N` (default 50, newest N) and `?path=/v1/messages` filter; `body` is lossy UTF-8, at most 64 KiB (`?max_body=N`: at most N bytes) |
+//! | `GET /__mock/clock`          | `{"now_ms": N, "fixed": bool}`: the clock the prompt cache reads when a request has no `x-mock-now-ms` header (see "Prompt caching") |
+//! | `POST /__mock/clock`         | `{"now_ms": N}` fixes that clock at N (Unix ms), `{"now_ms": null}` returns to the real clock, `{"advance_ms": N}` moves it N ms forward from its reading (it is then fixed; with both keys: set, then advance); answers as `GET`; any other body → 400 |
+//! | `GET /__mock/cache`          | `{"enabled": bool, "entries": n}`: whether prompt caching is billed, and the entries held (expired ones are dropped lazily) |
+//! | `POST /__mock/cache/reset`   | drops every prompt-cache entry (all credentials, models, keys): `{"ok":true,"dropped":n}` |
 //! | `GET /__mock/health`         | `{"ok":true}`                                             |
 //!
 //! The query string never takes part in routing (Claude Code sends
@@ -57,8 +63,9 @@
 //!   (1700000000), `system_fingerprint` is [`SYSTEM_FINGERPRINT`]. `model` echoes the
 //!   request's `model` (`""` if absent).
 //!
-//! Identical requests therefore get byte-identical JSON answers, and a streamed request gets
-//! the same text, id and usage as the same request without `stream`.
+//! Identical requests therefore get byte-identical JSON answers (but for the cache figures of
+//! the usage, which depend on what the same credential sent before: see "Prompt caching"), and
+//! a streamed request gets the same text, id and usage as the same request without `stream`.
 //!
 //! # Usage
 //!
@@ -79,19 +86,147 @@
 //!   scripted tool call, the characters of its `arguments` JSON ÷ 4 rounded up, at least 1
 //!   (see "Scripted agents").
 //! * Models whose name contains `cached` (case-sensitive) report a cache hit:
-//!   `R = P / 2` (integer division) cached/read tokens and `W = P / 4` cache-creation tokens;
-//!   other models report `R = W = 0`.
+//!   `R = P / 2` (integer division) cached/read tokens and `W = P / 4` cache-creation tokens,
+//!   on every call: this fixed rule takes precedence over prompt caching. Other models report
+//!   the cache read `R` and write `W` that prompt caching bills (see "Prompt caching"; both 0
+//!   for a request that neither marks a breakpoint nor, on OpenAI, repeats a prefix of at
+//!   least 1024 tokens; always 0 with `--no-prompt-cache`).
 //! * OpenAI: `{"prompt_tokens": P, "completion_tokens": O, "total_tokens": P + O,
 //!   "prompt_tokens_details": {"cached_tokens": R}}`.
 //! * Anthropic: `{"input_tokens": P - R - W, "output_tokens": O,
 //!   "cache_creation_input_tokens": W, "cache_read_input_tokens": R}` (as in the real API,
-//!   `input_tokens` excludes cached tokens, so `input + creation + read = P`).
+//!   `input_tokens` excludes cached tokens, so `input + creation + read = P`); a request that
+//!   carries a `cache_control` (prompt caching on) also gets `"cache_creation":
+//!   {"ephemeral_5m_input_tokens": W5, "ephemeral_1h_input_tokens": W1}` with `W5 + W1 = W`
+//!   (a `cached` model: `W5 = W`).
 //! * Responses: `{"input_tokens": P, "input_tokens_details": {"cached_tokens": R},
 //!   "output_tokens": O, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens":
 //!   P + O}`.
 //!
 //! Example: one user message `"Hello there, mock!"` (18 chars): `P = ceil(18/4) + 8 = 13`;
 //! with model `gpt-cached`: `cached_tokens = 6`; Anthropic `input_tokens = 13 - 6 - 3 = 4`.
+//!
+//! # Prompt caching
+//!
+//! On by default ([`ProviderOptions::prompt_cache`]); `--no-prompt-cache` (or the
+//! environment `TOKENSAVER_MOCK_NO_PROMPT_CACHE=1`) turns it off and restores the earlier
+//! answers byte for byte (no cache, no `cache_control` checks, only the `cached` models' fixed
+//! rule). The mock bills caching as the providers' public pages describe it — Anthropic
+//! "Prompt caching" (<https://platform.claude.com/docs/en/build-with-claude/prompt-caching>)
+//! and OpenAI "Prompt caching" (<https://platform.openai.com/docs/guides/prompt-caching>) —
+//! in the deterministic reading below. It only splits `P` (counted as in "Usage", the
+//! whole prompt); it never changes `P`, `O`, the reply or the ids.
+//!
+//! **Precedence.** A model whose name contains `cached` keeps the fixed rule (`R = P/2`,
+//! `W = P/4`, every call) and never reads or writes the cache; its `cache_control` markers
+//! are still checked.
+//!
+//! **Partitions.** Entries belong to one route family (messages, chat completions or
+//! Responses), one credential — the `x-api-key` value on `/v1/messages`, else the
+//! `Authorization: Bearer` token (OpenAI routes: the bearer first, then `x-api-key`; a request
+//! with neither has the empty credential's partition) — one `model` (the exact string) and, for
+//! OpenAI, one `prompt_cache_key`. Nothing is ever shared across partitions.
+//!
+//! **Clock.** A request's time is its `x-mock-now-ms` header ([`NOW_HEADER`]: Unix
+//! milliseconds as a decimal integer; any other value is ignored), else the clock set by
+//! `POST /__mock/clock` ([`MockProvider::set_clock_ms`]), else the real clock. A lifetime is
+//! half-open: an entry that expires at `t` is gone for a request at `t`.
+//!
+//! **Blocks, prefixes and their tokens.** A prompt is a list of blocks (listed per API below);
+//! a *prefix* is its blocks up to and including one of them. A prefix is identified by a
+//! BLAKE3 chain over its blocks, each taken with where it sits (the part — tools, system,
+//! messages, instructions, input — and, for Anthropic messages, the message index and role),
+//! so two prefixes match only when every block up to there is the same JSON in the same
+//! place. `cache_control` never takes part: moving or dropping a marker does not change a
+//! prefix. The tokens of a prefix:
+//! * under `--usage cl100k`: the sum over its blocks of the cl100k tokens of the block's
+//!   canonical JSON ([`canonical`]: compact, object keys sorted bytewise at every level,
+//!   strings and numbers as `serde_json` prints them), `cache_control` removed from the block
+//!   and from the elements of its `content` array;
+//! * under the character rule: `ceil(c / 4)`, `c` being the prompt characters of its blocks
+//!   counted as for `C` (tools 0, a text block its `text`, an OpenAI message its `content`, a
+//!   Responses item as in "Usage"), so a prefix never has more tokens than `P - 8`.
+//!
+//! **Anthropic** (`POST /v1/messages`):
+//! * Blocks, in the cache order tools → system → messages: each `tools[]` element; `system`
+//!   (a string is one block `{"text": s, "type": "text"}`, an array one block per element);
+//!   each message's `content` (a string is one such text block, an array one block per
+//!   element).
+//! * Breakpoints: a block with `cache_control` `{"type": "ephemeral"}` and `ttl` `"5m"` (the
+//!   default) or `"1h"`, or whose `content` array (a `tool_result`'s) has an element with one.
+//!   The **automatic form** — a top-level `cache_control` — puts a breakpoint with its TTL on
+//!   the last block that is not `thinking` / `redacted_thinking` ("the last cacheable block",
+//!   which moves forward as the conversation grows), unless that block already has its own
+//!   marker (then it adds nothing and the block's TTL stands); otherwise it takes one of the 4
+//!   slots.
+//! * Refused with 400 `invalid_request_error` (Anthropic error shape), before any fault mode,
+//!   as the API does: more than [`MAX_BREAKPOINTS`] (4) markers (each nested one counts, the
+//!   automatic one too), a `cache_control` whose `type` is not `ephemeral`, a `ttl` other than
+//!   `5m` / `1h`, a `1h` breakpoint after a `5m` one (in cache order).
+//! * Minimum cacheable length ([`anthropic_min_tokens`]): a breakpoint whose prefix has fewer
+//!   tokens is ignored — neither written nor read. 4096 for a model whose name (lowercased,
+//!   `.` read as `-`) contains `opus-4-5`, `opus-4-6` or `haiku-4-5`; 2048 for `sonnet-4-6` and
+//!   any other `haiku` (Haiku 3, 3.5); 1024 for every other model (Sonnet 4.5, 4, 3.7, Opus 4.1,
+//!   4, 3, and the mock's own names).
+//! * **Read**: for each remaining breakpoint, the mock looks for a live entry at the prefix
+//!   ending at the breakpoint's block and at each of the 19 blocks before it
+//!   ([`LOOKBACK_BLOCKS`] = 20 positions, the breakpoint's own counted: the docs' lookback);
+//!   the longest found over all breakpoints is read: `cache_read_input_tokens` = its tokens.
+//!   Every live entry at a prefix of the read one is refreshed.
+//! * **Write**: each remaining breakpoint past the read point becomes an entry with its TTL
+//!   (entries exist only where a breakpoint was; writes happen only at breakpoints).
+//!   `cache_creation_input_tokens` = the tokens of the last such breakpoint's prefix minus the
+//!   read ones; split as the docs split mixed TTLs: `ephemeral_1h_input_tokens` = the tokens
+//!   up to the last `1h` breakpoint past the read point minus the read ones,
+//!   `ephemeral_5m_input_tokens` = the rest.
+//! * **Lifetime**: an entry lives its TTL — 5 minutes ([`FIVE_MINUTES_MS`]) or 1 hour
+//!   ([`ONE_HOUR_MS`]) — after it was written or last read (a read refreshes it, as the docs
+//!   say, at no cost).
+//! * `input_tokens = P − read − written`. The bill never exceeds `P` (read, then the 1h, then
+//!   the 5m part are cut to fit; only a body whose blocks, counted apart, have more tokens than
+//!   the whole body can reach that). `message_start` carries the same figures as the JSON
+//!   answer. `count_tokens` is unchanged (`P`).
+//!
+//! **OpenAI** (`POST /v1/chat/completions`, `POST /v1/responses`): automatic, no markers.
+//! * Blocks (segments): chat — each `tools[]` element, then each `messages[]` element (the
+//!   whole message object); Responses — each `tools[]` element, `instructions` (if a string:
+//!   the block is that JSON string), then `input` (a string is the block `{"content": s,
+//!   "role": "user"}`, an array one block per item). Other parameters take no part.
+//! * A prompt with `P <` [`OPENAI_MIN_TOKENS`] (1024) is neither read nor written. Otherwise
+//!   the hit is the longest live prefix of this prompt that an earlier request of the
+//!   partition wrote, rounded down to the docs' 128-token steps ([`openai_cached`]: 0 below
+//!   1024, else `1024 + 128·⌊(n − 1024)/128⌋`), and every prefix of at least 1024 tokens is
+//!   written (or, if live, refreshed). Chat reports it as `prompt_tokens_details.cached_tokens`,
+//!   Responses as `input_tokens_details.cached_tokens` (also in the streamed usage chunk, in
+//!   `response.completed` and in the kept response); `prompt_tokens` / `input_tokens` stay
+//!   `P`. Writes are free and not reported (as on the models before GPT-5.6).
+//! * Lifetime (`prompt_cache_retention`): `"in_memory"` (the default, and any other value) —
+//!   5 minutes after the last use, and never more than 1 hour after the write (the docs:
+//!   cleared after 5–10 minutes of inactivity, always within an hour); `"24h"` — 24 hours
+//!   after the write ([`ONE_DAY_MS`]), whatever the use.
+//! * `prompt_cache_key`: the docs say it is combined with the prefix hash to route requests
+//!   to machines that hold the prefix. The mock has no machines: the key is part of the
+//!   partition, so requests share prefixes only under the same key (no key is one more
+//!   partition). A stable key therefore never adds hits over sending none; the docs' overflow
+//!   (about 15 requests a minute per prefix and key) is not modelled.
+//! * Not modelled: GPT-5.6 explicit `prompt_cache_breakpoint`s and billed writes
+//!   (`cache_write_tokens`), `previous_response_id` context (only the request's own input is a
+//!   prompt).
+//!
+//! **Which calls take part**: normal answers and `fault-slow`, `fault-reset` and
+//! `fault-truncated` (the prompt was processed) read and write; `fault-500`, `fault-429`,
+//! refused and unauthenticated requests neither read nor write. The in-process predictions
+//! ([`reply_for`], [`MockReply::for_api_with`], …) bill against an empty cache: an Anthropic
+//! breakpoint is written, nothing is read.
+//!
+//! Example (character rule, `claude-sonnet-4-5`, credential `k`): `system` is one text block
+//! of 5000 characters with `cache_control`, then one user message `"Hello!"`: `P =
+//! ceil(5006/4) + 8 = 1260`; the prefix at the breakpoint has `ceil(5000/4) = 1250 ≥ 1024`
+//! tokens. First call: `cache_creation_input_tokens: 1250` (all 5m), `input_tokens: 10`; the
+//! same call within 5 minutes: `cache_read_input_tokens: 1250`, `input_tokens: 10`. OpenAI
+//! (`gpt-4o`): a system message of 6000 characters then `"hi"` (`P = 1509`), then the same
+//! system message and `"ho"`: the match is the system message, `ceil(6000/4) = 1500` tokens,
+//! so `cached_tokens = 1024 + 128·⌊476/128⌋ = 1408`.
 //!
 //! # Streaming (`"stream": true`)
 //!
@@ -281,7 +416,8 @@
 //!
 //! # Other errors
 //!
-//! A body that is not a JSON object → 400 `invalid_request_error` (connection kept).
+//! A body that is not a JSON object → 400 `invalid_request_error` (connection kept); so is an
+//! Anthropic request whose `cache_control` markers are refused (see "Prompt caching").
 //! Protocol errors answer with `connection: close`, then close: a body above
 //! [`ProviderOptions::max_body_bytes`] → 413 (refused on its declared length before it is
 //! read; chunked, once it grows past the limit) and broken chunked framing → 400, both with an
@@ -297,7 +433,9 @@
 //! 401, 404, faults included) is counted per path and recorded as a [`ReceivedRequest`] as
 //! soon as its body has been read (so a pending `fault-slow` request is already counted); the last [`ProviderOptions::max_records`] (default 1000) are retained,
 //! and older records are also dropped while retained bodies exceed
-//! [`ProviderOptions::max_recorded_bytes`] (default 64 MiB). Counters are never capped.
+//! [`ProviderOptions::max_recorded_bytes`] (default 64 MiB). Counters are never capped. A
+//! model call's record gets the usage it was answered with ([`ReceivedRequest::usage`]) once
+//! the answer is decided: what `reported_usage` shows.
 //!
 //! # Connections
 //!

@@ -569,16 +569,27 @@ fn caches_are_per_credential_and_model() {
 }
 
 #[test]
-fn anthropic_character_rule() {
+fn character_rule_examples_of_the_docs() {
     // Under the default character counting a prefix has ceil(its characters / 4) tokens.
     let p = start_with(ProviderOptions::default());
     let sys = "x".repeat(5000);
     let body = system_body(SONNET, &sys, "Hello!");
     let pt = (5000u64 + 6).div_ceil(4) + 8;
+    assert_eq!(pt, 1260);
     let u = messages(&p, KEY, 0, &body).usage();
     anthropic_usage(&u, pt, 0, 1250, 0);
+    assert_eq!(u["input_tokens"], 10);
     let u = messages(&p, KEY, SEC, &body).usage();
     anthropic_usage(&u, pt, 1250, 0, 0);
+    // OpenAI: 6000 characters of system message, then "hi"; then the same and "ho".
+    let path = "/v1/chat/completions";
+    let sys = "y".repeat(6000);
+    let u = openai(&p, path, KEY, 0, &chat_body(&sys, "hi")).usage();
+    assert_eq!(u["prompt_tokens"], 1509);
+    assert_eq!(u["prompt_tokens_details"]["cached_tokens"], 0);
+    let u = openai(&p, path, KEY, SEC, &chat_body(&sys, "ho")).usage();
+    assert_eq!(u["prompt_tokens_details"]["cached_tokens"], 1408);
+    assert_eq!(round_openai(1500), 1408);
 }
 
 // ------------------------------------------------------------------------------------------
