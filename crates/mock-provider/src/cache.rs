@@ -710,10 +710,13 @@ pub fn anthropic_prompt(
     counting: UsageCounting,
 ) -> Result<AnthropicPrompt, CacheControlError> {
     let (blocks, marked) = anthropic_blocks(body)?;
-    Ok(AnthropicPrompt {
-        boundaries: chain("messages", &blocks, counting),
-        marked,
-    })
+    // Without a breakpoint nothing is read or written: no need to count.
+    let boundaries = if blocks.iter().any(|b| b.marks > 0) {
+        chain("messages", &blocks, counting)
+    } else {
+        Vec::new()
+    };
+    Ok(AnthropicPrompt { boundaries, marked })
 }
 
 /// The prefix boundaries of an OpenAI chat-completions body: each `tools[]` element, then
@@ -1104,7 +1107,8 @@ mod tests {
 
     #[test]
     fn markers_do_not_change_the_prefix_and_strings_are_text_blocks() {
-        let a = json!({"system": "S", "messages": [
+        // `a` marks only its last block (the automatic form), `b` two blocks explicitly.
+        let a = json!({"cache_control": {"type": "ephemeral"}, "system": "S", "messages": [
             {"role": "user", "content": "hello"},
             {"role": "assistant", "content": [{"type": "text", "text": "hi"}]}]});
         let b = json!({"system": [{"type": "text", "text": "S",
@@ -1115,7 +1119,7 @@ mod tests {
                                                "cache_control": {"type": "ephemeral"}}]}]});
         let pa = anthropic_prompt(&a, UsageCounting::Cl100k).unwrap();
         let pb = anthropic_prompt(&b, UsageCounting::Cl100k).unwrap();
-        assert!(!pa.marked && pb.marked);
+        assert!(pa.marked && pb.marked);
         let strip = |p: &AnthropicPrompt| -> Vec<([u8; 32], u64)> {
             p.boundaries.iter().map(|b| (b.hash, b.tokens)).collect()
         };
@@ -1125,10 +1129,22 @@ mod tests {
         let t: Vec<u64> = pc.boundaries.iter().map(|b| b.tokens).collect();
         assert_eq!(t, vec![1, 2, 2]);
         // The same text as a different role is a different prefix.
-        let c = json!({"system": "S", "messages": [{"role": "assistant", "content": "hello"}]});
+        let c = json!({"cache_control": {"type": "ephemeral"}, "system": "S",
+                       "messages": [{"role": "assistant", "content": "hello"}]});
         let pc = anthropic_prompt(&c, UsageCounting::Chars).unwrap();
         assert_eq!(pc.boundaries[0].hash, pa.boundaries[0].hash);
         assert_ne!(pc.boundaries[1].hash, pa.boundaries[1].hash);
+    }
+
+    #[test]
+    fn an_unmarked_request_is_not_counted() {
+        let body = json!({"system": "S", "messages": [{"role": "user", "content": "q"}]});
+        let p = anthropic_prompt(&body, UsageCounting::Cl100k).unwrap();
+        assert_eq!(p, AnthropicPrompt::default());
+        assert_eq!(
+            PromptCache::default().bill_anthropic(&key("a"), &p, 1024, 10, 0),
+            AnthropicBill::default()
+        );
     }
 
     #[test]

@@ -1398,11 +1398,23 @@ fn answer(shared: &Shared, api: Api, body: &[u8], ctx: &CallContext) -> Outcome 
         Ok(v) => v,
         Err(r) => return r.into(),
     };
-    if shared.opts.prompt_cache && api == Api::Messages {
-        if let Err(e) = cache::check_anthropic(&value) {
-            return error_reply(Flavor::Anthropic, 400, &e.message()).into();
+    let mut reply = MockReply::build(
+        api,
+        &value,
+        Some(&shared.opts.tasks),
+        shared.opts.usage,
+        false,
+    );
+    // The prompt's layout is worked out (tokens counted) outside the cache's lock; refused
+    // markers are answered before any fault mode.
+    let layout = if shared.opts.prompt_cache {
+        match reply.cache_layout(api, &value) {
+            Ok(layout) => Some(layout),
+            Err(e) => return error_reply(flavor, 400, &e.message()).into(),
         }
-    }
+    } else {
+        None
+    };
     let model = value.get("model").and_then(Value::as_str).unwrap_or("");
     let fault = Fault::for_model(model);
     match fault {
@@ -1424,17 +1436,9 @@ fn answer(shared: &Shared, api: Api, body: &[u8], ctx: &CallContext) -> Outcome 
         .get("stream_options")
         .and_then(|o| o.get("include_usage"))
         == Some(&Value::Bool(true));
-    let mut reply = MockReply::build(
-        api,
-        &value,
-        Some(&shared.opts.tasks),
-        shared.opts.usage,
-        false,
-    );
-    if shared.opts.prompt_cache {
+    if let Some(layout) = &layout {
         let mut cache = shared.cache();
-        // Checked above: a refused marker never reaches this point.
-        let _ = reply.bill_cache(api, &value, &mut cache, &ctx.credential, ctx.now_ms);
+        reply.bill_cache(layout, &value, &mut cache, &ctx.credential, ctx.now_ms);
     }
     shared.set_usage(ctx.seq, reply.usage);
     let full = |reply: &MockReply| match api {
@@ -1752,6 +1756,18 @@ impl MockUsage {
     }
 }
 
+/// What prompt caching needs of one request, worked out before the cache is locked.
+enum CacheLayout {
+    /// A `cached` model: the fixed rule; `breakdown` when an Anthropic request is marked.
+    Fixed { breakdown: bool },
+    /// An OpenAI prompt under 1024 tokens: neither read nor written.
+    Short,
+    /// An Anthropic request's blocks and breakpoints.
+    Anthropic(cache::AnthropicPrompt),
+    /// An OpenAI request's partition family (`chat` / `responses`) and prefix boundaries.
+    OpenAi(&'static str, Vec<cache::Boundary>),
+}
+
 /// Everything the mock answers for one request body.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MockReply {
@@ -1969,40 +1985,58 @@ impl MockReply {
             counting: counted,
         };
         if cold_cache {
-            let mut empty = cache::PromptCache::new(usize::MAX);
-            // A refused marker is answered with a 400; the figures stay uncached.
-            let _ = reply.bill_cache(api, body, &mut empty, "", 0);
+            // A refused marker is answered with a 400: the figures stay uncached.
+            if let Ok(layout) = reply.cache_layout(api, body) {
+                let mut empty = cache::PromptCache::new(usize::MAX);
+                reply.bill_cache(&layout, body, &mut empty, "", 0);
+            }
         }
         reply
     }
 
-    /// Bills prompt caching (module docs, "Prompt caching") against `cache` for a request
-    /// carrying `credential` at `now_ms`, replacing the cache figures of the usage. Models
-    /// whose name contains `cached` keep their fixed figures. Errors, leaving the usage as it
-    /// was, when an Anthropic request's `cache_control` markers are refused.
+    /// What prompt caching needs of this request (module docs, "Prompt caching"), its
+    /// tokens counted as `P` was; errors when an Anthropic request's `cache_control` markers
+    /// are refused.
+    fn cache_layout(&self, api: Api, body: &Value) -> Result<CacheLayout, CacheControlError> {
+        if self.model.contains("cached") {
+            let breakdown = api == Api::Messages && cache::check_anthropic(body)?;
+            return Ok(CacheLayout::Fixed { breakdown });
+        }
+        Ok(match api {
+            Api::Messages => CacheLayout::Anthropic(cache::anthropic_prompt(body, self.counting)?),
+            _ if self.usage.prompt_tokens < OPENAI_MIN_TOKENS => CacheLayout::Short,
+            Api::ChatCompletions => {
+                CacheLayout::OpenAi("chat", cache::chat_prompt(body, self.counting))
+            }
+            Api::Responses => {
+                CacheLayout::OpenAi("responses", cache::responses_prompt(body, self.counting))
+            }
+        })
+    }
+
+    /// Bills prompt caching (module docs, "Prompt caching") of the request laid out as
+    /// `layout` against `cache`, for `credential` at `now_ms`: replaces the cache figures of
+    /// the usage. Models whose name contains `cached` keep their fixed figures.
     fn bill_cache(
         &mut self,
-        api: Api,
+        layout: &CacheLayout,
         body: &Value,
         cache: &mut cache::PromptCache,
         credential: &str,
         now_ms: u64,
-    ) -> Result<(), CacheControlError> {
+    ) {
         let p = self.usage.prompt_tokens;
         let u = &mut self.usage;
-        if self.model.contains("cached") {
-            if api == Api::Messages {
-                u.cache_breakdown = cache::check_anthropic(body)?;
+        match layout {
+            CacheLayout::Fixed { breakdown } => {
+                u.cache_breakdown = *breakdown;
                 u.cache_creation_5m_input_tokens = u.cache_creation_input_tokens;
             }
-            return Ok(());
-        }
-        match api {
-            Api::Messages => {
-                let prompt = cache::anthropic_prompt(body, self.counting)?;
+            CacheLayout::Short => {}
+            CacheLayout::Anthropic(prompt) => {
                 let key = cache::PartitionKey::new("messages", credential, &self.model, None);
                 let min = anthropic_min_tokens(&self.model);
-                let bill = cache.bill_anthropic(&key, &prompt, min, p, now_ms);
+                let bill = cache.bill_anthropic(&key, prompt, min, p, now_ms);
                 u.cache_breakdown = prompt.marked;
                 u.cache_read_input_tokens = bill.read;
                 u.cache_creation_input_tokens = bill.written();
@@ -2011,22 +2045,17 @@ impl MockReply {
                 u.cached_tokens = bill.read;
                 u.input_tokens = p - bill.read - bill.written();
             }
-            Api::ChatCompletions | Api::Responses => {
-                let (name, boundaries) = match api {
-                    Api::Responses => ("responses", cache::responses_prompt(body, self.counting)),
-                    _ => ("chat", cache::chat_prompt(body, self.counting)),
-                };
+            CacheLayout::OpenAi(name, boundaries) => {
                 let cache_key = body.get("prompt_cache_key").and_then(Value::as_str);
                 let key = cache::PartitionKey::new(name, credential, &self.model, cache_key);
                 let retention = Retention::of(body);
-                let cached = cache.bill_openai(&key, &boundaries, retention, p, now_ms);
+                let cached = cache.bill_openai(&key, boundaries, retention, p, now_ms);
                 u.cached_tokens = cached;
                 u.cache_read_input_tokens = cached;
                 u.cache_creation_input_tokens = 0;
                 u.input_tokens = p - cached;
             }
         }
-        Ok(())
     }
 
     /// The scripted tool call, if this reply is one.
