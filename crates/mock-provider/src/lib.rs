@@ -7,8 +7,10 @@
 //! and the load benchmark (`tokensaver mock-provider ARGS` runs that binary). It is a crate of
 //! its own so that the production `tokensaver` binary does not carry it. Everything
 //! it answers is a pure function of the request (and, for `GET /v1/responses/{id}`, of the
-//! earlier requests), so a test can predict every byte; [`reply_for`] / [`reply_for_api`] /
-//! [`expected_usage`] compute the same figures in-process.
+//! earlier requests; for the cache figures of the usage, of the earlier requests of the same
+//! credential and model and of the clock, see "Prompt caching"), so a test can predict every
+//! byte; [`reply_for`] / [`reply_for_api`] / [`expected_usage`] compute the same figures
+//! in-process, as the mock answers on an empty prompt cache.
 //!
 //! # Routes
 //!
@@ -26,8 +28,12 @@
 //! | other method on those paths  | 405 JSON error with `allow` (OpenAI shape; Anthropic shape on `/v1/messages*`) |
 //! | any other path               | 404 JSON error, OpenAI shape                              |
 //! | `GET /__mock/calls`          | `{"/v1/chat/completions": n, "/v1/messages": m, ...}`: requests received per path since the last reset (any method, query string stripped, `/__mock/*` not counted) |
-//! | `POST /__mock/reset`         | clears counters, records and kept Responses answers, answers `{"ok":true}` |
-//! | `GET /__mock/requests`       | the retained records, oldest first: `[{"seq","method","path","target","headers":[[name,value]..],"body_len","body","body_truncated","at_unix_ms","reported_usage"}]` (`reported_usage`: for a model call, the usage figures the mock answered with — `prompt_tokens`, `completion_tokens`, `cached_tokens`, `input_tokens`, `cache_read_input_tokens`, `cache_creation_input_tokens`; else null); `?limit=N` (default 50, newest N) and `?path=/v1/messages` filter; `body` is lossy UTF-8, at most 64 KiB (`?max_body=N`: at most N bytes) |
+//! | `POST /__mock/reset`         | clears counters, records, kept Responses answers and prompt-cache entries (not the clock), answers `{"ok":true}` |
+//! | `GET /__mock/requests`       | the retained records, oldest first: `[{"seq","method","path","target","headers":[[name,value]..],"body_len","body","body_truncated","at_unix_ms","reported_usage"}]` (`reported_usage`: for a model call, the usage figures the mock answered with, prompt cache included — `prompt_tokens`, `completion_tokens`, `cached_tokens`, `input_tokens`, `cache_read_input_tokens`, `cache_creation_input_tokens`, `cache_creation: {ephemeral_5m_input_tokens, ephemeral_1h_input_tokens}`; for a call answered without usage (a 400, 401, `fault-500`, `fault-429`) the figures computed from its body as on an empty cache, uncached if its markers were refused; else null); `?limit=N` (default 50, newest N) and `?path=/v1/messages` filter; `body` is lossy UTF-8, at most 64 KiB (`?max_body=N`: at most N bytes) |
+//! | `GET /__mock/clock`          | `{"now_ms": N, "fixed": bool}`: the clock the prompt cache reads when a request has no `x-mock-now-ms` header (see "Prompt caching") |
+//! | `POST /__mock/clock`         | `{"now_ms": N}` fixes that clock at N (Unix ms), `{"now_ms": null}` returns to the real clock, `{"advance_ms": N}` moves it N ms forward from its reading (it is then fixed; with both keys: set, then advance); answers as `GET`; any other body → 400 |
+//! | `GET /__mock/cache`          | `{"enabled": bool, "entries": n}`: whether prompt caching is billed, and the entries held (expired ones are dropped lazily) |
+//! | `POST /__mock/cache/reset`   | drops every prompt-cache entry (all credentials, models, keys): `{"ok":true,"dropped":n}` |
 //! | `GET /__mock/health`         | `{"ok":true}`                                             |
 //!
 //! The query string never takes part in routing (Claude Code sends
@@ -57,8 +63,9 @@
 //!   (1700000000), `system_fingerprint` is [`SYSTEM_FINGERPRINT`]. `model` echoes the
 //!   request's `model` (`""` if absent).
 //!
-//! Identical requests therefore get byte-identical JSON answers, and a streamed request gets
-//! the same text, id and usage as the same request without `stream`.
+//! Identical requests therefore get byte-identical JSON answers (but for the cache figures of
+//! the usage, which depend on what the same credential sent before: see "Prompt caching"), and
+//! a streamed request gets the same text, id and usage as the same request without `stream`.
 //!
 //! # Usage
 //!
@@ -79,19 +86,147 @@
 //!   scripted tool call, the characters of its `arguments` JSON ÷ 4 rounded up, at least 1
 //!   (see "Scripted agents").
 //! * Models whose name contains `cached` (case-sensitive) report a cache hit:
-//!   `R = P / 2` (integer division) cached/read tokens and `W = P / 4` cache-creation tokens;
-//!   other models report `R = W = 0`.
+//!   `R = P / 2` (integer division) cached/read tokens and `W = P / 4` cache-creation tokens,
+//!   on every call: this fixed rule takes precedence over prompt caching. Other models report
+//!   the cache read `R` and write `W` that prompt caching bills (see "Prompt caching"; both 0
+//!   for a request that neither marks a breakpoint nor, on OpenAI, repeats a prefix of at
+//!   least 1024 tokens; always 0 with `--no-prompt-cache`).
 //! * OpenAI: `{"prompt_tokens": P, "completion_tokens": O, "total_tokens": P + O,
 //!   "prompt_tokens_details": {"cached_tokens": R}}`.
 //! * Anthropic: `{"input_tokens": P - R - W, "output_tokens": O,
 //!   "cache_creation_input_tokens": W, "cache_read_input_tokens": R}` (as in the real API,
-//!   `input_tokens` excludes cached tokens, so `input + creation + read = P`).
+//!   `input_tokens` excludes cached tokens, so `input + creation + read = P`); a request that
+//!   carries a `cache_control` (prompt caching on) also gets `"cache_creation":
+//!   {"ephemeral_5m_input_tokens": W5, "ephemeral_1h_input_tokens": W1}` with `W5 + W1 = W`
+//!   (a `cached` model: `W5 = W`).
 //! * Responses: `{"input_tokens": P, "input_tokens_details": {"cached_tokens": R},
 //!   "output_tokens": O, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens":
 //!   P + O}`.
 //!
 //! Example: one user message `"Hello there, mock!"` (18 chars): `P = ceil(18/4) + 8 = 13`;
 //! with model `gpt-cached`: `cached_tokens = 6`; Anthropic `input_tokens = 13 - 6 - 3 = 4`.
+//!
+//! # Prompt caching
+//!
+//! On by default ([`ProviderOptions::prompt_cache`]); `--no-prompt-cache` (or the
+//! environment `TOKENSAVER_MOCK_NO_PROMPT_CACHE=1`) turns it off and restores the earlier
+//! answers byte for byte (no cache, no `cache_control` checks, only the `cached` models' fixed
+//! rule). The mock bills caching as the providers' public pages describe it — Anthropic
+//! "Prompt caching" (<https://platform.claude.com/docs/en/build-with-claude/prompt-caching>)
+//! and OpenAI "Prompt caching" (<https://platform.openai.com/docs/guides/prompt-caching>) —
+//! in the deterministic reading below. It only splits `P` (counted as in "Usage", the
+//! whole prompt); it never changes `P`, `O`, the reply or the ids.
+//!
+//! **Precedence.** A model whose name contains `cached` keeps the fixed rule (`R = P/2`,
+//! `W = P/4`, every call) and never reads or writes the cache; its `cache_control` markers
+//! are still checked.
+//!
+//! **Partitions.** Entries belong to one route family (messages, chat completions or
+//! Responses), one credential — the `x-api-key` value on `/v1/messages`, else the
+//! `Authorization: Bearer` token (OpenAI routes: the bearer first, then `x-api-key`; a request
+//! with neither has the empty credential's partition) — one `model` (the exact string) and, for
+//! OpenAI, one `prompt_cache_key`. Nothing is ever shared across partitions.
+//!
+//! **Clock.** A request's time is its `x-mock-now-ms` header ([`NOW_HEADER`]: Unix
+//! milliseconds as a decimal integer; any other value is ignored), else the clock set by
+//! `POST /__mock/clock` ([`MockProvider::set_clock_ms`]), else the real clock. A lifetime is
+//! half-open: an entry that expires at `t` is gone for a request at `t`.
+//!
+//! **Blocks, prefixes and their tokens.** A prompt is a list of blocks (listed per API below);
+//! a *prefix* is its blocks up to and including one of them. A prefix is identified by a
+//! BLAKE3 chain over its blocks, each taken with where it sits (the part — tools, system,
+//! messages, instructions, input — and, for Anthropic messages, the message index and role),
+//! so two prefixes match only when every block up to there is the same JSON in the same
+//! place. `cache_control` never takes part: moving or dropping a marker does not change a
+//! prefix. The tokens of a prefix:
+//! * under `--usage cl100k`: the sum over its blocks of the cl100k tokens of the block's
+//!   canonical JSON ([`canonical`]: compact, object keys sorted bytewise at every level,
+//!   strings and numbers as `serde_json` prints them), `cache_control` removed from the block
+//!   and from the elements of its `content` array;
+//! * under the character rule: `ceil(c / 4)`, `c` being the prompt characters of its blocks
+//!   counted as for `C` (tools 0, a text block its `text`, an OpenAI message its `content`, a
+//!   Responses item as in "Usage"), so a prefix never has more tokens than `P - 8`.
+//!
+//! **Anthropic** (`POST /v1/messages`):
+//! * Blocks, in the cache order tools → system → messages: each `tools[]` element; `system`
+//!   (a string is one block `{"text": s, "type": "text"}`, an array one block per element);
+//!   each message's `content` (a string is one such text block, an array one block per
+//!   element).
+//! * Breakpoints: a block with `cache_control` `{"type": "ephemeral"}` and `ttl` `"5m"` (the
+//!   default) or `"1h"`, or whose `content` array (a `tool_result`'s) has an element with one.
+//!   The **automatic form** — a top-level `cache_control` — puts a breakpoint with its TTL on
+//!   the last block that is not `thinking` / `redacted_thinking` ("the last cacheable block",
+//!   which moves forward as the conversation grows), unless that block already has its own
+//!   marker (then it adds nothing and the block's TTL stands); otherwise it takes one of the 4
+//!   slots.
+//! * Refused with 400 `invalid_request_error` (Anthropic error shape), before any fault mode,
+//!   as the API does: more than [`MAX_BREAKPOINTS`] (4) markers (each nested one counts, the
+//!   automatic one too), a `cache_control` whose `type` is not `ephemeral`, a `ttl` other than
+//!   `5m` / `1h`, a `1h` breakpoint after a `5m` one (in cache order).
+//! * Minimum cacheable length ([`anthropic_min_tokens`]): a breakpoint whose prefix has fewer
+//!   tokens is ignored — neither written nor read. 4096 for a model whose name (lowercased,
+//!   `.` read as `-`) contains `opus-4-5`, `opus-4-6` or `haiku-4-5`; 2048 for `sonnet-4-6` and
+//!   any other `haiku` (Haiku 3, 3.5); 1024 for every other model (Sonnet 4.5, 4, 3.7, Opus 4.1,
+//!   4, 3, and the mock's own names).
+//! * **Read**: for each remaining breakpoint, the mock looks for a live entry at the prefix
+//!   ending at the breakpoint's block and at each of the 19 blocks before it
+//!   ([`LOOKBACK_BLOCKS`] = 20 positions, the breakpoint's own counted: the docs' lookback);
+//!   the longest found over all breakpoints is read: `cache_read_input_tokens` = its tokens.
+//!   Every live entry at a prefix of the read one is refreshed.
+//! * **Write**: each remaining breakpoint past the read point becomes an entry with its TTL
+//!   (entries exist only where a breakpoint was; writes happen only at breakpoints).
+//!   `cache_creation_input_tokens` = the tokens of the last such breakpoint's prefix minus the
+//!   read ones; split as the docs split mixed TTLs: `ephemeral_1h_input_tokens` = the tokens
+//!   up to the last `1h` breakpoint past the read point minus the read ones,
+//!   `ephemeral_5m_input_tokens` = the rest.
+//! * **Lifetime**: an entry lives its TTL — 5 minutes ([`FIVE_MINUTES_MS`]) or 1 hour
+//!   ([`ONE_HOUR_MS`]) — after it was written or last read (a read refreshes it, as the docs
+//!   say, at no cost).
+//! * `input_tokens = P − read − written`. The bill never exceeds `P` (read, then the 1h, then
+//!   the 5m part are cut to fit; only a body whose blocks, counted apart, have more tokens than
+//!   the whole body can reach that). `message_start` carries the same figures as the JSON
+//!   answer. `count_tokens` is unchanged (`P`).
+//!
+//! **OpenAI** (`POST /v1/chat/completions`, `POST /v1/responses`): automatic, no markers.
+//! * Blocks (segments): chat — each `tools[]` element, then each `messages[]` element (the
+//!   whole message object); Responses — each `tools[]` element, `instructions` (if a string:
+//!   the block is that JSON string), then `input` (a string is the block `{"content": s,
+//!   "role": "user"}`, an array one block per item). Other parameters take no part.
+//! * A prompt with `P <` [`OPENAI_MIN_TOKENS`] (1024) is neither read nor written. Otherwise
+//!   the hit is the longest live prefix of this prompt that an earlier request of the
+//!   partition wrote, rounded down to the docs' 128-token steps ([`openai_cached`]: 0 below
+//!   1024, else `1024 + 128·⌊(n − 1024)/128⌋`), and every prefix of at least 1024 tokens is
+//!   written (or, if live, refreshed). Chat reports it as `prompt_tokens_details.cached_tokens`,
+//!   Responses as `input_tokens_details.cached_tokens` (also in the streamed usage chunk, in
+//!   `response.completed` and in the kept response); `prompt_tokens` / `input_tokens` stay
+//!   `P`. Writes are free and not reported (as on the models before GPT-5.6).
+//! * Lifetime (`prompt_cache_retention`): `"in_memory"` (the default, and any other value) —
+//!   5 minutes after the last use, and never more than 1 hour after the write (the docs:
+//!   cleared after 5–10 minutes of inactivity, always within an hour); `"24h"` — 24 hours
+//!   after the write ([`ONE_DAY_MS`]), whatever the use.
+//! * `prompt_cache_key`: the docs say it is combined with the prefix hash to route requests
+//!   to machines that hold the prefix. The mock has no machines: the key is part of the
+//!   partition, so requests share prefixes only under the same key (no key is one more
+//!   partition). A stable key therefore never adds hits over sending none; the docs' overflow
+//!   (about 15 requests a minute per prefix and key) is not modelled.
+//! * Not modelled: GPT-5.6 explicit `prompt_cache_breakpoint`s and billed writes
+//!   (`cache_write_tokens`), `previous_response_id` context (only the request's own input is a
+//!   prompt).
+//!
+//! **Which calls take part**: normal answers and `fault-slow`, `fault-reset` and
+//! `fault-truncated` (the prompt was processed) read and write; `fault-500`, `fault-429`,
+//! refused and unauthenticated requests neither read nor write. The in-process predictions
+//! ([`reply_for`], [`MockReply::for_api_with`], …) bill against an empty cache: an Anthropic
+//! breakpoint is written, nothing is read.
+//!
+//! Example (character rule, `claude-sonnet-4-5`, credential `k`): `system` is one text block
+//! of 5000 characters with `cache_control`, then one user message `"Hello!"`: `P =
+//! ceil(5006/4) + 8 = 1260`; the prefix at the breakpoint has `ceil(5000/4) = 1250 ≥ 1024`
+//! tokens. First call: `cache_creation_input_tokens: 1250` (all 5m), `input_tokens: 10`; the
+//! same call within 5 minutes: `cache_read_input_tokens: 1250`, `input_tokens: 10`. OpenAI
+//! (`gpt-4o`): a system message of 6000 characters then `"hi"` (`P = 1509`), then the same
+//! system message and `"ho"`: the match is the system message, `ceil(6000/4) = 1500` tokens,
+//! so `cached_tokens = 1024 + 128·⌊476/128⌋ = 1408`.
 //!
 //! # Streaming (`"stream": true`)
 //!
@@ -281,7 +416,8 @@
 //!
 //! # Other errors
 //!
-//! A body that is not a JSON object → 400 `invalid_request_error` (connection kept).
+//! A body that is not a JSON object → 400 `invalid_request_error` (connection kept); so is an
+//! Anthropic request whose `cache_control` markers are refused (see "Prompt caching").
 //! Protocol errors answer with `connection: close`, then close: a body above
 //! [`ProviderOptions::max_body_bytes`] → 413 (refused on its declared length before it is
 //! read; chunked, once it grows past the limit) and broken chunked framing → 400, both with an
@@ -297,7 +433,9 @@
 //! 401, 404, faults included) is counted per path and recorded as a [`ReceivedRequest`] as
 //! soon as its body has been read (so a pending `fault-slow` request is already counted); the last [`ProviderOptions::max_records`] (default 1000) are retained,
 //! and older records are also dropped while retained bodies exceed
-//! [`ProviderOptions::max_recorded_bytes`] (default 64 MiB). Counters are never capped.
+//! [`ProviderOptions::max_recorded_bytes`] (default 64 MiB). Counters are never capped. A
+//! model call's record gets the usage it was answered with ([`ReceivedRequest::usage`]) once
+//! the answer is decided: what `reported_usage` shows.
 //!
 //! # Connections
 //!
@@ -323,8 +461,15 @@ use tokio::sync::watch;
 
 use server::{accept_loop, bind_listener};
 
+mod cache;
 mod responses;
 mod server;
+
+pub use cache::{
+    anthropic_min_tokens, canonical, openai_cached, CacheControlError, Retention, Ttl,
+    FIVE_MINUTES_MS, LOOKBACK_BLOCKS, MAX_BREAKPOINTS, ONE_DAY_MS, ONE_HOUR_MS, OPENAI_MIN_TOKENS,
+    OPENAI_STEP_TOKENS,
+};
 
 use tokensaver_mock_script as script;
 pub use tokensaver_mock_script::{
@@ -387,6 +532,13 @@ pub struct ProviderOptions {
     /// Task scripts by task id, for `tokensaver-mock:task=<id>,seed=<n>` markers (default
     /// none; see "Task scripts" in the module docs).
     pub tasks: Arc<BTreeMap<String, TaskScript>>,
+    /// Prompt caching billed as the providers do (default `true`; see "Prompt caching" in the
+    /// module docs). `false` (`--no-prompt-cache`) restores the earlier behaviour: no cache
+    /// but the fixed rule of the `cached` models.
+    pub prompt_cache: bool,
+    /// Cache entries kept over all partitions (default 200 000); past it the soonest to
+    /// expire are dropped.
+    pub max_cache_entries: usize,
 }
 
 /// The task scripts of every `<dir>/<id>/task.json` (its `script` field; the other fields are
@@ -455,6 +607,8 @@ impl Default for ProviderOptions {
             max_stored_responses: 1000,
             usage: UsageCounting::Chars,
             tasks: Arc::new(BTreeMap::new()),
+            prompt_cache: true,
+            max_cache_entries: cache::DEFAULT_MAX_ENTRIES,
         }
     }
 }
@@ -479,6 +633,10 @@ pub struct ReceivedRequest {
     pub body_len: usize,
     /// When the request was fully read.
     pub at: SystemTime,
+    /// For a model call the mock answered (a normal answer, `fault-slow`, `fault-reset`,
+    /// `fault-truncated`), the usage it answered with, cache figures included; `None` until
+    /// then, and for every other request.
+    pub usage: Option<MockUsage>,
 }
 
 impl ReceivedRequest {
@@ -513,14 +671,54 @@ struct Shared {
     opts: ProviderOptions,
     rec: Mutex<Recorder>,
     stored: Mutex<responses::Store>,
+    cache: Mutex<cache::PromptCache>,
+    /// The clock set by `POST /__mock/clock` (Unix ms); `None`: the real clock.
+    clock: Mutex<Option<u64>>,
 }
+
+/// The header a test sets to give one request its own clock (Unix milliseconds).
+pub const NOW_HEADER: &str = "x-mock-now-ms";
 
 impl Shared {
     fn new(opts: ProviderOptions) -> Shared {
+        let cap = opts.max_cache_entries;
         Shared {
             opts,
             rec: Mutex::new(Recorder::default()),
             stored: Mutex::new(responses::Store::default()),
+            cache: Mutex::new(cache::PromptCache::new(cap)),
+            clock: Mutex::new(None),
+        }
+    }
+
+    fn cache(&self) -> MutexGuard<'_, cache::PromptCache> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn fixed_clock(&self) -> MutexGuard<'_, Option<u64>> {
+        self.clock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The clock's reading: the fixed clock if one is set, else the real one (Unix ms).
+    fn clock_ms(&self) -> u64 {
+        (*self.fixed_clock()).unwrap_or_else(real_now_ms)
+    }
+
+    /// A request's clock: its `x-mock-now-ms` header (a decimal integer), else
+    /// [`Shared::clock_ms`].
+    fn now_ms(&self, headers: &[(String, String)]) -> u64 {
+        headers
+            .iter()
+            .find(|(n, _)| n == NOW_HEADER)
+            .and_then(|(_, v)| v.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| self.clock_ms())
+    }
+
+    /// Sets the usage a recorded request was answered with.
+    fn set_usage(&self, seq: u64, usage: MockUsage) {
+        let mut r = self.lock();
+        if let Some(rec) = r.records.iter_mut().rev().find(|rec| rec.seq == seq) {
+            rec.usage = Some(usage);
         }
     }
 
@@ -539,7 +737,7 @@ impl Shared {
         target: String,
         headers: Vec<(String, String)>,
         body: &Bytes,
-    ) {
+    ) -> u64 {
         let body_len = body.len();
         let kept = if body_len > self.opts.max_recorded_bytes {
             body.slice(..self.opts.max_recorded_bytes)
@@ -558,7 +756,7 @@ impl Shared {
             r.counts.insert(path.to_owned(), 1);
         }
         if max_records == 0 {
-            return;
+            return seq;
         }
         while r.records.len() >= max_records
             || (!r.records.is_empty() && r.retained + kept.len() > max_bytes)
@@ -578,7 +776,9 @@ impl Shared {
             body: kept,
             body_len,
             at,
+            usage: None,
         });
+        seq
     }
 
     fn counts(&self) -> BTreeMap<String, usize> {
@@ -596,7 +796,14 @@ impl Shared {
         r.retained = 0;
         drop(r);
         self.store().clear();
+        self.cache().clear();
     }
+}
+
+fn real_now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -745,9 +952,41 @@ impl MockProvider {
         self.shared.store().get(id).map(|r| r.response.clone())
     }
 
-    /// Forgets counters, records and kept Responses API answers.
+    /// Forgets counters, records, kept Responses API answers and prompt-cache entries (the
+    /// clock stays as set).
     pub fn reset(&self) {
         self.shared.reset();
+    }
+
+    /// Sets the clock the prompt cache reads when a request has no `x-mock-now-ms` header:
+    /// `Some(unix_ms)` fixes it, `None` returns to the real clock.
+    pub fn set_clock_ms(&self, now: Option<u64>) {
+        *self.shared.fixed_clock() = now;
+    }
+
+    /// Moves the clock `ms` forward from its current reading (the clock is then fixed);
+    /// returns the new reading.
+    pub fn advance_clock_ms(&self, ms: u64) -> u64 {
+        let mut clock = self.shared.fixed_clock();
+        let now = clock.unwrap_or_else(real_now_ms).saturating_add(ms);
+        *clock = Some(now);
+        now
+    }
+
+    /// The clock's reading (Unix ms): the fixed clock, else the real one.
+    pub fn clock_ms(&self) -> u64 {
+        self.shared.clock_ms()
+    }
+
+    /// Drops every prompt-cache entry (every credential, model and key); returns how many
+    /// there were.
+    pub fn reset_prompt_cache(&self) -> usize {
+        self.shared.cache().clear()
+    }
+
+    /// Prompt-cache entries held (expired ones are dropped lazily).
+    pub fn prompt_cache_entries(&self) -> usize {
+        self.shared.cache().len()
     }
 
     /// Stops the server (same as dropping it).
@@ -927,6 +1166,42 @@ fn split_target(target: &str) -> (&str, Option<&str>) {
     }
 }
 
+/// What a model call's prompt cache depends on besides its body.
+struct CallContext {
+    /// The call's record.
+    seq: u64,
+    /// The credential it carried (see [`request_credential`]).
+    credential: String,
+    /// Its clock (Unix ms).
+    now_ms: u64,
+}
+
+/// The credential a request carries, whose prompt cache it uses: Anthropic routes take
+/// `x-api-key`, else the `Authorization: Bearer` token; OpenAI routes the reverse; `""` when
+/// it carries neither.
+fn request_credential(headers: &[(String, String)], flavor: Flavor) -> String {
+    let api_key = || {
+        headers
+            .iter()
+            .find(|(n, _)| n == "x-api-key")
+            .map(|(_, v)| v.clone())
+    };
+    let bearer = || {
+        headers.iter().find_map(|(n, v)| {
+            (n == "authorization")
+                .then(|| v.split_once(' '))
+                .flatten()
+                .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+                .map(|(_, cred)| cred.trim().to_owned())
+        })
+    };
+    match flavor {
+        Flavor::Anthropic => api_key().or_else(bearer),
+        Flavor::OpenAi => bearer().or_else(api_key),
+    }
+    .unwrap_or_default()
+}
+
 fn credential_ok(headers: &[(String, String)], expected: &str) -> bool {
     headers.iter().any(|(n, v)| match n.as_str() {
         "x-api-key" => v == expected,
@@ -994,7 +1269,7 @@ fn handle(shared: &Shared, head: RequestHead, body: Bytes) -> Outcome {
     } = head;
     let (path, query) = split_target(&target);
     if path.starts_with("/__mock/") {
-        return introspect(shared, &method, path, query).into();
+        return introspect(shared, &method, path, query, &body).into();
     }
     let route = route(&method, path);
     let auth_ok = shared
@@ -1004,7 +1279,18 @@ fn handle(shared: &Shared, head: RequestHead, body: Bytes) -> Outcome {
         .is_none_or(|k| credential_ok(&headers, k));
     let path = path.to_owned();
     let query = query.map(str::to_owned);
-    shared.record(method, &path, target, headers, &body);
+    let flavor = match route {
+        Route::Answer(api) => api.flavor(),
+        _ => Flavor::OpenAi,
+    };
+    let credential = request_credential(&headers, flavor);
+    let now_ms = shared.now_ms(&headers);
+    let seq = shared.record(method, &path, target, headers, &body);
+    let ctx = CallContext {
+        seq,
+        credential,
+        now_ms,
+    };
     match route {
         Route::NotFound => {
             error_reply(Flavor::OpenAi, 404, &format!("Unknown request URL: {path}")).into()
@@ -1024,7 +1310,7 @@ fn handle(shared: &Shared, head: RequestHead, body: Bytes) -> Outcome {
         Route::CountTokens if !auth_ok => unauthorized(Flavor::Anthropic).into(),
         Route::Models | Route::Stored(..) if !auth_ok => unauthorized(Flavor::OpenAi).into(),
         Route::Models => json_reply(200, &models_json()).into(),
-        Route::Answer(api) => answer(shared, api, &body),
+        Route::Answer(api) => answer(shared, api, &body, &ctx),
         Route::CountTokens => count_tokens(&body, &shared.opts).into(),
         Route::Stored(op, id) => stored_op(shared, op, &id, query.as_deref()).into(),
     }
@@ -1106,11 +1392,28 @@ fn models_json() -> Value {
     json!({"object": "list", "data": data})
 }
 
-fn answer(shared: &Shared, api: Api, body: &[u8]) -> Outcome {
+fn answer(shared: &Shared, api: Api, body: &[u8], ctx: &CallContext) -> Outcome {
     let flavor = api.flavor();
     let value = match json_object(flavor, body) {
         Ok(v) => v,
         Err(r) => return r.into(),
+    };
+    let mut reply = MockReply::build(
+        api,
+        &value,
+        Some(&shared.opts.tasks),
+        shared.opts.usage,
+        false,
+    );
+    // The prompt's layout is worked out (tokens counted) outside the cache's lock; refused
+    // markers are answered before any fault mode.
+    let layout = if shared.opts.prompt_cache {
+        match reply.cache_layout(api, &value) {
+            Ok(layout) => Some(layout),
+            Err(e) => return error_reply(flavor, 400, &e.message()).into(),
+        }
+    } else {
+        None
     };
     let model = value.get("model").and_then(Value::as_str).unwrap_or("");
     let fault = Fault::for_model(model);
@@ -1133,7 +1436,11 @@ fn answer(shared: &Shared, api: Api, body: &[u8]) -> Outcome {
         .get("stream_options")
         .and_then(|o| o.get("include_usage"))
         == Some(&Value::Bool(true));
-    let reply = MockReply::for_api_with(api, &value, &shared.opts);
+    if let Some(layout) = &layout {
+        let mut cache = shared.cache();
+        reply.bill_cache(layout, &value, &mut cache, &ctx.credential, ctx.now_ms);
+    }
+    shared.set_usage(ctx.seq, reply.usage);
     let full = |reply: &MockReply| match api {
         Api::ChatCompletions => reply.openai_json(),
         Api::Messages => reply.anthropic_json(),
@@ -1191,8 +1498,10 @@ fn answer(shared: &Shared, api: Api, body: &[u8]) -> Outcome {
     }
 }
 
-/// The usage the mock reported for a recorded model call (a pure function of its body), so a
-/// test can check a ledger against what the provider said without restating the rules.
+/// The usage the mock reported for a recorded model call (as answered, prompt cache
+/// included; for a call it did not answer with usage, as it would answer it on an empty
+/// cache), so a test can check a ledger against what the provider said without restating
+/// the rules.
 fn reported_usage(rec: &ReceivedRequest, opts: &ProviderOptions) -> Value {
     let api = match (rec.method.as_str(), rec.path.as_str()) {
         ("POST", "/v1/chat/completions") => Api::ChatCompletions,
@@ -1200,24 +1509,89 @@ fn reported_usage(rec: &ReceivedRequest, opts: &ProviderOptions) -> Value {
         ("POST", "/v1/responses") => Api::Responses,
         _ => return Value::Null,
     };
-    match serde_json::from_slice::<Value>(&rec.body) {
-        Ok(body @ Value::Object(_)) if rec.body.len() == rec.body_len => {
-            let u = MockReply::for_api_with(api, &body, opts).usage;
-            json!({
-                "prompt_tokens": u.prompt_tokens,
-                "completion_tokens": u.completion_tokens,
-                "cached_tokens": u.cached_tokens,
-                "input_tokens": u.input_tokens,
-                "cache_read_input_tokens": u.cache_read_input_tokens,
-                "cache_creation_input_tokens": u.cache_creation_input_tokens,
-            })
+    let u = match (rec.usage, serde_json::from_slice::<Value>(&rec.body)) {
+        (Some(u), _) => u,
+        (None, Ok(body @ Value::Object(_))) if rec.body.len() == rec.body_len => {
+            MockReply::for_api_with(api, &body, opts).usage
         }
-        _ => Value::Null,
-    }
+        _ => return Value::Null,
+    };
+    json!({
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "cached_tokens": u.cached_tokens,
+        "input_tokens": u.input_tokens,
+        "cache_read_input_tokens": u.cache_read_input_tokens,
+        "cache_creation_input_tokens": u.cache_creation_input_tokens,
+        "cache_creation": u.cache_creation_json(),
+    })
 }
 
-fn introspect(shared: &Shared, method: &str, path: &str, query: Option<&str>) -> Reply {
+fn clock_json(shared: &Shared) -> Value {
+    json!({"now_ms": shared.clock_ms(), "fixed": shared.fixed_clock().is_some()})
+}
+
+/// `POST /__mock/clock`: `{"now_ms": N}` fixes the clock at N, `{"now_ms": null}` returns to
+/// the real clock, `{"advance_ms": N}` moves it N forward from its reading (then fixed); both
+/// keys may be given (set, then advance).
+fn set_clock(shared: &Shared, body: &[u8]) -> Reply {
+    let v: Value = match serde_json::from_slice(body) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => return error_reply(Flavor::OpenAi, 400, "expected a JSON object"),
+    };
+    let now = match v.get("now_ms") {
+        None => None,
+        Some(Value::Null) => Some(None),
+        Some(n) => match n.as_u64() {
+            Some(n) => Some(Some(n)),
+            None => return error_reply(Flavor::OpenAi, 400, "now_ms: expected an integer or null"),
+        },
+    };
+    let advance = match v.get("advance_ms") {
+        None => None,
+        Some(n) => match n.as_u64() {
+            Some(n) => Some(n),
+            None => return error_reply(Flavor::OpenAi, 400, "advance_ms: expected an integer"),
+        },
+    };
+    if now.is_none() && advance.is_none() {
+        return error_reply(Flavor::OpenAi, 400, "expected now_ms or advance_ms");
+    }
+    let mut clock = shared.fixed_clock();
+    if let Some(now) = now {
+        *clock = now;
+    }
+    if let Some(ms) = advance {
+        *clock = Some(clock.unwrap_or_else(real_now_ms).saturating_add(ms));
+    }
+    drop(clock);
+    json_reply(200, &clock_json(shared))
+}
+
+fn introspect(
+    shared: &Shared,
+    method: &str,
+    path: &str,
+    query: Option<&str>,
+    body: &[u8],
+) -> Reply {
     match (path, method) {
+        ("/__mock/clock", "GET") => json_reply(200, &clock_json(shared)),
+        ("/__mock/clock", "POST") => set_clock(shared, body),
+        ("/__mock/cache", "GET") => json_reply(
+            200,
+            &json!({"enabled": shared.opts.prompt_cache, "entries": shared.cache().len()}),
+        ),
+        ("/__mock/cache/reset", "POST") => {
+            let dropped = shared.cache().clear();
+            json_reply(200, &json!({"ok": true, "dropped": dropped}))
+        }
+        ("/__mock/clock", _) => {
+            error_reply(Flavor::OpenAi, 405, "method not allowed; use GET or POST")
+        }
+        ("/__mock/cache/reset", _) => {
+            error_reply(Flavor::OpenAi, 405, "method not allowed; use POST")
+        }
         ("/__mock/calls", "GET") => json_reply(200, &json!(shared.counts())),
         ("/__mock/reset", "POST") => {
             shared.reset();
@@ -1270,7 +1644,7 @@ fn introspect(shared: &Shared, method: &str, path: &str, query: Option<&str>) ->
             drop(r);
             json_reply(200, &Value::Array(list))
         }
-        ("/__mock/calls" | "/__mock/health" | "/__mock/requests", _) => {
+        ("/__mock/calls" | "/__mock/health" | "/__mock/requests" | "/__mock/cache", _) => {
             error_reply(Flavor::OpenAi, 405, "method not allowed; use GET")
         }
         ("/__mock/reset", _) => error_reply(Flavor::OpenAi, 405, "method not allowed; use POST"),
@@ -1317,18 +1691,30 @@ impl Fault {
 /// Token figures of an answer (see the module docs for the rules).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MockUsage {
-    /// `P = ceil(prompt chars / 4) + 8`: OpenAI `prompt_tokens`.
+    /// `P` (module docs, "Usage"): OpenAI `prompt_tokens`, Responses `input_tokens`.
     pub prompt_tokens: u64,
     /// `O` = words in the reply: OpenAI `completion_tokens`, Anthropic `output_tokens`.
     pub completion_tokens: u64,
-    /// OpenAI `prompt_tokens_details.cached_tokens` (`P / 2` for `cached` models, else 0).
+    /// Cache read: OpenAI `prompt_tokens_details.cached_tokens` / Responses
+    /// `input_tokens_details.cached_tokens` (`P / 2` for `cached` models; else what the
+    /// prompt cache read, also on the Anthropic routes).
     pub cached_tokens: u64,
-    /// Anthropic `input_tokens` = `P - cache_read - cache_creation`.
+    /// Anthropic `input_tokens` = `P - cache_read - cache_creation` (OpenAI routes:
+    /// `P - cached`).
     pub input_tokens: u64,
-    /// Anthropic `cache_read_input_tokens` (`P / 2` for `cached` models, else 0).
+    /// Anthropic `cache_read_input_tokens` (`P / 2` for `cached` models; else what the
+    /// prompt cache read).
     pub cache_read_input_tokens: u64,
-    /// Anthropic `cache_creation_input_tokens` (`P / 4` for `cached` models, else 0).
+    /// Anthropic `cache_creation_input_tokens` (`P / 4` for `cached` models; else what the
+    /// prompt cache wrote): the sum of the two TTL parts below.
     pub cache_creation_input_tokens: u64,
+    /// Anthropic `cache_creation.ephemeral_5m_input_tokens`.
+    pub cache_creation_5m_input_tokens: u64,
+    /// Anthropic `cache_creation.ephemeral_1h_input_tokens`.
+    pub cache_creation_1h_input_tokens: u64,
+    /// Whether the Anthropic `usage` carries the `cache_creation` object: when the request
+    /// has a `cache_control` (top level or on a block) and prompt caching is on.
+    pub cache_breakdown: bool,
 }
 
 impl MockUsage {
@@ -1349,13 +1735,37 @@ impl MockUsage {
 
     /// The Anthropic `usage` object.
     pub fn anthropic_json(&self) -> Value {
-        json!({
+        let mut v = json!({
             "input_tokens": self.input_tokens,
             "output_tokens": self.completion_tokens,
             "cache_creation_input_tokens": self.cache_creation_input_tokens,
             "cache_read_input_tokens": self.cache_read_input_tokens,
+        });
+        if self.cache_breakdown {
+            v["cache_creation"] = self.cache_creation_json();
+        }
+        v
+    }
+
+    /// `{"ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens"}`.
+    pub fn cache_creation_json(&self) -> Value {
+        json!({
+            "ephemeral_5m_input_tokens": self.cache_creation_5m_input_tokens,
+            "ephemeral_1h_input_tokens": self.cache_creation_1h_input_tokens,
         })
     }
+}
+
+/// What prompt caching needs of one request, worked out before the cache is locked.
+enum CacheLayout {
+    /// A `cached` model: the fixed rule; `breakdown` when an Anthropic request is marked.
+    Fixed { breakdown: bool },
+    /// An OpenAI prompt under 1024 tokens: neither read nor written.
+    Short,
+    /// An Anthropic request's blocks and breakpoints.
+    Anthropic(cache::AnthropicPrompt),
+    /// An OpenAI request's partition family (`chat` / `responses`) and prefix boundaries.
+    OpenAi(&'static str, Vec<cache::Boundary>),
 }
 
 /// Everything the mock answers for one request body.
@@ -1379,6 +1789,9 @@ pub struct MockReply {
     /// agents"); `words` is then empty and `text` is the final answer (or empty for a tool
     /// call).
     pub script: Option<Scripted>,
+    /// How `P` was counted (the options' rule; characters if cl100k was unavailable): the
+    /// prompt cache counts its prefixes the same way.
+    pub counting: UsageCounting,
 }
 
 /// The reply to a chat-completions or messages request body (JSON object); errors if the
@@ -1425,7 +1838,7 @@ fn cl100k(text: &str) -> Option<u64> {
     tokensaver_tokenizer::count(text)
 }
 
-fn content_chars(c: &Value) -> u64 {
+pub(crate) fn content_chars(c: &Value) -> u64 {
     let count = |s: &str| s.chars().count() as u64;
     match c {
         Value::String(s) => count(s),
@@ -1461,22 +1874,26 @@ impl MockReply {
     }
 
     /// The reply to a parsed request body of the given wire format, under the default options
-    /// (usage by characters, no task scripts).
+    /// (usage by characters, no task scripts, prompt caching on), as the mock answers it when
+    /// its prompt cache is empty (module docs, "Prompt caching").
     pub fn for_api(api: Api, body: &Value) -> MockReply {
-        Self::build(api, body, None, UsageCounting::Chars)
+        Self::build(api, body, None, UsageCounting::Chars, true)
     }
 
-    /// The reply to a parsed request body of the given wire format under `opts`: its task
-    /// scripts and its usage counting.
+    /// The reply to a parsed request body of the given wire format under `opts` (its task
+    /// scripts, usage counting and prompt caching), as the mock answers it when its prompt
+    /// cache is empty.
     pub fn for_api_with(api: Api, body: &Value, opts: &ProviderOptions) -> MockReply {
-        Self::build(api, body, Some(&opts.tasks), opts.usage)
+        Self::build(api, body, Some(&opts.tasks), opts.usage, opts.prompt_cache)
     }
 
+    /// The reply; with `cold_cache`, its usage billed against an empty prompt cache.
     fn build(
         api: Api,
         body: &Value,
         tasks: Option<&BTreeMap<String, TaskScript>>,
         counting: UsageCounting,
+        cold_cache: bool,
     ) -> MockReply {
         let model = body
             .get("model")
@@ -1530,8 +1947,8 @@ impl MockReply {
             }
         };
         let by_chars = chars.div_ceil(4) + PROMPT_OVERHEAD_TOKENS;
-        let (p, output_tokens) = match counting {
-            UsageCounting::Chars => (by_chars, output_tokens),
+        let (p, output_tokens, counted) = match counting {
+            UsageCounting::Chars => (by_chars, output_tokens, UsageCounting::Chars),
             UsageCounting::Cl100k => {
                 let out = match &script {
                     Some(Scripted::ToolCall(c)) => {
@@ -1540,8 +1957,8 @@ impl MockReply {
                     _ => text.clone(),
                 };
                 match (cl100k(&canonical_text(body)), cl100k(&out)) {
-                    (Some(p), Some(o)) => (p, o.max(1)),
-                    _ => (by_chars, output_tokens),
+                    (Some(p), Some(o)) => (p, o.max(1), UsageCounting::Cl100k),
+                    _ => (by_chars, output_tokens, UsageCounting::Chars),
                 }
             }
         };
@@ -1554,8 +1971,9 @@ impl MockReply {
             input_tokens: p - read - creation,
             cache_read_input_tokens: read,
             cache_creation_input_tokens: creation,
+            ..MockUsage::default()
         };
-        MockReply {
+        let mut reply = MockReply {
             model,
             digest,
             truncated,
@@ -1564,6 +1982,79 @@ impl MockReply {
             prompt_chars: chars,
             usage,
             script,
+            counting: counted,
+        };
+        if cold_cache {
+            // A refused marker is answered with a 400: the figures stay uncached.
+            if let Ok(layout) = reply.cache_layout(api, body) {
+                let mut empty = cache::PromptCache::new(usize::MAX);
+                reply.bill_cache(&layout, body, &mut empty, "", 0);
+            }
+        }
+        reply
+    }
+
+    /// What prompt caching needs of this request (module docs, "Prompt caching"), its
+    /// tokens counted as `P` was; errors when an Anthropic request's `cache_control` markers
+    /// are refused.
+    fn cache_layout(&self, api: Api, body: &Value) -> Result<CacheLayout, CacheControlError> {
+        if self.model.contains("cached") {
+            let breakdown = api == Api::Messages && cache::check_anthropic(body)?;
+            return Ok(CacheLayout::Fixed { breakdown });
+        }
+        Ok(match api {
+            Api::Messages => CacheLayout::Anthropic(cache::anthropic_prompt(body, self.counting)?),
+            _ if self.usage.prompt_tokens < OPENAI_MIN_TOKENS => CacheLayout::Short,
+            Api::ChatCompletions => {
+                CacheLayout::OpenAi("chat", cache::chat_prompt(body, self.counting))
+            }
+            Api::Responses => {
+                CacheLayout::OpenAi("responses", cache::responses_prompt(body, self.counting))
+            }
+        })
+    }
+
+    /// Bills prompt caching (module docs, "Prompt caching") of the request laid out as
+    /// `layout` against `cache`, for `credential` at `now_ms`: replaces the cache figures of
+    /// the usage. Models whose name contains `cached` keep their fixed figures.
+    fn bill_cache(
+        &mut self,
+        layout: &CacheLayout,
+        body: &Value,
+        cache: &mut cache::PromptCache,
+        credential: &str,
+        now_ms: u64,
+    ) {
+        let p = self.usage.prompt_tokens;
+        let u = &mut self.usage;
+        match layout {
+            CacheLayout::Fixed { breakdown } => {
+                u.cache_breakdown = *breakdown;
+                u.cache_creation_5m_input_tokens = u.cache_creation_input_tokens;
+            }
+            CacheLayout::Short => {}
+            CacheLayout::Anthropic(prompt) => {
+                let key = cache::PartitionKey::new("messages", credential, &self.model, None);
+                let min = anthropic_min_tokens(&self.model);
+                let bill = cache.bill_anthropic(&key, prompt, min, p, now_ms);
+                u.cache_breakdown = prompt.marked;
+                u.cache_read_input_tokens = bill.read;
+                u.cache_creation_input_tokens = bill.written();
+                u.cache_creation_5m_input_tokens = bill.write_5m;
+                u.cache_creation_1h_input_tokens = bill.write_1h;
+                u.cached_tokens = bill.read;
+                u.input_tokens = p - bill.read - bill.written();
+            }
+            CacheLayout::OpenAi(name, boundaries) => {
+                let cache_key = body.get("prompt_cache_key").and_then(Value::as_str);
+                let key = cache::PartitionKey::new(name, credential, &self.model, cache_key);
+                let retention = Retention::of(body);
+                let cached = cache.bill_openai(&key, boundaries, retention, p, now_ms);
+                u.cached_tokens = cached;
+                u.cache_read_input_tokens = cached;
+                u.cache_creation_input_tokens = 0;
+                u.input_tokens = p - cached;
+            }
         }
     }
 
@@ -1660,6 +2151,10 @@ impl MockReply {
             cache_creation_input_tokens: self.usage.cache_creation_input_tokens,
             cache_read_input_tokens: self.usage.cache_read_input_tokens,
             output_tokens,
+            cache_creation: self.usage.cache_breakdown.then_some(AnCacheCreation {
+                ephemeral_5m_input_tokens: self.usage.cache_creation_5m_input_tokens,
+                ephemeral_1h_input_tokens: self.usage.cache_creation_1h_input_tokens,
+            }),
         }
     }
 
@@ -2054,4 +2549,12 @@ struct AnUsage {
     cache_creation_input_tokens: u64,
     cache_read_input_tokens: u64,
     output_tokens: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_creation: Option<AnCacheCreation>,
+}
+
+#[derive(Serialize)]
+struct AnCacheCreation {
+    ephemeral_5m_input_tokens: u64,
+    ephemeral_1h_input_tokens: u64,
 }

@@ -24,11 +24,17 @@ struct Args {
     /// Task scripts (`<dir>/<id>/task.json`) for `tokensaver-mock:task=` markers.
     #[arg(long)]
     tasks: Option<PathBuf>,
+    /// Bill no prompt caching (the earlier behaviour: only the `cached` models' fixed rule).
+    /// The environment takes `1`/`true`/`yes`/`on` (or `0`/`false`/`no`/`off`).
+    #[arg(long, env = "TOKENSAVER_MOCK_NO_PROMPT_CACHE",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    no_prompt_cache: bool,
 }
 
 fn run(args: Args) -> Result<(), String> {
     let opts = ProviderOptions {
         expected_credential: args.expected_credential,
+        prompt_cache: !args.no_prompt_cache,
         ..ProviderOptions::scripted(&args.usage, args.tasks.as_deref())?
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -26,7 +26,7 @@ pub fn prompt_chars(body: &Value) -> u64 {
     instructions + input
 }
 
-fn item_chars(item: &Value) -> u64 {
+pub(crate) fn item_chars(item: &Value) -> u64 {
     match item.get("type").and_then(Value::as_str) {
         None | Some("message") => item.get("content").map_or(0, content_chars),
         Some("function_call_output" | "local_shell_call_output" | "custom_tool_call_output") => {
