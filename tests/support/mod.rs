@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokensaver::demo::{free_port, wait_for_port};
+pub use tokensaver_mock_provider::UsageCounting;
 use tokensaver_mock_provider::{MockProvider, ProviderOptions};
 
 pub const PROVIDER_CREDENTIAL: &str = "sk-test-provider-credential";
@@ -59,6 +60,9 @@ pub struct Opts {
     pub rust_log: &'static str,
     /// Extra arguments to `tokensaver serve`.
     pub serve_args: Vec<String>,
+    /// How the mock counts the usage it reports (cl100k: every token of the body, as a
+    /// provider's tokenizer would).
+    pub usage: UsageCounting,
 }
 
 impl Default for Opts {
@@ -76,6 +80,7 @@ impl Default for Opts {
             grace_period_secs: None,
             rust_log: "error",
             serve_args: Vec::new(),
+            usage: UsageCounting::Chars,
         }
     }
 }
@@ -114,6 +119,7 @@ impl Harness {
             expected_credential: Some(PROVIDER_CREDENTIAL.into()),
             slow_ms: opts.slow_ms,
             stream_delay_ms: opts.stream_delay_ms,
+            usage: opts.usage,
             ..Default::default()
         })
         .expect("mock provider");
