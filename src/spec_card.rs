@@ -33,7 +33,7 @@ pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value
                 "why": "A cost gate that depends only on tuned weights is a cost gate nobody can defend. These are absolute.",
                 "rules": {
                     "budget_exhausted": "spend has reached the key's ceiling",
-                    "exceeds_remaining_budget": format!("this one call could cost more than the budget left. Output uses the exact ceiling you set (x n); input is estimated at one token per {} characters, so this rule is deliberately cautious. Held for a person when a human is declared, refused when one is not.", rules::CHARS_PER_INPUT_TOKEN),
+                    "exceeds_remaining_budget": format!("this one call could cost more than the budget left. Output uses the exact ceiling you set (x n); input is estimated at one token per {} characters, plus every byte text takes beyond one per character (a tokenizer over bytes can bill each), plus a bound per media part, so this rule is deliberately cautious. Held for a person when a human is declared, refused when one is not; a person's approval never passes a worst case that has no bound (a model without a price).", rules::CHARS_PER_INPUT_TOKEN),
                     "runaway_loop": format!("the same request {} times in 120 seconds (the same fingerprint, or the same step fingerprint: an agent repeating the same tool call and getting the same result)", rules::LOOP_LIMIT),
                     "runaway_loop_unattended": format!("the same request {} times in 120 seconds with no human declared", rules::LOOP_UNATTENDED_LIMIT),
                     "runaway_burst": format!("{} requests from one key in 60 seconds", rules::BURST_LIMIT),
@@ -108,6 +108,28 @@ pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value
             "An answer that ends without the provider's final usage (an error event, a truncated stream, a reset, a timeout, a client that went away) is charged its worst case, never less: its spend is an upper bound, marked worst_case, and it is never stored or counted as tokens_not_bought.",
             "Usage the price table cannot express is not priced: long-context surcharges, OpenAI web search calls (not reported in usage), and Anthropic iterations run on another model (advisor, fallback), which are priced at the served model's prices.",
         ],
+        "worst_case_input_bound": {
+            "text": format!("ceil(characters / {}) + UTF-8 bytes beyond one per character", rules::CHARS_PER_INPUT_TOKEN),
+            "per_image_part_tokens": {
+                "anthropic": rules::IMAGE_TOKENS_ANTHROPIC,
+                "openai": rules::IMAGE_TOKENS_OPENAI,
+                "openai gpt-4o-mini*": rules::IMAGE_TOKENS_GPT_4O_MINI,
+            },
+            "per_document_or_file_part_tokens": rules::DOCUMENT_TOKENS,
+            "per_audio_part_tokens": rules::AUDIO_TOKENS,
+            "holds_for": "any text whose ASCII part tokenizes at 3 or more characters per token (prose, code, JSON) and any non-ASCII text; dense ASCII (runs of digits and punctuation) can tokenize denser and exceed it",
+        },
+        "digest_record_bound": {
+            "input_tokens_at_most": format!("3 x the decision's input estimate + {}", crate::ledger::RECORD_INPUT_FRAMING_TOKENS),
+            "output_tokens_at_most": "the decision's output ceiling",
+            "any_part_at_most": crate::ledger::MAX_RECORDED_TOKENS,
+            "who_may_record": "only the digest client whose POST /gate made the decision; a decision the proxy forwarded is settled by the proxy alone",
+        },
+        "signed_documents": {
+            "why": "one key signs several kinds of document; each kind is signed under its own domain and named in the envelope, so one kind never passes as another",
+            "kinds": ["receipt", "split_profile_report", "evidence", "probe"],
+            "unscoped": "an envelope without a kind was signed before the domains: /verify proves the key signed it, not which kind it is",
+        },
         "pricing": pricing(policy),
         "routes": {
             "gated": ["POST /v1/chat/completions", "POST /v1/responses", "POST /v1/messages"],
