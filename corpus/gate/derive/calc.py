@@ -136,6 +136,38 @@ def apply_merge(body, merge):
     return body
 
 # ---------------------------------------------------------------- the case
+def extra_bytes(value):
+    """UTF-8 bytes beyond one per character, over every string of the body (keys too)."""
+    if isinstance(value, str):
+        return len(value.encode("utf-8")) - len(value)
+    if isinstance(value, list):
+        return sum(extra_bytes(v) for v in value)
+    if isinstance(value, dict):
+        return sum(extra_bytes(k) + extra_bytes(v) for k, v in value.items())
+    return 0
+
+
+def media_parts(body):
+    """(images, documents, audio): typed parts anywhere under messages, input and system."""
+    kinds = {"image": 0, "image_url": 0, "input_image": 0, "document": 1, "file": 1,
+             "input_file": 1, "input_audio": 2, "audio": 2}
+    counts = [0, 0, 0]
+    def walk(v):
+        if isinstance(v, list):
+            for x in v:
+                walk(x)
+        elif isinstance(v, dict):
+            t = v.get("type")
+            if isinstance(t, str) and t in kinds:
+                counts[kinds[t]] += 1
+            for x in v.values():
+                walk(x)
+    for field in ("messages", "input", "system"):
+        if field in body:
+            walk(body[field])
+    return tuple(counts)
+
+
 def derive(case):
     pol = case.get("policy", {})
     if set(pol.get("gate", {})) - {"weights"}:
@@ -187,7 +219,13 @@ def derive(case):
     p = prices.get(sh["model"])
     n = sh["n"] if sh["n"] is not None else 1
     n_eff = max(n, 1)
-    inp = ceil_div(sh["prompt_chars"], 3)
+    # SPEC §2.3 / /spec worst_case_input_bound: characters at one token per 3, plus the UTF-8
+    # bytes text takes beyond one per character, plus a bound per media part.
+    extra = extra_bytes(req)
+    images, documents, audio = media_parts(req)
+    per_image = 5_000 if route == "anthropic_messages" else (48_200 if sh["model"].startswith("gpt-4o-mini") else 10_000)
+    media = images * per_image + documents * 100 * (3_000 + 10_000) + audio * 100_000
+    inp = ceil_div(sh["prompt_chars"], 3) + extra + media
     if sh["max_tokens"] is not None:
         out = sh["max_tokens"] * n_eff
         otxt = f"max_tokens {sh['max_tokens']} × n {n_eff} = {out}"
@@ -205,7 +243,7 @@ def derive(case):
         cost = None
         ctxt = f"cost: model {sh['model']!r} has no price → unbounded (null)"
     A.append("-- worst case (SPEC §2.3, §2.12) --")
-    A.append(f"input = ceil({sh['prompt_chars']}/3) = {inp} tokens (estimated); output = {otxt}; {ctxt}")
+    A.append(f"input = ceil({sh['prompt_chars']}/3) + {extra} bytes beyond one per character + media {images} image(s) × {per_image} + {documents} document(s) + {audio} audio = {inp} tokens (estimated); output = {otxt}; {ctxt}")
     # signals
     A.append("-- signals (SPEC §2.4) --")
     b = case.get("budget")
