@@ -9,6 +9,7 @@ pub mod digest;
 pub mod json;
 mod openai;
 mod responses;
+pub mod normalise;
 mod step;
 
 use serde::{Deserialize, Serialize};

@@ -6,13 +6,27 @@
 //! tools, then the tail from the newest assistant turn on: that turn's tool calls (names and
 //! arguments — not its text or thinking, which vary) and every turn after it (tool results,
 //! user turns). Ids that the provider or the client generate per call, and cache hints, are
-//! left out of the tail: they differ between two identical steps.
+//! left out of the tail: they differ between two identical steps. The tool results in the
+//! tail are [normalised](super::normalise): a clock, a duration, an id or the client's own
+//! envelope in a command's output reads as its kind, so a stuck agent whose tool prints one
+//! still repeats its step. Only the step input is normalised: the fingerprint and the bytes
+//! forwarded are the caller's.
+
+use std::borrow::Cow;
 
 use super::canonical::{keyed_in_place, PAD_TO};
-use super::json::{write_compact, write_without_keys, Json, Object};
+use super::json::{write_compact, write_key, write_without_keys, Json, Object};
+use super::normalise::{normalise, NORMALISATION_VERSION};
 use super::{Hash, Route};
 
-const STEP_DOMAIN: &[u8] = b"tokensaver step v2\0";
+/// v3: tool results normalised (normalisation 1). v2 hashed them as sent.
+const STEP_DOMAIN: &[u8] = b"tokensaver step v3\0";
+/// The normalisation the step domain stands for: a new normalisation is a new step identity.
+const STEP_NORMALISATION: u32 = 1;
+const _: () = assert!(
+    NORMALISATION_VERSION == STEP_NORMALISATION,
+    "the normalisation moved: move STEP_DOMAIN (and the digest version) with it"
+);
 
 /// Keys that vary between identical steps without changing what is asked: per-call ids,
 /// item status and prompt-cache hints.
@@ -89,9 +103,123 @@ fn tools_calls_after<'b>(
         if i > 0 {
             buf.push(b',');
         }
-        write_without_keys(buf, turn, VOLATILE);
+        write_tail(buf, turn);
     }
     buf.push(b']');
+}
+
+/// A turn of the tail: [`write_without_keys`] with [`VOLATILE`], the tool results in it
+/// normalised.
+fn write_tail(buf: &mut Vec<u8>, value: &Json) {
+    match value {
+        Json::Array(items) => {
+            buf.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    buf.push(b',');
+                }
+                write_tail(buf, item);
+            }
+            buf.push(b']');
+        }
+        Json::Object(object) => {
+            let result = result_member(value);
+            write_object(buf, object, |buf, key, member| {
+                if Some(key) == result {
+                    write_result(buf, member);
+                } else {
+                    write_tail(buf, member);
+                }
+            });
+        }
+        scalar => write_compact(buf, scalar),
+    }
+}
+
+/// Which member of an object holds a tool result: a chat `role: "tool"` (or legacy
+/// `"function"`) message's `content`, an Anthropic `tool_result` block's `content`, a
+/// Responses `*_output` item's `output` (`function_call_output`, `custom_tool_call_output`,
+/// `local_shell_call_output`, …).
+fn result_member(value: &Json) -> Option<&'static str> {
+    if role_is(value, &["tool", "function"]) {
+        return Some("content");
+    }
+    let kind = value.get("type").and_then(Json::as_string)?;
+    let kind = kind.to_cow();
+    if kind == "tool_result" || kind.ends_with("_tool_result") {
+        Some("content")
+    } else if kind.ends_with("_output") {
+        Some("output")
+    } else {
+        None
+    }
+}
+
+/// A tool result: a string, or a list of parts whose `text` is; each normalised. Other parts
+/// (images, files) are written as sent.
+fn write_result(buf: &mut Vec<u8>, value: &Json) {
+    match value {
+        Json::String(_) => write_normalised(buf, value),
+        Json::Array(parts) => {
+            buf.push(b'[');
+            for (i, part) in parts.iter().enumerate() {
+                if i > 0 {
+                    buf.push(b',');
+                }
+                match part {
+                    Json::String(_) => write_normalised(buf, part),
+                    Json::Object(object) => write_object(buf, object, |buf, key, member| {
+                        if key == "text" {
+                            write_normalised(buf, member);
+                        } else {
+                            write_without_keys(buf, member, VOLATILE);
+                        }
+                    }),
+                    other => write_without_keys(buf, other, VOLATILE),
+                }
+            }
+            buf.push(b']');
+        }
+        other => write_without_keys(buf, other, VOLATILE),
+    }
+}
+
+/// A string as its normalised text (as sent when nothing in it is noise); anything else as
+/// sent.
+fn write_normalised(buf: &mut Vec<u8>, value: &Json) {
+    let Json::String(s) = value else {
+        return write_without_keys(buf, value, VOLATILE);
+    };
+    let text = s.to_cow();
+    match normalise(&text) {
+        Cow::Borrowed(_) => write_compact(buf, value),
+        // Writing into a Vec cannot fail.
+        Cow::Owned(normalised) => {
+            let _ = serde_json::to_writer(&mut *buf, normalised.as_str());
+        }
+    }
+}
+
+/// An object without its [`VOLATILE`] members, each other member written by `member`.
+fn write_object(
+    buf: &mut Vec<u8>,
+    object: &Object,
+    member: impl Fn(&mut Vec<u8>, &str, &Json),
+) {
+    buf.push(b'{');
+    let kept = object
+        .members()
+        .iter()
+        .filter(|(key, _)| !VOLATILE.contains(&key.as_ref()));
+    for (i, (key, value)) in kept.enumerate() {
+        if i > 0 {
+            buf.push(b',');
+        }
+        write_key(buf, key);
+        buf.push(b':');
+        member(buf, key, value);
+    }
+    buf.push(b'}');
 }
 
 /// `[name, arguments]` of a call, each as sent.
