@@ -7,9 +7,9 @@ mod anthropic;
 mod canonical;
 pub mod digest;
 pub mod json;
+pub mod normalise;
 mod openai;
 mod responses;
-pub mod normalise;
 mod step;
 
 use serde::{Deserialize, Serialize};

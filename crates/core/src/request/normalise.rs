@@ -50,10 +50,7 @@ pub const RULES: &[(&str, &str)] = &[
          and compounds such as `0m0.003s` (`time`) or `1h2m3s`; a bare `s` after a space only \
          with a fraction (`0.5 s`), `m` and `h` only inside a compound",
     ),
-    (
-        "<uuid>",
-        "a UUID: 8-4-4-4-12 hex digits",
-    ),
+    ("<uuid>", "a UUID: 8-4-4-4-12 hex digits"),
     (
         "<hex>",
         "a hex id: at least 8 hex digits mixing digits and letters, or at least 12 of any mix \
@@ -351,7 +348,11 @@ fn boundary(c: u8) -> bool {
 
 /// A byte that can be part of a path.
 fn is_path(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-' | b'~' | b'/' | b'+' | b'@' | b'%' | b'=' | b'#')
+    c.is_ascii_alphanumeric()
+        || matches!(
+            c,
+            b'.' | b'_' | b'-' | b'~' | b'/' | b'+' | b'@' | b'%' | b'=' | b'#'
+        )
 }
 
 /// Inside a number: right after `1.`, `1,` or `1:` (the rest of a decimal, a list, a time).
@@ -371,6 +372,12 @@ fn word(b: &[u8], i: usize, whole_run: bool, id_run_end: &mut usize) -> Option<F
     if c.is_ascii_hexdigit() {
         if let Some(end) = uuid(b, i) {
             return Some(Found::Replace(end, "<uuid>"));
+        }
+    }
+    // A random token first, whole: its beginning may look like a number (`0hr_p54CCK…`).
+    if whole_run {
+        if let Some(found) = random_id(b, i, true, id_run_end).map(|end| id_span(b, i, end)) {
+            return Some(found);
         }
     }
     if c.is_ascii_digit() && !mid_number(b, i) {
@@ -406,18 +413,23 @@ fn word(b: &[u8], i: usize, whole_run: bool, id_run_end: &mut usize) -> Option<F
             return Some(Found::Replace(end, "<hex>"));
         }
     }
-    let end = random_id(b, i, whole_run, id_run_end)?;
-    // Url-safe ids may begin with `-` or `_` (`-fKl-mMjH865…`): those are the id's too.
-    let mut start = i;
     if whole_run {
-        while start > 0 && matches!(b[start - 1], b'-' | b'_' | b'+' | b'/') {
-            start -= 1;
-        }
-        if !(start == 0 || !is_b64(b[start - 1])) {
-            start = i;
-        }
+        return None;
     }
-    Some(Found::Span(start, end, "<id>"))
+    random_id(b, i, false, id_run_end).map(|end| Found::Replace(end, "<id>"))
+}
+
+/// An id found at the word start `i`, with the `-`, `_`, `+` or `/` that begin it
+/// (`-fKl-mMjH865…`: url-safe ids may start with one).
+fn id_span(b: &[u8], i: usize, end: usize) -> Found {
+    let mut start = i;
+    while start > 0 && matches!(b[start - 1], b'-' | b'_' | b'+' | b'/') {
+        start -= 1;
+    }
+    if start > 0 && is_b64(b[start - 1]) {
+        start = i;
+    }
+    Found::Span(start, end, "<id>")
 }
 
 // --- clocks ----------------------------------------------------------------------------------
@@ -587,7 +599,11 @@ fn date_words(b: &[u8], i: usize) -> Option<usize> {
                 let v = exact_digits(b, j, n).unwrap_or(0);
                 day = (1..=31).contains(&v);
                 day.then_some(d_end)
-            } else if n == 4 && !year && boundary(at(b, d_end)) {
+            } else if n == 4
+                && !year
+                && boundary(at(b, d_end))
+                && !matches!(at(b, d_end), b'-' | b'/' | b':')
+            {
                 let v = exact_digits(b, j, 4).unwrap_or(0);
                 year = (1970..=2199).contains(&v);
                 year.then_some(d_end)
@@ -650,16 +666,13 @@ fn number_unit(b: &[u8], i: usize) -> Option<(usize, bool)> {
     if int_end == i {
         return None;
     }
-    let (num_end, has_fraction) = if at(b, int_end) == b'.' && at(b, int_end + 1).is_ascii_digit()
-    {
+    let (num_end, has_fraction) = if at(b, int_end) == b'.' && at(b, int_end + 1).is_ascii_digit() {
         (digits_end(b, int_end + 1), true)
     } else {
         (int_end, false)
     };
     // `m` / `h` right after the number (compound parts: `0m`, `1h`).
-    if matches!(at(b, num_end), b'm' | b'h')
-        && !at(b, num_end + 1).is_ascii_alphabetic()
-    {
+    if matches!(at(b, num_end), b'm' | b'h') && !at(b, num_end + 1).is_ascii_alphabetic() {
         return Some((num_end + 1, true));
     }
     let (unit_at, spaced) = if at(b, num_end) == b' ' {
@@ -770,7 +783,7 @@ fn random_id(b: &[u8], i: usize, whole_run: bool, id_run_end: &mut usize) -> Opt
 /// At least 20 letters and digits, both cases, changing class (upper, lower, digit) often
 /// (separators start a new run). Words in identifiers change class about every 3 to 5
 /// characters (`TestParseHttp2Request`), random tokens about every 1.6.
-fn looks_random(w: &[u8]) -> bool {
+pub(crate) fn looks_random(w: &[u8]) -> bool {
     let (mut upper, mut lower, mut digit, mut runs) = (0usize, 0usize, 0usize, 0usize);
     let mut last = 0u8;
     for &c in w {
