@@ -652,7 +652,7 @@ mod noise_tests {
                     hex(r, 4),
                     hex(r, 12)
                 );
-                if form % 2 == 0 {
+                if form.is_multiple_of(2) {
                     u
                 } else {
                     u.to_uppercase()
@@ -732,7 +732,7 @@ mod noise_tests {
             out.push_str(literal);
             out.push(' ');
             out.push_str(&noise(*kind, *form, &mut r));
-            out.push(if form % 3 == 0 { '\n' } else { ' ' });
+            out.push(if form.is_multiple_of(3) { '\n' } else { ' ' });
         }
         if envelope {
             codex_envelope(&mut r, 0, &out)
