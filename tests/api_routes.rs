@@ -127,6 +127,30 @@ fn wrong_methods_are_405_and_public_routes_are_public() {
         text.contains("0.18") && text.contains("0.16"),
         "spec lacks the weight values"
     );
+    // The step normalisation, listed from the rules the gate applies.
+    let norm = &card["identity"]["step_normalisation"];
+    assert_eq!(norm["version"], request::normalise::NORMALISATION_VERSION);
+    let kinds: Vec<&str> = norm["replaced_by_their_kind"]
+        .as_array()
+        .expect("replaced_by_their_kind")
+        .iter()
+        .map(|r| r["kind"].as_str().expect("kind"))
+        .collect();
+    for kind in [
+        "<time>",
+        "<duration>",
+        "<uuid>",
+        "<hex>",
+        "<id>",
+        "<pid>",
+        "<tmp>",
+        "<envelope>",
+    ] {
+        assert!(kinds.contains(&kind), "{kind} missing from {kinds:?}");
+    }
+    assert!(norm["kept"]
+        .as_str()
+        .is_some_and(|k| k.contains("exit codes")));
 }
 
 #[test]
