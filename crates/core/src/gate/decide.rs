@@ -387,4 +387,53 @@ mod tests {
         assert_eq!(agent.signals.unattended, plain.signals.unattended);
         assert_eq!(agent.signals.novelty, plain.signals.novelty);
     }
+
+    #[test]
+    fn a_seen_step_counts_for_repeating_without_recording() {
+        use crate::gate::FindingCode;
+        let shape_of = |temperature: &str| {
+            let body = format!(
+                r#"{{"model":"m","max_tokens":100,"temperature":{temperature},"messages":[{{"role":"user","content":"status?"}}]}}"#
+            );
+            parse(Route::OpenAiChat, body.as_bytes(), &[1; 32])
+                .unwrap()
+                .shape
+        };
+        let codes = |shape: &RequestShape, counts: WindowCounts, held: bool| {
+            let input = GateInput {
+                key_id: "k",
+                shape,
+                human: true,
+                held,
+                held_usage: held.then(Usage::default),
+                approved_hold: false,
+            };
+            let state = KeyState {
+                counts,
+                budget: None,
+            };
+            decide(&Policy::default(), &input, &state, 0)
+                .findings
+                .iter()
+                .map(|f| f.code)
+                .collect::<Vec<_>>()
+        };
+        let step_only = WindowCounts {
+            step_seen: true,
+            ..WindowCounts::default()
+        };
+        let reproducible = shape_of("0");
+        assert!(codes(&reproducible, step_only, false)
+            .contains(&FindingCode::RepeatingWithoutRecording));
+        assert!(!codes(&reproducible, WindowCounts::default(), false)
+            .contains(&FindingCode::RepeatingWithoutRecording));
+        // Servable: nothing is repeated without recording.
+        assert!(!codes(&reproducible, step_only, true)
+            .contains(&FindingCode::RepeatingWithoutRecording));
+        // Sampled output: a seen step is no reuse that the sampling blocks (the fingerprint
+        // differs), and no repeat finding either.
+        let sampled = codes(&shape_of("0.7"), step_only, false);
+        assert!(!sampled.contains(&FindingCode::RepeatingWithoutRecording));
+        assert!(!sampled.contains(&FindingCode::VariedOutputBlocksReuse));
+    }
 }

@@ -40,6 +40,11 @@ pub struct WindowCounts {
     pub model_seen: bool,
     /// The key sent this fingerprint in the last 24 h.
     pub fingerprint_seen: bool,
+    /// The key sent a request with this step fingerprint in the last 24 h (SPEC §2.3: the
+    /// repeat findings count identical steps as the loop signal does). Absent in a serialised
+    /// count from before: not seen.
+    #[serde(default)]
+    pub step_seen: bool,
 }
 
 struct KeyWindows {
@@ -51,6 +56,8 @@ struct KeyWindows {
     both: HashMap<(Hash, Hash), VecDeque<u64>>,
     models: HashMap<String, u64>,
     seen: LruCache<Hash, u64>,
+    /// Step fingerprints sent in the last 24 h, kept like `seen`.
+    seen_steps: LruCache<Hash, u64>,
 }
 
 impl KeyWindows {
@@ -63,6 +70,7 @@ impl KeyWindows {
             models: HashMap::new(),
             // Unbounded + a manual cap: `LruCache::new(cap)` would preallocate `cap` slots per key.
             seen: LruCache::unbounded(),
+            seen_steps: LruCache::unbounded(),
         }
     }
 }
@@ -135,6 +143,10 @@ impl Windows {
                 .seen
                 .peek(fingerprint)
                 .is_some_and(|&t| within(now, t, REPEAT_WINDOW_MS)),
+            step_seen: w
+                .seen_steps
+                .peek(step)
+                .is_some_and(|&t| within(now, t, REPEAT_WINDOW_MS)),
         }
     }
 
@@ -181,6 +193,10 @@ impl Windows {
         if w.seen.len() > CAP_SEEN_FINGERPRINTS {
             w.seen.pop_lru();
         }
+        w.seen_steps.put(*step, now);
+        if w.seen_steps.len() > CAP_SEEN_FINGERPRINTS {
+            w.seen_steps.pop_lru();
+        }
         Self::evict(w, now);
     }
 
@@ -215,6 +231,12 @@ impl Windows {
             }
             w.seen.pop_lru();
         }
+        while let Some((_, &t)) = w.seen_steps.peek_lru() {
+            if within(now, t, REPEAT_WINDOW_MS) {
+                break;
+            }
+            w.seen_steps.pop_lru();
+        }
     }
 
     /// Forget the key's fingerprint records (POST /forget). The loop and burst windows stay:
@@ -222,6 +244,7 @@ impl Windows {
     pub fn forget_fingerprints(&mut self, key: &str) {
         if let Some(w) = self.keys.get_mut(key) {
             w.seen.clear();
+            w.seen_steps.clear();
         }
     }
 
@@ -236,6 +259,7 @@ impl Windows {
                     + w.both.values().map(VecDeque::len).sum::<usize>()
                     + w.models.len()
                     + w.seen.len()
+                    + w.seen_steps.len()
             })
             .sum()
     }
@@ -305,6 +329,7 @@ mod tests {
         assert!(w.entries() < before);
         assert_eq!(w.keys["k"].requests.len(), 1);
         assert_eq!(w.keys["k"].seen.len(), 1);
+        assert_eq!(w.keys["k"].seen_steps.len(), 1);
     }
 
     #[test]
@@ -374,6 +399,23 @@ mod tests {
         w.forget_fingerprints("k");
         let c = w.observe("k", &fp(1), "m", 5_001);
         assert!(!c.fingerprint_seen);
+        assert!(!c.step_seen);
         assert_eq!(c.earlier_identical, 1);
+    }
+
+    #[test]
+    fn a_step_is_seen_for_24_hours_whatever_the_fingerprint() {
+        let mut w = Windows::new();
+        w.record_step("k", &fp(10), &fp(1), "m", 1_000);
+        let c = w.observe_step("k", &fp(11), &fp(1), "m", 1_000 + REPEAT_WINDOW_MS - 1);
+        assert!(c.step_seen);
+        assert!(!c.fingerprint_seen);
+        let c = w.observe_step("k", &fp(11), &fp(1), "m", 1_000 + REPEAT_WINDOW_MS);
+        assert!(!c.step_seen);
+        assert!(!w.observe_step("k", &fp(10), &fp(2), "m", 2_000).step_seen);
+        assert!(
+            !w.observe_step("other", &fp(11), &fp(1), "m", 2_000)
+                .step_seen
+        );
     }
 }
