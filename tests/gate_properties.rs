@@ -522,7 +522,7 @@ fn counts() -> impl Strategy<Value = WindowCounts> {
             earlier_key_hour: h.max(m).max(i),
             model_seen,
             fingerprint_seen,
-            step_seen: false,
+            ..WindowCounts::default()
         },
     )
 }
@@ -1191,7 +1191,7 @@ fn extreme_counts() -> impl Strategy<Value = WindowCounts> {
             earlier_key_hour: h,
             model_seen,
             fingerprint_seen,
-            step_seen: false,
+            ..WindowCounts::default()
         })
 }
 
@@ -1440,6 +1440,7 @@ proptest! {
                         fingerprint_seen: mine().any(|e| e.1 == f && within(e.3, 86_400_000)),
                         // Recorded without a step: each request's step is its fingerprint.
                         step_seen: mine().any(|e| e.1 == f && within(e.3, 86_400_000)),
+                        earlier_step_only: 0,
                     };
                     prop_assert_eq!(got, want, "key {} fingerprint {} model {} at {}", k, f, m, now);
                 }

@@ -1202,7 +1202,8 @@ impl Fleet {
 
 /// The windows, spend and reservations of a key at `$5` (the decision time): `$1` key, `$2`
 /// fingerprint, `$3` step fingerprint, `$4` model, `$6` start of the budget period. Each window
-/// is the in-memory [`crate::gate::Windows`]'s, down to its caps: the identical-request lists
+/// is the in-memory [`crate::gate::Windows`]'s, down to its caps (a SERVE is no step:
+/// `Windows::record_serve`): the identical-request lists
 /// keep 64 entries, the key's request list 1024 (`LIMIT` bounds each count the same way, and
 /// bounds the scan). An entry exactly the window's length old is outside (`> now - len`).
 macro_rules! window_columns {
@@ -1210,9 +1211,10 @@ macro_rules! window_columns {
         "(SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
             AND fingerprint = $2 AND decided_at_ms > $5::bigint - 120000 LIMIT 64) s)::bigint, \
         (SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
-            AND step_fingerprint = $3 AND decided_at_ms > $5::bigint - 120000 LIMIT 64) s)::bigint, \
+            AND step_fingerprint = $3 AND verdict <> 'SERVE' \
+            AND decided_at_ms > $5::bigint - 120000 LIMIT 64) s)::bigint, \
         (SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
-            AND fingerprint = $2 AND step_fingerprint = $3 \
+            AND fingerprint = $2 AND step_fingerprint = $3 AND verdict <> 'SERVE' \
             AND decided_at_ms > $5::bigint - 120000 LIMIT 64) s)::bigint, \
         (SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
             AND decided_at_ms > $5::bigint - 60000 LIMIT 1024) s)::bigint, \
@@ -1362,6 +1364,7 @@ fn counts_from(row: &tokio_postgres::Row) -> WindowCounts {
     let same_both = un(row.get::<_, i64>(2));
     WindowCounts {
         earlier_identical: same_fingerprint + same_step.saturating_sub(same_both),
+        earlier_step_only: same_step.saturating_sub(same_both),
         earlier_key_minute: un(row.get::<_, i64>(3)),
         earlier_key_hour: un(row.get::<_, i64>(4)),
         model_seen: row.get(5),

@@ -45,6 +45,13 @@ pub struct WindowCounts {
     /// count from before: not seen.
     #[serde(default)]
     pub step_seen: bool,
+    /// Of `earlier_identical`, those that share only the step fingerprint (a different
+    /// fingerprint: a growing history repeating a step). The rest are literal repeats (the same
+    /// fingerprint: a retry storm), which the hard rules stop absolutely; a repeated step is the
+    /// gate's to pace (SPEC §2.3). SERVEs are not among the steps: a SERVE buys nothing.
+    /// Absent (0): every identical request counts as literal.
+    #[serde(default)]
+    pub earlier_step_only: u64,
 }
 
 struct KeyWindows {
@@ -133,6 +140,7 @@ impl Windows {
             // Each list is capped alike and `both` is a subset of either, so this never
             // undercounts below the smaller cap.
             earlier_identical: same_fingerprint + same_step.saturating_sub(same_both),
+            earlier_step_only: same_step.saturating_sub(same_both),
             earlier_key_minute: count_within(&w.requests, now, BURST_WINDOW_MS),
             earlier_key_hour: count_within(&w.requests, now, GRIND_WINDOW_MS),
             model_seen: w
@@ -155,7 +163,7 @@ impl Windows {
         self.record_step(key, fingerprint, fingerprint, model, now)
     }
 
-    /// Count a request in every window, whatever its verdict.
+    /// Count a request in every window, whatever its verdict (a SERVE: [`Windows::record_serve`]).
     pub fn record_step(
         &mut self,
         key: &str,
@@ -163,6 +171,32 @@ impl Windows {
         step: &Hash,
         model: &str,
         now: u64,
+    ) {
+        self.record_entry(key, fingerprint, step, model, now, true)
+    }
+
+    /// Count a SERVE: in every window but the step windows. A SERVE buys nothing, so a
+    /// temperature-0 rerun of a session, SERVEd step by step, is no repeated step (SPEC §2.3);
+    /// it still counts by its fingerprint, so a literal retry storm of it is still stopped.
+    pub fn record_serve(
+        &mut self,
+        key: &str,
+        fingerprint: &Hash,
+        step: &Hash,
+        model: &str,
+        now: u64,
+    ) {
+        self.record_entry(key, fingerprint, step, model, now, false)
+    }
+
+    fn record_entry(
+        &mut self,
+        key: &str,
+        fingerprint: &Hash,
+        step: &Hash,
+        model: &str,
+        now: u64,
+        in_steps: bool,
     ) {
         // Allocate the key's name only the first time it is seen.
         if !self.keys.contains_key(key) {
@@ -177,12 +211,14 @@ impl Windows {
             now,
             CAP_IDENTICAL,
         );
-        push_capped(w.steps.entry(*step).or_default(), now, CAP_IDENTICAL);
-        push_capped(
-            w.both.entry((*fingerprint, *step)).or_default(),
-            now,
-            CAP_IDENTICAL,
-        );
+        if in_steps {
+            push_capped(w.steps.entry(*step).or_default(), now, CAP_IDENTICAL);
+            push_capped(
+                w.both.entry((*fingerprint, *step)).or_default(),
+                now,
+                CAP_IDENTICAL,
+            );
+        }
         if w.models.len() >= CAP_MODELS && !w.models.contains_key(model) {
             w.models.retain(|_, t| within(now, *t, NOVELTY_WINDOW_MS));
         }
@@ -417,5 +453,22 @@ mod tests {
             !w.observe_step("other", &fp(11), &fp(1), "m", 2_000)
                 .step_seen
         );
+    }
+
+    #[test]
+    fn a_serve_counts_by_its_fingerprint_and_not_as_a_step() {
+        let mut w = Windows::new();
+        // A finished session's step, then its rerun SERVEd twice.
+        w.record_step("k", &fp(10), &fp(1), "m", 1_000);
+        w.record_serve("k", &fp(10), &fp(1), "m", 2_000);
+        w.record_serve("k", &fp(10), &fp(1), "m", 3_000);
+        // The same body again: three literal repeats, none by step alone.
+        let c = w.observe_step("k", &fp(10), &fp(1), "m", 4_000);
+        assert_eq!((c.earlier_identical, c.earlier_step_only), (3, 0));
+        // The same step with another history: one step (the live one), the SERVEs not.
+        let c = w.observe_step("k", &fp(11), &fp(1), "m", 4_000);
+        assert_eq!((c.earlier_identical, c.earlier_step_only), (1, 1));
+        assert!(c.step_seen);
+        assert_eq!(c.earlier_key_minute, 3);
     }
 }
