@@ -522,6 +522,7 @@ fn counts() -> impl Strategy<Value = WindowCounts> {
             earlier_key_hour: h.max(m).max(i),
             model_seen,
             fingerprint_seen,
+            ..WindowCounts::default()
         },
     )
 }
@@ -1190,6 +1191,7 @@ fn extreme_counts() -> impl Strategy<Value = WindowCounts> {
             earlier_key_hour: h,
             model_seen,
             fingerprint_seen,
+            ..WindowCounts::default()
         })
 }
 
@@ -1436,6 +1438,9 @@ proptest! {
                         earlier_key_hour: mine().filter(|e| within(e.3, 3_600_000)).count() as u64,
                         model_seen: mine().any(|e| e.2 == m && within(e.3, 86_400_000)),
                         fingerprint_seen: mine().any(|e| e.1 == f && within(e.3, 86_400_000)),
+                        // Recorded without a step: each request's step is its fingerprint.
+                        step_seen: mine().any(|e| e.1 == f && within(e.3, 86_400_000)),
+                        earlier_step_only: 0,
                     };
                     prop_assert_eq!(got, want, "key {} fingerprint {} model {} at {}", k, f, m, now);
                 }

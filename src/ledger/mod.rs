@@ -7,6 +7,8 @@ mod fleet_gate;
 pub mod recent;
 pub mod report;
 #[cfg(test)]
+mod session_tests;
+#[cfg(test)]
 mod settle_tests;
 #[cfg(test)]
 mod tests;
@@ -557,7 +559,14 @@ impl Gatekeeper {
         for row in &snapshot.recent_decisions {
             if let Some(fp) = row.fingerprint {
                 let step = row.step_fingerprint.unwrap_or(fp);
-                state.windows.record_step(
+                // As `gate` counted it: a SERVE in every window but the step windows.
+                let record = if row.verdict == Verdict::Serve {
+                    Windows::record_serve
+                } else {
+                    Windows::record_step
+                };
+                record(
+                    &mut state.windows,
                     &row.key_id,
                     &fp,
                     &step,
@@ -735,7 +744,15 @@ impl Gatekeeper {
 
         let mut signed = None;
         if mode == Mode::Commit {
-            st.windows.record_step(
+            // A SERVE buys nothing: it counts by its fingerprint, not as a repeated step
+            // (`Windows::record_serve`), so a rerun of a session is no loop.
+            let record = if decision.verdict == Verdict::Serve {
+                Windows::record_serve
+            } else {
+                Windows::record_step
+            };
+            record(
+                &mut st.windows,
                 key_id,
                 &shape.fingerprint,
                 &shape.step_fingerprint,
