@@ -215,17 +215,67 @@ pub(crate) async fn respond_error(
     .await
 }
 
+/// The caller waits for `100 Continue` before it sends its body (RFC 9110 §10.1.1): an
+/// HTTP/1.1 request with `expect: 100-continue` and a body to come. An HTTP/1.0 request's
+/// expectation is ignored, as the RFC requires, and so is one on a request without a body.
+fn expects_continue(session: &mut Session) -> bool {
+    let req = session.req_header();
+    let asked = req.version == http::Version::HTTP_11
+        && req
+            .headers
+            .get_all("expect")
+            .iter()
+            .any(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    asked && !session.as_downstream_mut().is_body_empty()
+}
+
+/// A pass-through request, admitted: the gate answers its `Expect` (one `100 Continue`),
+/// the expectation goes no further, and interim answers from upstream are not relayed
+/// (pingora relays a `100` only to a request that still asks for one).
+async fn answer_expect_passthrough(session: &mut Session) -> Result<()> {
+    if expects_continue(session) {
+        write_continue(session).await?;
+    }
+    session.req_header_mut().remove_header("expect");
+    session.as_downstream_mut().set_ignore_info_resp(true);
+    Ok(())
+}
+
+/// One `100 Continue`, written before the body is read. pingora closes a connection whose
+/// answer goes out before its body is read; that holds for a final answer, not for this
+/// interim one, so the connection stays reusable once the body is read and answered.
+async fn write_continue(session: &mut Session) -> Result<()> {
+    let down = session.as_downstream_mut();
+    down.set_close_on_response_before_downstream_finish(false);
+    let written = down.write_continue_response().await;
+    down.set_close_on_response_before_downstream_finish(true);
+    written
+}
+
+fn declared_length(session: &Session) -> Option<usize> {
+    session
+        .req_header()
+        .headers
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+}
+
+fn body_too_large() -> GateError {
+    GateError::new(
+        413,
+        "invalid_request_error",
+        "body_too_large",
+        "request body exceeds the configured size cap",
+    )
+}
+
 /// Read the whole request body, refusing more than `cap` bytes.
 async fn read_body(session: &mut Session, cap: usize) -> std::result::Result<Bytes, GateError> {
     crate::body::read_capped(session.as_downstream_mut(), cap)
         .await
         .map_err(|e| match e {
-            crate::body::BodyError::TooLarge => GateError::new(
-                413,
-                "invalid_request_error",
-                "body_too_large",
-                "request body exceeds the configured size cap",
-            ),
+            crate::body::BodyError::TooLarge => body_too_large(),
             crate::body::BodyError::Unreadable => GateError::new(
                 400,
                 "invalid_request_error",
@@ -336,16 +386,15 @@ impl GateProxy {
                 )))
             }
         };
-        let expects_continue = session
-            .req_header()
-            .headers
-            .get("expect")
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-        if expects_continue {
+        if expects_continue(session) {
             // The gate reads the body before anything goes upstream, so it answers the
-            // client's `Expect` itself (curl otherwise waits a second before sending).
-            let cont = ResponseHeader::build(100, Some(0))?;
-            session.write_response_header(Box::new(cont), false).await?;
+            // client's `Expect` itself, once (curl otherwise waits a second before sending);
+            // `expect` never goes upstream (`forward.rs`). A body declared over the cap is
+            // refused first: the client is not asked for bytes the gate would refuse.
+            if declared_length(session).is_some_and(|len| len > config.max_body_bytes) {
+                return Ok(Err(body_too_large()));
+            }
+            write_continue(session).await?;
         }
         let body = match read_body(session, config.max_body_bytes).await {
             Ok(body) => body,
@@ -716,6 +765,7 @@ impl ProxyHttp for GateProxy {
                 return Ok(true);
             }
             if let Some(p) = provider {
+                answer_expect_passthrough(session).await?;
                 ctx.passthrough = Some(p.clone());
                 return Ok(false);
             }
@@ -748,6 +798,7 @@ impl ProxyHttp for GateProxy {
         ctx: &mut Ctx,
     ) -> Result<()> {
         if let Some(p) = &ctx.passthrough {
+            forward::strip_passthrough_headers(upstream)?;
             upstream.insert_header("host", p.host_header.as_str())?;
             p.set_credential(upstream)?;
         }
