@@ -1,4 +1,4 @@
-//! The proxy listener against a hostile (or merely unusual) caller, issue 20: what reaches the
+//! The proxy (and API) listener against a hostile or unusual caller, issue 20: what reaches the
 //! provider, `Expect: 100-continue`, pipelined requests, and stored Responses objects and
 //! chains that belong to another key. Framing cases go over raw sockets.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -313,4 +313,104 @@ fn expect_continue_gets_one_interim_answer_then_the_final_one() {
     c.send(request_head(CHAT, KEY_A, 64 << 20, &[("expect", "100-continue")]).as_bytes());
     let too_large = c.response(Duration::from_secs(5)).expect("a refusal");
     assert_eq!(too_large.status, 413, "{too_large:?}");
+}
+
+/// Issue 20.12: requests pipelined on one connection (sent before the first answer) are
+/// answered in order, each decided on its own, gated calls and pass-through routes alike,
+/// however the bytes are split on the wire. A request refused before its body is read ends
+/// the connection (`connection: close`), so the client resends what follows it.
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let h = Harness::default();
+    let models = format!(
+        "GET /v1/models HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer {KEY_A}\r\n\r\n"
+    );
+    for (round, split) in [0usize, 40, 300].into_iter().enumerate() {
+        let first = chat("gpt-4o", &format!("The first, round {round}."), json!({})).to_string();
+        let second = chat(
+            "gpt-4o",
+            &format!("The second, round {round}."),
+            json!({"stream": true}),
+        )
+        .to_string();
+        let mut wire = Vec::new();
+        wire.extend_from_slice(request_head(CHAT, KEY_A, first.len(), &[HUMAN]).as_bytes());
+        wire.extend_from_slice(first.as_bytes());
+        wire.extend_from_slice(models.as_bytes());
+        wire.extend_from_slice(request_head(CHAT, KEY_A, second.len(), &[HUMAN]).as_bytes());
+        wire.extend_from_slice(second.as_bytes());
+        wire.extend_from_slice(request_head(CHAT, "tsk_alpha_wrong", 2, &[]).as_bytes());
+        wire.extend_from_slice(b"{}");
+        wire.extend_from_slice(models.as_bytes());
+        let mut c = Raw::connect(h.proxy);
+        if split == 0 {
+            c.send(&wire);
+        } else {
+            c.send(&wire[..split]);
+            std::thread::sleep(Duration::from_millis(100));
+            c.send(&wire[split..]);
+        }
+        let wait = Duration::from_secs(20);
+        let a = c.response(wait).expect("the first answer");
+        assert_eq!(a.status, 200, "{a:?}");
+        assert_eq!(a.json()["object"], "chat.completion");
+        let m = c.response(wait).expect("the pass-through answer");
+        assert_eq!(m.status, 200, "{m:?}");
+        assert_eq!(m.json()["object"], "list");
+        let b = c.response(wait).expect("the streamed answer");
+        assert_eq!(b.status, 200, "{b:?}");
+        assert!(
+            String::from_utf8_lossy(&b.body).contains("data: [DONE]"),
+            "the third answer is the streamed one"
+        );
+        let refused = c.response(wait).expect("the refusal");
+        assert_eq!(refused.status, 401, "{refused:?}");
+        assert_eq!(refused.header("connection"), Some("close"));
+        assert!(c.response(Duration::from_millis(500)).is_none());
+    }
+    assert_eq!(h.calls(CHAT), 6);
+    settle();
+    assert_eq!(h.ledger(KEY_A)["total"]["requests"], 6);
+}
+
+/// Issue 20.3 and 20.12 on the API listener: one `100 Continue` before a body, and pipelined
+/// requests answered in order on the same connection.
+#[test]
+fn the_api_listener_answers_expect_once_and_pipelined_requests_in_order() {
+    let h = Harness::default();
+    let body = chat("gpt-4o-mini", "Estimate me.", json!({})).to_string();
+    let mut c = Raw::connect(h.api);
+    c.send(
+        request_head(
+            "/estimate",
+            KEY_A,
+            body.len(),
+            &[("expect", "100-continue")],
+        )
+        .as_bytes(),
+    );
+    let interim = c
+        .response(Duration::from_secs(5))
+        .expect("an interim answer");
+    assert_eq!(interim.status, 100, "{interim:?}");
+    c.send(body.as_bytes());
+    let r = c.response(Duration::from_secs(10)).expect("the estimate");
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["estimate"], true);
+    assert!(c.response(Duration::from_millis(300)).is_none());
+
+    let mut wire = Vec::new();
+    for _ in 0..2 {
+        wire.extend_from_slice(request_head("/estimate", KEY_A, body.len(), &[]).as_bytes());
+        wire.extend_from_slice(body.as_bytes());
+    }
+    wire.extend_from_slice(b"GET /stats HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n");
+    c.send(&wire);
+    for want in ["estimate", "estimate", "stats"] {
+        let r = c.response(Duration::from_secs(10)).expect(want);
+        assert_eq!(r.status, 200, "{want}: {r:?}");
+        if want == "estimate" {
+            assert_eq!(r.json()["estimate"], true);
+        }
+    }
 }

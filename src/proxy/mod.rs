@@ -215,50 +215,16 @@ pub(crate) async fn respond_error(
     .await
 }
 
-/// The caller waits for `100 Continue` before it sends its body (RFC 9110 §10.1.1): an
-/// HTTP/1.1 request with `expect: 100-continue` and a body to come. An HTTP/1.0 request's
-/// expectation is ignored, as the RFC requires, and so is one on a request without a body.
-fn expects_continue(session: &mut Session) -> bool {
-    let req = session.req_header();
-    let asked = req.version == http::Version::HTTP_11
-        && req
-            .headers
-            .get_all("expect")
-            .iter()
-            .any(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-    asked && !session.as_downstream_mut().is_body_empty()
-}
-
 /// A pass-through request, admitted: the gate answers its `Expect` (one `100 Continue`),
 /// the expectation goes no further, and interim answers from upstream are not relayed
 /// (pingora relays a `100` only to a request that still asks for one).
 async fn answer_expect_passthrough(session: &mut Session) -> Result<()> {
-    if expects_continue(session) {
-        write_continue(session).await?;
+    if crate::body::expects_continue(session.as_downstream_mut()) {
+        crate::body::write_continue(session.as_downstream_mut()).await?;
     }
     session.req_header_mut().remove_header("expect");
     session.as_downstream_mut().set_ignore_info_resp(true);
     Ok(())
-}
-
-/// One `100 Continue`, written before the body is read. pingora closes a connection whose
-/// answer goes out before its body is read; that holds for a final answer, not for this
-/// interim one, so the connection stays reusable once the body is read and answered.
-async fn write_continue(session: &mut Session) -> Result<()> {
-    let down = session.as_downstream_mut();
-    down.set_close_on_response_before_downstream_finish(false);
-    let written = down.write_continue_response().await;
-    down.set_close_on_response_before_downstream_finish(true);
-    written
-}
-
-fn declared_length(session: &Session) -> Option<usize> {
-    session
-        .req_header()
-        .headers
-        .get("content-length")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok())
 }
 
 fn body_too_large() -> GateError {
@@ -386,15 +352,17 @@ impl GateProxy {
                 )))
             }
         };
-        if expects_continue(session) {
+        if crate::body::expects_continue(session.as_downstream_mut()) {
             // The gate reads the body before anything goes upstream, so it answers the
             // client's `Expect` itself, once (curl otherwise waits a second before sending);
             // `expect` never goes upstream (`forward.rs`). A body declared over the cap is
             // refused first: the client is not asked for bytes the gate would refuse.
-            if declared_length(session).is_some_and(|len| len > config.max_body_bytes) {
+            if crate::body::declared_length(session.as_downstream_mut())
+                .is_some_and(|len| len > config.max_body_bytes)
+            {
                 return Ok(Err(body_too_large()));
             }
-            write_continue(session).await?;
+            crate::body::write_continue(session.as_downstream_mut()).await?;
         }
         let body = match read_body(session, config.max_body_bytes).await {
             Ok(body) => body,
@@ -721,6 +689,13 @@ impl ProxyHttp for GateProxy {
             passthrough: None,
             _in_flight: crate::lifecycle::enter(),
         }
+    }
+
+    async fn early_request_filter(&self, session: &mut Session, _ctx: &mut Ctx) -> Result<()> {
+        // Requests pipelined behind this one (sent before its answer) are answered in order,
+        // one after the other (RFC 9112 §9.3.2); pingora's default drops them and closes.
+        session.as_downstream_mut().set_pipelining_enabled(true);
+        Ok(())
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
