@@ -55,6 +55,7 @@ fn decision(i: u64) -> DecisionRow {
         findings_tokens: 0,
         hold_id: None,
         step_fingerprint: None,
+        recorded_by: Default::default(),
     }
 }
 
