@@ -1295,7 +1295,13 @@ fn check_invariants(
     // An approved hold never yields a score-band verdict.
     if f.approved_hold {
         prop_assert!(d.band.is_none(), "band {:?} with an approved hold", d.band);
-        prop_assert_ne!(d.rule.map(|r| r.as_str()), Some("exceeds_remaining_budget"));
+        // An approval passes a bounded worst case past the budget left, never an unbounded
+        // one (issue "hostile" 5: nobody can approve a spend nobody can bound).
+        if d.worst_case.cost_nano.is_some() {
+            prop_assert_ne!(d.rule.map(|r| r.as_str()), Some("exceeds_remaining_budget"));
+        } else if d.rule.map(|r| r.as_str()) == Some("exceeds_remaining_budget") {
+            prop_assert!(!d.verdict.forwards());
+        }
     }
     prop_assert_eq!(d.band.is_some() && d.rule.is_some(), false);
     prop_assert_eq!(d.hold_id.is_some(), d.verdict == Verdict::Challenge);
