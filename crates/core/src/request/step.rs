@@ -15,7 +15,7 @@
 use std::borrow::Cow;
 
 use super::canonical::{keyed_in_place, PAD_TO};
-use super::json::{write_compact, write_key, write_without_keys, Json, Object};
+use super::json::{write_compact, write_object_without, write_without_keys, Json, Object};
 use super::normalise::{normalise, NORMALISATION_VERSION};
 use super::{Hash, Route};
 
@@ -202,20 +202,7 @@ fn write_normalised(buf: &mut Vec<u8>, value: &Json) {
 
 /// An object without its [`VOLATILE`] members, each other member written by `member`.
 fn write_object(buf: &mut Vec<u8>, object: &Object, member: impl Fn(&mut Vec<u8>, &str, &Json)) {
-    buf.push(b'{');
-    let kept = object
-        .members()
-        .iter()
-        .filter(|(key, _)| !VOLATILE.contains(&key.as_ref()));
-    for (i, (key, value)) in kept.enumerate() {
-        if i > 0 {
-            buf.push(b',');
-        }
-        write_key(buf, key);
-        buf.push(b':');
-        member(buf, key, value);
-    }
-    buf.push(b'}');
+    write_object_without(buf, object, VOLATILE, member);
 }
 
 /// `[name, arguments]` of a call, each as sent.
