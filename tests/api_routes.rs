@@ -5,28 +5,9 @@ mod support;
 
 use serde_json::{json, Value};
 use support::*;
+use support::{keyed_get as get, keyed_send as send};
 use tokensaver::auth::fingerprint_key;
 use tokensaver::request::{self, Digest, Route};
-
-fn bearer(k: &str) -> String {
-    format!("Bearer {k}")
-}
-
-fn get(url: &str, key: Option<&str>) -> Resp {
-    let mut r = ureq::get(url);
-    if let Some(k) = key {
-        r = r.set("authorization", &bearer(k));
-    }
-    call(r, None)
-}
-
-fn send(method: &str, url: &str, key: Option<&str>, body: &[u8]) -> Resp {
-    let mut r = ureq::request(method, url).set("content-type", "application/json");
-    if let Some(k) = key {
-        r = r.set("authorization", &bearer(k));
-    }
-    call(r, Some(body))
-}
 
 fn digest_for(secret: &str, body: &Value, held: bool) -> String {
     let parsed = request::parse(
