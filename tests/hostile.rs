@@ -3,6 +3,7 @@
 //! It grows with every route: [`ROUTES`] lists each route of each listener, and the sweep at
 //! the end gives every one of them no key, a foreign key, a huge number, a field written twice
 //! and an `Expect: 100-continue` header.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 

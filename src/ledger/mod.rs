@@ -348,6 +348,15 @@ impl RecordBound {
         }
     }
 
+    /// Whether a report's usage (if any) stays within the bound: the one check a digest
+    /// client's record meets, on a single node and in a fleet.
+    pub fn admits_report(&self, report: &UsageReport) -> bool {
+        report
+            .usage
+            .as_ref()
+            .is_none_or(|billed| self.admits(billed))
+    }
+
     /// Whether `billed` stays within the bound.
     pub fn admits(&self, billed: &Billed) -> bool {
         let u = &billed.usage;
@@ -973,9 +982,7 @@ impl Gatekeeper {
         let reservation = match st.reservations.get(decision_id) {
             Some(r) if r.key_id == key_id && r.wire == wire && r.recorded_by == source => {
                 if source == RecordSource::Digest
-                    && !report.usage.as_ref().map_or(true, |billed| {
-                        RecordBound::of(r.input_tokens, r.output_ceiling).admits(billed)
-                    })
+                    && !RecordBound::of(r.input_tokens, r.output_ceiling).admits_report(report)
                 {
                     return Err(RecordError::ExceedsDecision);
                 }
