@@ -56,6 +56,8 @@ fn decision(i: u64) -> DecisionRow {
         hold_id: None,
         step_fingerprint: None,
         recorded_by: Default::default(),
+        session: None,
+        paced_ms: 0,
     }
 }
 

@@ -90,6 +90,16 @@ async fn read_within(session: &mut ServerSession, cap: usize) -> Result<Bytes, B
     }
 }
 
+/// The session the client names in a header, the first of
+/// [`SESSION_HEADERS`](crate::request::session::SESSION_HEADERS) present and not empty.
+pub fn session_header(headers: &http::HeaderMap) -> Option<&[u8]> {
+    crate::request::session::SESSION_HEADERS
+        .iter()
+        .filter_map(|name| headers.get(*name))
+        .map(http::HeaderValue::as_bytes)
+        .find(|value| !value.is_empty())
+}
+
 /// What the caller says beside the body: `x-tokensaver-human` (`1` a person attends, `0` none,
 /// absent: the key's default) and `x-tokensaver-hold` (retrying an approved hold).
 pub fn caller_headers(headers: &http::HeaderMap) -> (Option<bool>, Option<String>) {

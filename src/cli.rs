@@ -107,6 +107,10 @@ enum Command {
         config: PathBuf,
         #[arg(long)]
         key: Option<String>,
+        /// One line per agent session (calls, spend, verdicts, steps repeated, time paced,
+        /// what ended it) instead of the totals by tier.
+        #[arg(long)]
+        sessions: bool,
     },
     /// Profile an MCP tool catalogue (split-profile, criteria 1.2.0).
     SplitProfile {
@@ -434,9 +438,14 @@ fn run(command: Command, log_format: Option<LogFormat>) -> anyhow::Result<()> {
             print!("{out}");
             Ok(())
         }
-        Command::Ledger { config, key } => {
+        Command::Ledger {
+            config,
+            key,
+            sessions,
+        } => {
             let config = Config::load(&config)?;
-            tokensaver::ledger::report::print(&config, key.as_deref()).map_err(anyhow::Error::msg)
+            tokensaver::ledger::report::print(&config, key.as_deref(), sessions)
+                .map_err(anyhow::Error::msg)
         }
         Command::SplitProfile { file, json, config } => {
             let input = read_input(&file)?;

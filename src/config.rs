@@ -486,6 +486,14 @@ impl Config {
         let proxy_addr = addr("proxy", &raw.listen.proxy)?;
         let api_addr = addr("api", &raw.listen.api)?;
         let admin_addr = addr("admin", &raw.listen.admin)?;
+        // Two listeners on one address would share its connections (the listeners set
+        // SO_REUSEPORT): admin routes answered on the API port, and the other way round.
+        if api_addr == proxy_addr || admin_addr == proxy_addr || admin_addr == api_addr {
+            return Err(field(
+                "listen".to_string(),
+                "proxy, api and admin must listen on three different addresses",
+            ));
+        }
 
         let openai = raw
             .upstreams

@@ -2,8 +2,8 @@
 //! store size. Labels are closed vocabularies (verdicts, rule ids); never request content.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Counter, Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -16,6 +16,11 @@ pub struct Metrics {
     /// Re-sends of a request whose hold is pending: answered with the original CHALLENGE,
     /// not counted in `requests` (SPEC §2.3).
     pub hold_resends: IntCounter,
+    /// Repeated steps held until their pace window admitted them (SPEC §2.3), the seconds
+    /// they were held, and how many are held now.
+    pub paced: IntCounter,
+    pub paced_seconds: Counter,
+    pub paced_waiting: IntGauge,
 }
 
 impl Metrics {
@@ -67,6 +72,30 @@ impl Metrics {
         registry
             .register(Box::new(hold_resends.clone()))
             .expect("unique metric");
+        let paced = IntCounter::new(
+            "tokensaver_paced_total",
+            "Repeated steps held in the gate until their window admitted them",
+        )
+        .expect("valid metric");
+        let paced_seconds = Counter::new(
+            "tokensaver_paced_seconds_total",
+            "Seconds repeated steps were held in the gate",
+        )
+        .expect("valid metric");
+        let paced_waiting = IntGauge::new(
+            "tokensaver_paced_waiting",
+            "Repeated steps held in the gate now",
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(paced.clone()))
+            .expect("unique metric");
+        registry
+            .register(Box::new(paced_seconds.clone()))
+            .expect("unique metric");
+        registry
+            .register(Box::new(paced_waiting.clone()))
+            .expect("unique metric");
         for c in [&requests, &tokens, &upstream_errors] {
             registry
                 .register(Box::new(c.clone()))
@@ -86,6 +115,9 @@ impl Metrics {
             answer_store_bytes,
             upstream_errors,
             hold_resends,
+            paced,
+            paced_seconds,
+            paced_waiting,
         }
     }
 

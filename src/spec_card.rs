@@ -37,7 +37,13 @@ pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value
                     "runaway_loop": format!("the same request {} times in 120 seconds (the same fingerprint, or the same step fingerprint: an agent repeating the same tool call and getting the same result)", rules::LOOP_LIMIT),
                     "runaway_loop_unattended": format!("the same request {} times in 120 seconds with no human declared", rules::LOOP_UNATTENDED_LIMIT),
                     "runaway_burst": format!("{} requests from one key in 60 seconds", rules::BURST_LIMIT),
-                }
+                    "runaway_step": format!("the same step (same step fingerprint, another history) decided {} times within {} seconds ([gate.steps] runaway_repeats, runaway_window_secs): a stuck agent, however it is paced", policy.gate.steps.runaway_repeats, policy.gate.steps.runaway_window_secs),
+                },
+                "literal_repeats_and_repeated_steps": {
+                    "literal": "the same fingerprint: the loop rules above, absolute (a retry storm is BLOCKed at once)",
+                    "repeated_step": format!("the same step fingerprint with another history (an agent polling, or stuck): where the loop rules would refuse it, the proxy and POST /gate hold it instead — no bytes are sent to the client, no worker thread is used — until at most {} unattended / {} attended identical steps have been decided in the last {} s, then decide it afresh; a wait that would hold it past {} s in all is BLOCKed as a loop. The receipt and the ledger row carry paced_ms. A fleet instance does not pace: there a repeated step is refused as a loop.", rules::STEP_PACE_UNATTENDED, rules::STEP_PACE_ATTENDED, policy.gate.steps.pace_window_secs, policy.gate.steps.max_pace_ms() / 1_000),
+                    "serve": "a SERVE buys nothing: it counts by its fingerprint but not as a step, so a temperature-0 rerun of a session is answered from store, not stopped",
+                },
             },
             "2_the_score": {
                 "spend_signals": {
@@ -87,6 +93,7 @@ pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value
         "identity": {
             "fingerprint": "keyed BLAKE3 over the route and the body's canonical JSON (keys sorted, no whitespace), without the fields below; an input longer than 1 KiB is padded (one 0x01 byte, then zeros) to a multiple of 4 KiB so that every BLAKE3 chunk of it is hashed in parallel (hashes v2)",
             "step_fingerprint": "keyed BLAKE3 over route, model, system, tools and the tail from the newest assistant turn on: its tool calls (names and arguments, not its text or thinking) and the turns after it, without per-call ids, item status and cache_control, the tool results normalised (step_normalisation); equals the fingerprint when there is no assistant turn",
+            "session": "the agent session a decision is grouped in (GET /ledger/sessions): a keyed BLAKE3 of the client's own session header where it sends one (x-tokensaver-session, then Claude Code's x-claude-code-session-id, then Codex's session-id), else of the route, system, tools and first user turn (not the model); a hash, never content, blanked by POST /forget",
             "step_normalisation": {
                 "version": crate::request::normalise::NORMALISATION_VERSION,
                 "applies_to": "the tool results in the step fingerprint's tail only (chat tool messages' content, Anthropic tool_result content, Responses *_output output; text parts only): never the fingerprint, never the bytes forwarded",
@@ -144,9 +151,9 @@ pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value
             "gated": ["POST /v1/chat/completions", "POST /v1/responses", "POST /v1/messages"],
             "passed_through_after_the_key_check": ["GET /v1/models", "GET|DELETE /v1/responses/{id}", "GET /v1/responses/{id}/input_items", "POST /v1/responses/{id}/cancel", "POST /v1/messages/count_tokens"],
             "public": ["spec", "stats", "verify"],
-            "keyed": ["estimate", "gate", "record", "ledger", "ledger/decisions", "budget", "prices", "forget", "holds"],
+            "keyed": ["estimate", "gate", "record", "ledger", "ledger/decisions", "ledger/sessions", "budget", "prices", "forget", "holds"],
             "key_owner": ["holds", "holds/{id}/approve", "holds/{id}/deny"],
-            "admin_listener": ["budget/{key_id}", "prices", "holds", "holds/{id}/approve", "holds/{id}/deny", "ledger/decisions", "metrics", "economics", "split-profile/*"],
+            "admin_listener": ["budget/{key_id}", "prices", "holds", "holds/{id}/approve", "holds/{id}/deny", "ledger/decisions", "ledger/sessions", "metrics", "economics", "split-profile/*"],
         },
         "listeners": {
             "proxy": config.proxy_addr.to_string(),

@@ -267,6 +267,8 @@ fn sql_windows_equal_the_in_memory_windows() {
                     hold_id: None,
                     step_fingerprint: Some(step),
                     recorded_by: Default::default(),
+                    session: None,
+                    paced_ms: 0,
                 })
                 .await
                 .unwrap();
@@ -1144,6 +1146,8 @@ fn the_conditional_reservation_refuses_an_overshoot_and_rolls_back() {
                 hold_id: None,
                 step_fingerprint: Some(fp),
                 recorded_by: Default::default(),
+                session: None,
+                paced_ms: 0,
             },
             reservation: Some(NewReservation {
                 nano,

@@ -1141,6 +1141,7 @@ fn shape(extreme: bool) -> impl Strategy<Value = RequestShape> {
                     route,
                     fingerprint,
                     step_fingerprint: fingerprint,
+                    session: Hash::default(),
                     provider_state: false,
                     model: model.to_string(),
                     max_tokens,
@@ -1447,6 +1448,21 @@ proptest! {
                         // Recorded without a step: each request's step is its fingerprint.
                         step_seen: mine().any(|e| e.1 == f && within(e.3, 86_400_000)),
                         earlier_step_only: 0,
+                        // The step pacing columns over the default windows (120 s, 1,800 s).
+                        step_paced: mine().filter(|e| e.1 == f && within(e.3, 120_000)).count() as u64,
+                        step_newest_ms: {
+                            let mut times: Vec<u64> = mine()
+                                .filter(|e| e.1 == f && within(e.3, 120_000))
+                                .map(|e| e.3)
+                                .collect();
+                            times.sort_unstable_by(|a, b| b.cmp(a));
+                            let mut newest = [0; tokensaver::gate::windows::STEP_NEWEST];
+                            for (slot, t) in newest.iter_mut().zip(times) {
+                                *slot = t;
+                            }
+                            newest
+                        },
+                        step_runaway: mine().filter(|e| e.1 == f && within(e.3, 1_800_000)).count() as u64,
                     };
                     prop_assert_eq!(got, want, "key {} fingerprint {} model {} at {}", k, f, m, now);
                 }

@@ -367,6 +367,7 @@ const ROUTES: &[(On, &str, &str, Access)] = &[
     (On::Api, "POST", "/record", Access::Keyed),
     (On::Api, "GET", "/ledger", Access::Keyed),
     (On::Api, "GET", "/ledger/decisions", Access::Keyed),
+    (On::Api, "GET", "/ledger/sessions", Access::Keyed),
     (On::Api, "GET", "/budget", Access::Keyed),
     (On::Api, "GET", "/prices", Access::Keyed),
     (On::Api, "POST", "/forget", Access::Keyed),

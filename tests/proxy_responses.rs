@@ -263,9 +263,15 @@ fn stuck_agent(steps: usize, result: &str) -> Value {
 }
 
 #[test]
-fn a_stuck_agent_is_stopped_by_the_loop_rule_and_a_progressing_one_is_not() {
-    let h = Harness::default();
-    // Unattended: the 4th identical step is a runaway (SPEC §2.3).
+fn a_stuck_agent_is_paced_then_stopped_and_a_progressing_one_is_not() {
+    // The step windows scaled down: pace in 2 s, stop the 5th repeat within 60 s.
+    let h = Harness::start(Opts {
+        extra_config: "\n[gate.steps]\npace_window_secs = 2\npace_slack_secs = 2\n\
+                       runaway_repeats = 5\nrunaway_window_secs = 60\n"
+            .into(),
+        ..Opts::default()
+    });
+    // Unattended: three identical steps pass at once (SPEC §2.3).
     for step in 1..=3 {
         let r = h.post(
             CHAT,
@@ -278,15 +284,30 @@ fn a_stuck_agent_is_stopped_by_the_loop_rule_and_a_progressing_one_is_not() {
             "step {step}: {}",
             r.text()
         );
+        assert!(r.receipt().get("paced_ms").is_none(), "step {step}");
     }
+    // The 4th is held until the 1st is 2 s old, then forwarded.
     let fourth = h.post(
         CHAT,
         KEY_A,
         &stuck_agent(4, "make: nothing to be done"),
         &[],
     );
-    assert_eq!(fourth.status, 429, "{}", fourth.text());
-    assert_eq!(fourth.json()["error"]["code"], "runaway_loop_unattended");
+    assert_eq!(fourth.status, 200, "{}", fourth.text());
+    assert!(
+        fourth.receipt()["paced_ms"].as_u64().unwrap() >= 1_500,
+        "{}",
+        fourth.envelope_json()
+    );
+    // The 5th repeat within 60 s is a runaway, however it is paced.
+    let fifth = h.post(
+        CHAT,
+        KEY_A,
+        &stuck_agent(5, "make: nothing to be done"),
+        &[],
+    );
+    assert_eq!(fifth.status, 429, "{}", fifth.text());
+    assert_eq!(fifth.json()["error"]["code"], "runaway_step");
 
     // Progress: a new result every step, from another key with the same budget.
     for step in 1..=6 {

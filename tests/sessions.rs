@@ -68,3 +68,156 @@ fn a_rerun_of_a_finished_session_completes_served_and_a_retry_storm_is_stopped()
     assert_eq!(r.header("x-should-retry"), Some("false"));
     assert_eq!(h.calls(CHAT), 12);
 }
+
+/// Windows scaled down for a test (the defaults are 120 s / 30 s / 30 in 1,800 s).
+const SCALED_STEPS: &str = "\n[gate.steps]\npace_window_secs = 2\npace_slack_secs = 2\n\
+                            runaway_repeats = 8\nrunaway_window_secs = 60\n";
+
+fn scaled() -> Harness {
+    Harness::start(Opts {
+        extra_config: SCALED_STEPS.into(),
+        ..Opts::default()
+    })
+}
+
+/// The times (ms since the first) at which the provider received the calls to `path`.
+fn received_ms(h: &Harness, path: &str) -> Vec<u64> {
+    let times: Vec<std::time::SystemTime> = h.mock.requests_to(path).iter().map(|r| r.at).collect();
+    let first = times[0];
+    times
+        .iter()
+        .map(|t| t.duration_since(first).unwrap_or_default().as_millis() as u64)
+        .collect()
+}
+
+#[test]
+fn a_job_polled_past_the_loop_limit_is_paced_not_stopped_and_the_task_completes() {
+    let h = scaled();
+    // Unattended: a session that polls one job 6 times (5 identical steps after the first
+    // poll's), then ships it. Without pacing the 4th identical step is BLOCKed.
+    let polls = 6;
+    let mut paced = Vec::new();
+    for i in 0..=polls + 1 {
+        let r = h.post(CHAT, KEY_A, &session("poll", i, polls), &[]);
+        assert_eq!(r.status, 200, "call {i}: {}", r.text());
+        assert!(
+            matches!(r.verdict(), Some("ALLOW" | "DOWNGRADE")),
+            "call {i}: {}",
+            r.text()
+        );
+        paced.push(r.receipt()["paced_ms"].as_u64().unwrap_or(0));
+    }
+    assert_eq!(h.calls(CHAT), polls + 2, "every call reached the provider");
+    // Calls 1..=6 are the 1st..6th identical step: the 4th waited until the 1st was 2 s old
+    // (by then the 2nd and 3rd were too: the 5th and 6th needed no wait).
+    assert_eq!(&paced[..4], &[0, 0, 0, 0], "{paced:?}");
+    assert!(paced[4] >= 1_500, "{paced:?}");
+    assert_eq!(paced[7], 0, "a new step is not held: {paced:?}");
+    // At most 3 identical steps reached the provider in any 2 s (the scaled window), as
+    // the provider saw them arrive.
+    let steps = &received_ms(&h, CHAT)[1..=6];
+    for w in steps.windows(4) {
+        assert!(
+            w[3] - w[0] >= 1_900,
+            "4 identical steps within 2 s: {steps:?}"
+        );
+    }
+    // The ledger says how long the session waited and that nothing ended it.
+    let sessions = keyed_get(&h.api_url("/ledger/sessions"), Some(KEY_A)).json();
+    let s = &sessions["sessions"][0];
+    assert_eq!(s["calls"], (polls + 2) as u64, "{sessions}");
+    assert_eq!(s["steps_repeated"], (polls - 1) as u64, "{sessions}");
+    assert_eq!(s["paced_ms"], paced.iter().sum::<u64>(), "{sessions}");
+    assert_eq!(s["ended_by"], Value::Null, "{sessions}");
+    let forwarded = ["ALLOW", "DOWNGRADE"]
+        .iter()
+        .map(|v| s["by_verdict"][v].as_u64().unwrap_or(0))
+        .sum::<u64>();
+    assert_eq!(forwarded, (polls + 2) as u64, "{sessions}");
+}
+
+#[test]
+fn a_stuck_agent_is_paced_then_stopped_by_runaway_step() {
+    let h = scaled();
+    // The same tool call and result forever (an agent stuck on `ls`), unattended.
+    let mut verdicts = Vec::new();
+    let mut last = None;
+    for i in 0..12 {
+        let r = h.post(CHAT, KEY_A, &session("stuck", i + 1, 100), &[]);
+        verdicts.push(r.verdict().map(str::to_string));
+        if r.status != 200 {
+            last = Some(r);
+            break;
+        }
+    }
+    let r = last.expect("the stuck agent was stopped");
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(r.receipt()["rule"], "runaway_step");
+    assert_eq!(r.header("x-should-retry"), Some("false"));
+    // The 8th identical step within 60 s is refused: 7 reached the provider, paced.
+    assert_eq!(verdicts.len(), 8, "{verdicts:?}");
+    assert_eq!(h.calls(CHAT), 7);
+    let steps = received_ms(&h, CHAT);
+    for w in steps.windows(4) {
+        assert!(
+            w[3] - w[0] >= 1_900,
+            "4 identical steps within 2 s: {steps:?}"
+        );
+    }
+    let sessions = keyed_get(&h.api_url("/ledger/sessions"), Some(KEY_A)).json();
+    let s = &sessions["sessions"][0];
+    assert_eq!(s["ended_by"], "runaway_step", "{sessions}");
+    assert_eq!(s["calls"], 8, "{sessions}");
+    assert_eq!(s["steps_repeated"], 7, "{sessions}");
+    assert!(s["paced_ms"].as_u64().unwrap() > 0, "{sessions}");
+    // The decisions of that session alone, where it stopped.
+    let id = s["session"].as_str().unwrap();
+    let page = keyed_get(
+        &h.api_url(&format!("/ledger/decisions?session={id}")),
+        Some(KEY_A),
+    )
+    .json();
+    let decisions = page["decisions"].as_array().unwrap();
+    assert_eq!(decisions.len(), 8);
+    assert_eq!(decisions[7]["reason"], "runaway_step");
+    assert!(decisions.iter().all(|d| d["session"] == id));
+    let bad = keyed_get(&h.api_url("/ledger/decisions?session=nothex"), Some(KEY_A));
+    assert_eq!(bad.status, 400);
+    assert_eq!(
+        bad.json()["error"]["code"],
+        "invalid_session",
+        "{}",
+        bad.text()
+    );
+}
+
+#[test]
+fn a_session_header_names_the_session() {
+    let h = Harness::default();
+    // Two runs of the same task: one prefix, two sessions by the client's header.
+    for run in ["run-1", "run-2"] {
+        for i in 0..2 {
+            let r = h.post(
+                CHAT,
+                KEY_A,
+                &session("named", i, 0),
+                &[("x-claude-code-session-id", run)],
+            );
+            assert_eq!(r.status, 200, "{}", r.text());
+        }
+    }
+    // And one without a header: grouped by its prefix.
+    let r = h.post(CHAT, KEY_A, &session("unnamed", 0, 0), &[]);
+    assert_eq!(r.status, 200);
+    let sessions = keyed_get(&h.api_url("/ledger/sessions"), Some(KEY_A)).json();
+    let calls: Vec<u64> = sessions["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["calls"].as_u64().unwrap())
+        .collect();
+    assert_eq!(calls, vec![1, 2, 2], "{sessions}");
+    // Another key sees none of them.
+    let other = keyed_get(&h.api_url("/ledger/sessions"), Some(KEY_B)).json();
+    assert_eq!(other["sessions"], json!([]), "{other}");
+}

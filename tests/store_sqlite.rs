@@ -63,6 +63,8 @@ fn decision(id: &str, key: &str, verdict: Verdict, at: u64) -> DecisionRow {
         hold_id: None,
         step_fingerprint: None,
         recorded_by: Default::default(),
+        session: None,
+        paced_ms: 0,
     }
 }
 

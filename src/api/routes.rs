@@ -37,6 +37,8 @@ pub struct Api {
     pub page: Arc<super::page::Page>,
 }
 
+/// The most decisions `GET /ledger/sessions` groups in one answer.
+const MAX_SESSION_DECISIONS: usize = 20_000;
 /// Decisions per page of `GET /ledger/decisions` when `limit` is absent.
 const DEFAULT_DECISIONS_PAGE: usize = 100;
 
@@ -150,17 +152,14 @@ impl Api {
             "/stats" => only_async(m, Method::GET, self.stats()).await,
             "/verify" => only(m, Method::POST, || self.verify(req)),
             "/estimate" => only_async(m, Method::POST, self.estimate_route(req)).await,
-            "/gate" if self.gatekeeper.fleet().is_some() => {
+            "/gate" => {
                 only_async(
                     m,
                     Method::POST,
-                    self.keyed_async(req, |k| self.gate_fleet(req, k)),
+                    self.keyed_async(req, |k| self.gate(req, k)),
                 )
                 .await
             }
-            "/gate" => only(m, Method::POST, || {
-                self.keyed(req, |k, _| self.gate(req, k))
-            }),
             "/record" => {
                 only_async(
                     m,
@@ -182,6 +181,14 @@ impl Api {
                     m,
                     Method::GET,
                     self.keyed_async(req, |k| self.decisions(req, Some(&k.id))),
+                )
+                .await
+            }
+            "/ledger/sessions" => {
+                only_async(
+                    m,
+                    Method::GET,
+                    self.keyed_async(req, |k| self.sessions(req, Some(&k.id))),
                 )
                 .await
             }
@@ -264,6 +271,10 @@ impl Api {
             // Every key's decisions, or one key's with `?key=ID`.
             let key_id = req.query_param("key").filter(|k| !k.is_empty());
             return only_async(&req.method, Method::GET, self.decisions(req, key_id)).await;
+        }
+        if path == "/ledger/sessions" {
+            let key_id = req.query_param("key").filter(|k| !k.is_empty());
+            return only_async(&req.method, Method::GET, self.sessions(req, key_id)).await;
         }
         not_found()
     }
@@ -433,16 +444,17 @@ impl Api {
         )
     }
 
-    /// `POST /gate` on a fleet instance: decided against the fleet's database; a 503 with
+    /// `POST /gate`: decided by this gate (a repeated step may be held until its window
+    /// admits it, as in the proxy: SPEC §2.3), or against the fleet's database, with a 503 and
     /// `Retry-After` when it cannot be reached (the client forwards nothing).
-    async fn gate_fleet(&self, req: &ApiRequest, key: &KeyConfig) -> ApiResponse {
+    async fn gate(&self, req: &ApiRequest, key: &KeyConfig) -> ApiResponse {
         let digest = match parse_digest(req) {
             Ok(digest) => digest,
             Err(resp) => return resp,
         };
         match self
             .gatekeeper
-            .gate_fleet(&digest_request(&digest, key))
+            .gate_paced(&digest_request(&digest, key))
             .await
         {
             Ok(outcome) => self.gate_response(&outcome),
@@ -456,17 +468,6 @@ impl Api {
             Ok(view) => ApiResponse::json(200, &view),
             Err(_) => fleet_unavailable(),
         }
-    }
-
-    fn gate(&self, req: &ApiRequest, key: &KeyConfig) -> ApiResponse {
-        let digest = match parse_digest(req) {
-            Ok(digest) => digest,
-            Err(resp) => return resp,
-        };
-        let outcome = self
-            .gatekeeper
-            .gate(&digest_request(&digest, key), Mode::Commit);
-        self.gate_response(&outcome)
     }
 
     fn gate_response(&self, outcome: &GateOutcome) -> ApiResponse {
@@ -591,47 +592,14 @@ impl Api {
         )
     }
 
-    /// `GET /ledger/decisions?from=&to=&limit=&after=&format=csv`: one key's decisions (or
-    /// every key's, admin) with their settlements, oldest first, a page at a time. `from` and
-    /// `to` are UTC days (`YYYY-MM-DD`, both inclusive) or unix milliseconds (`to` exclusive);
-    /// `after` is the `next_after` of the previous page.
+    /// `GET /ledger/decisions?from=&to=&limit=&after=&session=&format=csv`: one key's decisions
+    /// (or every key's, admin) with their settlements, oldest first, a page at a time. `from`
+    /// and `to` are UTC days (`YYYY-MM-DD`, both inclusive) or unix milliseconds (`to`
+    /// exclusive); `after` is the `next_after` of the previous page; `session` one session's.
     async fn decisions(&self, req: &ApiRequest, key_id: Option<&str>) -> ApiResponse {
-        let bound = |name: &str, end: bool| -> Result<Option<u64>, ()> {
-            match req.query_param(name) {
-                None | Some("") => Ok(None),
-                Some(v) if valid_day(v) => crate::store::day_start_ms(v)
-                    .and_then(|ms| u64::try_from(ms).ok())
-                    .map(|ms| Some(if end { ms + 86_400_000 } else { ms }))
-                    .ok_or(()),
-                Some(v) => v.parse::<u64>().map(Some).map_err(drop),
-            }
-        };
-        let (Ok(from_ms), Ok(to_ms)) = (bound("from", false), bound("to", true)) else {
-            return ApiResponse::error(
-                400,
-                "invalid_time",
-                "from and to must be days as YYYY-MM-DD or unix milliseconds",
-            );
-        };
-        let limit = match req.query_param("limit").map(str::parse::<usize>) {
-            None => DEFAULT_DECISIONS_PAGE,
-            Some(Ok(n)) if (1..=crate::store::sqlite::MAX_DECISIONS_PAGE).contains(&n) => n,
-            Some(_) => return ApiResponse::error(400, "invalid_limit", "limit must be 1 to 1000"),
-        };
-        // A cursor that is not a decision id names no decision: the store's own answer.
-        let after = match req.query_param("after").filter(|a| !a.is_empty()) {
-            None => None,
-            Some(a) => match a.parse::<DecisionId>() {
-                Ok(id) => Some(id),
-                Err(_) => return crate::store::StoreError::UnknownCursor.into(),
-            },
-        };
-        let query = crate::store::DecisionQuery {
-            key_id: key_id.map(str::to_string),
-            from_ms,
-            to_ms,
-            after,
-            limit,
+        let query = match decision_query(req, key_id) {
+            Ok(query) => query,
+            Err(resp) => return resp,
         };
         let page = if self.gatekeeper.fleet().is_some() {
             self.gatekeeper.decisions_fleet(&query).await
@@ -650,6 +618,38 @@ impl Api {
             Ok(page) => ApiResponse::json(200, &page),
             Err(e) => e.into(),
         }
+    }
+
+    /// `GET /ledger/sessions?from=&to=&session=`: the decisions of the range grouped into
+    /// agent sessions (SPEC §2.11a), the most recently active first. At most
+    /// [`MAX_SESSION_DECISIONS`] decisions are read (the newest range first is the caller's to
+    /// choose with `from`); `truncated` says when the range held more.
+    async fn sessions(&self, req: &ApiRequest, key_id: Option<&str>) -> ApiResponse {
+        let mut query = match decision_query(req, key_id) {
+            Ok(query) => query,
+            Err(resp) => return resp,
+        };
+        query.limit = crate::store::sqlite::MAX_DECISIONS_PAGE;
+        let mut lines = Vec::new();
+        let truncated = loop {
+            let page = if self.gatekeeper.fleet().is_some() {
+                self.gatekeeper.decisions_fleet(&query).await
+            } else {
+                self.gatekeeper.decisions_acked(query.clone()).await
+            };
+            let page = match page {
+                Ok(page) => page,
+                Err(e) => return e.into(),
+            };
+            lines.extend(page.decisions);
+            match page.next_after {
+                None => break false,
+                Some(_) if lines.len() >= MAX_SESSION_DECISIONS => break true,
+                Some(next) => query.after = Some(next),
+            }
+        };
+        let sessions = crate::ledger::report::sessions_of(&lines);
+        ApiResponse::json(200, &json!({"sessions": sessions, "truncated": truncated}))
     }
 
     async fn forget(&self, key: &KeyConfig) -> ApiResponse {
@@ -846,4 +846,68 @@ fn valid_day(d: &str) -> bool {
                 b.is_ascii_digit()
             }
         })
+}
+
+/// The query of `GET /ledger/decisions` and `GET /ledger/sessions` (see [`Api::decisions`]).
+fn decision_query(
+    req: &ApiRequest,
+    key_id: Option<&str>,
+) -> Result<crate::store::DecisionQuery, ApiResponse> {
+    let bound = |name: &str, end: bool| -> Result<Option<u64>, ()> {
+        match req.query_param(name) {
+            None | Some("") => Ok(None),
+            Some(v) if valid_day(v) => crate::store::day_start_ms(v)
+                .and_then(|ms| u64::try_from(ms).ok())
+                .map(|ms| Some(if end { ms + 86_400_000 } else { ms }))
+                .ok_or(()),
+            Some(v) => v.parse::<u64>().map(Some).map_err(drop),
+        }
+    };
+    let (Ok(from_ms), Ok(to_ms)) = (bound("from", false), bound("to", true)) else {
+        return Err(ApiResponse::error(
+            400,
+            "invalid_time",
+            "from and to must be days as YYYY-MM-DD or unix milliseconds",
+        ));
+    };
+    let limit = match req.query_param("limit").map(str::parse::<usize>) {
+        None => DEFAULT_DECISIONS_PAGE,
+        Some(Ok(n)) if (1..=crate::store::sqlite::MAX_DECISIONS_PAGE).contains(&n) => n,
+        Some(_) => {
+            return Err(ApiResponse::error(
+                400,
+                "invalid_limit",
+                "limit must be 1 to 1000",
+            ))
+        }
+    };
+    // A cursor that is not a decision id names no decision: the store's own answer.
+    let after = match req.query_param("after").filter(|a| !a.is_empty()) {
+        None => None,
+        Some(a) => match a.parse::<DecisionId>() {
+            Ok(id) => Some(id),
+            Err(_) => return Err(crate::store::StoreError::UnknownCursor.into()),
+        },
+    };
+    let session = match req.query_param("session").filter(|s| !s.is_empty()) {
+        None => None,
+        Some(s) => match crate::request::Hash::from_hex(s) {
+            Some(h) => Some(h),
+            None => {
+                return Err(ApiResponse::error(
+                    400,
+                    "invalid_session",
+                    "session must be 64 lowercase hex digits",
+                ))
+            }
+        },
+    };
+    Ok(crate::store::DecisionQuery {
+        key_id: key_id.map(str::to_string),
+        from_ms,
+        to_ms,
+        after,
+        limit,
+        session,
+    })
 }

@@ -40,6 +40,19 @@ pub fn mock_provider_binary() -> Result<PathBuf, String> {
     }
 }
 
+/// `n` distinct free ports: every listener stays bound until all are chosen, so the kernel
+/// cannot hand one port out twice.
+pub fn free_ports<const N: usize>() -> Result<[u16; N], String> {
+    let mut listeners = Vec::with_capacity(N);
+    let mut ports = [0; N];
+    for port in &mut ports {
+        let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+        *port = listener.local_addr().map_err(|e| e.to_string())?.port();
+        listeners.push(listener);
+    }
+    Ok(ports)
+}
+
 pub fn free_port() -> Result<u16, String> {
     let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     listener
@@ -167,9 +180,9 @@ pub fn run(config_path: &Path) -> Result<(), String> {
     let mock_url = format!("http://{mock_addr}");
     let dir = std::env::temp_dir().join(format!("tokensaver-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let proxy: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
-    let api: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
-    let admin: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
+    let [proxy, api, admin] = free_ports::<3>()?;
+    let [proxy, api, admin]: [SocketAddr; 3] =
+        [proxy, api, admin].map(|port| ([127, 0, 0, 1], port).into());
     let mut listen = toml::Table::new();
     listen.insert("proxy".into(), proxy.to_string().into());
     listen.insert("api".into(), api.to_string().into());

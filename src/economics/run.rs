@@ -80,10 +80,6 @@ struct Planned {
     key_lines: String,
 }
 
-fn free_port() -> Result<u16, String> {
-    crate::demo::free_port()
-}
-
 fn git_describe() -> Option<String> {
     let out = Command::new("git")
         .args(["describe", "--always", "--dirty", "--abbrev=12"])
@@ -484,10 +480,9 @@ fn record(
     real: bool,
     harness_blake3: &str,
 ) -> Result<PathBuf, String> {
-    let mut ports = BTreeMap::new();
-    for name in ["proxy", "api", "admin"] {
-        ports.insert(name, free_port()?);
-    }
+    // Four distinct ports: the gate's three listeners and the simulated provider's.
+    let [proxy, api, admin, mock_port] = crate::demo::free_ports::<4>()?;
+    let ports = BTreeMap::from([("proxy", proxy), ("api", api), ("admin", admin)]);
     let gate_toml = treatment_config(
         &args.config,
         scratch,
@@ -513,7 +508,7 @@ fn record(
     let provider = match (&args.upstream, &args.credential_env) {
         (Some(u), Some(env)) => json!({"kind": "real", "upstream": u, "credential_env": env}),
         _ => json!({"kind": "simulated", "mock": {
-            "port": free_port()?, "credential": format!("sk-economics-{credential}"),
+            "port": mock_port, "credential": format!("sk-economics-{credential}"),
             "tasks": tasks_dir, "usage": "cl100k"}}),
     };
     let runs: Vec<Value> = planned

@@ -1003,6 +1003,7 @@ impl Fleet {
                  WHERE ($1::text IS NULL OR d.key_id = $1::text) \
                    AND d.decided_at_ms >= $2 AND d.decided_at_ms < $3 \
                    AND (d.decided_at_ms, d.decision_id) > ($4::bigint, $5::text) \
+                   AND ($7::text IS NULL OR d.row_json::jsonb ->> 'session' = $7::text) \
                  ORDER BY d.decided_at_ms, d.decision_id LIMIT $6",
                 &[
                     &key_id,
@@ -1011,6 +1012,7 @@ impl Fleet {
                     &after_ms,
                     &after_id,
                     &db(limit as u64 + 1),
+                    &q.session.map(|s| s.to_hex()),
                 ],
             )
             .await
@@ -1338,6 +1340,9 @@ fn decision_line(
         } else {
             0
         },
+        session: d.session,
+        paced_ms: d.paced_ms,
+        step: d.step_fingerprint,
     }
 }
 
@@ -1370,6 +1375,9 @@ fn counts_from(row: &tokio_postgres::Row) -> WindowCounts {
         model_seen: row.get(5),
         fingerprint_seen: row.get(6),
         step_seen: row.get(9),
+        // The fleet does not pace yet: it reads no step pacing columns, and its gate decides
+        // a repeated step as a loop (`decide_with`).
+        ..WindowCounts::default()
     }
 }
 

@@ -82,8 +82,7 @@ impl Gatekeeper {
                     opening_receipt: body.clone(),
                 });
                 let reserved = reservation.as_ref().map_or(0, |r| r.nano);
-                let mut row = decision_row(&decision, decision_id, wire, reserved);
-                row.step_fingerprint = Some(shape.step_fingerprint);
+                let mut row = decision_row(&decision, decision_id, shape, reserved);
                 row.recorded_by = req.recorded_by;
                 let booking = Booking {
                     row,

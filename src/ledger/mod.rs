@@ -22,8 +22,8 @@ use crate::config::{BudgetPeriod, Config, KeyConfig, Prices};
 use crate::fleet::spool::Spool;
 use crate::fleet::Fleet;
 use crate::gate::{
-    decide_with, Approvals, Billed, BudgetState, Decision, GateInput, KeyState, Policy, Usage,
-    Verdict, Windows,
+    decide_paced, decide_with, Approvals, Billed, BudgetState, Decision, GateInput, KeyState,
+    Outcome, Policy, Usage, Verdict, Windows,
 };
 use crate::metrics::Metrics;
 use crate::receipt::{DecisionId, Envelope, ReceiptSigner};
@@ -546,6 +546,9 @@ impl Gatekeeper {
             policy.prices.insert(model.clone(), *prices);
         }
         let mut state = State::default();
+        let steps = &policy.gate.steps;
+        state.windows =
+            Windows::with_step_windows(steps.pace_window_ms(), steps.runaway_window_ms());
         for key in &config.keys {
             state.budgets.insert(
                 key.id.clone(),
@@ -668,7 +671,60 @@ impl Gatekeeper {
     }
 
     /// Decide a request, and in `Commit` mode count it, reserve, open holds, and book it.
+    /// The caller cannot hold the request: a repeated step past the loop thresholds is
+    /// BLOCKed as a loop ([`Gatekeeper::gate_paced`] paces it instead).
     pub fn gate(&self, req: &GateRequest, mode: Mode) -> GateOutcome {
+        match self.gate_step(req, mode, None) {
+            Ok(outcome) => outcome,
+            Err(_) => unreachable!("without `paced_ms` the pure gate never paces"),
+        }
+    }
+
+    /// Decide and book a request whose caller can hold it (the proxy, `POST /gate`): a
+    /// repeated step its pace window does not admit yet waits here — an async sleep, no
+    /// worker thread — and is decided afresh when the window admits it (SPEC §2.3; at most
+    /// `[gate.steps]`'s cap in all). Nothing counts it while it waits. On a fleet instance,
+    /// the fleet's decision (which does not pace: a repeated step there is a loop).
+    pub async fn gate_paced(
+        &self,
+        req: &GateRequest<'_>,
+    ) -> Result<GateOutcome, crate::fleet::FleetError> {
+        if self.fleet.is_some() {
+            return self.gate_fleet(req).await;
+        }
+        let started_ms = req.now_ms;
+        let mut now_ms = req.now_ms;
+        let mut waiting = None;
+        loop {
+            let at = GateRequest { now_ms, ..*req };
+            let paced_ms = now_ms.saturating_sub(started_ms);
+            match self.gate_step(&at, Mode::Commit, Some(paced_ms)) {
+                Ok(outcome) => {
+                    if paced_ms > 0 {
+                        self.metrics.paced.inc();
+                        self.metrics.paced_seconds.inc_by(paced_ms as f64 / 1_000.0);
+                    }
+                    return Ok(outcome);
+                }
+                Err(until_ms) => {
+                    waiting.get_or_insert_with(|| PacedGuard::new(&self.metrics));
+                    let wait = until_ms.saturating_sub(now_ms).max(1);
+                    tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+                    // The wall clock, as the proxy reads it; never behind the time waited for.
+                    now_ms = crate::now_ms().max(until_ms);
+                }
+            }
+        }
+    }
+
+    /// One decision; `paced_ms`: the caller can hold the request and has held it this long
+    /// (`Err(until)`: hold it until then, nothing was counted or booked).
+    fn gate_step(
+        &self,
+        req: &GateRequest,
+        mode: Mode,
+        paced_ms: Option<u64>,
+    ) -> Result<GateOutcome, u64> {
         let started = std::time::Instant::now();
         let shape = req.shape;
         let key_id = req.key.id.as_str();
@@ -695,7 +751,7 @@ impl Gatekeeper {
             if mode == Mode::Commit {
                 self.metrics.hold_resends.inc();
             }
-            return (*opened).clone();
+            return Ok((*opened).clone());
         }
 
         // The decision clock is strictly increasing per key: two decisions of one key never
@@ -745,7 +801,13 @@ impl Gatekeeper {
             counts,
             budget: st.budget_state(key_id, now_ms),
         };
-        let decision = decide_with(&policy, &input, approvals, &state, now_ms);
+        let decision = match paced_ms {
+            None => decide_with(&policy, &input, approvals, &state, now_ms),
+            Some(paced) => match decide_paced(&policy, &input, approvals, &state, paced, now_ms) {
+                Outcome::Decided(decision) => *decision,
+                Outcome::Pace { until_ms } => return Err(until_ms),
+            },
+        };
         drop(policy);
 
         let body = decision.receipt_body();
@@ -829,8 +891,7 @@ impl Gatekeeper {
                 0
             };
             drop(st);
-            let mut row = decision_row(&decision, decision_id, wire, reserved);
-            row.step_fingerprint = Some(shape.step_fingerprint);
+            let mut row = decision_row(&decision, decision_id, shape, reserved);
             row.recorded_by = req.recorded_by;
             self.store.submit(Event::Decision(row));
             for e in events {
@@ -849,11 +910,11 @@ impl Gatekeeper {
         self.metrics
             .decision_seconds
             .observe(started.elapsed().as_secs_f64());
-        GateOutcome {
+        Ok(GateOutcome {
             decision,
             envelope,
             decision_id,
-        }
+        })
     }
 
     fn count(&self, d: &Decision) {
@@ -1434,12 +1495,29 @@ fn fingerprint_prefix(fingerprint: Option<&Hash>) -> String {
     fingerprint.map(|f| f.hex_prefix(16)).unwrap_or_default()
 }
 
+/// Counts a request in `tokensaver_paced_waiting` while it is held.
+struct PacedGuard<'m>(&'m Metrics);
+
+impl<'m> PacedGuard<'m> {
+    fn new(metrics: &'m Metrics) -> Self {
+        metrics.paced_waiting.inc();
+        Self(metrics)
+    }
+}
+
+impl Drop for PacedGuard<'_> {
+    fn drop(&mut self) {
+        self.0.paced_waiting.dec();
+    }
+}
+
 fn decision_row(
     d: &Decision,
     decision_id: DecisionId,
-    wire: WireForm,
+    shape: &RequestShape,
     reserved_nano: u64,
 ) -> DecisionRow {
+    let wire = shape.wire_form();
     DecisionRow {
         decision_id,
         key_id: d.key_id.clone(),
@@ -1461,7 +1539,9 @@ fn decision_row(
         },
         findings_tokens: d.findings.iter().filter_map(|f| f.tokens).sum(),
         hold_id: d.hold_id.clone(),
-        step_fingerprint: None,
+        step_fingerprint: Some(shape.step_fingerprint),
         recorded_by: RecordSource::Proxy,
+        session: Some(shape.session).filter(|s| *s != Hash::default()),
+        paced_ms: d.paced_ms.unwrap_or(0),
     }
 }

@@ -1,5 +1,7 @@
 //! `tokensaver ledger`: the ledger as a terminal table, by tier, never merged.
 
+use serde::Serialize;
+
 use crate::config::Config;
 use crate::gate::Verdict;
 use crate::store::sqlite::SqliteStore;
@@ -168,11 +170,17 @@ pub fn render(days: &[LedgerDay], total: &LedgerTotals) -> String {
     out
 }
 
-pub fn print(config: &Config, key: Option<&str>) -> Result<(), String> {
+pub fn print(config: &Config, key: Option<&str>, sessions: bool) -> Result<(), String> {
     if let Some(k) = key {
         if config.key(k).is_none() {
             return Err("no key with this id in the config".into());
         }
+    }
+    if sessions {
+        let lines = all_decisions(config, key)?;
+        println!("sessions of {}", key.unwrap_or("every key"));
+        print!("{}", sessions_table(&sessions_of(&lines)));
+        return Ok(());
     }
     let (days, total) = match &config.fleet {
         // A fleet's ledger is its database's, whichever instance's config this is.
@@ -200,6 +208,170 @@ pub fn print(config: &Config, key: Option<&str>) -> Result<(), String> {
     println!("ledger for {}", key.unwrap_or("the fleet"));
     print!("{}", render(&days, &total));
     Ok(())
+}
+
+/// Every decision of `key` (or every key's), oldest first, from the fleet's database or the
+/// data dir's SQLite.
+fn all_decisions(
+    config: &Config,
+    key: Option<&str>,
+) -> Result<Vec<crate::store::DecisionLine>, String> {
+    let mut query = crate::store::DecisionQuery {
+        key_id: key.map(str::to_string),
+        limit: crate::store::sqlite::MAX_DECISIONS_PAGE,
+        ..Default::default()
+    };
+    let mut lines = Vec::new();
+    match &config.fleet {
+        Some(fleet) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?
+            .block_on(async {
+                let fleet = crate::fleet::Fleet::connect(
+                    fleet,
+                    crate::fleet::FleetLimits::from_config(config),
+                )
+                .await?;
+                loop {
+                    let page = fleet.decisions(&query).await.map_err(|e| e.to_string())?;
+                    lines.extend(page.decisions);
+                    match page.next_after {
+                        Some(next) => query.after = Some(next),
+                        None => return Ok::<_, String>(()),
+                    }
+                }
+            })?,
+        None => {
+            let store = SqliteStore::open(&config.data_dir, config.commit_interval_ms)
+                .map_err(|e| e.to_string())?;
+            loop {
+                let page = store.decisions(&query).map_err(|e| e.to_string())?;
+                lines.extend(page.decisions);
+                match page.next_after {
+                    Some(next) => query.after = Some(next),
+                    None => break,
+                }
+            }
+        }
+    }
+    Ok(lines)
+}
+
+/// One agent session as the ledger shows it (SPEC §2.11a): what it cost, how it was decided,
+/// and where it stopped making progress. Counts and hashes only, never content.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionSummary {
+    pub session: crate::request::Hash,
+    pub key_id: String,
+    pub first_ms: u64,
+    pub last_ms: u64,
+    pub calls: u64,
+    pub spend_nano: u64,
+    pub by_verdict: std::collections::BTreeMap<&'static str, u64>,
+    /// Decisions (SERVEs excepted: a SERVE buys nothing) whose step this session had already
+    /// taken: a repeated tool call with the same (normalised) result.
+    pub steps_repeated: u64,
+    /// Time the gate held the session's repeated steps in all.
+    pub paced_ms: u64,
+    /// When the session last took a step it had not taken before, and how many decisions
+    /// came after it: where it stopped making progress.
+    pub last_progress_ms: u64,
+    pub decisions_since_progress: u64,
+    /// The rule or band of the session's last decision when it was refused or held (BLOCK,
+    /// CHALLENGE): what ended it, if the gate did.
+    pub ended_by: Option<String>,
+}
+
+/// Decisions grouped into their sessions (decisions without one are left out), the most
+/// recently active session first. `lines` are oldest first, as the store lists them.
+pub fn sessions_of(lines: &[crate::store::DecisionLine]) -> Vec<SessionSummary> {
+    use std::collections::{HashMap, HashSet};
+    struct Open {
+        summary: SessionSummary,
+        steps: HashSet<crate::request::Hash>,
+    }
+    let mut open: HashMap<(&str, crate::request::Hash), Open> = HashMap::new();
+    for d in lines {
+        let Some(session) = d.session else { continue };
+        let entry = open
+            .entry((d.key_id.as_str(), session))
+            .or_insert_with(|| Open {
+                summary: SessionSummary {
+                    session,
+                    key_id: d.key_id.clone(),
+                    first_ms: d.decided_at_ms,
+                    last_ms: d.decided_at_ms,
+                    calls: 0,
+                    spend_nano: 0,
+                    by_verdict: Default::default(),
+                    steps_repeated: 0,
+                    paced_ms: 0,
+                    last_progress_ms: d.decided_at_ms,
+                    decisions_since_progress: 0,
+                    ended_by: None,
+                },
+                steps: HashSet::new(),
+            });
+        let s = &mut entry.summary;
+        s.calls += 1;
+        s.last_ms = s.last_ms.max(d.decided_at_ms);
+        s.spend_nano = s.spend_nano.saturating_add(d.spend_nano);
+        *s.by_verdict.entry(d.verdict.as_str()).or_default() += 1;
+        s.paced_ms = s.paced_ms.saturating_add(d.paced_ms);
+        let new_step = d.step.is_none_or(|step| entry.steps.insert(step));
+        if new_step {
+            s.last_progress_ms = d.decided_at_ms;
+            s.decisions_since_progress = 0;
+        } else {
+            s.decisions_since_progress += 1;
+            if d.verdict != Verdict::Serve {
+                s.steps_repeated += 1;
+            }
+        }
+        s.ended_by =
+            matches!(d.verdict, Verdict::Block | Verdict::Challenge).then(|| d.reason.clone());
+    }
+    let mut sessions: Vec<SessionSummary> = open.into_values().map(|o| o.summary).collect();
+    sessions
+        .sort_by(|a, b| (b.last_ms, &b.key_id, b.session).cmp(&(a.last_ms, &a.key_id, a.session)));
+    sessions
+}
+
+/// `tokensaver ledger --sessions`: one line per session.
+pub fn sessions_table(sessions: &[SessionSummary]) -> String {
+    let mut out = format!(
+        "{:<12} {:<16} {:<20} {:>6} {:>14} {:>9} {:>9} {:<24} {}\n",
+        "session",
+        "key",
+        "last decided (UTC)",
+        "calls",
+        "spend",
+        "repeated",
+        "paced s",
+        "ended by",
+        "verdicts"
+    );
+    for s in sessions {
+        let verdicts: Vec<String> = s
+            .by_verdict
+            .iter()
+            .map(|(v, n)| format!("{v} {n}"))
+            .collect();
+        out.push_str(&format!(
+            "{:<12} {:<16} {:<20} {:>6} {:>14} {:>9} {:>9} {:<24} {}\n",
+            &s.session.to_hex()[..12],
+            s.key_id,
+            utc_time(s.last_ms),
+            s.calls,
+            usd(s.spend_nano),
+            s.steps_repeated,
+            s.paced_ms / 1_000,
+            s.ended_by.as_deref().unwrap_or("-"),
+            verdicts.join(", ")
+        ));
+    }
+    out
 }
 
 #[cfg(test)]

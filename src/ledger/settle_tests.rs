@@ -259,6 +259,7 @@ fn the_decisions_listing_pages_by_time_and_names_each_settlement() {
         to_ms: None,
         after,
         limit,
+        session: None,
     };
     let first = gk.decisions(&query(None, 2)).unwrap();
     assert_eq!(first.decisions.len(), 2);

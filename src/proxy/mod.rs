@@ -373,7 +373,7 @@ impl GateProxy {
             Identity::Remote(_) => request::parse,
             Identity::Local(_) => request::parse_for_decision,
         };
-        let parsed = match parse(route, &body, &caller.fingerprint_key) {
+        let mut parsed = match parse(route, &body, &caller.fingerprint_key) {
             Ok(parsed) => parsed,
             Err(e) => {
                 return Ok(Err(GateError::new(
@@ -384,7 +384,13 @@ impl GateProxy {
                 )))
             }
         };
-        let (human, hold_id) = crate::body::caller_headers(&session.req_header().headers);
+        let headers = &session.req_header().headers;
+        // A client that names its session (Claude Code, Codex) is grouped by that name.
+        if let Some(named) = crate::body::session_header(headers) {
+            parsed.shape.session =
+                request::session::session_of_header(named, &caller.fingerprint_key);
+        }
+        let (human, hold_id) = crate::body::caller_headers(headers);
         let answer_key = AnswerKey {
             key_id: caller.key_id.clone(),
             fingerprint: parsed.shape.fingerprint,
@@ -423,9 +429,10 @@ impl GateProxy {
                     now_ms: now_ms(),
                     recorded_by: RecordSource::Proxy,
                 };
+                // A repeated step may be held here until its window admits it (SPEC §2.3).
                 let outcome = self
                     .gatekeeper
-                    .gate_fleet(&request)
+                    .gate_paced(&request)
                     .await
                     .map_err(|_| GateError::fleet_unavailable())?;
                 let d = &outcome.decision;

@@ -24,7 +24,10 @@ use crate::request::Digest;
 
 /// A decision or record answer is a few hundred bytes; anything near this is not the gate.
 const MAX_ANSWER_BYTES: usize = 1024 * 1024;
-const TIMEOUT: Duration = Duration::from_secs(30);
+/// Longer than the longest the central gate holds a repeated step before it answers
+/// (`[gate.steps]`: the pace window plus its slack, 150 s by default, at most 240 s; SPEC
+/// §2.3).
+const TIMEOUT: Duration = Duration::from_secs(270);
 /// Pooled connections to the gate are dropped after this long idle.
 const IDLE: Duration = Duration::from_secs(60);
 

@@ -91,6 +91,13 @@ pub struct DecisionRow {
     /// Who may settle this decision's reservation (rows written before it: the proxy).
     #[serde(default)]
     pub recorded_by: RecordSource,
+    /// The agent session (SPEC §2.11a): a keyed hash; blanked by `POST /forget`. `None` in
+    /// rows written before it and for a digest that carried none.
+    #[serde(default)]
+    pub session: Option<Hash>,
+    /// How long the gate held the request before deciding it (a paced repeated step).
+    #[serde(default)]
+    pub paced_ms: u64,
 }
 
 /// Provider-reported usage for a forwarded decision, and the spend it settles.
@@ -479,6 +486,8 @@ pub struct DecisionQuery {
     /// Start after this decision (the last one of the previous page).
     pub after: Option<DecisionId>,
     pub limit: usize,
+    /// Only this session's decisions.
+    pub session: Option<Hash>,
 }
 
 /// One decision as `GET /ledger/decisions` lists it, with its settlement: never content.
@@ -515,6 +524,15 @@ pub struct DecisionLine {
     pub tokens_not_bought: u64,
     /// BLOCK: the worst case the call could have cost (reported apart, never added).
     pub worst_case_tokens_avoided: u64,
+    /// The agent session (SPEC §2.11a), a keyed hash; `None` before it was kept or after
+    /// `POST /forget`.
+    pub session: Option<Hash>,
+    /// How long the gate held the request before deciding it (a paced repeated step).
+    pub paced_ms: u64,
+    /// The step fingerprint, for grouping sessions ([`crate::ledger::report::sessions_of`]);
+    /// not listed.
+    #[serde(skip)]
+    pub step: Option<Hash>,
 }
 
 /// A page of decisions, and where the next one starts.

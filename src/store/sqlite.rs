@@ -294,6 +294,13 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE decisions ADD COLUMN recorded_by TEXT NOT NULL DEFAULT 'proxy'
         CHECK (recorded_by IN ('proxy', 'digest'));
     "#,
+    // 8: sessions (SPEC §2.11a) and pacing (§2.3): the agent session a decision belongs to
+    // (a keyed hash, blanked by `Forget` with the fingerprint) and how long the gate held it.
+    r#"
+    ALTER TABLE decisions ADD COLUMN session BLOB;
+    ALTER TABLE decisions ADD COLUMN paced_ms INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX decisions_by_session ON decisions (key_id, session);
+    "#,
 ];
 
 macro_rules! decision_columns {
@@ -301,18 +308,18 @@ macro_rules! decision_columns {
         "decision_id, key_id, fingerprint, verdict, reason, score, model_requested, \
          model_served, wire, decided_at_ms, reserved_nano, worst_case_tokens, \
          tokens_not_bought, worst_case_tokens_avoided, findings_tokens, hold_id, \
-         step_fingerprint, recorded_by"
+         step_fingerprint, recorded_by, session, paced_ms"
     };
 }
 const DECISION_COLUMNS: &str = decision_columns!();
 /// How many columns [`DECISION_COLUMNS`] names: a query's own columns follow them.
-const DECISION_COLUMN_COUNT: usize = 18;
+const DECISION_COLUMN_COUNT: usize = 20;
 /// Built once: the statement cache is keyed by the SQL text.
 const INSERT_DECISION: &str = concat!(
     "INSERT INTO decisions (",
     decision_columns!(),
     ", open) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
-     ?18, ?19)"
+     ?18, ?19, ?20, ?21)"
 );
 /// Whether decision `d` is settled: it has a usage row (stored after it, or before it) or an
 /// expiry charge.
@@ -876,13 +883,14 @@ impl Store for SqliteStore {
                  COALESCE(u1.cache_write_1h, u2.cache_write_1h), \
                  COALESCE(u1.cache_read, u2.cache_read), COALESCE(u1.output, u2.output), \
                  COALESCE(u1.web_search_requests, u2.web_search_requests), \
-                 COALESCE(u1.spend_nano, u2.spend_nano), e.at_ms, e.charged_nano \
+                 COALESCE(u1.spend_nano, u2.spend_nano), e.at_ms, e.charged_nano, \
+                 d.session, d.paced_ms, d.step_fingerprint \
                  FROM decisions AS d \
                  LEFT JOIN usage AS u1 ON u1.decision = d.id \
                  LEFT JOIN usage AS u2 ON u2.decision IS NULL AND u2.decision_id = d.decision_id \
                  LEFT JOIN reservation_expiries AS e ON e.decision_id = d.decision_id \
                  WHERE {key_clause} AND d.decided_at_ms >= ?2 AND d.decided_at_ms < ?3 \
-                 AND (d.decided_at_ms, d.id) > (?4, ?5) \
+                 AND (d.decided_at_ms, d.id) > (?4, ?5) AND (?7 IS NULL OR d.session = ?7) \
                  ORDER BY d.decided_at_ms, d.id LIMIT ?6"
             );
             let from = q.from_ms.map(to_i64).unwrap_or(i64::MIN);
@@ -896,7 +904,8 @@ impl Store for SqliteStore {
                         to,
                         after_ms,
                         after_row,
-                        to_i64(limit as u64 + 1)
+                        to_i64(limit as u64 + 1),
+                        q.session,
                     ],
                     decision_line,
                 )
@@ -989,6 +998,9 @@ fn decision_line(r: &Row<'_>) -> rusqlite::Result<DecisionLine> {
         } else {
             0
         },
+        session: r.get(26)?,
+        paced_ms: get_u64(r, 27)?,
+        step: r.get(28)?,
     })
 }
 
@@ -1276,6 +1288,8 @@ fn apply(conn: &Connection, event: &Event, pairs: &mut Pairs) -> rusqlite::Resul
                 d.hold_id,
                 d.step_fingerprint,
                 d.recorded_by.as_str(),
+                d.session,
+                to_i64(d.paced_ms),
                 open,
             ])?;
             if settled_here {
@@ -1446,7 +1460,7 @@ fn apply(conn: &Connection, event: &Event, pairs: &mut Pairs) -> rusqlite::Resul
             conn.prepare_cached("DELETE FROM recorded WHERE key_id = ?1")?
                 .execute([key_id])?;
             conn.prepare_cached(
-                "UPDATE decisions SET fingerprint = NULL, step_fingerprint = NULL \
+                "UPDATE decisions SET fingerprint = NULL, step_fingerprint = NULL, session = NULL \
                  WHERE key_id = ?1 AND fingerprint IS NOT NULL",
             )?
             .execute([key_id])?;
@@ -1767,6 +1781,8 @@ fn decision_from_row(r: &Row<'_>) -> rusqlite::Result<DecisionRow> {
                 )
             })?
         },
+        session: r.get(18)?,
+        paced_ms: get_u64(r, 19)?,
     })
 }
 

@@ -49,6 +49,16 @@ CODEX_TOOLS_MODEL = "gpt-5.5"
 SDK_MODEL = "gpt-5.6-luna"
 
 # The keys every test gate has: (id, human default, budget in micro-USD, profile).
+# The step windows scaled down for the tests (the defaults: a 120 s pace window, 30 s slack,
+# the 30th repeat within 1,800 s stopped); the outcomes are the defaults', in seconds.
+PACE_WINDOW_MS = 2_000
+RUNAWAY_REPEATS = 5
+STEPS = f"""[gate.steps]
+pace_window_secs = {PACE_WINDOW_MS // 1000}
+pace_slack_secs = 2
+runaway_repeats = {RUNAWAY_REPEATS}
+runaway_window_secs = 120"""
+
 KEYS = [
     ("agent", False, 100_000_000, "agent"),  # an unattended agent, $100 a day
     ("attended", True, 100_000_000, "agent"),  # a person at the terminal
@@ -107,6 +117,8 @@ credential_env = "AGENT_TESTS_PROVIDER_KEY"
 
 [admin]
 key_hash = "{ADMIN_HASH}"
+
+{STEPS}
 
 {profile}
 
@@ -239,6 +251,15 @@ def gate():
     finally:
         g.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def assert_paced(calls: list[dict], admits: int) -> None:
+    """No more than `admits` of these calls (one repeated step) reached the provider within
+    any pace window, as the provider saw them arrive."""
+    times = [c["at_unix_ms"] for c in calls]
+    for i in range(len(times) - admits):
+        span = times[i + admits] - times[i]
+        assert span >= PACE_WINDOW_MS - 100, f"{admits + 1} identical steps in {span} ms: {times}"
 
 
 def loop_rules(verdicts: dict) -> dict:

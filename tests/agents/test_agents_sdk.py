@@ -3,7 +3,7 @@ and on chat completions, against the built-in provider."""
 
 import pytest
 
-from conftest import loop_rules, score_verdicts
+from conftest import RUNAWAY_REPEATS, assert_paced, loop_rules, score_verdicts
 
 APIS = ["responses", "chat"]
 PATHS = {"responses": "/v1/responses", "chat": "/v1/chat/completions"}
@@ -36,21 +36,36 @@ def test_a_rerun_at_temperature_zero_is_served_and_accepted(gate, api):
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_a_runaway_is_stopped_by_the_loop_rule_and_shown_not_retried(gate, api):
+def test_a_runaway_is_paced_then_stopped_and_shown_not_retried(gate, api):
     run = gate.sdk("agent", api, "Wait for the job. tokensaver-mock:loop", "--max-turns", "40")
     assert run.code == 1
     assert run.stdout.startswith("RateLimitError"), run.output
     assert "runaway" in run.stdout
-    assert len(gate.provider_calls()) == 4
-    assert loop_rules(gate.verdicts()) == {"runaway_loop_unattended": 1}
+    calls = gate.provider_calls()
+    assert len(calls) == RUNAWAY_REPEATS
+    assert_paced(calls[1:], 3)
+    assert loop_rules(gate.verdicts()) == {"runaway_step": 1}
     assert not score_verdicts(gate.verdicts())
 
 
-def test_an_attended_runaway_is_stopped_by_runaway_loop(gate):
+def test_an_attended_runaway_is_stopped_by_runaway_step(gate):
     run = gate.sdk("attended", "responses", "Wait. tokensaver-mock:loop", "--max-turns", "40")
     assert run.code == 1, run.output
-    assert len(gate.provider_calls()) == 8
-    assert loop_rules(gate.verdicts()) == {"runaway_loop": 1}
+    assert len(gate.provider_calls()) == RUNAWAY_REPEATS
+    assert loop_rules(gate.verdicts()) == {"runaway_step": 1}
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("key", ["agent", "attended"])
+def test_a_job_polled_past_the_loop_limit_completes(gate, api, key):
+    run = gate.sdk(key, api, "Wait for the job. tokensaver-mock:poll=6", "--max-turns", "12")
+    assert run.code == 0, run.output
+    assert "tokensaver-done after 6 steps" in run.stdout
+    calls = gate.provider_calls()
+    assert len(calls) == 7
+    assert not loop_rules(gate.verdicts()) and not score_verdicts(gate.verdicts())
+    if key == "agent":
+        assert_paced(calls[1:], 3)
 
 
 @pytest.mark.parametrize("api", APIS)

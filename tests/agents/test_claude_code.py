@@ -1,6 +1,8 @@
 """Claude Code (`claude -p`) through the gate, against the built-in provider."""
 
-from conftest import HOLD_ID, loop_rules, score_verdicts
+import pytest
+
+from conftest import HOLD_ID, RUNAWAY_REPEATS, assert_paced, loop_rules, score_verdicts
 
 
 def test_a_tool_using_session_is_allowed_and_its_usage_recorded(gate):
@@ -15,27 +17,39 @@ def test_a_tool_using_session_is_allowed_and_its_usage_recorded(gate):
     gate.assert_ledger_matches_provider("agent")
 
 
-def test_a_runaway_is_stopped_by_the_loop_rule_and_shown_not_retried(gate):
+def test_a_runaway_is_paced_then_stopped_and_shown_not_retried(gate):
     run = gate.claude("agent", "Wait for the job. tokensaver-mock:loop", gate.tmp / "home", 30)
     assert run.code != 0
-    # The first call, then three identical steps; the 4th identical step is refused (one call
-    # more if Claude Code slips in its "the user hasn't heard from you" system turn).
-    assert len(gate.provider_calls()) in (4, 5)
-    assert loop_rules(gate.verdicts()) == {"runaway_loop_unattended": 1}
+    # The first call, then identical steps, at most 3 per pace window (unattended); the
+    # RUNAWAY_REPEATS-th is refused (one call more if Claude Code slips in its "the user hasn't
+    # heard from you" system turn, which makes one step differ).
+    calls = gate.provider_calls()
+    assert len(calls) in (RUNAWAY_REPEATS, RUNAWAY_REPEATS + 1)
+    assert loop_rules(gate.verdicts()) == {"runaway_step": 1}
     assert not score_verdicts(gate.verdicts())
     assert "429" in run.stdout and "runaway" in run.stdout, run.output
     gate.assert_ledger_matches_provider("agent")
 
 
-def test_an_attended_runaway_is_stopped_by_runaway_loop(gate):
+def test_an_attended_runaway_is_stopped_by_runaway_step(gate):
     run = gate.claude("attended", "Wait for the job. tokensaver-mock:loop", gate.tmp / "home", 30)
     assert run.code != 0
-    # Seven identical steps pass and the 8th is refused: 8 calls, or 9 when Claude Code slips
-    # in its "the user hasn't heard from you" system turn, which makes one step differ.
-    assert len(gate.provider_calls()) in (8, 9)
-    assert loop_rules(gate.verdicts()) == {"runaway_loop": 1}
+    assert len(gate.provider_calls()) in (RUNAWAY_REPEATS, RUNAWAY_REPEATS + 1)
+    assert loop_rules(gate.verdicts()) == {"runaway_step": 1}
     assert not score_verdicts(gate.verdicts())
     assert "429" in run.stdout, run.output
+
+
+@pytest.mark.parametrize("key", ["agent", "attended"])
+def test_a_job_polled_past_the_loop_limit_completes(gate, key):
+    run = gate.claude(key, "Wait for the job. tokensaver-mock:poll=6", gate.tmp / "home", 30)
+    assert run.code == 0, run.output
+    assert "tokensaver-done after 6 steps" in run.stdout
+    calls = gate.provider_calls()
+    assert len(calls) == 7
+    assert not loop_rules(gate.verdicts()) and not score_verdicts(gate.verdicts())
+    if key == "agent":
+        assert_paced(calls[1:], 3)
 
 
 def test_a_session_that_makes_progress_is_not_stopped(gate):

@@ -1,6 +1,8 @@
 """Codex CLI (`codex exec`, Responses API) through the gate, against the built-in provider."""
 
-from conftest import CODEX_MODEL, HOLD_ID, loop_rules, score_verdicts
+import pytest
+
+from conftest import CODEX_MODEL, HOLD_ID, RUNAWAY_REPEATS, assert_paced, loop_rules, score_verdicts
 
 
 def test_codex_default_model_gets_an_answer(gate):
@@ -31,18 +33,31 @@ def test_a_session_that_makes_progress_is_not_stopped(gate):
     assert gate.verdicts() == {("ALLOW", "allowed"): 10}
 
 
-def test_a_runaway_is_stopped_by_a_runaway_rule_not_the_score(gate):
+def test_a_runaway_is_paced_then_stopped_by_a_runaway_rule_not_the_score(gate):
     # Codex wraps every command's output in a random "Chunk ID" and a "Wall time"; the step
-    # normaliser (SPEC §2.1) takes them out, so its stuck `echo` is one repeated step and the
-    # loop rule sees it: three repeats reach the provider, the fourth is refused (unattended
-    # key). Codex gives up on the 429.
+    # normaliser (SPEC §2.1) takes them out, so its stuck `echo` is one repeated step: paced
+    # at 3 per window (unattended), stopped at the RUNAWAY_REPEATS-th. Codex gives up on 429.
     run = gate.codex("agent", "Wait for the job. tokensaver-mock:loop", gate.tmp / "codex")
     assert run.code != 0
     assert "429" in run.output, run.output
-    assert len(gate.provider_calls()) == 4
-    assert loop_rules(gate.verdicts()) == {"runaway_loop_unattended": 1}
+    calls = gate.provider_calls()
+    assert len(calls) == RUNAWAY_REPEATS
+    assert_paced(calls[1:], 3)
+    assert loop_rules(gate.verdicts()) == {"runaway_step": 1}
     assert not score_verdicts(gate.verdicts())
     gate.assert_ledger_matches_provider("agent")
+
+
+@pytest.mark.parametrize("key", ["agent", "attended"])
+def test_a_job_polled_past_the_loop_limit_completes(gate, key):
+    run = gate.codex(key, "Wait for the job. tokensaver-mock:poll=6", gate.tmp / "codex")
+    assert run.code == 0, run.output
+    assert "tokensaver-done after 6 steps" in run.stdout
+    calls = gate.provider_calls()
+    assert len(calls) == 7
+    assert not loop_rules(gate.verdicts()) and not score_verdicts(gate.verdicts())
+    if key == "agent":
+        assert_paced(calls[1:], 3)
 
 
 def test_a_hold_is_released_by_a_person_and_the_rerun_passes(gate):

@@ -26,11 +26,22 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("TOKENSAVER_BIN", ROOT / "target" / "debug" / "tokensaver"))
 PAIRS = [
     "bugfix-vat-rounding:agents-sdk",       # a bug fixed; nothing for the gate to do
-    "poll-export-job:claude-code",          # r1 polls 4 identical times: the loop rule stops it
+    "poll-export-job:claude-code",          # r1 polls 4 identical times: paced, it completes
     "rerun-sales-report:agents-sdk-chat",   # temperature 0, two sessions: the second is served
     "runaway-migration:claude-code",        # a stuck agent: stopped early, fails either way
     "flaky-fetch:codex",                    # retries of a flaky tool: not a runaway
 ]
+
+
+def scaled_steps(config: str) -> str:
+    """`[gate.steps]` of the example config with a 3 s pace window (3 s slack, 120 s bound)."""
+    scaled = {"pace_window_secs = 120": "pace_window_secs = 3",
+              "pace_slack_secs = 30": "pace_slack_secs = 3",
+              "runaway_window_secs = 1_800": "runaway_window_secs = 120"}
+    for default, test in scaled.items():
+        assert default in config, default
+        config = config.replace(default, test)
+    return config
 
 
 @pytest.fixture(scope="module")
@@ -42,19 +53,22 @@ def recorded():
     econ.mkdir()
     shutil.copy(ROOT / "corpus/economics/methodology.json", econ)
     shutil.copytree(ROOT / "corpus/economics/tasks", econ / "tasks")
+    # The example config with its step windows scaled down (a repeated step is paced for up
+    # to 150 s by default; the defaults' outcome is the same, only slower).
+    config = tmp / "tokensaver.toml"
+    config.write_text(scaled_steps((ROOT / "config/tokensaver.toml").read_text()))
     run = subprocess.run(
         [BIN, "economics", "run", "--dir", econ, "--reps", "1", "--only", ",".join(PAIRS),
-         "--config", ROOT / "config/tokensaver.toml"],
+         "--config", config],
         cwd=ROOT, capture_output=True, text=True, timeout=170,
     )
     assert run.returncode == 0, run.stdout + run.stderr
     summary = subprocess.run(
-        [BIN, "economics", "summary", "--dir", econ, "--json",
-         "--config", ROOT / "config/tokensaver.toml"],
+        [BIN, "economics", "summary", "--dir", econ, "--json", "--config", config],
         cwd=ROOT, capture_output=True, text=True, check=True,
     )
     text = subprocess.run(
-        [BIN, "economics", "summary", "--dir", econ, "--config", ROOT / "config/tokensaver.toml"],
+        [BIN, "economics", "summary", "--dir", econ, "--config", config],
         cwd=ROOT, capture_output=True, text=True, check=True,
     ).stdout
     files = sorted((econ / "evidence" / "agent-sessions").glob("*.json"))
@@ -89,9 +103,10 @@ def test_every_pair_is_judged_by_its_task(recorded):
     assert live["pairs"]["attempted"] == len(PAIRS)
     assert pair(s, "bugfix-vat-rounding:agents-sdk")["status"] == "valid"
     assert pair(s, "flaky-fetch:codex")["status"] == "valid"
+    # A job polled past the loop limit is paced, not stopped (issue 24): the task completes.
     poll = pair(s, "poll-export-job:claude-code")
-    assert poll["status"] == "treatment_failed", poll
-    assert any("runaway_loop_unattended" in r for r in poll["refusals"]), poll
+    assert poll["status"] == "valid", poll
+    assert not poll.get("refusals"), poll
     runaway = pair(s, "runaway-migration:claude-code")
     assert runaway["status"] == "both_failed", runaway
     assert runaway["treatment_usage"]["total"] < runaway["control_usage"]["total"] / 2
@@ -121,7 +136,7 @@ def test_the_statement_is_a_simulations(recorded):
     assert s["simulated"] is True and s["verdict"]["publishable"] is False
     st = s["verdict"]["statement"]
     assert st.startswith("In a simulation against a scripted provider, "), st
-    assert "poll-export-job (claude-code r1)" in st, st
+    assert "No task failed under the gate that succeeded without it." in st, st
     assert f"of {len(PAIRS)} attempted pairs over {len(PAIRS)} tasks" in st, st
     assert all(m["status"] != "verified" for m in s["metrics"])
     text = recorded["text"]

@@ -8,7 +8,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tokensaver::demo::{free_port, wait_for_port};
+use tokensaver::demo::{free_ports, wait_for_port};
 pub use tokensaver_mock_provider::UsageCounting;
 use tokensaver_mock_provider::{MockProvider, ProviderOptions};
 
@@ -212,9 +212,10 @@ impl Harness {
     }
 
     fn try_launch(&mut self) -> bool {
-        self.proxy = ([127, 0, 0, 1], free_port().unwrap()).into();
-        self.api = ([127, 0, 0, 1], free_port().unwrap()).into();
-        self.admin = ([127, 0, 0, 1], free_port().unwrap()).into();
+        let [proxy, api, admin] = free_ports::<3>().unwrap();
+        self.proxy = ([127, 0, 0, 1], proxy).into();
+        self.api = ([127, 0, 0, 1], api).into();
+        self.admin = ([127, 0, 0, 1], admin).into();
         self.write_config();
         let log = std::fs::OpenOptions::new()
             .create(true)

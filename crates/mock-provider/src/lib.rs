@@ -324,8 +324,8 @@
 //! # Scripted agents
 //!
 //! Real agent clients can be driven in a closed loop. A request is **scripted** when
-//! 1. the text of one of its user turns contains a marker: `tokensaver-mock:loop`, or
-//!    `tokensaver-mock:steps=N` with N ≥ 1 (decimal), followed by the end of the text or a
+//! 1. the text of one of its user turns contains a marker: `tokensaver-mock:loop`,
+//!    `tokensaver-mock:steps=N` or `tokensaver-mock:poll=N` with N ≥ 1 (decimal), followed by the end of the text or a
 //!    character other than an ASCII letter, digit or `=`. User turns are `messages[]` with
 //!    `role: "user"` and, for Responses, a string `input` or `input[]` items with
 //!    `role: "user"`; their text is a string `content` or the `text` of each content part
@@ -343,7 +343,10 @@
 //! * `steps=N`, `k < N`: one tool call running `CMD = echo tokensaver-step-<k+1>`;
 //! * `steps=N`, `k ≥ N`: the final text `tokensaver-done after <k> steps` (no word rules, no
 //!   cap; `O` = its 4 words; streamed word by word like a reply);
-//! * `loop`: always one tool call running `CMD = echo tokensaver-loop`.
+//! * `loop`: always one tool call running `CMD = echo tokensaver-loop`;
+//! * `poll=N` (N ≥ 1), `k < N`: one tool call running `CMD = echo tokensaver-poll` (a job
+//!   polled: the same step each time); `k ≥ N`: the final text `tokensaver-done after <k>
+//!   steps`.
 //!
 //! **The tool** is the one named `Bash`, else `shell`, else `exec_command`, else the Responses
 //! built-in `local_shell`, else the first callable tool; its arguments:

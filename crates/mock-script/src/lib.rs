@@ -150,7 +150,13 @@ pub enum Marker {
     Loop,
     /// `tokensaver-mock:steps=N` (N ≥ 1): N tool calls, then a final answer.
     Steps(u64),
+    /// `tokensaver-mock:poll=N` (N ≥ 1): the same status call N times (a job polled until it
+    /// is done: one repeated step), then the final answer.
+    Poll(u64),
 }
+
+/// The command of every `tokensaver-mock:poll=N` tool call.
+pub const POLL_COMMAND: &str = "echo tokensaver-poll";
 
 /// What a scripted request gets instead of the word reply.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -206,6 +212,8 @@ pub fn scripted(body: &Value) -> Option<Scripted> {
         Marker::Loop => LOOP_COMMAND.to_owned(),
         Marker::Steps(n) if k < n => format!("echo tokensaver-step-{}", k + 1),
         Marker::Steps(_) => return Some(Scripted::Done { steps: k }),
+        Marker::Poll(n) if k < n => POLL_COMMAND.to_owned(),
+        Marker::Poll(_) => return Some(Scripted::Done { steps: k }),
     };
     let input = arguments_for(tool, &command, k);
     let arguments = serde_json::to_string(&input).unwrap_or_default();
@@ -288,13 +296,17 @@ pub fn parse_marker(text: &str) -> Option<Marker> {
         if word == "loop" {
             return Some(Marker::Loop);
         }
-        if let Some(n) = word
-            .strip_prefix("steps=")
-            .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|d| d.parse::<u64>().ok())
-            .filter(|&n| n >= 1)
-        {
+        let count = |prefix: &str| {
+            word.strip_prefix(prefix)
+                .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|d| d.parse::<u64>().ok())
+                .filter(|&n| n >= 1)
+        };
+        if let Some(n) = count("steps=") {
             return Some(Marker::Steps(n));
+        }
+        if let Some(n) = count("poll=") {
+            return Some(Marker::Poll(n));
         }
         rest = after;
     }
@@ -844,6 +856,11 @@ mod tests {
             Some(Marker::Steps(3))
         );
         assert_eq!(parse_marker("tokensaver-mock:steps=0"), None);
+        assert_eq!(
+            parse_marker("tokensaver-mock:poll=6."),
+            Some(Marker::Poll(6))
+        );
+        assert_eq!(parse_marker("tokensaver-mock:poll=0"), None);
         assert_eq!(parse_marker("tokensaver-mock:steps="), None);
         assert_eq!(parse_marker("tokensaver-mock:loopy"), None);
         assert_eq!(

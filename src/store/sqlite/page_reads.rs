@@ -120,6 +120,8 @@ mod tests {
             hold_id: None,
             step_fingerprint: None,
             recorded_by: Default::default(),
+            session: None,
+            paced_ms: 0,
         }
     }
 

@@ -97,6 +97,18 @@ pub struct Decision {
     /// The attending lease (its hold id) under which this request was scored as attended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attending_lease: Option<String>,
+    /// How long the gate held this request before deciding it (a repeated step paced until
+    /// its window admitted it, SPEC §2.3). Absent when it was not held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paced_ms: Option<u64>,
+}
+
+/// What the gate does with a request when it can hold one: decide it, or hold it until
+/// `until_ms` and decide it afresh then ([`decide_paced`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Decided(Box<Decision>),
+    Pace { until_ms: u64 },
 }
 
 /// The signed receipt body. Field order is fixed by this struct, so the bytes are canonical.
@@ -125,6 +137,8 @@ struct ReceiptBody<'a> {
     approved_hold: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     attending_lease: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    paced_ms: Option<u64>,
 }
 
 impl Decision {
@@ -161,6 +175,7 @@ impl Decision {
             worst_case_tokens_avoided: self.worst_case_tokens_avoided,
             approved_hold: self.approved_hold.as_deref(),
             attending_lease: self.attending_lease.as_deref(),
+            paced_ms: self.paced_ms,
         };
         serde_json::to_vec(&body).unwrap_or_default()
     }
@@ -195,6 +210,8 @@ pub fn decide(policy: &Policy, input: &GateInput, state: &KeyState, now_ms: u64)
 }
 
 /// [`decide`] with a person's approvals, which the decision and its receipt name. Pure too.
+/// The caller cannot hold the request: a repeated step past the loop thresholds is BLOCKed
+/// by the loop rules, as every identical request.
 pub fn decide_with(
     policy: &Policy,
     input: &GateInput,
@@ -202,21 +219,65 @@ pub fn decide_with(
     state: &KeyState,
     now_ms: u64,
 ) -> Decision {
+    match decide_approved(policy, input, approvals, state, None, now_ms) {
+        Ok(decision) => decision,
+        Err(_) => unreachable!("without `paced_ms` the gate never paces"),
+    }
+}
+
+/// [`decide_with`] for a caller that can hold a request (SPEC §2.3, "Literal repeats and
+/// repeated steps"), which has held this one `paced_ms` so far. A repeated step its pace window
+/// does not admit yet gets [`Outcome::Pace`]: hold it (not counted anywhere) until `until_ms`,
+/// then decide it afresh with the time held. A wait that would take the hold past
+/// `[gate.steps]`'s cap is not offered: the step is BLOCKed as a loop. Pure too.
+pub fn decide_paced(
+    policy: &Policy,
+    input: &GateInput,
+    approvals: Approvals<'_>,
+    state: &KeyState,
+    paced_ms: u64,
+    now_ms: u64,
+) -> Outcome {
+    match decide_approved(policy, input, approvals, state, Some(paced_ms), now_ms) {
+        Err(until_ms) => Outcome::Pace { until_ms },
+        Ok(mut decision) => {
+            decision.paced_ms = Some(paced_ms).filter(|&p| p > 0);
+            Outcome::Decided(Box::new(decision))
+        }
+    }
+}
+
+fn decide_approved(
+    policy: &Policy,
+    input: &GateInput,
+    approvals: Approvals<'_>,
+    state: &KeyState,
+    paced_ms: Option<u64>,
+    now_ms: u64,
+) -> Result<Decision, u64> {
     let lease = approvals.lease.filter(|_| !input.human);
     let input = &GateInput {
         human: input.human || lease.is_some(),
         approved_hold: input.approved_hold || approvals.hold.is_some(),
         ..*input
     };
-    let mut decision = decide_inner(policy, input, state, now_ms);
+    let mut decision = decide_inner(policy, input, state, paced_ms, now_ms)?;
     decision.attending_lease = lease.map(str::to_string);
     if decision.verdict.forwards() {
         decision.approved_hold = approvals.hold.map(str::to_string);
     }
-    decision
+    Ok(decision)
 }
 
-fn decide_inner(policy: &Policy, input: &GateInput, state: &KeyState, now_ms: u64) -> Decision {
+/// The decision, or — only when the caller can hold the request (`paced_ms`) — `Err(until)`:
+/// hold it until then and decide it afresh.
+fn decide_inner(
+    policy: &Policy,
+    input: &GateInput,
+    state: &KeyState,
+    paced_ms: Option<u64>,
+    now_ms: u64,
+) -> Result<Decision, u64> {
     let cfg = &policy.gate;
     let shape = input.shape;
     let prices = policy.prices.get(&shape.model);
@@ -253,47 +314,74 @@ fn decide_inner(policy: &Policy, input: &GateInput, state: &KeyState, now_ms: u6
         worst_case_tokens_avoided: None,
         approved_hold: None,
         attending_lease: None,
+        paced_ms: None,
     };
     let avoided = if input.held { Some(0) } else { worst.tokens() };
 
     // 1. Hard rules that stop runaway automation: absolute for literal repeats (SPEC §2.3).
     if let Some(rule) = rules::literal_runaway_rule(&state.counts, input.human) {
-        return block(decision, Some(rule), None, avoided);
+        return Ok(block(decision, Some(rule), None, avoided));
     }
     // 2. An answer held, with its usage recorded, where reuse is allowed. A SERVE buys
     // nothing: a repeated step that can be SERVEd (a temperature-0 rerun) is SERVEd.
     if servable {
         decision.verdict = Verdict::Serve;
         decision.tokens_not_bought = input.held_usage;
-        return decision;
+        return Ok(decision);
     }
     // 2a. A repeated step (the same step fingerprint, another history) counts as identical.
-    if let Some(rule) = rules::step_loop_rule(&state.counts, input.human) {
-        return block(decision, Some(rule), None, avoided);
+    // A caller that can hold it paces it until its window admits it, and a step repeated past
+    // the long bound is stopped; one that cannot hold it stops it as a loop.
+    match paced_ms {
+        Some(paced) => match rules::step_check(&cfg.steps, &state.counts, input.human) {
+            rules::StepCheck::Clear => {}
+            rules::StepCheck::Runaway => {
+                return Ok(block(decision, Some(Rule::RunawayStep), None, avoided));
+            }
+            rules::StepCheck::PaceUntil(until) => {
+                let rule = if input.human {
+                    Rule::RunawayLoop
+                } else {
+                    Rule::RunawayLoopUnattended
+                };
+                let stop = block(decision, Some(rule), None, avoided);
+                let held = paced.saturating_add(until.saturating_sub(now_ms));
+                return if until > now_ms && held <= cfg.steps.max_pace_ms() {
+                    Err(until)
+                } else {
+                    Ok(stop)
+                };
+            }
+        },
+        None => {
+            if let Some(rule) = rules::step_loop_rule(&state.counts, input.human) {
+                return Ok(block(decision, Some(rule), None, avoided));
+            }
+        }
     }
     // 3. Budget rules.
     if let Some(b) = budget {
         if b.exhausted() {
-            return block(decision, Some(Rule::BudgetExhausted), None, avoided);
+            return Ok(block(decision, Some(Rule::BudgetExhausted), None, avoided));
         }
         // A person's approval lets a bounded worst case past the budget left; an unbounded
         // one (a model with no price) it cannot: nobody can approve a spend nobody can bound.
         let approved_past_budget = input.approved_hold && worst.cost_nano.is_some();
         if !approved_past_budget && rules::exceeds_remaining(b, &worst) {
-            return if input.human {
+            return Ok(if input.human {
                 challenge(decision, Some(Rule::ExceedsRemainingBudget), None)
             } else {
                 block(decision, Some(Rule::ExceedsRemainingBudget), None, avoided)
-            };
+            });
         }
     }
     // 4. The score bands.
     if !input.approved_hold {
         if score >= cfg.bands.block {
-            return block(decision, None, Some(Band::ScoreBlock), avoided);
+            return Ok(block(decision, None, Some(Band::ScoreBlock), avoided));
         }
         if score >= cfg.bands.challenge {
-            return challenge(decision, None, Some(Band::ScoreChallenge));
+            return Ok(challenge(decision, None, Some(Band::ScoreChallenge)));
         }
     }
     // 5. DOWNGRADE when earned; 6. ALLOW.
@@ -303,7 +391,7 @@ fn decide_inner(policy: &Policy, input: &GateInput, state: &KeyState, now_ms: u6
     } else {
         decision.model_served = Some(shape.model.clone());
     }
-    decision
+    Ok(decision)
 }
 
 fn block(
@@ -482,5 +570,206 @@ mod tests {
             (Verdict::Block, Some(Rule::RunawayLoopUnattended))
         );
         assert_eq!(decide_at(counts(2, 0), true), (Verdict::Serve, None));
+    }
+
+    mod pacing {
+        use super::*;
+        use crate::gate::{StepLimits, Windows};
+
+        const STEP: Hash = Hash([9; 32]);
+
+        /// A small request whose fingerprint is `n` and whose step is [`STEP`].
+        fn shape(n: u8) -> RequestShape {
+            let body =
+                br#"{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"poll"}]}"#;
+            let mut shape = parse(Route::OpenAiChat, body, &[1; 32]).unwrap().shape;
+            shape.fingerprint = Hash([n; 32]);
+            shape.step_fingerprint = STEP;
+            shape
+        }
+
+        fn policy(steps: StepLimits) -> Policy {
+            let mut p = Policy::default();
+            p.gate.steps = steps;
+            p
+        }
+
+        /// Steps 1.. decided at these times (each with another fingerprint).
+        fn windows(policy: &Policy, times: &[u64]) -> Windows {
+            let st = &policy.gate.steps;
+            let mut w = Windows::with_step_windows(st.pace_window_ms(), st.runaway_window_ms());
+            for (i, &t) in times.iter().enumerate() {
+                let s = shape(i as u8 + 1);
+                w.record_step("k", &s.fingerprint, &STEP, "m", t);
+            }
+            w
+        }
+
+        fn outcome(
+            policy: &Policy,
+            w: &Windows,
+            shape: &RequestShape,
+            human: bool,
+            paced_ms: u64,
+            now: u64,
+        ) -> Outcome {
+            let input = GateInput {
+                key_id: "k",
+                shape,
+                human,
+                held: false,
+                held_usage: None,
+                approved_hold: false,
+            };
+            let state = KeyState {
+                counts: w.observe_step("k", &shape.fingerprint, &STEP, "m", now),
+                budget: None,
+            };
+            decide_paced(policy, &input, Approvals::default(), &state, paced_ms, now)
+        }
+
+        fn decided(o: Outcome) -> Decision {
+            match o {
+                Outcome::Decided(d) => *d,
+                Outcome::Pace { until_ms } => panic!("paced until {until_ms}"),
+            }
+        }
+
+        #[test]
+        fn the_4th_unattended_step_waits_until_the_1st_is_exactly_120_s_old() {
+            let p = policy(StepLimits::default());
+            let w = windows(&p, &[1_000, 5_000, 9_000]);
+            let next = shape(50);
+            // The 3rd was admitted: two earlier.
+            let w2 = windows(&p, &[1_000, 5_000]);
+            assert!(decided(outcome(&p, &w2, &next, false, 0, 9_000))
+                .verdict
+                .forwards());
+            // The 4th waits until the window holds only two earlier steps.
+            assert_eq!(
+                outcome(&p, &w, &next, false, 0, 10_000),
+                Outcome::Pace { until_ms: 121_000 }
+            );
+            assert_eq!(
+                outcome(&p, &w, &next, false, 110_999, 120_999),
+                Outcome::Pace { until_ms: 121_000 }
+            );
+            // At the edge the first is outside (half-open): decided afresh, the wait named.
+            let d = decided(outcome(&p, &w, &next, false, 111_000, 121_000));
+            assert!(d.verdict.forwards(), "{d:?}");
+            assert_eq!(d.paced_ms, Some(111_000));
+            let receipt: serde_json::Value = serde_json::from_slice(&d.receipt_body()).unwrap();
+            assert_eq!(receipt["paced_ms"], 111_000);
+            // Not paced: no field, the receipt bytes of before.
+            let d = decided(outcome(&p, &w2, &next, false, 0, 9_000));
+            assert_eq!(d.paced_ms, None);
+            assert!(!String::from_utf8(d.receipt_body())
+                .unwrap()
+                .contains("paced_ms"));
+        }
+
+        #[test]
+        fn attended_steps_are_paced_at_the_8th() {
+            let p = policy(StepLimits::default());
+            let times: Vec<u64> = (0..7).map(|i| 1_000 + i * 1_000).collect();
+            let next = shape(50);
+            let six = windows(&p, &times[..6]);
+            assert!(decided(outcome(&p, &six, &next, true, 0, 8_000))
+                .verdict
+                .forwards());
+            let seven = windows(&p, &times);
+            assert_eq!(
+                outcome(&p, &seven, &next, true, 0, 8_000),
+                Outcome::Pace { until_ms: 121_000 }
+            );
+            // Unattended, the same history waits for the 5th newest (at 5 000) to leave.
+            assert_eq!(
+                outcome(&p, &seven, &next, false, 0, 8_000),
+                Outcome::Pace { until_ms: 125_000 }
+            );
+        }
+
+        #[test]
+        fn a_wait_past_the_cap_is_a_loop_and_a_literal_repeat_is_never_paced() {
+            let p = policy(StepLimits::default());
+            let w = windows(&p, &[1_000, 5_000, 9_000]);
+            let next = shape(50);
+            // Held 140 s already; another 111 s would pass the 150 s cap.
+            let d = decided(outcome(&p, &w, &next, false, 140_000, 10_000));
+            assert_eq!(
+                (d.verdict, d.rule),
+                (Verdict::Block, Some(Rule::RunawayLoopUnattended))
+            );
+            assert_eq!(d.status(), 429);
+            assert_eq!(d.paced_ms, Some(140_000));
+            // Exactly at the cap is still a wait.
+            assert_eq!(
+                outcome(&p, &w, &next, false, 39_000, 10_000),
+                Outcome::Pace { until_ms: 121_000 }
+            );
+            // A literal retry storm (the same fingerprint): BLOCKed at once, never held.
+            let storm = shape(3);
+            let w = windows(&p, &[1_000, 5_000, 9_000]);
+            let mut w = w;
+            w.record_step("k", &storm.fingerprint, &STEP, "m", 9_500);
+            w.record_step("k", &storm.fingerprint, &STEP, "m", 9_600);
+            let d = decided(outcome(&p, &w, &storm, false, 0, 10_000));
+            assert_eq!(
+                (d.verdict, d.rule),
+                (Verdict::Block, Some(Rule::RunawayLoopUnattended))
+            );
+            // A caller that cannot hold it BLOCKs the repeated step as before.
+            let w = windows(&p, &[1_000, 5_000, 9_000]);
+            let input = GateInput {
+                key_id: "k",
+                shape: &next,
+                human: false,
+                held: false,
+                held_usage: None,
+                approved_hold: false,
+            };
+            let state = KeyState {
+                counts: w.observe_step("k", &next.fingerprint, &STEP, "m", 10_000),
+                budget: None,
+            };
+            let d = decide(&p, &input, &state, 10_000);
+            assert_eq!(d.rule, Some(Rule::RunawayLoopUnattended));
+        }
+
+        #[test]
+        fn a_step_repeated_past_the_long_bound_is_a_runaway_step() {
+            let p = policy(StepLimits {
+                runaway_repeats: 5,
+                runaway_window_secs: 600,
+                ..StepLimits::default()
+            });
+            // Four steps 130 s apart: never more than one earlier in any 120 s.
+            let w = windows(&p, &[0, 130_000, 260_000, 390_000]);
+            let next = shape(50);
+            let d = decided(outcome(&p, &w, &next, false, 0, 520_000));
+            assert_eq!(
+                (d.verdict, d.rule),
+                (Verdict::Block, Some(Rule::RunawayStep))
+            );
+            assert_eq!(d.reason(), "runaway_step");
+            assert_eq!(d.status(), 429);
+            // The first has left the 600 s window (exactly 600 s old): the 4th in it, admitted.
+            let d = decided(outcome(&p, &w, &next, false, 0, 600_000));
+            assert!(d.verdict.forwards(), "{d:?}");
+        }
+
+        #[test]
+        fn step_limits_are_validated() {
+            let mut cfg = crate::gate::GateConfig::default();
+            assert!(cfg.validate().is_ok());
+            cfg.steps.pace_window_secs = 121;
+            assert_eq!(cfg.validate().unwrap_err().0, "steps.pace_window_secs");
+            cfg.steps.pace_window_secs = 2;
+            cfg.steps.runaway_repeats = 65;
+            assert_eq!(cfg.validate().unwrap_err().0, "steps.runaway_repeats");
+            cfg.steps.runaway_repeats = 10;
+            cfg.steps.runaway_window_secs = 1;
+            assert_eq!(cfg.validate().unwrap_err().0, "steps.runaway_window_secs");
+        }
     }
 }

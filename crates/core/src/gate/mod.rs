@@ -10,7 +10,8 @@ pub mod windows;
 use serde::{Deserialize, Serialize};
 
 pub use decide::{
-    decide, decide_with, hold_id_for, Approvals, Decision, GateInput, KeyState, Policy,
+    decide, decide_paced, decide_with, hold_id_for, Approvals, Decision, GateInput, KeyState,
+    Outcome, Policy,
 };
 pub use findings::{Finding, FindingCode};
 pub use rules::{worst_case, BudgetState, Rule, WorstCase};
@@ -295,6 +296,53 @@ impl Default for FindingsThresholds {
     }
 }
 
+/// Repeated steps (SPEC §2.3, "Literal repeats and repeated steps"): a step repeated past what
+/// its window admits is *paced* — held in the gate until the window admits it (at most
+/// [`rules::STEP_PACE_UNATTENDED`] unattended / [`rules::STEP_PACE_ATTENDED`] attended identical
+/// steps decided in any `pace_window_secs`) — and a step repeated `runaway_repeats` times within
+/// `runaway_window_secs` is BLOCKed (`runaway_step`). The defaults are the SPEC's window and this
+/// build's bound; a test config may scale them down.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StepLimits {
+    /// The window a repeated step is paced in (the loop rules' 120 s by default).
+    pub pace_window_secs: u64,
+    /// The longest a request is held in all, beyond the window: the wait never exceeds
+    /// `pace_window_secs + pace_slack_secs`; past it the step is BLOCKed as a loop.
+    pub pace_slack_secs: u64,
+    /// The `runaway_repeats`th identical step within `runaway_window_secs` is BLOCKed.
+    pub runaway_repeats: u64,
+    pub runaway_window_secs: u64,
+}
+
+impl Default for StepLimits {
+    fn default() -> Self {
+        Self {
+            pace_window_secs: 120,
+            pace_slack_secs: 30,
+            runaway_repeats: 30,
+            runaway_window_secs: 1_800,
+        }
+    }
+}
+
+impl StepLimits {
+    pub fn pace_window_ms(&self) -> u64 {
+        self.pace_window_secs.saturating_mul(1_000)
+    }
+
+    pub fn runaway_window_ms(&self) -> u64 {
+        self.runaway_window_secs.saturating_mul(1_000)
+    }
+
+    /// The longest a request may be held in all.
+    pub fn max_pace_ms(&self) -> u64 {
+        self.pace_window_secs
+            .saturating_add(self.pace_slack_secs)
+            .saturating_mul(1_000)
+    }
+}
+
 /// The tunable part of the gate. Hard rules are absolute and live in `rules.rs` as constants.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -304,6 +352,7 @@ pub struct GateConfig {
     pub bands: Bands,
     pub downgrade: DowngradeLimits,
     pub findings: FindingsThresholds,
+    pub steps: StepLimits,
 }
 
 impl GateConfig {
@@ -335,6 +384,26 @@ impl GateConfig {
         }
         if !self.downgrade.max_score.is_finite() {
             return Err(("downgrade.max_score", "must be a finite number"));
+        }
+        let st = &self.steps;
+        if !(1..=120).contains(&st.pace_window_secs) {
+            return Err((
+                "steps.pace_window_secs",
+                "must be between 1 and 120 (the loop rules' window)",
+            ));
+        }
+        // A digest client waits for the central gate's answer at most 270 s (remote.rs).
+        if st.pace_slack_secs > 120 {
+            return Err(("steps.pace_slack_secs", "must be at most 120"));
+        }
+        if !(2..=windows::STEP_CAP).contains(&st.runaway_repeats) {
+            return Err(("steps.runaway_repeats", "must be between 2 and 64"));
+        }
+        if !(st.pace_window_secs..=86_400).contains(&st.runaway_window_secs) {
+            return Err((
+                "steps.runaway_window_secs",
+                "must be between pace_window_secs and 86400",
+            ));
         }
         if self.findings.budget_nearly_gone_percent > 100 {
             return Err(("findings.budget_nearly_gone_percent", "must be at most 100"));

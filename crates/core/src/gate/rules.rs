@@ -10,6 +10,10 @@ use crate::request::RequestShape;
 pub const LOOP_LIMIT: u64 = 8;
 /// The 4th identical request in 120 s with no human declared.
 pub const LOOP_UNATTENDED_LIMIT: u64 = 4;
+/// A repeated step is paced so that at most this many identical steps are decided in the pace
+/// window (one below the loop limits: the 4th unattended / 8th attended waits instead).
+pub const STEP_PACE_UNATTENDED: u64 = LOOP_UNATTENDED_LIMIT - 1;
+pub const STEP_PACE_ATTENDED: u64 = LOOP_LIMIT - 1;
 /// The 120th request from one key in 60 s.
 pub const BURST_LIMIT: u64 = 120;
 /// Input is estimated cautiously at one token per this many characters.
@@ -62,15 +66,19 @@ pub enum Rule {
     RunawayBurst,
     BudgetExhausted,
     ExceedsRemainingBudget,
+    /// A step (same step fingerprint) repeated the configured number of times within the
+    /// configured window (`[gate.steps]`): a stuck agent, however it is paced.
+    RunawayStep,
 }
 
 impl Rule {
-    pub const ALL: [Rule; 5] = [
+    pub const ALL: [Rule; 6] = [
         Rule::RunawayLoop,
         Rule::RunawayLoopUnattended,
         Rule::RunawayBurst,
         Rule::BudgetExhausted,
         Rule::ExceedsRemainingBudget,
+        Rule::RunawayStep,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -80,13 +88,17 @@ impl Rule {
             Rule::RunawayBurst => "runaway_burst",
             Rule::BudgetExhausted => "budget_exhausted",
             Rule::ExceedsRemainingBudget => "exceeds_remaining_budget",
+            Rule::RunawayStep => "runaway_step",
         }
     }
 
     pub fn is_runaway(self) -> bool {
         matches!(
             self,
-            Rule::RunawayLoop | Rule::RunawayLoopUnattended | Rule::RunawayBurst
+            Rule::RunawayLoop
+                | Rule::RunawayLoopUnattended
+                | Rule::RunawayBurst
+                | Rule::RunawayStep
         )
     }
 }
@@ -125,6 +137,39 @@ pub fn step_loop_rule(counts: &WindowCounts, human: bool) -> Option<Rule> {
         Rule::RunawayBurst => None,
         rule => Some(rule),
     }
+}
+
+/// What a repeated step meets when the caller can hold it (SPEC §2.3): `runaway_step` past
+/// the long bound; else, when its pace window already holds as many identical steps as it
+/// admits, the time the window admits it again — when enough of them are exactly the window's
+/// length old (half-open: then outside).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepCheck {
+    Clear,
+    Runaway,
+    PaceUntil(u64),
+}
+
+pub fn step_check(limits: &super::StepLimits, counts: &WindowCounts, human: bool) -> StepCheck {
+    if counts.step_runaway.saturating_add(1) >= limits.runaway_repeats {
+        return StepCheck::Runaway;
+    }
+    let admits = if human {
+        STEP_PACE_ATTENDED
+    } else {
+        STEP_PACE_UNATTENDED
+    };
+    if counts.step_paced < admits {
+        return StepCheck::Clear;
+    }
+    // The `admits`th newest must leave the window: then only `admits − 1` earlier ones are in
+    // it, and this request is at most the `admits`th.
+    let oldest_kept = counts
+        .step_newest_ms
+        .get((admits - 1) as usize)
+        .copied()
+        .unwrap_or(0);
+    StepCheck::PaceUntil(oldest_kept.saturating_add(limits.pace_window_ms()))
 }
 
 /// A key's budget as the gate sees it, all in nano-USD.

@@ -20,6 +20,8 @@ pub const REPEAT_WINDOW_MS: u64 = 86_400_000;
 /// Counts kept exact up to here; the largest threshold read is the grind saturation (200).
 const CAP_KEY_REQUESTS: usize = 1024;
 const CAP_IDENTICAL: usize = 64;
+/// The largest `runaway_repeats` the step lists count exactly.
+pub const STEP_CAP: u64 = CAP_IDENTICAL as u64;
 /// Distinct fingerprints remembered per key for the 24 h repeat findings.
 const CAP_SEEN_FINGERPRINTS: usize = 100_000;
 const CAP_MODELS: usize = 1024;
@@ -52,6 +54,33 @@ pub struct WindowCounts {
     /// Absent (0): every identical request counts as literal.
     #[serde(default)]
     pub earlier_step_only: u64,
+    /// Earlier decisions with this step fingerprint (SERVEs excepted) in the pace window
+    /// (`[gate.steps] pace_window_secs`), exact up to the step lists' cap.
+    #[serde(default)]
+    pub step_paced: u64,
+    /// Their times, newest first (0 past `step_paced`): when the window admits a step again.
+    #[serde(default)]
+    pub step_newest_ms: [u64; STEP_NEWEST],
+    /// Earlier decisions with this step fingerprint (SERVEs excepted) in the runaway window
+    /// (`[gate.steps] runaway_window_secs`).
+    #[serde(default)]
+    pub step_runaway: u64,
+}
+
+/// How many of a step's newest times the counts carry: enough for the attended pace (7).
+pub const STEP_NEWEST: usize = 7;
+
+impl WindowCounts {
+    /// These counts without the step pacing columns: what a gate that does not pace reads (the
+    /// fleet's windows).
+    pub fn unpaced(self) -> Self {
+        WindowCounts {
+            step_paced: 0,
+            step_newest_ms: [0; STEP_NEWEST],
+            step_runaway: 0,
+            ..self
+        }
+    }
 }
 
 struct KeyWindows {
@@ -103,14 +132,32 @@ fn push_capped(times: &mut VecDeque<u64>, now: u64, cap: usize) {
     }
 }
 
-#[derive(Default)]
 pub struct Windows {
     keys: HashMap<String, KeyWindows>,
+    /// The step pacing and runaway windows (`[gate.steps]`).
+    pace_window_ms: u64,
+    runaway_window_ms: u64,
+}
+
+impl Default for Windows {
+    fn default() -> Self {
+        let limits = super::StepLimits::default();
+        Self::with_step_windows(limits.pace_window_ms(), limits.runaway_window_ms())
+    }
 }
 
 impl Windows {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Windows whose step counts use these lengths (`[gate.steps]`).
+    pub fn with_step_windows(pace_window_ms: u64, runaway_window_ms: u64) -> Self {
+        Self {
+            keys: HashMap::new(),
+            pace_window_ms,
+            runaway_window_ms,
+        }
     }
 
     /// [`Windows::observe_step`] for a request whose step fingerprint is its fingerprint.
@@ -136,7 +183,19 @@ impl Windows {
         let same_fingerprint = loop_count(w.identical.get(fingerprint));
         let same_step = loop_count(w.steps.get(step));
         let same_both = loop_count(w.both.get(&(*fingerprint, *step)));
+        let steps = w.steps.get(step);
+        let step_paced = steps.map_or(0, |t| count_within(t, now, self.pace_window_ms));
+        let mut step_newest_ms = [0; STEP_NEWEST];
+        if let Some(times) = steps {
+            let inside = times.iter().rev().take(step_paced as usize);
+            for (slot, &t) in step_newest_ms.iter_mut().zip(inside) {
+                *slot = t;
+            }
+        }
         WindowCounts {
+            step_paced,
+            step_newest_ms,
+            step_runaway: steps.map_or(0, |t| count_within(t, now, self.runaway_window_ms)),
             // Each list is capped alike and `both` is a subset of either, so this never
             // undercounts below the smaller cap.
             earlier_identical: same_fingerprint + same_step.saturating_sub(same_both),
@@ -233,11 +292,11 @@ impl Windows {
         if w.seen_steps.len() > CAP_SEEN_FINGERPRINTS {
             w.seen_steps.pop_lru();
         }
-        Self::evict(w, now);
+        Self::evict(w, now, self.runaway_window_ms);
     }
 
     /// Drop everything that no window can see any more.
-    fn evict(w: &mut KeyWindows, now: u64) {
+    fn evict(w: &mut KeyWindows, now: u64, runaway_window_ms: u64) {
         while w
             .requests
             .front()
@@ -256,7 +315,10 @@ impl Windows {
             w.identical.retain(|_, times| recent(times));
         }
         if w.steps.len() > 64 && w.steps.len().is_power_of_two() {
-            w.steps.retain(|_, times| recent(times));
+            // The step lists serve the runaway window too (never shorter than the loop's).
+            let len = runaway_window_ms.max(LOOP_WINDOW_MS);
+            w.steps
+                .retain(|_, times| times.back().is_some_and(|&t| within(now, t, len)));
         }
         if w.both.len() > 64 && w.both.len().is_power_of_two() {
             w.both.retain(|_, times| recent(times));

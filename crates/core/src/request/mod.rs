@@ -10,6 +10,7 @@ pub mod json;
 pub mod normalise;
 mod openai;
 mod responses;
+pub mod session;
 mod step;
 
 use serde::{Deserialize, Serialize};
@@ -145,6 +146,12 @@ pub struct RequestShape {
     /// digest without it be refused by name rather than by serde).
     #[serde(default)]
     pub step_fingerprint: Hash,
+    /// The agent session this request belongs to ([`session`]): a keyed hash of the client's
+    /// session header where it sends one (set by the proxy), else of the route, system, tools
+    /// and first user turn. Absent in a digest from an older client: the decision then has no
+    /// session.
+    #[serde(default)]
+    pub session: Hash,
     /// The answer depends on state the provider keeps (Responses `previous_response_id`,
     /// `conversation`, `background`): never served from the store.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -409,6 +416,7 @@ pub fn shape_of(
         route,
         fingerprint: canonical.fingerprint,
         step_fingerprint,
+        session: session::session_fingerprint(route, body, key),
         provider_state: route == Route::OpenAiResponses && responses::provider_state(body),
         model: common.model,
         max_tokens: match route {

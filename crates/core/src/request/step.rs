@@ -30,7 +30,7 @@ const _: () = assert!(
 
 /// Keys that vary between identical steps without changing what is asked: per-call ids,
 /// item status and prompt-cache hints.
-const VOLATILE: &[&str] = &[
+pub(super) const VOLATILE: &[&str] = &[
     "cache_control",
     "call_id",
     "id",
@@ -63,7 +63,7 @@ pub(super) fn step_fingerprint(route: Route, body: &Object, key: &[u8; 32]) -> O
     Some(keyed_in_place(key, &mut buf))
 }
 
-fn items<'b>(body: &'b Object, field: &str) -> &'b [Json<'b>] {
+pub(super) fn items<'b>(body: &'b Object, field: &str) -> &'b [Json<'b>] {
     match body.get(field) {
         Some(Json::Array(items)) => items,
         _ => &[],
@@ -214,13 +214,13 @@ fn write_call_pair(buf: &mut Vec<u8>, name: Option<&Json>, arguments: Option<&Js
     buf.push(b']');
 }
 
-fn role_is(item: &Json, wanted: &[&str]) -> bool {
+pub(super) fn role_is(item: &Json, wanted: &[&str]) -> bool {
     item.get("role")
         .and_then(Json::as_string)
         .is_some_and(|role| wanted.iter().any(|w| role.is(w)))
 }
 
-fn is_system(item: &Json) -> bool {
+pub(super) fn is_system(item: &Json) -> bool {
     role_is(item, &["system", "developer"])
 }
 
