@@ -118,6 +118,11 @@ pub struct UsageRow {
     #[serde(default)]
     pub basis: SpendBasis,
     pub spend_nano: u64,
+    /// Where the gate placed the call's prompt-cache breakpoints: what its cached tokens would
+    /// have cost uncached minus what they did cost (read price and write premium), nano-USD.
+    /// Derived and counterfactual (SPEC §2.11b): never part of spend or any savings total.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_saving_nano: Option<i64>,
 }
 
 impl UsageRow {
@@ -383,6 +388,10 @@ pub struct LedgerTotals {
     /// `spend_nano` (their usage is in `usage`).
     #[serde(default)]
     pub unpriced_calls: u64,
+    /// The derived, counterfactual cache saving of the calls whose breakpoints the gate placed
+    /// (SPEC §2.11b), nano-USD: never added to spend, `tokens_not_bought` or any total.
+    #[serde(default, rename = "cache_saving")]
+    pub cache_saving_nano: i64,
 }
 
 impl LedgerTotals {

@@ -294,6 +294,11 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE decisions ADD COLUMN recorded_by TEXT NOT NULL DEFAULT 'proxy'
         CHECK (recorded_by IN ('proxy', 'digest'));
     "#,
+    // 8: the derived cache saving of a call whose prompt-cache breakpoints the gate placed
+    // (SPEC §2.11b): NULL for every other call. Counterfactual; never in spend or savings.
+    r#"
+    ALTER TABLE usage ADD COLUMN cache_saving_nano INTEGER;
+    "#,
 ];
 
 macro_rules! decision_columns {
@@ -752,7 +757,7 @@ impl Store for SqliteStore {
 
             let sql = format!(
                 "SELECT at_ms / 86400000 AS day, {}, {}, {}, {}, {}, \
-                 SUM(basis = 'unpriced') \
+                 SUM(basis = 'unpriced'), COALESCE(SUM(cache_saving_nano), 0) \
                  FROM usage WHERE {key_clause} AND at_ms >= ?2 AND at_ms < ?3 GROUP BY day",
                 split_sum("spend_nano"),
                 split_sum("input"),
@@ -775,6 +780,8 @@ impl Store for SqliteStore {
                 t.usage.add(&usage);
                 let unpriced = get_u64(r, 11).map_err(sql_error)?;
                 t.unpriced_calls = t.unpriced_calls.saturating_add(unpriced);
+                let saving: i64 = r.get(12).map_err(sql_error)?;
+                t.cache_saving_nano = t.cache_saving_nano.saturating_add(saving);
             }
             drop(rows);
 
@@ -1017,6 +1024,7 @@ pub(crate) fn add_totals(into: &mut LedgerTotals, t: &LedgerTotals) {
         .findings_tokens_estimated
         .saturating_add(t.findings_tokens_estimated);
     into.unpriced_calls = into.unpriced_calls.saturating_add(t.unpriced_calls);
+    into.cache_saving_nano = into.cache_saving_nano.saturating_add(t.cache_saving_nano);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1493,8 +1501,8 @@ fn insert_usage(conn: &Connection, u: &UsageRow, written: Option<i64>) -> rusqli
     conn.prepare_cached(
         "INSERT INTO usage (decision_id, decision, key_id, at_ms, served_model, wire, complete, \
          input, cache_write, cache_read, output, spend_nano, cache_write_1h, \
-         web_search_requests, ending, basis) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+         web_search_requests, ending, basis, cache_saving_nano) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
     )?
     .execute(params![
         id,
@@ -1513,6 +1521,7 @@ fn insert_usage(conn: &Connection, u: &UsageRow, written: Option<i64>) -> rusqli
         to_i64(u.web_search_requests),
         u.ending.map(Ending::as_str),
         u.basis.as_str(),
+        u.cache_saving_nano,
     ])?;
     if let Some((row, true)) = decision {
         let result = conn
@@ -1823,6 +1832,7 @@ mod tests {
             ending: Some(Ending::Complete),
             basis: SpendBasis::Reported,
             spend_nano: 7,
+            cache_saving_nano: None,
         }
     }
 

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use json::{Json, Object};
 
+pub use anthropic::{breakpoint_edits, CACHE_POINT_MESSAGES};
 pub use canonical::{ignored_fields, Hash};
 pub use digest::{Digest, DigestError, WireForm};
 
@@ -167,10 +168,48 @@ pub struct RequestShape {
     /// Media parts by kind: they add no characters, but each is billed.
     #[serde(default, skip_serializing_if = "MediaParts::is_empty")]
     pub media: MediaParts,
+    /// Where the gate may place prompt-cache breakpoints (Anthropic, when the caller placed
+    /// none): keyed prefix hashes, never content.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cache_points: Vec<CachePoint>,
 }
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// A place in an Anthropic request where a prompt-cache breakpoint can go (SPEC §2.11b): the
+/// end of a prefix in the provider's cache order (tools, system, messages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CachePoint {
+    /// Keyed hash of the prefix up to and including this unit (its `cache_control` left out).
+    pub prefix: Hash,
+    /// Characters the prefix holds: what keeps a breakpoint clear of the model's minimum.
+    pub chars: u64,
+    pub unit: CacheUnit,
+}
+
+impl CachePoint {
+    fn new(hasher: &blake3::Hasher, chars: u64, unit: CacheUnit) -> CachePoint {
+        CachePoint {
+            prefix: Hash(*hasher.clone().finalize().as_bytes()),
+            chars,
+            unit,
+        }
+    }
+}
+
+/// Which unit of the request a cache point ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheUnit {
+    /// The last tool definition.
+    Tools,
+    /// The system prompt's last block.
+    System,
+    /// Message `i`'s last content block.
+    Message(usize),
 }
 
 /// A request's media parts by kind (images, documents/files, audio), counted wherever they
@@ -400,6 +439,12 @@ pub fn shape_of(
         Route::AnthropicMessages => anthropic::parts(body, &canonical)?,
         Route::OpenAiResponses => responses::parts(body, &canonical)?,
     };
+    let cache_points = if route == Route::AnthropicMessages && !canonical.cache_marked {
+        let tools_chars = saturating_sum(parts.tools.iter().map(|t| t.chars));
+        anthropic::cache_points(body, key, tools_chars)
+    } else {
+        Vec::new()
+    };
     hash_turns(&canonical, &mut parts, hashes);
     let step_fingerprint =
         step::step_fingerprint(route, body, key).unwrap_or(canonical.fingerprint);
@@ -427,6 +472,7 @@ pub fn shape_of(
         called_tool_hashes: parts.called_tool_hashes,
         text_extra_bytes: body.text_extra_bytes(),
         media: MediaParts::of(body),
+        cache_points,
     })
 }
 
