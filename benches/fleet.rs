@@ -126,6 +126,7 @@ fn main() {
                 held: false,
                 hold_id: None,
                 now_ms: tokensaver::now_ms(),
+                recorded_by: tokensaver::ledger::RecordSource::Proxy,
             };
             // What the proxy does per gated request: look the answer up, then decide.
             let answer_key = AnswerKey {

@@ -55,6 +55,7 @@ fn decision(i: u64) -> DecisionRow {
         findings_tokens: 0,
         hold_id: None,
         step_fingerprint: None,
+        recorded_by: Default::default(),
     }
 }
 
@@ -78,6 +79,7 @@ fn pair(i: u64) -> (Event, Event) {
         ending: Some(Ending::Complete),
         basis: SpendBasis::Reported,
         spend_nano: 2_450_000,
+        cache_saving_nano: None,
     };
     (Event::Decision(decision), Event::Usage(usage))
 }

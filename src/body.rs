@@ -35,13 +35,43 @@ async fn drain(session: &mut ServerSession) {
     }
 }
 
-async fn read_within(session: &mut ServerSession, cap: usize) -> Result<Bytes, BodyError> {
-    let declared = session
+/// The body length the request declares (`content-length`), if it declares one.
+pub fn declared_length(session: &ServerSession) -> Option<usize> {
+    session
         .req_header()
         .headers
         .get("content-length")
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
+        .and_then(|v| v.parse::<usize>().ok())
+}
+
+/// The caller waits for `100 Continue` before it sends its body (RFC 9110 §10.1.1): an
+/// HTTP/1.1 request with `expect: 100-continue` and a body to come. An HTTP/1.0 request's
+/// expectation is ignored, as the RFC requires, and so is one on a request without a body.
+pub fn expects_continue(session: &mut ServerSession) -> bool {
+    let req = session.req_header();
+    let asked = req.version == http::Version::HTTP_11
+        && req
+            .headers
+            .get_all("expect")
+            .iter()
+            .any(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    asked && !session.is_body_empty()
+}
+
+/// One `100 Continue`, written before the body is read (pingora writes it once per request).
+/// pingora closes a connection whose answer goes out before its body is read; that holds for
+/// a final answer, not for this interim one, so the connection stays reusable once the body
+/// is read and answered.
+pub async fn write_continue(session: &mut ServerSession) -> pingora::Result<()> {
+    session.set_close_on_response_before_downstream_finish(false);
+    let written = session.write_continue_response().await;
+    session.set_close_on_response_before_downstream_finish(true);
+    written
+}
+
+async fn read_within(session: &mut ServerSession, cap: usize) -> Result<Bytes, BodyError> {
+    let declared = declared_length(session);
     if declared.is_some_and(|len| len > cap) {
         return Err(BodyError::TooLarge);
     }

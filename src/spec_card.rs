@@ -8,7 +8,7 @@ use crate::config::Config;
 use crate::gate::{rules, FindingCode, Policy, Verdict};
 use crate::receipt::PublicKeyInfo;
 
-pub const CARD_VERSION: &str = "2.2.0";
+pub const CARD_VERSION: &str = "2.3.0";
 
 pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value {
     let w = &policy.gate.weights;
@@ -86,7 +86,16 @@ pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value
         },
         "identity": {
             "fingerprint": "keyed BLAKE3 over the route and the body's canonical JSON (keys sorted, no whitespace), without the fields below; an input longer than 1 KiB is padded (one 0x01 byte, then zeros) to a multiple of 4 KiB so that every BLAKE3 chunk of it is hashed in parallel (hashes v2)",
-            "step_fingerprint": "keyed BLAKE3 over route, model, system, tools and the tail from the newest assistant turn on: its tool calls (names and arguments, not its text or thinking) and the turns after it, without per-call ids, item status and cache_control; equals the fingerprint when there is no assistant turn",
+            "step_fingerprint": "keyed BLAKE3 over route, model, system, tools and the tail from the newest assistant turn on: its tool calls (names and arguments, not its text or thinking) and the turns after it, without per-call ids, item status and cache_control, the tool results normalised (step_normalisation); equals the fingerprint when there is no assistant turn",
+            "step_normalisation": {
+                "version": crate::request::normalise::NORMALISATION_VERSION,
+                "applies_to": "the tool results in the step fingerprint's tail only (chat tool messages' content, Anthropic tool_result content, Responses *_output output; text parts only): never the fingerprint, never the bytes forwarded",
+                "replaced_by_their_kind": crate::request::normalise::RULES
+                    .iter()
+                    .map(|(kind, replaces)| json!({"kind": kind, "replaces": replaces}))
+                    .collect::<Vec<_>>(),
+                "kept": crate::request::normalise::KEPT,
+            },
             "fields_that_never_change_the_answer": {
                 "openai_chat": crate::request::ignored_fields(crate::request::Route::OpenAiChat),
                 "openai_responses": crate::request::ignored_fields(crate::request::Route::OpenAiResponses),

@@ -5,28 +5,9 @@ mod support;
 
 use serde_json::{json, Value};
 use support::*;
+use support::{keyed_get as get, keyed_send as send};
 use tokensaver::auth::fingerprint_key;
 use tokensaver::request::{self, Digest, Route};
-
-fn bearer(k: &str) -> String {
-    format!("Bearer {k}")
-}
-
-fn get(url: &str, key: Option<&str>) -> Resp {
-    let mut r = ureq::get(url);
-    if let Some(k) = key {
-        r = r.set("authorization", &bearer(k));
-    }
-    call(r, None)
-}
-
-fn send(method: &str, url: &str, key: Option<&str>, body: &[u8]) -> Resp {
-    let mut r = ureq::request(method, url).set("content-type", "application/json");
-    if let Some(k) = key {
-        r = r.set("authorization", &bearer(k));
-    }
-    call(r, Some(body))
-}
 
 fn digest_for(secret: &str, body: &Value, held: bool) -> String {
     let parsed = request::parse(
@@ -127,6 +108,30 @@ fn wrong_methods_are_405_and_public_routes_are_public() {
         text.contains("0.18") && text.contains("0.16"),
         "spec lacks the weight values"
     );
+    // The step normalisation, listed from the rules the gate applies.
+    let norm = &card["identity"]["step_normalisation"];
+    assert_eq!(norm["version"], request::normalise::NORMALISATION_VERSION);
+    let kinds: Vec<&str> = norm["replaced_by_their_kind"]
+        .as_array()
+        .expect("replaced_by_their_kind")
+        .iter()
+        .map(|r| r["kind"].as_str().expect("kind"))
+        .collect();
+    for kind in [
+        "<time>",
+        "<duration>",
+        "<uuid>",
+        "<hex>",
+        "<id>",
+        "<pid>",
+        "<tmp>",
+        "<envelope>",
+    ] {
+        assert!(kinds.contains(&kind), "{kind} missing from {kinds:?}");
+    }
+    assert!(norm["kept"]
+        .as_str()
+        .is_some_and(|k| k.contains("exit codes")));
 }
 
 #[test]

@@ -522,6 +522,7 @@ fn counts() -> impl Strategy<Value = WindowCounts> {
             earlier_key_hour: h.max(m).max(i),
             model_seen,
             fingerprint_seen,
+            ..WindowCounts::default()
         },
     )
 }
@@ -981,7 +982,7 @@ proptest! {
         feed(&serde_json::to_vec(&v).unwrap())?;
         // The same value wrapped as a plausible body and as a plausible digest.
         feed(&serde_json::to_vec(&json!({"model": "gpt-4o", "messages": [v.clone()]})).unwrap())?;
-        feed(&serde_json::to_vec(&json!({"v": 1, "request": v})).unwrap())?;
+        feed(&serde_json::to_vec(&json!({"v": request::digest::DIGEST_VERSION, "request": v})).unwrap())?;
     }
 
     #[test]
@@ -1006,7 +1007,7 @@ proptest! {
         feed(&bytes)?;
         if let Ok(d) = Digest::parse(&bytes) {
             // Accepted only as a version this build reads.
-            prop_assert!(d.v == 1 || d.v == 2, "accepted digest version {}", d.v);
+            prop_assert!(d.v == request::digest::DIGEST_VERSION, "accepted digest version {}", d.v);
         }
     }
 }
@@ -1191,6 +1192,7 @@ fn extreme_counts() -> impl Strategy<Value = WindowCounts> {
             earlier_key_hour: h,
             model_seen,
             fingerprint_seen,
+            ..WindowCounts::default()
         })
 }
 
@@ -1294,7 +1296,13 @@ fn check_invariants(
     // An approved hold never yields a score-band verdict.
     if f.approved_hold {
         prop_assert!(d.band.is_none(), "band {:?} with an approved hold", d.band);
-        prop_assert_ne!(d.rule.map(|r| r.as_str()), Some("exceeds_remaining_budget"));
+        // An approval passes a bounded worst case past the budget left, never an unbounded
+        // one (issue "hostile" 5: nobody can approve a spend nobody can bound).
+        if d.worst_case.cost_nano.is_some() {
+            prop_assert_ne!(d.rule.map(|r| r.as_str()), Some("exceeds_remaining_budget"));
+        } else if d.rule.map(|r| r.as_str()) == Some("exceeds_remaining_budget") {
+            prop_assert!(!d.verdict.forwards());
+        }
     }
     prop_assert_eq!(d.band.is_some() && d.rule.is_some(), false);
     prop_assert_eq!(d.hold_id.is_some(), d.verdict == Verdict::Challenge);
@@ -1437,6 +1445,9 @@ proptest! {
                         earlier_key_hour: mine().filter(|e| within(e.3, 3_600_000)).count() as u64,
                         model_seen: mine().any(|e| e.2 == m && within(e.3, 86_400_000)),
                         fingerprint_seen: mine().any(|e| e.1 == f && within(e.3, 86_400_000)),
+                        // Recorded without a step: each request's step is its fingerprint.
+                        step_seen: mine().any(|e| e.1 == f && within(e.3, 86_400_000)),
+                        earlier_step_only: 0,
                     };
                     prop_assert_eq!(got, want, "key {} fingerprint {} model {} at {}", k, f, m, now);
                 }

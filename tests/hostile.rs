@@ -3,6 +3,7 @@
 //! It grows with every route: [`ROUTES`] lists each route of each listener, and the sweep at
 //! the end gives every one of them no key, a foreign key, a huge number, a field written twice
 //! and an `Expect: 100-continue` header.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 
@@ -12,24 +13,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use support::*;
+use support::{keyed_get as get, keyed_send as send};
 use tokensaver::auth::fingerprint_key;
 use tokensaver::request::{self, Digest, Route};
-
-fn send(method: &str, url: &str, key: Option<&str>, body: &[u8]) -> Resp {
-    let mut r = ureq::request(method, url).set("content-type", "application/json");
-    if let Some(k) = key {
-        r = r.set("authorization", &format!("Bearer {k}"));
-    }
-    call(r, Some(body))
-}
-
-fn get(url: &str, key: Option<&str>) -> Resp {
-    let mut r = ureq::get(url);
-    if let Some(k) = key {
-        r = r.set("authorization", &format!("Bearer {k}"));
-    }
-    call(r, None)
-}
 
 fn digest_of(secret: &str, route: Route, body: &Value) -> String {
     let parsed =

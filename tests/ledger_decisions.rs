@@ -7,17 +7,10 @@
 mod support;
 
 use serde_json::{json, Value};
+use support::keyed_get as get;
 use support::*;
 use tokensaver::auth::fingerprint_key;
 use tokensaver::request::{self, Digest, Route};
-
-fn get(url: &str, key: Option<&str>) -> Resp {
-    let mut r = ureq::get(url);
-    if let Some(k) = key {
-        r = r.set("authorization", &format!("Bearer {k}"));
-    }
-    call(r, None)
-}
 
 fn post_json(url: &str, key: &str, body: &Value) -> Resp {
     call(

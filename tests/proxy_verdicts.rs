@@ -74,18 +74,16 @@ fn downgrade_changes_only_the_model_bytes_and_a_repeated_model_key_is_written_on
         body.replace("\"gpt-4o\" ,", "\"gpt-4o-mini\" ,")
     );
 
-    // Written twice, the model is the last one for the gate; a reader keeping the first would
-    // see another, so the provider gets the body with each key once.
+    // Written twice, the model would be one model for a reader keeping the first value and
+    // another for one keeping the last: since issue "hostile" 6 the gate refuses the body
+    // (it used to forward it with each key once), and nothing reaches the provider.
+    let calls = h.calls(CHAT);
     let body = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hi."}],
                    "model":"gpt-4o","max_tokens":100}"#;
     let r = h.post_raw(CHAT, Some(KEY_A), body.as_bytes(), &[HUMAN]);
-    assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(r.verdict(), Some("DOWNGRADE"));
-    let text = h.mock.last_request().unwrap().body_text();
-    assert_eq!(text.matches("\"model\"").count(), 1, "{text}");
-    let sent: Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(sent["model"], "gpt-4o-mini");
-    assert_eq!(sent["max_tokens"], 100);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "repeated_field", "{}", r.text());
+    assert_eq!(h.calls(CHAT), calls);
 }
 
 /// A streamed DOWNGRADE whose caller did not ask for usage: the provider gets the caller's

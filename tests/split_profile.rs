@@ -493,6 +493,10 @@ impl Forbidden<'_> {
                     {
                         true
                     }
+                    // The signed document's kind (a closed word, never the caller's).
+                    "kind" if path.first().map(String::as_str) == Some("signature") => {
+                        text.as_deref() == Some("split_profile_report")
+                    }
                     _ if path.len() >= 2 && path[path.len() - 2] == "names" => {
                         self.names.iter().flatten().any(|n| n == s)
                     }
@@ -838,7 +842,12 @@ fn house_check_signs_the_report() {
     let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
     let env: Envelope = serde_json::from_value(v["signature"].clone()).unwrap();
     assert_eq!(
-        serde_json::from_slice::<serde_json::Value>(&signer.verify(&env).unwrap()).unwrap(),
+        serde_json::from_slice::<serde_json::Value>(
+            &signer
+                .verify_as(DocumentKind::SplitProfileReport, &env)
+                .unwrap()
+        )
+        .unwrap(),
         v["report"]
     );
 }

@@ -67,6 +67,26 @@ impl ServeHttp for ApiApp {
 }
 
 async fn read_body(session: &mut ServerSession, cap: usize) -> Result<Bytes, ApiResponse> {
+    // Requests pipelined behind this one are answered in order (RFC 9112 §9.3.2), as on the
+    // proxy listener; pingora's default drops them and closes.
+    session.set_pipelining_enabled(true);
+    if crate::body::expects_continue(session) {
+        // One `100 Continue`, unless the declared body is over the cap: then the 413 at once.
+        if crate::body::declared_length(session).is_some_and(|len| len > cap) {
+            return Err(ApiResponse::error(
+                413,
+                "body_too_large",
+                "request body exceeds the size cap",
+            ));
+        }
+        if crate::body::write_continue(session).await.is_err() {
+            return Err(ApiResponse::error(
+                400,
+                "body_unreadable",
+                "request body could not be read",
+            ));
+        }
+    }
     crate::body::read_capped(session, cap)
         .await
         .map_err(|e| match e {

@@ -415,7 +415,7 @@ impl Fleet {
             spend_nano: spend,
             reserved_nano: reserved,
         });
-        let pending = match found.get::<_, Option<String>>(9) {
+        let pending = match found.get::<_, Option<String>>(WINDOW_COLUMNS) {
             Some(hold_id) => {
                 let opening = tx
                     .query_one(
@@ -437,9 +437,9 @@ impl Fleet {
             counts,
             budget,
             pending,
-            approved: found.get(10),
-            lease: found.get(11),
-            recorded: found.get(12),
+            approved: found.get(WINDOW_COLUMNS + 1),
+            lease: found.get(WINDOW_COLUMNS + 2),
+            recorded: found.get(WINDOW_COLUMNS + 3),
         });
         let Some(booking) = booking else {
             // A re-send of a pending hold: nothing is booked (the clock's move is harmless).
@@ -1075,15 +1075,15 @@ impl Fleet {
                 reserved_nano: un(found.get::<_, i64>(8)),
             }),
             pending: found
-                .get::<_, Option<String>>(9)
+                .get::<_, Option<String>>(WINDOW_COLUMNS)
                 .map(|hold_id| PendingHold {
                     hold_id,
                     decision: None,
                     receipt: None,
                 }),
-            approved: found.get(10),
-            lease: found.get(11),
-            recorded: found.get(12),
+            approved: found.get(WINDOW_COLUMNS + 1),
+            lease: found.get(WINDOW_COLUMNS + 2),
+            recorded: found.get(WINDOW_COLUMNS + 3),
         })
     }
 
@@ -1202,7 +1202,8 @@ impl Fleet {
 
 /// The windows, spend and reservations of a key at `$5` (the decision time): `$1` key, `$2`
 /// fingerprint, `$3` step fingerprint, `$4` model, `$6` start of the budget period. Each window
-/// is the in-memory [`crate::gate::Windows`]'s, down to its caps: the identical-request lists
+/// is the in-memory [`crate::gate::Windows`]'s, down to its caps (a SERVE is no step:
+/// `Windows::record_serve`): the identical-request lists
 /// keep 64 entries, the key's request list 1024 (`LIMIT` bounds each count the same way, and
 /// bounds the scan). An entry exactly the window's length old is outside (`> now - len`).
 macro_rules! window_columns {
@@ -1210,9 +1211,10 @@ macro_rules! window_columns {
         "(SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
             AND fingerprint = $2 AND decided_at_ms > $5::bigint - 120000 LIMIT 64) s)::bigint, \
         (SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
-            AND step_fingerprint = $3 AND decided_at_ms > $5::bigint - 120000 LIMIT 64) s)::bigint, \
+            AND step_fingerprint = $3 AND verdict <> 'SERVE' \
+            AND decided_at_ms > $5::bigint - 120000 LIMIT 64) s)::bigint, \
         (SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
-            AND fingerprint = $2 AND step_fingerprint = $3 \
+            AND fingerprint = $2 AND step_fingerprint = $3 AND verdict <> 'SERVE' \
             AND decided_at_ms > $5::bigint - 120000 LIMIT 64) s)::bigint, \
         (SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
             AND decided_at_ms > $5::bigint - 60000 LIMIT 1024) s)::bigint, \
@@ -1224,16 +1226,21 @@ macro_rules! window_columns {
             AND decided_at_ms > $5::bigint - 86400000), \
         COALESCE((SELECT sum(spend_nano) FROM fleet_usage \
             WHERE key_id = $1 AND at_ms >= $6::bigint), 0)::bigint, \
-        COALESCE((SELECT sum(nano) FROM fleet_reservations WHERE key_id = $1), 0)::bigint"
+        COALESCE((SELECT sum(nano) FROM fleet_reservations WHERE key_id = $1), 0)::bigint, \
+        EXISTS (SELECT 1 FROM fleet_decisions WHERE key_id = $1 AND step_fingerprint = $3 \
+            AND decided_at_ms > $5::bigint - 86400000)"
     };
 }
+
+/// How many columns `window_columns!` reads: `ADMIT_READ`'s hold columns follow them.
+const WINDOW_COLUMNS: usize = 10;
 
 /// The windows alone ([`Fleet::observe`], the equivalence test): the same columns admission
 /// reads.
 const OBSERVE: &str = concat!("SELECT ", window_columns!());
 
 /// Everything an admission reads under the key's lock, in one statement: the windows, spend
-/// and reservations (columns 0–8, `window_columns!`), then the key's pending hold for this
+/// and reservations (columns 0–8, `window_columns!`; 9: the step seen in 24 h), then the key's pending hold for this
 /// request, the approved hold that releases it (`$7`, the named one, first), its attending
 /// lease, and the recorded usage of the answer in its wire form (`$8`).
 const ADMIT_READ: &str = concat!(
@@ -1357,10 +1364,12 @@ fn counts_from(row: &tokio_postgres::Row) -> WindowCounts {
     let same_both = un(row.get::<_, i64>(2));
     WindowCounts {
         earlier_identical: same_fingerprint + same_step.saturating_sub(same_both),
+        earlier_step_only: same_step.saturating_sub(same_both),
         earlier_key_minute: un(row.get::<_, i64>(3)),
         earlier_key_hour: un(row.get::<_, i64>(4)),
         model_seen: row.get(5),
         fingerprint_seen: row.get(6),
+        step_seen: row.get(9),
     }
 }
 

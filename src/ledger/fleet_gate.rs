@@ -237,9 +237,7 @@ impl Gatekeeper {
                 source,
                 |r, at_ms| {
                     let bound = super::RecordBound::of(r.input_tokens, r.output_ceiling);
-                    if source == RecordSource::Digest
-                        && !report.usage.as_ref().map_or(true, |b| bound.admits(b))
-                    {
+                    if source == RecordSource::Digest && !bound.admits_report(report) {
                         return Err(SettleError::ExceedsDecision);
                     }
                     let row = report.usage_row(at_ms, prices.as_ref(), r.nano, r.output_ceiling);

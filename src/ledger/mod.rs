@@ -7,6 +7,8 @@ mod fleet_gate;
 pub mod recent;
 pub mod report;
 #[cfg(test)]
+mod session_tests;
+#[cfg(test)]
 mod settle_tests;
 #[cfg(test)]
 mod tests;
@@ -369,6 +371,15 @@ impl RecordBound {
         }
     }
 
+    /// Whether a report's usage (if any) stays within the bound: the one check a digest
+    /// client's record meets, on a single node and in a fleet.
+    pub fn admits_report(&self, report: &UsageReport) -> bool {
+        report
+            .usage
+            .as_ref()
+            .is_none_or(|billed| self.admits(billed))
+    }
+
     /// Whether `billed` stays within the bound.
     pub fn admits(&self, billed: &Billed) -> bool {
         let u = &billed.usage;
@@ -628,7 +639,14 @@ impl Gatekeeper {
         for row in &snapshot.recent_decisions {
             if let Some(fp) = row.fingerprint {
                 let step = row.step_fingerprint.unwrap_or(fp);
-                state.windows.record_step(
+                // As `gate` counted it: a SERVE in every window but the step windows.
+                let record = if row.verdict == Verdict::Serve {
+                    Windows::record_serve
+                } else {
+                    Windows::record_step
+                };
+                record(
+                    &mut state.windows,
                     &row.key_id,
                     &fp,
                     &step,
@@ -824,7 +842,15 @@ impl Gatekeeper {
                     .or_default()
                     .remember(&shape.cache_points, &decision.cache_breakpoints, now_ms);
             }
-            st.windows.record_step(
+            // A SERVE buys nothing: it counts by its fingerprint, not as a repeated step
+            // (`Windows::record_serve`), so a rerun of a session is no loop.
+            let record = if decision.verdict == Verdict::Serve {
+                Windows::record_serve
+            } else {
+                Windows::record_step
+            };
+            record(
+                &mut st.windows,
                 key_id,
                 &shape.fingerprint,
                 &shape.step_fingerprint,
@@ -1046,9 +1072,7 @@ impl Gatekeeper {
         let reservation = match st.reservations.get(decision_id) {
             Some(r) if r.key_id == key_id && r.wire == wire && r.recorded_by == source => {
                 if source == RecordSource::Digest
-                    && !report.usage.as_ref().map_or(true, |billed| {
-                        RecordBound::of(r.input_tokens, r.output_ceiling).admits(billed)
-                    })
+                    && !RecordBound::of(r.input_tokens, r.output_ceiling).admits_report(report)
                 {
                     return Err(RecordError::ExceedsDecision);
                 }

@@ -24,22 +24,76 @@ use crate::request::{Route, WireForm};
 use crate::store::answers::{AnswerKey, StoredAnswer};
 use crate::store::Ending;
 
-/// Request headers that describe the downstream hop or the caller's key, never forwarded.
+/// The one list of request headers that never go to the provider, on a gated call and on a
+/// pass-through route alike (README, "Security"), beside every `x-tokensaver-*` header
+/// ([`DROPPED_REQUEST_PREFIX`]) and any header the caller's `connection` names:
+/// - the caller's credentials for this hop: its tokensaver key (`authorization`, `x-api-key`;
+///   the provider's credential is set in their place), `proxy-authorization`, and `cookie`
+///   (the ledger page's session);
+/// - the downstream hop's own: connection management, `expect` (the gate answers it itself),
+///   and the framing and host, which the gate writes for the upstream hop;
+/// - `accept-encoding`: the gate asks for `identity`, since it reads the answers it relays.
 const DROPPED_REQUEST_HEADERS: &[&str] = &[
-    "host",
-    "content-length",
-    "transfer-encoding",
+    "authorization",
+    "x-api-key",
+    "proxy-authorization",
+    "cookie",
     "connection",
     "keep-alive",
     "proxy-connection",
     "te",
+    "trailer",
     "upgrade",
-    "authorization",
-    "x-api-key",
+    "expect",
+    "host",
+    "content-length",
+    "transfer-encoding",
     "accept-encoding",
-    "x-tokensaver-human",
-    "x-tokensaver-hold",
 ];
+
+/// Every header of tokensaver's own (`x-tokensaver-human`, `-hold`, `-owner`, ...) is for the
+/// gate, never for the provider.
+const DROPPED_REQUEST_PREFIX: &str = "x-tokensaver-";
+
+/// Of the dropped headers, those a pass-through request keeps: pingora's proxy path frames
+/// the body it relays by them.
+const PASSTHROUGH_FRAMING: &[&str] = &["content-length", "transfer-encoding"];
+
+/// The header names the request's `connection` lists: hop-by-hop by the caller's word.
+fn connection_listed(headers: &http::HeaderMap) -> Vec<String> {
+    headers
+        .get_all("connection")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty())
+        .collect()
+}
+
+/// Whether a request header stays on the gate's side (names are lowercase in `http`).
+fn dropped(name: &str, listed: &[String]) -> bool {
+    DROPPED_REQUEST_HEADERS.contains(&name)
+        || name.starts_with(DROPPED_REQUEST_PREFIX)
+        || listed.iter().any(|l| l == name)
+}
+
+/// A pass-through request (pingora's proxy path copies the caller's header): remove what
+/// never goes upstream, keeping the framing; the caller then sets host and credential.
+pub(super) fn strip_passthrough_headers(upstream: &mut RequestHeader) -> Result<()> {
+    let listed = connection_listed(&upstream.headers);
+    let names: Vec<http::HeaderName> = upstream
+        .headers
+        .keys()
+        .filter(|n| dropped(n.as_str(), &listed) && !PASSTHROUGH_FRAMING.contains(&n.as_str()))
+        .cloned()
+        .collect();
+    for name in names {
+        upstream.remove_header(&name);
+    }
+    upstream.insert_header("accept-encoding", "identity")?;
+    Ok(())
+}
 
 const DROPPED_RESPONSE_HEADERS: &[&str] = &[
     "content-length",
@@ -68,6 +122,9 @@ pub(super) struct Forward<'a> {
     pub answer_key: AnswerKey,
     pub receipt_headers: Vec<(&'static str, String)>,
 }
+
+/// Interim (1xx) answers read past before the provider's answer; more is a broken provider.
+const MAX_INTERIM: usize = 8;
 
 /// The member that asks an OpenAI stream for its usage chunk.
 const USAGE_OPTION: &[u8] = b",\"stream_options\":{\"include_usage\":true}";
@@ -203,8 +260,9 @@ impl Forward<'_> {
             .unwrap_or(self.route.path());
         let mut header =
             RequestHeader::build("POST", path.as_bytes(), Some(req.headers.len() + 4))?;
+        let listed = connection_listed(&req.headers);
         for (name, value) in req.headers.iter() {
-            if !DROPPED_REQUEST_HEADERS.contains(&name.as_str()) {
+            if !dropped(name.as_str(), &listed) {
                 header.append_header(name.clone(), value.clone())?;
             }
         }
@@ -371,24 +429,40 @@ impl Forward<'_> {
         upstream: &mut HttpSession,
         outcome: &mut Outcome,
     ) -> std::result::Result<Option<String>, GateError> {
-        if let Err(e) = crate::lifecycle::unless_cut(upstream.read_response_header()).await {
-            return Err(if is_timeout(&e) {
-                GateError::new(
-                    504,
-                    "api_error",
-                    "upstream_timeout",
-                    "the provider did not answer in time",
-                )
-            } else {
-                bad_gateway(
-                    "upstream_reset",
-                    "the provider closed the connection without answering",
-                )
-            });
-        }
-        let resp = upstream.response_header().ok_or_else(|| {
-            bad_gateway("upstream_header", "the provider sent no response header")
-        })?;
+        // The gate never sends `expect`, but a server may send interim (1xx) answers anyway
+        // (RFC 9110 §15.2): they are read past, never relayed as the answer (the client had
+        // its one `100 Continue` from the gate). `101` is refused: no upgrade was asked for.
+        let mut interim = 0;
+        let resp = loop {
+            if let Err(e) = crate::lifecycle::unless_cut(upstream.read_response_header()).await {
+                return Err(if is_timeout(&e) {
+                    GateError::new(
+                        504,
+                        "api_error",
+                        "upstream_timeout",
+                        "the provider did not answer in time",
+                    )
+                } else {
+                    bad_gateway(
+                        "upstream_reset",
+                        "the provider closed the connection without answering",
+                    )
+                });
+            }
+            let resp = upstream.response_header().ok_or_else(|| {
+                bad_gateway("upstream_header", "the provider sent no response header")
+            })?;
+            if !resp.status.is_informational() {
+                break resp;
+            }
+            interim += 1;
+            if resp.status == http::StatusCode::SWITCHING_PROTOCOLS || interim > MAX_INTERIM {
+                return Err(bad_gateway(
+                    "upstream_header",
+                    "the provider sent an unexpected interim answer",
+                ));
+            }
+        };
         outcome.status = resp.status.as_u16();
         // An error status is the provider refusing the request: not billed, whatever follows.
         if !(200..300).contains(&outcome.status) {

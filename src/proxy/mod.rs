@@ -215,17 +215,33 @@ pub(crate) async fn respond_error(
     .await
 }
 
+/// A pass-through request, admitted: the gate answers its `Expect` (one `100 Continue`),
+/// the expectation goes no further, and interim answers from upstream are not relayed
+/// (pingora relays a `100` only to a request that still asks for one).
+async fn answer_expect_passthrough(session: &mut Session) -> Result<()> {
+    if crate::body::expects_continue(session.as_downstream_mut()) {
+        crate::body::write_continue(session.as_downstream_mut()).await?;
+    }
+    session.req_header_mut().remove_header("expect");
+    session.as_downstream_mut().set_ignore_info_resp(true);
+    Ok(())
+}
+
+fn body_too_large() -> GateError {
+    GateError::new(
+        413,
+        "invalid_request_error",
+        "body_too_large",
+        "request body exceeds the configured size cap",
+    )
+}
+
 /// Read the whole request body, refusing more than `cap` bytes.
 async fn read_body(session: &mut Session, cap: usize) -> std::result::Result<Bytes, GateError> {
     crate::body::read_capped(session.as_downstream_mut(), cap)
         .await
         .map_err(|e| match e {
-            crate::body::BodyError::TooLarge => GateError::new(
-                413,
-                "invalid_request_error",
-                "body_too_large",
-                "request body exceeds the configured size cap",
-            ),
+            crate::body::BodyError::TooLarge => body_too_large(),
             crate::body::BodyError::Unreadable => GateError::new(
                 400,
                 "invalid_request_error",
@@ -336,16 +352,17 @@ impl GateProxy {
                 )))
             }
         };
-        let expects_continue = session
-            .req_header()
-            .headers
-            .get("expect")
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-        if expects_continue {
+        if crate::body::expects_continue(session.as_downstream_mut()) {
             // The gate reads the body before anything goes upstream, so it answers the
-            // client's `Expect` itself (curl otherwise waits a second before sending).
-            let cont = ResponseHeader::build(100, Some(0))?;
-            session.write_response_header(Box::new(cont), false).await?;
+            // client's `Expect` itself, once (curl otherwise waits a second before sending);
+            // `expect` never goes upstream (`forward.rs`). A body declared over the cap is
+            // refused first: the client is not asked for bytes the gate would refuse.
+            if crate::body::declared_length(session.as_downstream_mut())
+                .is_some_and(|len| len > config.max_body_bytes)
+            {
+                return Ok(Err(body_too_large()));
+            }
+            crate::body::write_continue(session.as_downstream_mut()).await?;
         }
         let body = match read_body(session, config.max_body_bytes).await {
             Ok(body) => body,
@@ -674,6 +691,13 @@ impl ProxyHttp for GateProxy {
         }
     }
 
+    async fn early_request_filter(&self, session: &mut Session, _ctx: &mut Ctx) -> Result<()> {
+        // Requests pipelined behind this one (sent before its answer) are answered in order,
+        // one after the other (RFC 9112 §9.3.2); pingora's default drops them and closes.
+        session.as_downstream_mut().set_pipelining_enabled(true);
+        Ok(())
+    }
+
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
         let method = session.req_header().method.clone();
         let path = session.req_header().uri.path().to_string();
@@ -716,6 +740,7 @@ impl ProxyHttp for GateProxy {
                 return Ok(true);
             }
             if let Some(p) = provider {
+                answer_expect_passthrough(session).await?;
                 ctx.passthrough = Some(p.clone());
                 return Ok(false);
             }
@@ -748,6 +773,7 @@ impl ProxyHttp for GateProxy {
         ctx: &mut Ctx,
     ) -> Result<()> {
         if let Some(p) = &ctx.passthrough {
+            forward::strip_passthrough_headers(upstream)?;
             upstream.insert_header("host", p.host_header.as_str())?;
             p.set_credential(upstream)?;
         }

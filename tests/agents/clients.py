@@ -25,10 +25,18 @@ SDK_AGENT = Path(__file__).with_name("sdk_agent.py")
 CLIENT_TIMEOUT = 150
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n: int) -> list[int]:
+    """n distinct free ports: every socket stays bound until all are chosen, so the kernel
+    cannot hand the same port out twice (two servers on one port, with SO_REUSEPORT, would
+    share its connections)."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def wait_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 30.0) -> None:

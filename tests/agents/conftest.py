@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import clients  # noqa: E402  (shared with scripts/economics_harness.py)
 from clients import (  # noqa: E402,F401
     BIN, CLAUDE, CLIENT_TIMEOUT, CLIENTS, CODEX, ROOT, SDK_AGENT, Run,
-    free_port as _free_port, run as _run, wait_port as _wait_port,
+    free_ports as _free_ports, run as _run, wait_port as _wait_port,
 )
 
 ADMIN_KEY = "tsa_demo-admin-key-not-for-production"
@@ -72,9 +72,7 @@ class Gate:
 
     def __init__(self, tmp: Path, keys: list = KEYS):
         self.tmp = tmp
-        self.mock_port, self.proxy_port, self.api_port, self.admin_port = (
-            _free_port() for _ in range(4)
-        )
+        self.mock_port, self.proxy_port, self.api_port, self.admin_port = _free_ports(4)
         self.keys: dict[str, str] = {}
         blocks = []
         for key_id, human, budget, profile in keys:

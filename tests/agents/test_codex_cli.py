@@ -32,14 +32,15 @@ def test_a_session_that_makes_progress_is_not_stopped(gate):
 
 
 def test_a_runaway_is_stopped_by_a_runaway_rule_not_the_score(gate):
-    # Codex wraps every command's output in a random "Chunk ID" and a "Wall time", so no two
-    # of its steps are identical and the loop rule cannot see them; its runaway is the burst
-    # rule's: the 120th request within 60 s is refused. Codex does not retry a 429.
+    # Codex wraps every command's output in a random "Chunk ID" and a "Wall time"; the step
+    # normaliser (SPEC §2.1) takes them out, so its stuck `echo` is one repeated step and the
+    # loop rule sees it: three repeats reach the provider, the fourth is refused (unattended
+    # key). Codex gives up on the 429.
     run = gate.codex("agent", "Wait for the job. tokensaver-mock:loop", gate.tmp / "codex")
     assert run.code != 0
     assert "429" in run.output, run.output
-    assert len(gate.provider_calls()) == 119
-    assert loop_rules(gate.verdicts()) == {"runaway_burst": 1}
+    assert len(gate.provider_calls()) == 4
+    assert loop_rules(gate.verdicts()) == {"runaway_loop_unattended": 1}
     assert not score_verdicts(gate.verdicts())
     gate.assert_ledger_matches_provider("agent")
 

@@ -30,10 +30,16 @@ PROVIDER_CREDENTIAL = "sk-test-provider"
 DEMO_KEY = "tsk_demo_0123456789abcdef0123456789abcdef0123456789abcdef"
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(n: int) -> list[int]:
+    """n distinct free ports (each socket stays bound until all are chosen)."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def _wait_port(addr: str, proc: subprocess.Popen, log: Path, timeout: float = 30.0) -> None:
@@ -91,7 +97,8 @@ def tokensaver_bin() -> Path:
 @pytest.fixture(scope="session")
 def stack(tokensaver_bin, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tokensaver")
-    mock_addr = f"127.0.0.1:{_free_port()}"
+    mock_port, proxy_port, api_port, admin_port = _free_ports(4)
+    mock_addr = f"127.0.0.1:{mock_port}"
     mock_log = tmp / "mock.log"
     with open(mock_log, "wb") as out:
         mock = subprocess.Popen(
@@ -104,11 +111,11 @@ def stack(tokensaver_bin, tmp_path_factory):
         _wait_port(mock_addr, mock, mock_log)
 
         config = tomllib.loads(EXAMPLE_CONFIG.read_text())
-        proxy_addr = f"127.0.0.1:{_free_port()}"
+        proxy_addr = f"127.0.0.1:{proxy_port}"
         config["listen"] = {
             "proxy": proxy_addr,
-            "api": f"127.0.0.1:{_free_port()}",
-            "admin": f"127.0.0.1:{_free_port()}",
+            "api": f"127.0.0.1:{api_port}",
+            "admin": f"127.0.0.1:{admin_port}",
         }
         (tmp / "data").mkdir()
         config.setdefault("data", {})["dir"] = str(tmp / "data")

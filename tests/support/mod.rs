@@ -454,6 +454,24 @@ pub fn send_signal(pid: u32, sig: &str) {
 }
 
 /// Send a request with an optional body.
+/// `GET url` with a tokensaver or admin key as a bearer token (or none).
+pub fn keyed_get(url: &str, key: Option<&str>) -> Resp {
+    let mut r = ureq::get(url);
+    if let Some(k) = key {
+        r = r.set("authorization", &format!("Bearer {k}"));
+    }
+    call(r, None)
+}
+
+/// A JSON request to `url` with a tokensaver or admin key as a bearer token (or none).
+pub fn keyed_send(method: &str, url: &str, key: Option<&str>, body: &[u8]) -> Resp {
+    let mut r = ureq::request(method, url).set("content-type", "application/json");
+    if let Some(k) = key {
+        r = r.set("authorization", &format!("Bearer {k}"));
+    }
+    call(r, Some(body))
+}
+
 pub fn call(req: ureq::Request, body: Option<&[u8]>) -> Resp {
     let req = req.timeout(Duration::from_secs(30));
     Resp::from(match body {

@@ -282,15 +282,20 @@ fn decide_inner(policy: &Policy, input: &GateInput, state: &KeyState, now_ms: u6
     };
     let avoided = if input.held { Some(0) } else { worst.tokens() };
 
-    // 1. Hard rules that stop runaway automation.
-    if let Some(rule) = rules::runaway_rule(&state.counts, input.human) {
+    // 1. Hard rules that stop runaway automation: absolute for literal repeats (SPEC §2.3).
+    if let Some(rule) = rules::literal_runaway_rule(&state.counts, input.human) {
         return block(decision, Some(rule), None, avoided);
     }
-    // 2. An answer held, with its usage recorded, where reuse is allowed.
+    // 2. An answer held, with its usage recorded, where reuse is allowed. A SERVE buys
+    // nothing: a repeated step that can be SERVEd (a temperature-0 rerun) is SERVEd.
     if servable {
         decision.verdict = Verdict::Serve;
         decision.tokens_not_bought = input.held_usage;
         return decision;
+    }
+    // 2a. A repeated step (the same step fingerprint, another history) counts as identical.
+    if let Some(rule) = rules::step_loop_rule(&state.counts, input.human) {
+        return block(decision, Some(rule), None, avoided);
     }
     // 3. Budget rules.
     if let Some(b) = budget {
@@ -412,5 +417,96 @@ mod tests {
         // The waste signals and the unattended term are the seed's for every key.
         assert_eq!(agent.signals.unattended, plain.signals.unattended);
         assert_eq!(agent.signals.novelty, plain.signals.novelty);
+    }
+
+    #[test]
+    fn a_seen_step_counts_for_repeating_without_recording() {
+        use crate::gate::FindingCode;
+        let shape_of = |temperature: &str| {
+            let body = format!(
+                r#"{{"model":"m","max_tokens":100,"temperature":{temperature},"messages":[{{"role":"user","content":"status?"}}]}}"#
+            );
+            parse(Route::OpenAiChat, body.as_bytes(), &[1; 32])
+                .unwrap()
+                .shape
+        };
+        let codes = |shape: &RequestShape, counts: WindowCounts, held: bool| {
+            let input = GateInput {
+                key_id: "k",
+                shape,
+                human: true,
+                held,
+                held_usage: held.then(Usage::default),
+                approved_hold: false,
+            };
+            let state = KeyState {
+                counts,
+                budget: None,
+            };
+            decide(&Policy::default(), &input, &state, 0)
+                .findings
+                .iter()
+                .map(|f| f.code)
+                .collect::<Vec<_>>()
+        };
+        let step_only = WindowCounts {
+            step_seen: true,
+            ..WindowCounts::default()
+        };
+        let reproducible = shape_of("0");
+        assert!(codes(&reproducible, step_only, false)
+            .contains(&FindingCode::RepeatingWithoutRecording));
+        assert!(!codes(&reproducible, WindowCounts::default(), false)
+            .contains(&FindingCode::RepeatingWithoutRecording));
+        // Servable: nothing is repeated without recording.
+        assert!(!codes(&reproducible, step_only, true)
+            .contains(&FindingCode::RepeatingWithoutRecording));
+        // Sampled output: a seen step is no reuse that the sampling blocks (the fingerprint
+        // differs), and no repeat finding either.
+        let sampled = codes(&shape_of("0.7"), step_only, false);
+        assert!(!sampled.contains(&FindingCode::RepeatingWithoutRecording));
+        assert!(!sampled.contains(&FindingCode::VariedOutputBlocksReuse));
+    }
+
+    #[test]
+    fn a_serve_is_never_stopped_by_a_repeated_step_only_by_a_literal_storm() {
+        let body = r#"{"model":"m","max_tokens":100,"temperature":0,"messages":[{"role":"user","content":"go"}]}"#;
+        let shape = parse(Route::OpenAiChat, body.as_bytes(), &[1; 32])
+            .unwrap()
+            .shape;
+        let decide_at = |counts: WindowCounts, held: bool| {
+            let input = GateInput {
+                key_id: "k",
+                shape: &shape,
+                human: false,
+                held,
+                held_usage: held.then(Usage::default),
+                approved_hold: false,
+            };
+            let state = KeyState {
+                counts,
+                budget: None,
+            };
+            let d = decide(&Policy::default(), &input, &state, 0);
+            (d.verdict, d.rule)
+        };
+        let counts = |identical, step_only| WindowCounts {
+            earlier_identical: identical,
+            earlier_step_only: step_only,
+            ..WindowCounts::default()
+        };
+        // A rerun: one literal repeat, five earlier steps of the same kind: SERVEd.
+        assert_eq!(decide_at(counts(6, 5), true), (Verdict::Serve, None));
+        // Not servable: the repeated step is a loop (the 7th identical, unattended).
+        assert_eq!(
+            decide_at(counts(6, 5), false),
+            (Verdict::Block, Some(Rule::RunawayLoopUnattended))
+        );
+        // A literal storm of a servable request: the 4th unattended is stopped.
+        assert_eq!(
+            decide_at(counts(3, 0), true),
+            (Verdict::Block, Some(Rule::RunawayLoopUnattended))
+        );
+        assert_eq!(decide_at(counts(2, 0), true), (Verdict::Serve, None));
     }
 }

@@ -53,7 +53,7 @@ impl FindingCode {
 
     pub fn explanation(self) -> &'static str {
         match self {
-            FindingCode::RepeatingWithoutRecording => "this reproducible request was sent in the last 24 h but no answer with recorded usage is held for it in this wire form, so it could not be served from store",
+            FindingCode::RepeatingWithoutRecording => "this reproducible request (or the same step of it) was sent in the last 24 h but no answer with recorded usage is held for it in this wire form, so it could not be served from store",
             FindingCode::VariedOutputBlocksReuse => "this request repeats one from the last 24 h but asks for sampled output (no temperature 0, no seed, or n > 1), so it cannot be served from store",
             FindingCode::CarryingOldTurns => "the context re-sends turns older than the most recent ones on every call",
             FindingCode::UnusedToolDefinitions => "tools are defined that were never called in the conversation's history",
@@ -97,18 +97,19 @@ pub fn findings(
     let mut out = Vec::new();
     let prompt_chars = shape.prompt_chars();
 
-    if counts.fingerprint_seen {
-        if !shape.reproducible() {
-            out.push(finding(
-                FindingCode::VariedOutputBlocksReuse,
-                Some(prompt_chars),
-            ));
-        } else if !servable {
-            out.push(finding(
-                FindingCode::RepeatingWithoutRecording,
-                Some(prompt_chars),
-            ));
-        }
+    // SPEC §2.3: `repeating_without_recording` counts identical requests as the loop signal
+    // does — the same fingerprint or the same step. `varied_output_blocks_reuse` is about
+    // reusing this very request's answer, so only its fingerprint counts (§2.8).
+    if counts.fingerprint_seen && !shape.reproducible() {
+        out.push(finding(
+            FindingCode::VariedOutputBlocksReuse,
+            Some(prompt_chars),
+        ));
+    } else if (counts.fingerprint_seen || counts.step_seen) && shape.reproducible() && !servable {
+        out.push(finding(
+            FindingCode::RepeatingWithoutRecording,
+            Some(prompt_chars),
+        ));
     }
     let turns = shape.turns.len() as u64;
     if turns > t.old_turns {

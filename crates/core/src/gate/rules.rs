@@ -106,6 +106,27 @@ pub fn runaway_rule(counts: &WindowCounts, human: bool) -> Option<Rule> {
     }
 }
 
+/// The runaway rules for a literal repeat (SPEC §2.3): [`runaway_rule`] over the requests
+/// with this very fingerprint; a repeated step alone is left to [`step_loop_rule`].
+pub fn literal_runaway_rule(counts: &WindowCounts, human: bool) -> Option<Rule> {
+    let literal = WindowCounts {
+        earlier_identical: counts
+            .earlier_identical
+            .saturating_sub(counts.earlier_step_only),
+        ..*counts
+    };
+    runaway_rule(&literal, human)
+}
+
+/// The loop rules over every identical request, the repeated steps included: what a repeated
+/// step gets when it is not SERVEd and the gate does not pace it.
+pub fn step_loop_rule(counts: &WindowCounts, human: bool) -> Option<Rule> {
+    match runaway_rule(counts, human)? {
+        Rule::RunawayBurst => None,
+        rule => Some(rule),
+    }
+}
+
 /// A key's budget as the gate sees it, all in nano-USD.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

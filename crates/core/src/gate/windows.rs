@@ -40,6 +40,18 @@ pub struct WindowCounts {
     pub model_seen: bool,
     /// The key sent this fingerprint in the last 24 h.
     pub fingerprint_seen: bool,
+    /// The key sent a request with this step fingerprint in the last 24 h (SPEC §2.3: the
+    /// repeat findings count identical steps as the loop signal does). Absent in a serialised
+    /// count from before: not seen.
+    #[serde(default)]
+    pub step_seen: bool,
+    /// Of `earlier_identical`, those that share only the step fingerprint (a different
+    /// fingerprint: a growing history repeating a step). The rest are literal repeats (the same
+    /// fingerprint: a retry storm), which the hard rules stop absolutely; a repeated step is the
+    /// gate's to pace (SPEC §2.3). SERVEs are not among the steps: a SERVE buys nothing.
+    /// Absent (0): every identical request counts as literal.
+    #[serde(default)]
+    pub earlier_step_only: u64,
 }
 
 struct KeyWindows {
@@ -51,6 +63,8 @@ struct KeyWindows {
     both: HashMap<(Hash, Hash), VecDeque<u64>>,
     models: HashMap<String, u64>,
     seen: LruCache<Hash, u64>,
+    /// Step fingerprints sent in the last 24 h, kept like `seen`.
+    seen_steps: LruCache<Hash, u64>,
 }
 
 impl KeyWindows {
@@ -63,6 +77,7 @@ impl KeyWindows {
             models: HashMap::new(),
             // Unbounded + a manual cap: `LruCache::new(cap)` would preallocate `cap` slots per key.
             seen: LruCache::unbounded(),
+            seen_steps: LruCache::unbounded(),
         }
     }
 }
@@ -125,6 +140,7 @@ impl Windows {
             // Each list is capped alike and `both` is a subset of either, so this never
             // undercounts below the smaller cap.
             earlier_identical: same_fingerprint + same_step.saturating_sub(same_both),
+            earlier_step_only: same_step.saturating_sub(same_both),
             earlier_key_minute: count_within(&w.requests, now, BURST_WINDOW_MS),
             earlier_key_hour: count_within(&w.requests, now, GRIND_WINDOW_MS),
             model_seen: w
@@ -135,6 +151,10 @@ impl Windows {
                 .seen
                 .peek(fingerprint)
                 .is_some_and(|&t| within(now, t, REPEAT_WINDOW_MS)),
+            step_seen: w
+                .seen_steps
+                .peek(step)
+                .is_some_and(|&t| within(now, t, REPEAT_WINDOW_MS)),
         }
     }
 
@@ -143,7 +163,7 @@ impl Windows {
         self.record_step(key, fingerprint, fingerprint, model, now)
     }
 
-    /// Count a request in every window, whatever its verdict.
+    /// Count a request in every window, whatever its verdict (a SERVE: [`Windows::record_serve`]).
     pub fn record_step(
         &mut self,
         key: &str,
@@ -151,6 +171,32 @@ impl Windows {
         step: &Hash,
         model: &str,
         now: u64,
+    ) {
+        self.record_entry(key, fingerprint, step, model, now, true)
+    }
+
+    /// Count a SERVE: in every window but the step windows. A SERVE buys nothing, so a
+    /// temperature-0 rerun of a session, SERVEd step by step, is no repeated step (SPEC §2.3);
+    /// it still counts by its fingerprint, so a literal retry storm of it is still stopped.
+    pub fn record_serve(
+        &mut self,
+        key: &str,
+        fingerprint: &Hash,
+        step: &Hash,
+        model: &str,
+        now: u64,
+    ) {
+        self.record_entry(key, fingerprint, step, model, now, false)
+    }
+
+    fn record_entry(
+        &mut self,
+        key: &str,
+        fingerprint: &Hash,
+        step: &Hash,
+        model: &str,
+        now: u64,
+        in_steps: bool,
     ) {
         // Allocate the key's name only the first time it is seen.
         if !self.keys.contains_key(key) {
@@ -165,12 +211,14 @@ impl Windows {
             now,
             CAP_IDENTICAL,
         );
-        push_capped(w.steps.entry(*step).or_default(), now, CAP_IDENTICAL);
-        push_capped(
-            w.both.entry((*fingerprint, *step)).or_default(),
-            now,
-            CAP_IDENTICAL,
-        );
+        if in_steps {
+            push_capped(w.steps.entry(*step).or_default(), now, CAP_IDENTICAL);
+            push_capped(
+                w.both.entry((*fingerprint, *step)).or_default(),
+                now,
+                CAP_IDENTICAL,
+            );
+        }
         if w.models.len() >= CAP_MODELS && !w.models.contains_key(model) {
             w.models.retain(|_, t| within(now, *t, NOVELTY_WINDOW_MS));
         }
@@ -180,6 +228,10 @@ impl Windows {
         w.seen.put(*fingerprint, now);
         if w.seen.len() > CAP_SEEN_FINGERPRINTS {
             w.seen.pop_lru();
+        }
+        w.seen_steps.put(*step, now);
+        if w.seen_steps.len() > CAP_SEEN_FINGERPRINTS {
+            w.seen_steps.pop_lru();
         }
         Self::evict(w, now);
     }
@@ -215,6 +267,12 @@ impl Windows {
             }
             w.seen.pop_lru();
         }
+        while let Some((_, &t)) = w.seen_steps.peek_lru() {
+            if within(now, t, REPEAT_WINDOW_MS) {
+                break;
+            }
+            w.seen_steps.pop_lru();
+        }
     }
 
     /// Forget the key's fingerprint records (POST /forget). The loop and burst windows stay:
@@ -222,6 +280,7 @@ impl Windows {
     pub fn forget_fingerprints(&mut self, key: &str) {
         if let Some(w) = self.keys.get_mut(key) {
             w.seen.clear();
+            w.seen_steps.clear();
         }
     }
 
@@ -236,6 +295,7 @@ impl Windows {
                     + w.both.values().map(VecDeque::len).sum::<usize>()
                     + w.models.len()
                     + w.seen.len()
+                    + w.seen_steps.len()
             })
             .sum()
     }
@@ -305,6 +365,7 @@ mod tests {
         assert!(w.entries() < before);
         assert_eq!(w.keys["k"].requests.len(), 1);
         assert_eq!(w.keys["k"].seen.len(), 1);
+        assert_eq!(w.keys["k"].seen_steps.len(), 1);
     }
 
     #[test]
@@ -374,6 +435,40 @@ mod tests {
         w.forget_fingerprints("k");
         let c = w.observe("k", &fp(1), "m", 5_001);
         assert!(!c.fingerprint_seen);
+        assert!(!c.step_seen);
         assert_eq!(c.earlier_identical, 1);
+    }
+
+    #[test]
+    fn a_step_is_seen_for_24_hours_whatever_the_fingerprint() {
+        let mut w = Windows::new();
+        w.record_step("k", &fp(10), &fp(1), "m", 1_000);
+        let c = w.observe_step("k", &fp(11), &fp(1), "m", 1_000 + REPEAT_WINDOW_MS - 1);
+        assert!(c.step_seen);
+        assert!(!c.fingerprint_seen);
+        let c = w.observe_step("k", &fp(11), &fp(1), "m", 1_000 + REPEAT_WINDOW_MS);
+        assert!(!c.step_seen);
+        assert!(!w.observe_step("k", &fp(10), &fp(2), "m", 2_000).step_seen);
+        assert!(
+            !w.observe_step("other", &fp(11), &fp(1), "m", 2_000)
+                .step_seen
+        );
+    }
+
+    #[test]
+    fn a_serve_counts_by_its_fingerprint_and_not_as_a_step() {
+        let mut w = Windows::new();
+        // A finished session's step, then its rerun SERVEd twice.
+        w.record_step("k", &fp(10), &fp(1), "m", 1_000);
+        w.record_serve("k", &fp(10), &fp(1), "m", 2_000);
+        w.record_serve("k", &fp(10), &fp(1), "m", 3_000);
+        // The same body again: three literal repeats, none by step alone.
+        let c = w.observe_step("k", &fp(10), &fp(1), "m", 4_000);
+        assert_eq!((c.earlier_identical, c.earlier_step_only), (3, 0));
+        // The same step with another history: one step (the live one), the SERVEs not.
+        let c = w.observe_step("k", &fp(11), &fp(1), "m", 4_000);
+        assert_eq!((c.earlier_identical, c.earlier_step_only), (1, 1));
+        assert!(c.step_seen);
+        assert_eq!(c.earlier_key_minute, 3);
     }
 }

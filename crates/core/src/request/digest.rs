@@ -5,10 +5,15 @@ use serde::{Deserialize, Serialize};
 
 use super::RequestShape;
 
-/// v2 adds the step fingerprint (and the Responses route). A v1 digest is still read: its
-/// step fingerprint is its fingerprint, as it was for the v1 gate.
-pub const DIGEST_VERSION: u32 = 2;
-const READABLE_VERSIONS: [u32; 2] = [1, 2];
+/// v3: the step fingerprint is taken over normalised tool results (step domain v3,
+/// normalisation 1; SPEC §2.1). v2 added the step fingerprint (and the Responses route).
+pub const DIGEST_VERSION: u32 = 3;
+/// Versions this build knows and no longer reads: their step fingerprint was computed
+/// without the normalisation, so a stuck agent whose tool prints a clock would not repeat
+/// its step, and the gate would decide otherwise than on the request itself. A digest is the
+/// local instance's own computation, so the fix is to update it; a refusal says so, rather
+/// than a gate quietly deciding on a weaker identity.
+const OUTDATED_VERSIONS: [u32; 2] = [1, 2];
 
 /// The wire form of an answer: a JSON body or a server-sent-event stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -48,8 +53,15 @@ pub struct Digest {
 pub enum DigestError {
     #[error("digest is not valid JSON")]
     NotJson,
-    #[error("digest version is missing or not supported (this build reads v1 and v2)")]
+    #[error("digest version is missing or not supported (this build reads v{current})", current = DIGEST_VERSION)]
     UnknownVersion,
+    #[error(
+        "digest v{version} is no longer read: its step fingerprint predates the normalisation of \
+         tool results (SPEC 2.1). This build reads v{current}: update the tokensaver that computed \
+         it (`tokensaver digest`, or the local instance in digest mode)",
+        current = DIGEST_VERSION
+    )]
+    Outdated { version: u32 },
     #[error("digest does not match the schema of its version")]
     Schema,
 }
@@ -65,23 +77,19 @@ impl Digest {
         }
     }
 
-    /// Parse a digest; an unknown version is refused. One typed read on the way to `Ok`; only
-    /// a refusal reads the bytes again, to say which kind it is.
+    /// Parse a digest; an unknown or outdated version is refused. One typed read on the way
+    /// to `Ok`; only a refusal reads the bytes again, to say which kind it is.
     pub fn parse(bytes: &[u8]) -> Result<Self, DigestError> {
         match serde_json::from_slice::<Digest>(bytes) {
-            Ok(mut digest) if digest.v == 1 => {
-                digest.request.step_fingerprint = digest.request.fingerprint;
-                Ok(digest)
-            }
-            // v2 requires the step fingerprint (absent reads as the zero hash).
-            Ok(digest) if digest.v == 2 => {
+            // The step fingerprint is required (absent reads as the zero hash).
+            Ok(digest) if digest.v == DIGEST_VERSION => {
                 if digest.request.step_fingerprint == super::Hash::default() {
                     Err(DigestError::Schema)
                 } else {
                     Ok(digest)
                 }
             }
-            Ok(_) => Err(DigestError::UnknownVersion),
+            Ok(digest) => Err(Self::version_refusal(u64::from(digest.v))),
             Err(_) => Err(Self::refusal(bytes)),
         }
     }
@@ -90,11 +98,17 @@ impl Digest {
         let Ok(value) = serde_json::from_slice::<serde_json::Value>(bytes) else {
             return DigestError::NotJson;
         };
-        let version = value.get("v").and_then(serde_json::Value::as_u64);
-        if version.is_some_and(|v| READABLE_VERSIONS.iter().any(|r| u64::from(*r) == v)) {
-            DigestError::Schema
-        } else {
-            DigestError::UnknownVersion
+        match value.get("v").and_then(serde_json::Value::as_u64) {
+            Some(v) if v == u64::from(DIGEST_VERSION) => DigestError::Schema,
+            Some(v) => Self::version_refusal(v),
+            None => DigestError::UnknownVersion,
+        }
+    }
+
+    fn version_refusal(v: u64) -> DigestError {
+        match OUTDATED_VERSIONS.iter().find(|o| u64::from(**o) == v) {
+            Some(&version) => DigestError::Outdated { version },
+            None => DigestError::UnknownVersion,
         }
     }
 
@@ -117,13 +131,13 @@ mod tests {
         let bytes = serde_json::to_vec(&digest).unwrap();
         assert_eq!(Digest::parse(&bytes), Ok(digest.clone()));
 
-        let mut v3: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-        v3["v"] = 3.into();
+        let mut v4: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        v4["v"] = 4.into();
         assert_eq!(
-            Digest::parse(&serde_json::to_vec(&v3).unwrap()),
+            Digest::parse(&serde_json::to_vec(&v4).unwrap()),
             Err(DigestError::UnknownVersion)
         );
-        // v2 needs the step fingerprint; v1 never had one and reads it as the fingerprint.
+        // The step fingerprint is required.
         let mut no_step: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
         no_step["request"]
             .as_object_mut()
@@ -133,16 +147,36 @@ mod tests {
             Digest::parse(&serde_json::to_vec(&no_step).unwrap()),
             Err(DigestError::Schema)
         );
-        no_step["v"] = 1.into();
-        let v1 = Digest::parse(&serde_json::to_vec(&no_step).unwrap()).unwrap();
-        assert_eq!(v1.request.step_fingerprint, v1.request.fingerprint);
+        // v1 and v2 (a step fingerprint without the normalisation, or none) are refused by
+        // name, whole or not, with the version this build reads.
+        for version in [1u32, 2] {
+            for mut old in [no_step.clone(), serde_json::from_slice(&bytes).unwrap()] {
+                old["v"] = version.into();
+                let refused = Digest::parse(&serde_json::to_vec(&old).unwrap());
+                assert_eq!(refused, Err(DigestError::Outdated { version }));
+                let message = refused.unwrap_err().to_string();
+                assert!(
+                    message.contains(&format!("v{version} is no longer read"))
+                        && message.contains(&format!("reads v{DIGEST_VERSION}")),
+                    "{message}"
+                );
+            }
+        }
         for (text, expected) in [
             (&b"nope"[..], DigestError::NotJson),
             (b"[1]", DigestError::UnknownVersion),
-            (br#"{"v":"1","request":{}}"#, DigestError::UnknownVersion),
-            (br#"{"v":3,"other":true}"#, DigestError::UnknownVersion),
-            (br#"{"v":1,"request":{}}"#, DigestError::Schema),
-            (br#"{"v":1,"request":{},"extra":1}"#, DigestError::Schema),
+            (br#"{"v":"3","request":{}}"#, DigestError::UnknownVersion),
+            (br#"{"v":4,"other":true}"#, DigestError::UnknownVersion),
+            (br#"{"v":3,"request":{}}"#, DigestError::Schema),
+            (br#"{"v":3,"request":{},"extra":1}"#, DigestError::Schema),
+            (
+                br#"{"v":2,"request":{}}"#,
+                DigestError::Outdated { version: 2 },
+            ),
+            (
+                br#"{"v":1,"other":true}"#,
+                DigestError::Outdated { version: 1 },
+            ),
         ] {
             assert_eq!(
                 Digest::parse(text),

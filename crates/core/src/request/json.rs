@@ -680,24 +680,35 @@ pub fn write_without_keys(buf: &mut Vec<u8>, value: &Json, dropped: &[&str]) {
             }
             buf.push(b']');
         }
-        Json::Object(object) => {
-            buf.push(b'{');
-            let kept = object
-                .members
-                .iter()
-                .filter(|(key, _)| !dropped.contains(&key.as_ref()));
-            for (i, (key, value)) in kept.enumerate() {
-                if i > 0 {
-                    buf.push(b',');
-                }
-                write_key(buf, key);
-                buf.push(b':');
-                write_without_keys(buf, value, dropped);
-            }
-            buf.push(b'}');
-        }
+        Json::Object(object) => write_object_without(buf, object, dropped, |buf, _, value| {
+            write_without_keys(buf, value, dropped)
+        }),
         scalar => write_compact(buf, scalar),
     }
+}
+
+/// An object without its `dropped` members, each other member's value written by `member`
+/// (given the key): the one object writer of the compact forms that leave keys out.
+pub fn write_object_without(
+    buf: &mut Vec<u8>,
+    object: &Object,
+    dropped: &[&str],
+    member: impl Fn(&mut Vec<u8>, &str, &Json),
+) {
+    buf.push(b'{');
+    let kept = object
+        .members
+        .iter()
+        .filter(|(key, _)| !dropped.contains(&key.as_ref()));
+    for (i, (key, value)) in kept.enumerate() {
+        if i > 0 {
+            buf.push(b',');
+        }
+        write_key(buf, key);
+        buf.push(b':');
+        member(buf, key, value);
+    }
+    buf.push(b'}');
 }
 
 fn write_string(buf: &mut Vec<u8>, s: &Str) {

@@ -7,6 +7,7 @@ mod anthropic;
 mod canonical;
 pub mod digest;
 pub mod json;
+pub mod normalise;
 mod openai;
 mod responses;
 mod step;
@@ -141,7 +142,8 @@ pub struct RequestShape {
     pub fingerprint: Hash,
     /// Keyed hash of the request without its growing middle (SPEC §2.1): route, model,
     /// system, tools, and the tail from the newest assistant turn on. Equals `fingerprint`
-    /// when there is no assistant turn. Absent in a v1 digest, where it is the fingerprint.
+    /// when there is no assistant turn. Required in a digest (`#[serde(default)]` lets a
+    /// digest without it be refused by name rather than by serde).
     #[serde(default)]
     pub step_fingerprint: Hash,
     /// The answer depends on state the provider keeps (Responses `previous_response_id`,

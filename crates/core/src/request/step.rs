@@ -6,13 +6,27 @@
 //! tools, then the tail from the newest assistant turn on: that turn's tool calls (names and
 //! arguments — not its text or thinking, which vary) and every turn after it (tool results,
 //! user turns). Ids that the provider or the client generate per call, and cache hints, are
-//! left out of the tail: they differ between two identical steps.
+//! left out of the tail: they differ between two identical steps. The tool results in the
+//! tail are [normalised](super::normalise): a clock, a duration, an id or the client's own
+//! envelope in a command's output reads as its kind, so a stuck agent whose tool prints one
+//! still repeats its step. Only the step input is normalised: the fingerprint and the bytes
+//! forwarded are the caller's.
+
+use std::borrow::Cow;
 
 use super::canonical::{keyed_in_place, PAD_TO};
-use super::json::{write_compact, write_without_keys, Json, Object};
+use super::json::{write_compact, write_object_without, write_without_keys, Json, Object};
+use super::normalise::{normalise, NORMALISATION_VERSION};
 use super::{Hash, Route};
 
-const STEP_DOMAIN: &[u8] = b"tokensaver step v2\0";
+/// v3: tool results normalised (normalisation 1). v2 hashed them as sent.
+const STEP_DOMAIN: &[u8] = b"tokensaver step v3\0";
+/// The normalisation the step domain stands for: a new normalisation is a new step identity.
+const STEP_NORMALISATION: u32 = 1;
+const _: () = assert!(
+    NORMALISATION_VERSION == STEP_NORMALISATION,
+    "the normalisation moved: move STEP_DOMAIN (and the digest version) with it"
+);
 
 /// Keys that vary between identical steps without changing what is asked: per-call ids,
 /// item status and prompt-cache hints.
@@ -89,9 +103,106 @@ fn tools_calls_after<'b>(
         if i > 0 {
             buf.push(b',');
         }
-        write_without_keys(buf, turn, VOLATILE);
+        write_tail(buf, turn);
     }
     buf.push(b']');
+}
+
+/// A turn of the tail: [`write_without_keys`] with [`VOLATILE`], the tool results in it
+/// normalised.
+fn write_tail(buf: &mut Vec<u8>, value: &Json) {
+    match value {
+        Json::Array(items) => {
+            buf.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    buf.push(b',');
+                }
+                write_tail(buf, item);
+            }
+            buf.push(b']');
+        }
+        Json::Object(object) => {
+            let result = result_member(value);
+            write_object(buf, object, |buf, key, member| {
+                if Some(key) == result {
+                    write_result(buf, member);
+                } else {
+                    write_tail(buf, member);
+                }
+            });
+        }
+        scalar => write_compact(buf, scalar),
+    }
+}
+
+/// Which member of an object holds a tool result: a chat `role: "tool"` (or legacy
+/// `"function"`) message's `content`, an Anthropic `tool_result` block's `content`, a
+/// Responses `*_output` item's `output` (`function_call_output`, `custom_tool_call_output`,
+/// `local_shell_call_output`, …).
+fn result_member(value: &Json) -> Option<&'static str> {
+    if role_is(value, &["tool", "function"]) {
+        return Some("content");
+    }
+    let kind = value.get("type").and_then(Json::as_string)?;
+    let kind = kind.to_cow();
+    if kind == "tool_result" || kind.ends_with("_tool_result") {
+        Some("content")
+    } else if kind.ends_with("_output") {
+        Some("output")
+    } else {
+        None
+    }
+}
+
+/// A tool result: a string, or a list of parts whose `text` is; each normalised. Other parts
+/// (images, files) are written as sent.
+fn write_result(buf: &mut Vec<u8>, value: &Json) {
+    match value {
+        Json::String(_) => write_normalised(buf, value),
+        Json::Array(parts) => {
+            buf.push(b'[');
+            for (i, part) in parts.iter().enumerate() {
+                if i > 0 {
+                    buf.push(b',');
+                }
+                match part {
+                    Json::String(_) => write_normalised(buf, part),
+                    Json::Object(object) => write_object(buf, object, |buf, key, member| {
+                        if key == "text" {
+                            write_normalised(buf, member);
+                        } else {
+                            write_without_keys(buf, member, VOLATILE);
+                        }
+                    }),
+                    other => write_without_keys(buf, other, VOLATILE),
+                }
+            }
+            buf.push(b']');
+        }
+        other => write_without_keys(buf, other, VOLATILE),
+    }
+}
+
+/// A string as its normalised text (as sent when nothing in it is noise); anything else as
+/// sent.
+fn write_normalised(buf: &mut Vec<u8>, value: &Json) {
+    let Json::String(s) = value else {
+        return write_without_keys(buf, value, VOLATILE);
+    };
+    let text = s.to_cow();
+    match normalise(&text) {
+        Cow::Borrowed(_) => write_compact(buf, value),
+        // Writing into a Vec cannot fail.
+        Cow::Owned(normalised) => {
+            let _ = serde_json::to_writer(&mut *buf, normalised.as_str());
+        }
+    }
+}
+
+/// An object without its [`VOLATILE`] members, each other member written by `member`.
+fn write_object(buf: &mut Vec<u8>, object: &Object, member: impl Fn(&mut Vec<u8>, &str, &Json)) {
+    write_object_without(buf, object, VOLATILE, member);
 }
 
 /// `[name, arguments]` of a call, each as sent.
@@ -367,5 +478,427 @@ mod tests {
             shape(Route::OpenAiChat, &body).step_fingerprint,
             c.step_fingerprint
         );
+    }
+}
+
+/// The step fingerprint against the noise in tool results: a property test (re-noising a
+/// result keeps its step), a negative set (progress stays distinct), and where the
+/// normalisation applies (tool results only; never the fingerprint).
+#[cfg(test)]
+mod noise_tests {
+    use super::*;
+    use crate::request::parse;
+    use proptest::prelude::*;
+    use serde_json::{json, Value};
+
+    const KEY: [u8; 32] = [9; 32];
+    const ROUTES: [Route; 3] = [
+        Route::OpenAiChat,
+        Route::AnthropicMessages,
+        Route::OpenAiResponses,
+    ];
+
+    /// A request of `route` whose newest assistant turn calls `sh` and whose tail is
+    /// `result` (Anthropic: as a list of one text part, as Claude Code sends images and
+    /// text; the others as a string), after `history` earlier identical steps.
+    fn body(route: Route, history: usize, result: &str) -> Vec<u8> {
+        let value = match route {
+            Route::OpenAiChat => {
+                let mut messages = vec![json!({"role": "user", "content": "go"})];
+                for i in 0..=history {
+                    let out = if i == history { result } else { "earlier" };
+                    messages.push(json!({"role": "assistant", "content": format!("step {i}"), "tool_calls": [{"id": format!("call_{i}"), "type": "function", "function": {"name": "sh", "arguments": "{\"cmd\":\"make test\"}"}}]}));
+                    messages.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"), "content": out}));
+                }
+                json!({"model": "m", "tools": [{"type": "function", "function": {"name": "sh"}}], "messages": messages})
+            }
+            Route::AnthropicMessages => {
+                let mut messages = vec![json!({"role": "user", "content": "go"})];
+                for i in 0..=history {
+                    let out = if i == history { result } else { "earlier" };
+                    messages.push(json!({"role": "assistant", "content": [{"type": "tool_use", "id": format!("toolu_{i}"), "name": "Bash", "input": {"command": "make test"}}]}));
+                    messages.push(json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": format!("toolu_{i}"), "content": [{"type": "text", "text": out}]}]}));
+                }
+                json!({"model": "c", "max_tokens": 10, "tools": [{"name": "Bash", "input_schema": {}}], "messages": messages})
+            }
+            Route::OpenAiResponses => {
+                let mut input = vec![json!({"role": "user", "content": "go"})];
+                for i in 0..=history {
+                    let out = if i == history { result } else { "earlier" };
+                    input.push(json!({"type": "function_call", "id": format!("fc_{i}"), "call_id": format!("call_{i}"), "name": "exec_command", "arguments": "{\"cmd\":\"make test\"}"}));
+                    input.push(json!({"type": "function_call_output", "id": format!("fco_{i}"), "call_id": format!("call_{i}"), "output": out}));
+                }
+                json!({"model": "g", "tools": [{"type": "function", "name": "exec_command"}], "input": input})
+            }
+        };
+        serde_json::to_vec(&value).unwrap()
+    }
+
+    fn shape(route: Route, history: usize, result: &str) -> crate::request::RequestShape {
+        parse(route, &body(route, history, result), &KEY)
+            .unwrap()
+            .shape
+    }
+
+    fn step(route: Route, result: &str) -> Hash {
+        shape(route, 0, result).step_fingerprint
+    }
+
+    /// splitmix64: the noise of one rendering, from its seed.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+        fn range(&mut self, low: u64, high: u64) -> u64 {
+            low + self.below(high - low + 1)
+        }
+        fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+            items[self.below(items.len() as u64) as usize]
+        }
+        fn chars(&mut self, alphabet: &[u8], n: usize) -> String {
+            (0..n)
+                .map(|_| alphabet[self.below(alphabet.len() as u64) as usize] as char)
+                .collect()
+        }
+    }
+
+    const HEX: &[u8] = b"0123456789abcdef";
+    const B64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const DAYS: &[&str] = &["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+    const MONTHS: &[&str] = &[
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+
+    /// The kinds of noise a rendering draws from.
+    const KINDS: usize = 20;
+
+    /// One noise value of `kind` in the form `form` (the same in every rendering of a
+    /// template), its values drawn from `r`.
+    fn noise(kind: usize, form: u64, r: &mut Rng) -> String {
+        let choose = |items: &[&'static str], salt: u64| {
+            items[((form >> salt) % items.len() as u64) as usize]
+        };
+        let (y, mo, d) = (r.range(2001, 2099), r.range(1, 12), r.range(1, 28));
+        let (h, mi, s) = (r.range(0, 23), r.range(0, 59), r.range(0, 59));
+        let n = r.range(1, 9) as usize;
+        let frac = r.chars(b"0123456789", n);
+        let zone = choose(&["Z", "+00:00", "-0700", "+05:30", ""], 0);
+        let day = r.pick(DAYS);
+        let month = MONTHS[mo as usize - 1];
+        match kind {
+            0 => format!("{y}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{frac}{zone}"),
+            1 => format!("{y}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}{zone}"),
+            2 => format!(
+                "{day}, {d:02} {month} {y} {h:02}:{mi:02}:{s:02} {}",
+                choose(&["+0000", "GMT", "-0500"], 4)
+            ),
+            3 => format!(
+                "{day} {month} {d:>2} {h:02}:{mi:02}:{s:02} {} {y}",
+                choose(&["UTC", "CET", "PDT"], 8)
+            ),
+            4 => format!("{month} {d:>2} {h:02}:{mi:02}"),
+            5 => format!("{h:02}:{mi:02}:{s:02}.{frac}"),
+            6 => {
+                let secs = r.range(1_000_000_000, 4_102_444_800);
+                match form % 5 {
+                    0 => format!("{secs}"),
+                    1 => format!("{secs}.{frac}"),
+                    2 => format!("{secs}{:03}", r.below(1000)),
+                    3 => format!("{secs}{:06}", r.below(1_000_000)),
+                    _ => format!("{secs}{:09}", r.below(1_000_000_000)),
+                }
+            }
+            7 => {
+                let (a, b) = (r.below(100), r.below(1000));
+                let unit = choose(&["s", "ms", " ms", " seconds", "µs", " sec", "ns"], 12);
+                format!("{a}.{b:03}{unit}")
+            }
+            8 => format!(
+                "{}{}",
+                r.below(100_000),
+                choose(&["ms", "s", " ms", " seconds"], 16)
+            ),
+            9 => format!("real\t{}m{}.{:03}s", r.below(3), r.below(60), r.below(1000)),
+            10 => format!("{}h{}m{}s", r.range(1, 9), r.below(60), r.below(60)),
+            11 => {
+                let hex = |r: &mut Rng, n| r.chars(HEX, n);
+                let u = format!(
+                    "{}-{}-{}-{}-{}",
+                    hex(r, 8),
+                    hex(r, 4),
+                    hex(r, 4),
+                    hex(r, 4),
+                    hex(r, 12)
+                );
+                if form.is_multiple_of(2) {
+                    u
+                } else {
+                    u.to_uppercase()
+                }
+            }
+            12 => {
+                // A hex id: a digit and a letter among at least 8.
+                let n = r.range(8, 40) as usize;
+                let mut id = r.chars(HEX, n - 2);
+                id.push((b'0' + r.below(10) as u8) as char);
+                id.insert(
+                    r.below(id.len() as u64) as usize,
+                    (b'a' + r.below(6) as u8) as char,
+                );
+                id
+            }
+            13 => {
+                // A random token the rule calls one (it measures how random; see
+                // `random_tokens_are_ids_and_identifiers_are_not` for how often).
+                loop {
+                    let n = r.range(22, 48) as usize;
+                    let t = r.chars(B64, n);
+                    let core = t.trim_matches(|c| c == '-' || c == '_');
+                    if core.len() == t.len() && super::super::normalise::looks_random(t.as_bytes())
+                    {
+                        break t;
+                    }
+                }
+            }
+            14 => match form % 4 {
+                0 => format!("pid {}", r.range(1, 4_000_000)),
+                1 => format!("PID: {}", r.range(1, 4_000_000)),
+                2 => format!("(pid={})", r.range(1, 4_000_000)),
+                _ => format!("worker[{}]: ready", r.range(1, 4_000_000)),
+            },
+            15 => format!(
+                "/tmp/tmp.{}/report.txt",
+                r.chars(
+                    b"abcdefghijkmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789",
+                    10
+                )
+            ),
+            16 => format!(
+                "/tmp/pytest-of-root/pytest-{}/test_case0/out.log:12",
+                r.below(500)
+            ),
+            17 => format!(
+                "/var/folders/{}/{}/T/tmp{}/f.py",
+                r.chars(HEX, 2),
+                r.chars(B64, 12),
+                r.chars(HEX, 8)
+            ),
+            18 => format!("\u{1b}[{};{}m", r.below(2), r.range(30, 37)),
+            _ => {
+                let n = r.range(8, 16) as usize;
+                format!("0x{}", r.chars(HEX, n))
+            }
+        }
+    }
+
+    /// Codex CLI's envelope around a command's output, with its own noise.
+    fn codex_envelope(r: &mut Rng, code: u8, output: &str) -> String {
+        format!(
+            "Chunk ID: {}\nWall time: {}.{:04} seconds\nProcess exited with code {code}\nOriginal token count: {}\nOutput:\n{output}",
+            r.chars(HEX, 6),
+            r.below(10),
+            r.below(10_000),
+            r.below(5000)
+        )
+    }
+
+    /// A tool result: literal lines (the same in every rendering) with noise between them.
+    fn render(template: &[(String, usize, u64)], seed: u64, envelope: bool) -> String {
+        let mut r = Rng(seed);
+        let mut out = String::new();
+        for (literal, kind, form) in template {
+            out.push_str(literal);
+            out.push(' ');
+            out.push_str(&noise(*kind, *form, &mut r));
+            out.push(if form.is_multiple_of(3) { '\n' } else { ' ' });
+        }
+        if envelope {
+            codex_envelope(&mut r, 0, &out)
+        } else {
+            out
+        }
+    }
+
+    fn literal() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("3 of 10 done".to_string()),
+            Just("FAILED tests/test_api.py::test_login - AssertionError: 401 != 200".to_string()),
+            Just("-rw-r--r-- 1 root root 45".to_string()),
+            Just(
+                "error: could not compile `app` (bin \"app\") due to 2 previous errors".to_string()
+            ),
+            Just("45% complete, 12 files".to_string()),
+            Just("".to_string()),
+            "[a-z]{1,10}( [a-z]{1,10}){0,4}[:.,]?",
+            "[A-Za-z_./-]{1,24}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// The same step twice, its tool result re-noised (clocks, durations, ids, pids,
+        /// temporary paths, escapes, Codex's envelope): one step fingerprint, on every route;
+        /// the fingerprints differ (the noise is really there).
+        #[test]
+        fn re_noising_a_tool_result_keeps_its_step(
+            template in prop::collection::vec((literal(), 0..KINDS, any::<u64>()), 1..12),
+            a in any::<u64>(),
+            b in any::<u64>(),
+            envelope in any::<bool>(),
+            history in 0usize..3,
+        ) {
+            let (first, second) = (render(&template, a, envelope), render(&template, b, envelope));
+            prop_assert_eq!(
+                normalise(&first),
+                normalise(&second),
+                "\n{:?}\n{:?}", first, second
+            );
+            for route in ROUTES {
+                let x = shape(route, 0, &first);
+                let y = shape(route, history, &second);
+                prop_assert_eq!(x.step_fingerprint, y.step_fingerprint, "{:?}", route);
+                if first != second {
+                    prop_assert_ne!(x.fingerprint, y.fingerprint);
+                }
+            }
+        }
+    }
+
+    /// What changes when an agent makes progress is a new step, though the noise around it
+    /// changed too.
+    #[test]
+    fn progress_is_a_new_step() {
+        let pairs = [
+            ("2026-12-02T10:06:28+00:00 3 of 10 done", "2026-12-02T10:06:31+00:00 4 of 10 done"),
+            (
+                "FAILED test_flaky.py::test_alpha - AssertionError: alpha broke\n1 failed, 2 passed in 0.05s",
+                "FAILED test_flaky.py::test_beta - AssertionError: beta broke\n1 failed, 2 passed in 0.03s",
+            ),
+            (
+                "total 8\n-rw-r--r-- 1 root root 0 Dec  2 10:06 a.txt\n-rw-r--r-- 1 root root 0 Dec  2 10:06 b.txt",
+                "total 8\n-rw-r--r-- 1 root root 0 Dec  2 10:07 a.txt\n-rw-r--r-- 1 root root 0 Dec  2 10:07 c.txt",
+            ),
+            ("README.md\nmain.py\n", "README.md\nmain.py\nitem1.txt\n"),
+            (
+                "Chunk ID: 3ca58a\nWall time: 0.8635 seconds\nProcess exited with code 1\nOutput:\nfail\n",
+                "Chunk ID: 5d024e\nWall time: 0.0120 seconds\nProcess exited with code 0\nOutput:\nfail\n",
+            ),
+            ("Exit code 1\n10:06:30 attempt 1", "10:06:31 attempt 1"),
+            (
+                "[12:00:01] error: connection refused (pid 12)",
+                "[12:00:09] error: permission denied (pid 13)",
+            ),
+            ("12 files changed in 0.2s", "13 files changed in 0.4s"),
+            ("downloaded 45% in 3.1s", "downloaded 46% in 3.3s"),
+            ("job 1a87be98-e63d-4285-bf08-d9d5f29c7677 status: running", "job 44708ea6-6077-4a46-83cd-e746de9828ac status: done"),
+            ("wrote /tmp/tmp.hboGCCWeBk/report.txt", "wrote /tmp/tmp.JKmxa5cGGX/summary.txt"),
+        ];
+        for (before, after) in pairs {
+            for route in ROUTES {
+                assert_ne!(
+                    step(route, before),
+                    step(route, after),
+                    "{route:?}: {before:?} and {after:?} read as one step"
+                );
+            }
+        }
+    }
+
+    /// Only tool results are normalised: a user turn in the tail is taken as written, and so
+    /// is the call's arguments; and the fingerprint is the caller's bytes.
+    #[test]
+    fn only_tool_results_are_normalised_and_only_for_the_step() {
+        let (a, b) = ("built at 10:06:28", "built at 10:06:31");
+        for route in ROUTES {
+            let (x, y) = (shape(route, 0, a), shape(route, 0, b));
+            assert_eq!(x.step_fingerprint, y.step_fingerprint);
+            assert_ne!(x.fingerprint, y.fingerprint);
+        }
+        let with_user_turn = |text: &str| {
+            let mut v: Value = serde_json::from_slice(&body(Route::OpenAiChat, 0, "ok")).unwrap();
+            v["messages"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"role": "user", "content": text}));
+            parse(Route::OpenAiChat, &serde_json::to_vec(&v).unwrap(), &KEY)
+                .unwrap()
+                .shape
+                .step_fingerprint
+        };
+        assert_ne!(with_user_turn(a), with_user_turn(b));
+        let with_call = |cmd: &str| {
+            let text = String::from_utf8(body(Route::OpenAiResponses, 0, "ok"))
+                .unwrap()
+                .replace("make test", cmd);
+            parse(Route::OpenAiResponses, text.as_bytes(), &KEY)
+                .unwrap()
+                .shape
+                .step_fingerprint
+        };
+        assert_ne!(with_call("sleep 0.1s"), with_call("sleep 0.2s"));
+        // Responses `output` as a list of parts, chat `content` as one: the text parts are
+        // normalised, the other parts are not.
+        let parts = |stamp: &str, image: &str| {
+            let v = json!({"model": "g", "input": [
+                {"type": "function_call", "call_id": "c", "name": "shot", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c", "output": [
+                    {"type": "input_text", "text": format!("taken {stamp}")},
+                    {"type": "input_image", "image_url": image},
+                ]},
+            ]});
+            parse(
+                Route::OpenAiResponses,
+                &serde_json::to_vec(&v).unwrap(),
+                &KEY,
+            )
+            .unwrap()
+            .shape
+            .step_fingerprint
+        };
+        let img =
+            "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk";
+        let other =
+            "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNX";
+        assert_eq!(parts("10:06:28", img), parts("10:06:31", img));
+        assert_ne!(parts("10:06:28", img), parts("10:06:28", other));
+    }
+
+    /// How often the id rule catches a random token, and that long words in identifiers are
+    /// not ids (the rates quoted in `normalise.rs`).
+    #[test]
+    fn random_tokens_are_ids_and_identifiers_are_not() {
+        let mut r = Rng(2024);
+        for (len, at_least) in [(22usize, 0.96), (32, 0.985), (43, 0.99)] {
+            let caught = (0..4000)
+                .filter(|_| {
+                    let t = r.chars(&B64[..62], len);
+                    normalise(&format!("id {t} ok")) == "id <id> ok"
+                })
+                .count();
+            let rate = caught as f64 / 4000.0;
+            assert!(rate >= at_least, "{len} characters: {rate}");
+        }
+        for word in [
+            "TestParseHttp2RequestHandler",
+            "AbstractSingletonProxyFactoryBean",
+            "getElementById2WithFallback",
+            "XMLHttpRequestUpload2Test",
+            "ERR_CONNECTION_REFUSED_BY_PEER2",
+            "test_parse_http_request_handler_v2",
+            "node_modules/@types/react-dom/index",
+            "BetaResponseMcpCallArgumentsDelta",
+        ] {
+            assert_eq!(normalise(word), word);
+        }
     }
 }
