@@ -811,6 +811,9 @@ pub fn gate_answer(outcome: &GateOutcome) -> serde_json::Value {
         "reason": outcome.decision.reason(),
         "hold_id": outcome.decision.hold_id,
         "model_served": outcome.decision.model_served,
+        // Where the local instance puts prompt-cache breakpoints before it calls the
+        // provider (SPEC §2.11b): indices into the digest's `cache_points`.
+        "cache_breakpoints": outcome.decision.cache_breakpoints,
         "decision": outcome.decision,
         "receipt": outcome.envelope,
     })

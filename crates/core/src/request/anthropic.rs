@@ -1,7 +1,7 @@
 //! Anthropic `messages` bodies → the shape's parts.
 
 use super::json::{write_without_keys, Json, Object, Str};
-use super::{CachePoint, CacheUnit};
+use super::{CachePoint, CacheSite, CacheUnit};
 
 use super::canonical::{compact_json_chars, tool_name_hash, Canonical, TurnBytes};
 use super::{Parts, Role, ShapeError, Turn};
@@ -232,18 +232,33 @@ pub(super) fn cache_points(body: &Object, key: &[u8; 32], tools_chars: u64) -> V
     points
 }
 
-/// Where a breakpoint goes in a unit: after the last block of an array (an object that has
-/// members), or a string turned into one text block.
+/// Where a breakpoint can go in a unit: after the last block of an array (an object that has
+/// members, and a block that may carry one: not `thinking`/`redacted_thinking`, not an empty
+/// text), or a non-empty string turned into one text block.
 fn site_of<'b>(value: &'b Json<'b>) -> Option<Site<'b>> {
     match value {
-        Json::String(s) => Some(Site::Text(s)),
+        Json::String(s) if !s.raw().is_empty() => Some(Site::Text(s)),
         Json::Array(items) => match items.last() {
-            Some(Json::Object(block)) if block.iter().next().is_some() => {
-                Some(Site::Block(block.close()))
-            }
+            Some(Json::Object(block)) if markable(block) => Some(Site::Block(block.close())),
             _ => None,
         },
         _ => None,
+    }
+}
+
+/// Whether the provider takes a `cache_control` on this block (Anthropic refuses one on a
+/// thinking block and on an empty text block).
+fn markable(block: &Object) -> bool {
+    if block.iter().next().is_none() {
+        return false;
+    }
+    match block.get("type").and_then(Json::as_string).map(Str::raw) {
+        Some("thinking" | "redacted_thinking") => false,
+        Some("text") => block
+            .get("text")
+            .and_then(Json::as_string)
+            .is_some_and(|t| !t.raw().is_empty()),
+        _ => true,
     }
 }
 
@@ -254,47 +269,41 @@ enum Site<'b> {
     Text(&'b Str<'b>),
 }
 
-/// The edits that put a breakpoint at each of `units`: byte ranges of `bytes` to replace
-/// (ascending, disjoint), and what replaces them. Every other byte stays as sent.
-pub fn breakpoint_edits(
+/// The unit's value in the body (the tools array, the system prompt, a message's content).
+fn unit_value<'b>(body: &'b Object<'b>, unit: CacheUnit) -> Option<&'b Json<'b>> {
+    match unit {
+        CacheUnit::Tools => body.get("tools"),
+        CacheUnit::System => body.get("system"),
+        CacheUnit::Message(i) => match body.get("messages") {
+            Some(Json::Array(items)) => items.get(i).and_then(|m| m.get("content")),
+            _ => None,
+        },
+    }
+}
+
+/// Where in `bytes` a breakpoint goes for each of `points` (index for index): recorded when
+/// the body is read, so the proxy edits the bytes without reading them again. `None` when a
+/// point's unit is not where its shape found it (never, for the body the points came from).
+pub(super) fn cache_sites(
     body: &Object,
     bytes: &[u8],
-    units: &[CacheUnit],
-) -> Option<Vec<(std::ops::Range<usize>, Vec<u8>)>> {
-    const MARK: &[u8] = br#""cache_control":{"type":"ephemeral"}"#;
-    let mut edits = Vec::with_capacity(units.len());
-    for unit in units {
-        let value = match unit {
-            CacheUnit::Tools => body.get("tools"),
-            CacheUnit::System => body.get("system"),
-            CacheUnit::Message(i) => match body.get("messages") {
-                Some(Json::Array(items)) => items.get(*i).and_then(|m| m.get("content")),
-                _ => None,
-            },
-        }?;
-        match site_of(value)? {
-            Site::Block(close) => {
-                let mut insert = Vec::with_capacity(MARK.len() + 1);
-                insert.push(b',');
-                insert.extend_from_slice(MARK);
-                edits.push((close..close, insert));
-            }
+    points: &[CachePoint],
+) -> Option<Vec<CacheSite>> {
+    points
+        .iter()
+        .map(|point| match site_of(unit_value(body, point.unit)?)? {
+            Site::Block(close) => Some(CacheSite::Block(close)),
             Site::Text(s) => {
+                // The tree borrows from `bytes`: the string's offset is its distance from them.
                 let raw = s.raw();
                 let start = (raw.as_ptr() as usize).checked_sub(bytes.as_ptr() as usize)?;
                 let quoted = start.checked_sub(1)?..start + raw.len() + 1;
-                let mut block = Vec::with_capacity(raw.len() + 64);
-                block.extend_from_slice(br#"[{"type":"text","text":""#);
-                block.extend_from_slice(raw.as_bytes());
-                block.extend_from_slice(br#"","#);
-                block.extend_from_slice(MARK);
-                block.extend_from_slice(b"}]");
-                edits.push((quoted, block));
+                let read = bytes.get(quoted.clone())?;
+                (read.first() == Some(&b'"') && read.last() == Some(&b'"'))
+                    .then_some(CacheSite::Text(quoted))
             }
-        }
-    }
-    edits.sort_by_key(|(range, _)| range.start);
-    Some(edits)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -315,5 +324,53 @@ mod tests {
         assert_eq!(roles, [Role::User, Role::Assistant]);
         let bad = br#"{"model":"c","max_tokens":5,"messages":[{"role":"robot","content":"x"}]}"#;
         assert!(parse(Route::AnthropicMessages, bad, &[1; 32]).is_err());
+    }
+
+    /// The sites the reading records, edited, give the body a person would write by hand:
+    /// the string system prompt as one marked text block, a marker after the last tool and
+    /// after a message's last block; every other byte (the odd spacing included) as sent.
+    #[test]
+    fn cache_sites_edit_only_where_the_breakpoint_goes() {
+        use crate::request::edit::apply;
+        use crate::request::CacheUnit;
+        let body = br#"{"model":"c", "max_tokens":5,"tools":[{"name":"t","input_schema":{}}],"system":"s\"ys","messages":[
+            {"role":"user","content":"hi"},
+            {"role":"assistant","content":[{"type":"thinking","thinking":"x"},{"type":"tool_use","id":"a","name":"t","input":{}}]},
+            {"role":"user","content":[{"type":"tool_result","tool_use_id":"a","content":"ok"}]},
+            {"role":"assistant","content":[{"type":"thinking","thinking":"y"}]},
+            {"role":"user","content":""}]}"#;
+        let parsed = parse(Route::AnthropicMessages, body, &[1; 32]).unwrap();
+        let units: Vec<CacheUnit> = parsed.shape.cache_points.iter().map(|p| p.unit).collect();
+        // The thinking-only message and the empty string take no breakpoint.
+        assert_eq!(
+            units,
+            [
+                CacheUnit::Tools,
+                CacheUnit::System,
+                CacheUnit::Message(0),
+                CacheUnit::Message(1),
+                CacheUnit::Message(2)
+            ]
+        );
+        assert_eq!(parsed.cache_sites.len(), units.len());
+        let edits = parsed
+            .cache_sites
+            .iter()
+            .map(|s| s.edit(body).unwrap())
+            .collect();
+        let edited = String::from_utf8(apply(body, edits).unwrap()).unwrap();
+        let m = r#""cache_control":{"type":"ephemeral"}"#;
+        let expected = format!(
+            r#"{{"model":"c", "max_tokens":5,"tools":[{{"name":"t","input_schema":{{}},{m}}}],"system":[{{"type":"text","text":"s\"ys",{m}}}],"messages":[
+            {{"role":"user","content":[{{"type":"text","text":"hi",{m}}}]}},
+            {{"role":"assistant","content":[{{"type":"thinking","thinking":"x"}},{{"type":"tool_use","id":"a","name":"t","input":{{}},{m}}}]}},
+            {{"role":"user","content":[{{"type":"tool_result","tool_use_id":"a","content":"ok",{m}}}]}},
+            {{"role":"assistant","content":[{{"type":"thinking","thinking":"y"}}]}},
+            {{"role":"user","content":""}}]}}"#
+        );
+        assert_eq!(edited, expected);
+        // The edited body is marked: the gate would place nothing on it.
+        let again = parse(Route::AnthropicMessages, edited.as_bytes(), &[1; 32]).unwrap();
+        assert!(again.shape.cache_marked && again.shape.cache_points.is_empty());
     }
 }

@@ -6,6 +6,7 @@
 mod anthropic;
 mod canonical;
 pub mod digest;
+pub mod edit;
 pub mod json;
 pub mod normalise;
 mod openai;
@@ -16,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use json::{Json, Object};
 
-pub use anthropic::{breakpoint_edits, CACHE_POINT_MESSAGES};
+pub use anthropic::CACHE_POINT_MESSAGES;
 pub use canonical::{ignored_fields, Hash};
 pub use digest::{Digest, DigestError, WireForm};
 
@@ -214,6 +215,49 @@ pub enum CacheUnit {
     Message(usize),
 }
 
+/// The marker the gate adds: Anthropic's default 5-minute entry.
+pub const CACHE_MARK: &[u8] = br#""cache_control":{"type":"ephemeral"}"#;
+
+/// Where in the caller's bytes a cache point's breakpoint goes ([`ParsedRequest::cache_sites`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheSite {
+    /// The last block's closing `}` at this offset: `,` and [`CACHE_MARK`] go before it.
+    Block(usize),
+    /// A string (these bytes, quotes included) that becomes one text block carrying the mark:
+    /// `[{"type":"text","text":` the string as sent `,` [`CACHE_MARK`] `}]`.
+    Text(std::ops::Range<usize>),
+}
+
+impl CacheSite {
+    /// The edit that puts the breakpoint here; the string's bytes are copied as sent.
+    pub fn edit(&self, bytes: &[u8]) -> Option<edit::Edit> {
+        match self {
+            CacheSite::Block(close) => {
+                let mut with = Vec::with_capacity(CACHE_MARK.len() + 1);
+                with.push(b',');
+                with.extend_from_slice(CACHE_MARK);
+                Some(edit::Edit {
+                    range: *close..*close,
+                    with,
+                })
+            }
+            CacheSite::Text(quoted) => {
+                let string = bytes.get(quoted.clone())?;
+                let mut with = Vec::with_capacity(string.len() + CACHE_MARK.len() + 28);
+                with.extend_from_slice(br#"[{"type":"text","text":"#);
+                with.extend_from_slice(string);
+                with.push(b',');
+                with.extend_from_slice(CACHE_MARK);
+                with.extend_from_slice(b"}]");
+                Some(edit::Edit {
+                    range: quoted.clone(),
+                    with,
+                })
+            }
+        }
+    }
+}
+
 /// A request's media parts by kind (images, documents/files, audio), counted wherever they
 /// appear in the messages, the input or the system prompt (tool results included).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -352,6 +396,10 @@ pub struct ParsedRequest {
     /// key is written twice at the top level (readers keeping the first value would see
     /// another model): the rewrite then re-serialises the body.
     pub model_span: Option<std::ops::Range<usize>>,
+    /// Where each of the shape's `cache_points` puts its breakpoint in the body, index for
+    /// index: the offsets the proxy edits when the gate places caching (SPEC §2.11b). Body
+    /// layout, not shape: it never enters a digest.
+    pub cache_sites: Vec<CacheSite>,
 }
 
 /// Parse a provider request body and derive its shape, every turn hash included (what a
@@ -377,7 +425,12 @@ fn parse_with(
     hashes: TurnHashes,
 ) -> Result<ParsedRequest, ShapeError> {
     let body = parse_object(bytes)?;
-    let shape = shape_of(route, &body, key, bytes.len(), hashes)?;
+    let mut shape = shape_of(route, &body, key, bytes.len(), hashes)?;
+    // A point without its site could not be placed: then no point is offered.
+    let cache_sites = anthropic::cache_sites(&body, bytes, &shape.cache_points).unwrap_or_default();
+    if cache_sites.len() != shape.cache_points.len() {
+        shape.cache_points.clear();
+    }
     let stream_options = body.get("stream_options");
     Ok(ParsedRequest {
         shape,
@@ -387,6 +440,7 @@ fn parse_with(
             .unwrap_or(false),
         has_stream_options: stream_options.is_some(),
         model_span: model_span(&body, bytes),
+        cache_sites,
     })
 }
 
