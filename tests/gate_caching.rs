@@ -310,6 +310,46 @@ fn a_naive_agent_loop_costs_at_least_half_less_through_the_gate() {
         Some(0),
         "{ledger}"
     );
+    assert!(ledger["tiers"]["cache_saving"]
+        .as_str()
+        .unwrap()
+        .contains("counterfactual"));
+
+    // Each decision row carries its own, where the gate placed breakpoints (not on step 1).
+    let r = keyed_get(&h.api_url("/ledger/decisions?limit=100"), Some(KEY_A));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let rows = r.json()["decisions"].as_array().unwrap().clone();
+    assert_eq!(rows.len(), STEPS);
+    assert!(rows[0].get("cache_saving").is_none(), "{}", rows[0]);
+    let per_row: i64 = rows.iter().filter_map(|d| d["cache_saving"].as_i64()).sum();
+    assert_eq!(per_row, saving);
+    assert_eq!(
+        rows.iter()
+            .filter(|d| d.get("cache_saving").is_some())
+            .count(),
+        STEPS - 1
+    );
+
+    // `tokensaver ledger` prints it, in dollars, beside the tiers.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tokensaver"))
+        .args(["ledger", "--key", "alpha", "--config"])
+        .arg(h.config_path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let total = text.lines().find(|l| l.starts_with("total")).unwrap();
+    let dollars = format!(
+        "${}.{:06}",
+        saving / 1_000_000_000,
+        saving % 1_000_000_000 / 1_000
+    );
+    assert!(total.ends_with(&dollars), "{total} vs {dollars}");
+    assert!(text.contains("cache saving (derived)") && text.contains("counterfactual"));
 }
 
 /// A one-off request: nothing seen before, so no breakpoint, no write premium; the same cost
@@ -382,6 +422,14 @@ fn cache_off_adds_nothing() {
     assert_eq!(h.mock.prompt_cache_entries(), 0);
     settle();
     assert_eq!(h.ledger(KEY_C)["total"]["cache_saving"].as_i64(), Some(0));
+
+    // `/spec` states the rule and what the saving is.
+    let spec = keyed_get(&h.api_url("/spec"), None).json();
+    let rule = &spec["prompt_caching"]["rule"];
+    assert_eq!(rule["max_breakpoints"], 4);
+    assert_eq!(rule["lifetime_ms"], 300_000);
+    let tier = spec["certainty_tiers"]["cache_saving"].as_str().unwrap();
+    assert!(tier.contains("counterfactual") && tier.contains("only where the gate placed"));
 }
 
 /// Digest mode: the central gate says where (from the digest's prefix hashes, no content), the

@@ -585,7 +585,8 @@ impl Api {
                 "tiers": {
                     "tokens_not_bought": "provider-reported usage of answers served from store: the only savings total",
                     "worst_case_tokens_avoided": "ceilings on refused calls, reported apart, never added",
-                    "findings_tokens_estimated": "character-based estimates, never in any total"
+                    "findings_tokens_estimated": "character-based estimates, never in any total",
+                    "cache_saving": "derived and counterfactual, nano-USD: where the gate placed the prompt-cache breakpoints, what the cached tokens would have cost uncached minus what they did cost (read price plus write premium); never in spend, tokens_not_bought or any total"
                 }
             }),
         )

@@ -1338,6 +1338,7 @@ fn decision_line(
         } else {
             0
         },
+        cache_saving_nano: u.and_then(|u| u.cache_saving_nano),
     }
 }
 

@@ -524,6 +524,10 @@ pub struct DecisionLine {
     pub tokens_not_bought: u64,
     /// BLOCK: the worst case the call could have cost (reported apart, never added).
     pub worst_case_tokens_avoided: u64,
+    /// Where the gate placed the call's prompt-cache breakpoints: the derived, counterfactual
+    /// cache saving (nano-USD, SPEC §2.11b); absent on every other call.
+    #[serde(rename = "cache_saving", skip_serializing_if = "Option::is_none")]
+    pub cache_saving_nano: Option<i64>,
 }
 
 /// A page of decisions, and where the next one starts.

@@ -883,7 +883,8 @@ impl Store for SqliteStore {
                  COALESCE(u1.cache_write_1h, u2.cache_write_1h), \
                  COALESCE(u1.cache_read, u2.cache_read), COALESCE(u1.output, u2.output), \
                  COALESCE(u1.web_search_requests, u2.web_search_requests), \
-                 COALESCE(u1.spend_nano, u2.spend_nano), e.at_ms, e.charged_nano \
+                 COALESCE(u1.spend_nano, u2.spend_nano), e.at_ms, e.charged_nano, \
+                 COALESCE(u1.cache_saving_nano, u2.cache_saving_nano) \
                  FROM decisions AS d \
                  LEFT JOIN usage AS u1 ON u1.decision = d.id \
                  LEFT JOIN usage AS u2 ON u2.decision IS NULL AND u2.decision_id = d.decision_id \
@@ -996,6 +997,7 @@ fn decision_line(r: &Row<'_>) -> rusqlite::Result<DecisionLine> {
         } else {
             0
         },
+        cache_saving_nano: r.get(26)?,
     })
 }
 
