@@ -315,6 +315,30 @@ fn a_naive_agent_loop_costs_at_least_half_less_through_the_gate() {
         .unwrap()
         .contains("counterfactual"));
 
+    // The finding says the gate acted on it; an estimate places as the call would, books nothing.
+    let r = keyed_send(
+        "POST",
+        &h.api_url("/estimate?route=anthropic_messages"),
+        Some(KEY_A),
+        body(STEPS + 1, &[], false).as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let decision = &r.json()["decision"];
+    assert_eq!(
+        decision["cache_breakpoints"].as_array().map(Vec::len),
+        Some(expected_marks(STEPS + 1).len())
+    );
+    let resent = decision["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["code"] == "large_system_prompt_resent")
+        .expect("the system prompt is resent");
+    assert!(
+        resent["acted"].as_str().unwrap().contains("cache"),
+        "{resent}"
+    );
+
     // Each decision row carries its own, where the gate placed breakpoints (not on step 1).
     let r = keyed_get(&h.api_url("/ledger/decisions?limit=100"), Some(KEY_A));
     assert_eq!(r.status, 200, "{}", r.text());
@@ -422,6 +446,19 @@ fn cache_off_adds_nothing() {
     assert_eq!(h.mock.prompt_cache_entries(), 0);
     settle();
     assert_eq!(h.ledger(KEY_C)["total"]["cache_saving"].as_i64(), Some(0));
+    let r = keyed_send(
+        "POST",
+        &h.api_url("/estimate?route=anthropic_messages"),
+        Some(KEY_C),
+        body(6, &[], false).as_bytes(),
+    );
+    let decision = &r.json()["decision"];
+    assert!(decision.get("cache_breakpoints").is_none(), "{decision}");
+    let findings = decision["findings"].as_array().unwrap();
+    assert!(findings
+        .iter()
+        .any(|f| f["code"] == "large_system_prompt_resent"));
+    assert!(findings.iter().all(|f| f.get("acted").is_none()));
 
     // `/spec` states the rule and what the saving is.
     let spec = keyed_get(&h.api_url("/spec"), None).json();

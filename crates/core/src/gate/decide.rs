@@ -188,6 +188,14 @@ impl Decision {
         }
         let model = self.model_served.as_deref().unwrap_or(&shape.model);
         self.cache_breakpoints = super::cache::place(&shape.cache_points, memory, model, now_ms);
+        if !self.cache_breakpoints.is_empty() {
+            // Every breakpoint ends a prefix that begins with the tools and the system prompt.
+            for f in &mut self.findings {
+                if f.code == super::FindingCode::LargeSystemPromptResent {
+                    f.acted = Some(super::findings::ACTED_CACHE_PLACED.to_string());
+                }
+            }
+        }
     }
 
     /// The HTTP status the gate itself answers with (forwarded verdicts: the provider's).
