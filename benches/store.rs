@@ -81,6 +81,7 @@ fn pair(i: u64) -> (Event, Event) {
         ending: Some(Ending::Complete),
         basis: SpendBasis::Reported,
         spend_nano: 2_450_000,
+        cache_saving_nano: None,
     };
     (Event::Decision(decision), Event::Usage(usage))
 }

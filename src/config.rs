@@ -264,6 +264,21 @@ struct RawKey {
     owner_secret_hash: Option<String>,
     /// A `[profiles.NAME]` this key is scored with; absent: the `[gate.saturation]` defaults.
     profile: Option<String>,
+    /// Prompt caching placed by the gate (SPEC §2.11b): `"auto"` (default) or `"off"`.
+    #[serde(default)]
+    cache: CachePolicy,
+}
+
+/// Whether the gate adds prompt-cache breakpoints to a key's unmarked requests. `auto` is the
+/// default: a breakpoint goes only where the key has sent the prefix before within the cache's
+/// lifetime, so a request the key never repeats pays no write premium, and a repeat pays a tenth
+/// of the input price for what it repeats.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CachePolicy {
+    #[default]
+    Auto,
+    Off,
 }
 
 /// A scoring profile: where the spend signals saturate for a kind of traffic. Weights, bands,
@@ -388,6 +403,7 @@ pub struct KeyConfig {
     pub owner_secret_hash: Option<[u8; 32]>,
     /// The scoring profile's name and its spend saturation points.
     pub profile: Option<(String, SpendSaturation)>,
+    pub cache: CachePolicy,
 }
 
 #[derive(Debug, Clone)]
@@ -551,6 +567,7 @@ impl Config {
                 budget,
                 human_default: key.human,
                 profile,
+                cache: key.cache,
             });
         }
 

@@ -85,7 +85,9 @@ pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value
             "tokens_not_bought": "exact, provider reported, the only figure that enters a savings total",
             "worst_case_tokens_avoided": "a ceiling on what a refused request could have cost, reported separately",
             "findings_tokens": "estimated from characters where marked, never entering any total",
+            "cache_saving": "derived and counterfactual (nano-USD), only where the gate placed the prompt-cache breakpoints: what the cached tokens would have cost uncached minus what they did cost (read price plus write premium, at the served model's prices, from the cache parts the provider reported); negative when a write was never read; never added to spend, tokens_not_bought or any total",
         },
+        "prompt_caching": prompt_caching(),
         "two_ways_to_call_it": {
             "request": "send the provider request body. This platform sees your prompt.",
             "digest": "send only a fingerprint and counts. Your prompts and answers never leave your building, the decision is identical, and the receipt is the same. The downloaded client uses this path by default.",
@@ -161,6 +163,30 @@ pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value
             "admin": config.admin_addr.to_string(),
         },
         "receipt_keys": keys,
+    })
+}
+
+/// Prompt caching placed by the gate (SPEC §2.11b): the rule, its limits and its constants.
+fn prompt_caching() -> Value {
+    use crate::gate::cache;
+    json!({
+        "policy": "per key, cache = \"auto\" (the default) | \"off\"",
+        "why_auto_is_the_default": "a breakpoint goes only where the key has already sent the same prefix within the cache's lifetime, so a one-off request never pays the write premium; what it can cost is one write premium on a prefix seen twice and never again",
+        "applies_to": "Anthropic /v1/messages requests that carry no cache_control of their own; a caller's own breakpoints are left exactly as sent",
+        "rule": {
+            "write": "at the longest prefix of this request (after the tools, after the system prompt, or after one of the last messages) that the key sent within the lifetime and that holds at least the model's minimum cacheable tokens at a cautious characters-per-token rate",
+            "read": "at up to three shorter prefixes where the gate placed a breakpoint within the lifetime",
+            "lifetime_ms": cache::CACHE_TTL_MS,
+            "max_breakpoints": cache::MAX_BREAKPOINTS,
+            "characters_per_token_for_the_minimum": cache::CHARS_PER_TOKEN_FOR_MINIMUM,
+            "minimum_cacheable_tokens": {"opus-4-5, opus-4-6, haiku-4-5": 4096, "sonnet-4-6, other haiku": 2048, "others": 1024},
+            "messages_with_a_cache_point": crate::request::CACHE_POINT_MESSAGES,
+            "never_on": "thinking or redacted_thinking blocks, empty text",
+            "remembered": "keyed hashes of the prefixes and two times each, per key, in memory (no content)",
+        },
+        "edit": "billing only: the fingerprint, the decision and the findings are those of the caller's request; the marker {\"type\":\"ephemeral\"} is inserted after the unit's last block (a string becomes one text block), every other byte reaches the provider as sent; the receipt says cache_breakpoints_added",
+        "digest_mode": "the central gate says where (indices into the digest's cache_points, keyed prefix hashes and character counts only); the local instance applies them",
+        "openai": "nothing added: OpenAI caches every prompt of 1,024 tokens or more by prefix without markers, and prompt_cache_key only routes requests to one cache partition; within one key and model the built-in provider's model of it (and the providers' pages) show no saving from adding one",
     })
 }
 

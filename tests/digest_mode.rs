@@ -7,13 +7,10 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use serde_json::json;
 use support::*;
-use tokensaver::demo::{free_port, wait_for_port};
 
 /// A TCP relay in front of the central gate that keeps every byte the client sends it.
 fn recording_relay(target: SocketAddr) -> (SocketAddr, Arc<Mutex<Vec<u8>>>) {
@@ -49,49 +46,6 @@ fn recording_relay(target: SocketAddr) -> (SocketAddr, Arc<Mutex<Vec<u8>>>) {
         }
     });
     (addr, seen)
-}
-
-struct Client(Child, SocketAddr);
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_client(h: &Harness, gate: SocketAddr, key: &str) -> Client {
-    let dir = h.dir.path().join("client");
-    std::fs::create_dir_all(&dir).unwrap();
-    let proxy: SocketAddr = ([127, 0, 0, 1], free_port().unwrap()).into();
-    let config = format!(
-        "[listen]\nproxy = \"{proxy}\"\napi = \"127.0.0.1:{}\"\nadmin = \"127.0.0.1:{}\"\n\n[data]\ndir = \"{}\"\n\n\
-         [upstreams.openai]\nbase_url = \"{url}\"\ncredential_env = \"OPENAI_API_KEY\"\n\n\
-         [upstreams.anthropic]\nbase_url = \"{url}\"\ncredential_env = \"ANTHROPIC_API_KEY\"\n\n\
-         [client]\ngate_url = \"http://{gate}\"\ngate_key_env = \"TOKENSAVER_CLIENT_KEY\"\n",
-        free_port().unwrap(),
-        free_port().unwrap(),
-        dir.join("data").display(),
-        url = h.mock.base_url(),
-    );
-    let path = dir.join("client.toml");
-    std::fs::write(&path, config).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_tokensaver"))
-        .args(["serve", "--config"])
-        .arg(&path)
-        .env("OPENAI_API_KEY", PROVIDER_CREDENTIAL)
-        .env("ANTHROPIC_API_KEY", PROVIDER_CREDENTIAL)
-        .env("TOKENSAVER_CLIENT_KEY", key)
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    assert!(
-        wait_for_port(proxy, Duration::from_secs(20)),
-        "client did not start"
-    );
-    Client(child, proxy)
 }
 
 fn post_to(

@@ -1173,6 +1173,7 @@ fn shape(extreme: bool) -> impl Strategy<Value = RequestShape> {
                     called_tool_hashes: called.iter().map(pick).collect(),
                     text_extra_bytes: 0,
                     media: Default::default(),
+                    cache_points: Vec::new(),
                 }
             },
         )

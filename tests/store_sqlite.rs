@@ -87,6 +87,7 @@ fn usage_row(id: &str, key: &str, at: u64, spend: u64) -> UsageRow {
         ending: Some(Ending::Complete),
         basis: SpendBasis::Reported,
         spend_nano: spend,
+        cache_saving_nano: None,
     }
 }
 
@@ -709,6 +710,7 @@ fn ledger_by_day_tier_and_key() {
         worst_case_tokens_avoided: 700 + 300,
         findings_tokens_estimated: 12,
         unpriced_calls: 0,
+        cache_saving_nano: 0,
     };
     let a2 = LedgerTotals {
         requests: 2,
@@ -719,6 +721,7 @@ fn ledger_by_day_tier_and_key() {
         worst_case_tokens_avoided: 0,
         findings_tokens_estimated: 6,
         unpriced_calls: 0,
+        cache_saving_nano: 0,
     };
     let (days, total) = store.ledger(Some("a"), None, None).expect("ledger");
     assert_eq!(days.len(), 2);
@@ -744,6 +747,7 @@ fn ledger_by_day_tier_and_key() {
             worst_case_tokens_avoided: 1_000,
             findings_tokens_estimated: 18,
             unpriced_calls: 0,
+            cache_saving_nano: 0,
         }
     );
 
@@ -756,6 +760,7 @@ fn ledger_by_day_tier_and_key() {
         worst_case_tokens_avoided: 700 + 50,
         findings_tokens_estimated: 9,
         unpriced_calls: 0,
+        cache_saving_nano: 0,
     };
     let (days_b, total_b) = store.ledger(Some("b"), None, None).expect("ledger");
     assert_eq!(days_b.len(), 1);

@@ -586,7 +586,8 @@ impl Api {
                 "tiers": {
                     "tokens_not_bought": "provider-reported usage of answers served from store: the only savings total",
                     "worst_case_tokens_avoided": "ceilings on refused calls, reported apart, never added",
-                    "findings_tokens_estimated": "character-based estimates, never in any total"
+                    "findings_tokens_estimated": "character-based estimates, never in any total",
+                    "cache_saving": "derived and counterfactual, nano-USD: where the gate placed the prompt-cache breakpoints, what the cached tokens would have cost uncached minus what they did cost (read price plus write premium); never in spend, tokens_not_bought or any total"
                 }
             }),
         )
@@ -811,6 +812,9 @@ pub fn gate_answer(outcome: &GateOutcome) -> serde_json::Value {
         "reason": outcome.decision.reason(),
         "hold_id": outcome.decision.hold_id,
         "model_served": outcome.decision.model_served,
+        // Where the local instance puts prompt-cache breakpoints before it calls the
+        // provider (SPEC §2.11b): indices into the digest's `cache_points`.
+        "cache_breakpoints": outcome.decision.cache_breakpoints,
         "decision": outcome.decision,
         "receipt": outcome.envelope,
     })

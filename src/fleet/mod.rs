@@ -1340,6 +1340,7 @@ fn decision_line(
         } else {
             0
         },
+        cache_saving_nano: u.and_then(|u| u.cache_saving_nano),
         session: d.session,
         paced_ms: d.paced_ms,
         step: d.step_fingerprint,

@@ -18,15 +18,17 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use serde::Serialize;
 
-use crate::config::{BudgetPeriod, Config, KeyConfig, Prices};
+use crate::config::{BudgetPeriod, CachePolicy, Config, KeyConfig, Prices};
 use crate::fleet::spool::Spool;
 use crate::fleet::Fleet;
+use crate::gate::cache::PointMemory;
 use crate::gate::{
     decide_paced, decide_with, Approvals, Billed, BudgetState, Decision, GateInput, KeyState,
     Outcome, Policy, Usage, Verdict, Windows,
 };
 use crate::metrics::Metrics;
 use crate::receipt::{DecisionId, Envelope, ReceiptSigner};
+use crate::request::CachePoint;
 use crate::request::{Hash, RequestShape, WireForm};
 use crate::store::answers::{AnswerKey, AnswerStore, StoredAnswer};
 use crate::store::{
@@ -146,6 +148,7 @@ impl UsageReport {
             ending: Some(ending),
             basis,
             spend_nano: spend,
+            cache_saving_nano: None,
         }
     }
 
@@ -157,6 +160,23 @@ impl UsageReport {
             _ => None,
         }
     }
+}
+
+/// What a call's cached tokens would have cost uncached minus what they did cost: cache reads
+/// at the input price less the read price, less the write premium (writes at their price less
+/// the input price). Negative when the writes were not read back. `None` without a price.
+pub fn cache_saving_nano(row: &UsageRow, prices: Option<&crate::config::Prices>) -> Option<i64> {
+    use crate::gate::tokens_cost_nano as cost;
+    let p = prices?;
+    let u = &row.usage;
+    let one_hour = row.cache_write_1h.min(u.cache_write);
+    let five_minute = u.cache_write - one_hour;
+    let gained =
+        i128::from(cost(u.cache_read, p.input)) - i128::from(cost(u.cache_read, p.cache_read));
+    let premium = i128::from(cost(five_minute, p.cache_write))
+        + i128::from(cost(one_hour, p.cache_write_1h()))
+        - i128::from(cost(u.cache_write, p.input));
+    i64::try_from(gained - premium).ok()
 }
 
 /// What a settled decision is charged, and on what basis (README, "Usage accounting"):
@@ -322,6 +342,9 @@ struct Reservation {
     reusable: bool,
     /// The one party that may settle it.
     recorded_by: RecordSource,
+    /// The gate placed prompt-cache breakpoints on the call: its usage row carries the
+    /// derived cache saving.
+    cache_placed: bool,
 }
 
 /// What a digest client's `POST /record` may report for one decision: no more output than the
@@ -371,6 +394,51 @@ impl RecordBound {
     }
 }
 
+/// What the gate remembers of one key's prompt prefixes, for placing cache breakpoints: the
+/// newest [`CacheMemory::CAP`] prefixes (an LRU), each with when it was last sent and last
+/// given a breakpoint. Entries older than the cache's lifetime are read as absent.
+struct CacheMemory {
+    points: lru::LruCache<Hash, PointMemory>,
+}
+
+impl Default for CacheMemory {
+    fn default() -> Self {
+        CacheMemory {
+            points: lru::LruCache::unbounded(),
+        }
+    }
+}
+
+impl CacheMemory {
+    /// Prefixes kept per key: an agent's calls bring at most a few dozen new ones each.
+    const CAP: usize = 4096;
+
+    fn recall(&self, points: &[CachePoint]) -> Vec<PointMemory> {
+        points
+            .iter()
+            .map(|p| self.points.peek(&p.prefix).copied().unwrap_or_default())
+            .collect()
+    }
+
+    /// Every prefix of this request was sent now; the chosen ones got a breakpoint now (a
+    /// read through a breakpoint refreshes its entry, as the provider's does).
+    fn remember(&mut self, points: &[CachePoint], chosen: &[u16], now_ms: u64) {
+        for (i, point) in points.iter().enumerate() {
+            let placed = chosen.contains(&u16::try_from(i).unwrap_or(u16::MAX));
+            let entry = self
+                .points
+                .get_or_insert_mut(point.prefix, PointMemory::default);
+            entry.seen_ms = Some(now_ms);
+            if placed {
+                entry.placed_ms = Some(now_ms);
+            }
+        }
+        while self.points.len() > Self::CAP {
+            self.points.pop_lru();
+        }
+    }
+}
+
 /// A pending or approved hold in memory.
 struct OpenHold {
     row: HoldRow,
@@ -382,6 +450,9 @@ struct OpenHold {
 #[derive(Default)]
 struct State {
     windows: Windows,
+    /// Key → the prompt prefixes it sent and where breakpoints went (SPEC §2.11b): keyed
+    /// hashes and times only.
+    cache_memory: HashMap<String, CacheMemory>,
     budgets: HashMap<String, KeyBudget>,
     reservations: HashMap<DecisionId, Reservation>,
     /// Pending and approved holds by id (used, expired and denied ones leave memory).
@@ -606,6 +677,9 @@ impl Gatekeeper {
                         expires_ms: row.decided_at_ms + config.reservation_ttl_ms,
                         reusable: false,
                         recorded_by: row.recorded_by,
+                        // The breakpoints a decision placed are not kept on its row: a
+                        // reservation rebuilt at start reports no cache saving.
+                        cache_placed: false,
                     },
                 );
             }
@@ -801,7 +875,7 @@ impl Gatekeeper {
             counts,
             budget: st.budget_state(key_id, now_ms),
         };
-        let decision = match paced_ms {
+        let mut decision = match paced_ms {
             None => decide_with(&policy, &input, approvals, &state, now_ms),
             Some(paced) => match decide_paced(&policy, &input, approvals, &state, paced, now_ms) {
                 Outcome::Decided(decision) => *decision,
@@ -809,12 +883,27 @@ impl Gatekeeper {
             },
         };
         drop(policy);
+        let caching = req.key.cache == CachePolicy::Auto && !shape.cache_points.is_empty();
+        if caching {
+            let memory = st
+                .cache_memory
+                .get(key_id)
+                .map(|m| m.recall(&shape.cache_points))
+                .unwrap_or_default();
+            decision.place_cache(shape, &memory, now_ms);
+        }
 
         let body = decision.receipt_body();
         let decision_id = crate::receipt::decision_id(&body);
 
         let mut signed = None;
         if mode == Mode::Commit {
+            if caching {
+                st.cache_memory
+                    .entry(key_id.to_string())
+                    .or_default()
+                    .remember(&shape.cache_points, &decision.cache_breakpoints, now_ms);
+            }
             // A SERVE buys nothing: it counts by its fingerprint, not as a repeated step
             // (`Windows::record_serve`), so a rerun of a session is no loop.
             let record = if decision.verdict == Verdict::Serve {
@@ -884,6 +973,7 @@ impl Gatekeeper {
                         expires_ms: now_ms + self.config.reservation_ttl_ms,
                         reusable: shape.reproducible(),
                         recorded_by: req.recorded_by,
+                        cache_placed: !decision.cache_breakpoints.is_empty(),
                     },
                 );
                 nano
@@ -1063,12 +1153,15 @@ impl Gatekeeper {
             st.reservations.insert(*decision_id, reservation);
             return Err(RecordError::ModelMismatch);
         }
-        let row = report.usage_row(
+        let mut row = report.usage_row(
             now_ms,
             prices.as_ref(),
             reservation.nano,
             reservation.output_ceiling,
         );
+        if reservation.cache_placed {
+            row.cache_saving_nano = cache_saving_nano(&row, prices.as_ref());
+        }
         st.add_spend(key_id, now_ms, row.spend_nano);
         let mut recorded_event = None;
         // Only a complete answer's usage is what a SERVE of it would not buy.

@@ -15,6 +15,12 @@ fn usd(nano: u64) -> String {
     )
 }
 
+/// A signed nano-USD amount (the cache saving is negative when writes were never read).
+fn usd_signed(nano: i64) -> String {
+    let sign = if nano < 0 { "-" } else { "" };
+    format!("{sign}{}", usd(nano.unsigned_abs()))
+}
+
 /// Each day's totals, then the overall total under the label `total`.
 fn rows<'a>(
     days: &'a [LedgerDay],
@@ -29,11 +35,12 @@ fn rows<'a>(
 pub fn csv(days: &[LedgerDay], total: &LedgerTotals) -> String {
     let mut out = String::from(
         "day,requests,serve,allow,downgrade,challenge,block,spend_nano,input,cache_write,\
-         cache_read,output,tokens_not_bought,worst_case_tokens_avoided,findings_tokens_estimated\n",
+         cache_read,output,tokens_not_bought,worst_case_tokens_avoided,findings_tokens_estimated,\
+         cache_saving_nano\n",
     );
     for (day, t) in rows(days, total) {
         out.push_str(&format!(
-            "{day},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            "{day},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
             t.requests,
             t.count(Verdict::Serve),
             t.count(Verdict::Allow),
@@ -47,7 +54,8 @@ pub fn csv(days: &[LedgerDay], total: &LedgerTotals) -> String {
             t.usage.output,
             t.tokens_not_bought,
             t.worst_case_tokens_avoided,
-            t.findings_tokens_estimated
+            t.findings_tokens_estimated,
+            t.cache_saving_nano
         ));
     }
     out
@@ -80,7 +88,7 @@ pub fn decisions_csv(page: &DecisionPage) -> String {
         "decision_id,key_id,decided_at_ms,decided_at,verdict,reason,model_requested,\
          model_served,wire,status,ending,basis,settled_at_ms,input,cache_write,cache_write_1h,\
          cache_read,output,web_search_requests,reserved_nano,spend_nano,spend_usd,\
-         tokens_not_bought,worst_case_tokens_avoided,hold_id\n",
+         tokens_not_bought,worst_case_tokens_avoided,hold_id,cache_saving_nano\n",
     );
     for d in &page.decisions {
         let fields = [
@@ -109,6 +117,9 @@ pub fn decisions_csv(page: &DecisionPage) -> String {
             d.tokens_not_bought.to_string(),
             d.worst_case_tokens_avoided.to_string(),
             csv_field(d.hold_id.as_deref().unwrap_or("")),
+            d.cache_saving_nano
+                .map(|n| n.to_string())
+                .unwrap_or_default(),
         ];
         out.push_str(&fields.join(","));
         out.push('\n');
@@ -131,7 +142,7 @@ pub fn utc_time(ms: u64) -> String {
 
 pub fn render(days: &[LedgerDay], total: &LedgerTotals) -> String {
     let mut out = format!(
-        "{:<12} {:>8} {:>6} {:>6} {:>9} {:>9} {:>6} {:>14} {:>18} {:>26} {:>18}\n",
+        "{:<12} {:>8} {:>6} {:>6} {:>9} {:>9} {:>6} {:>14} {:>18} {:>26} {:>18} {:>22}\n",
         "day",
         "requests",
         "SERVE",
@@ -142,11 +153,12 @@ pub fn render(days: &[LedgerDay], total: &LedgerTotals) -> String {
         "spend",
         "tokens_not_bought",
         "worst_case_tokens_avoided",
-        "findings (est.)"
+        "findings (est.)",
+        "cache saving (derived)"
     );
     for (day, t) in rows(days, total) {
         out.push_str(&format!(
-            "{:<12} {:>8} {:>6} {:>6} {:>9} {:>9} {:>6} {:>14} {:>18} {:>26} {:>18}\n",
+            "{:<12} {:>8} {:>6} {:>6} {:>9} {:>9} {:>6} {:>14} {:>18} {:>26} {:>18} {:>22}\n",
             day,
             t.requests,
             t.count(Verdict::Serve),
@@ -157,7 +169,8 @@ pub fn render(days: &[LedgerDay], total: &LedgerTotals) -> String {
             usd(t.spend_nano),
             t.tokens_not_bought,
             t.worst_case_tokens_avoided,
-            t.findings_tokens_estimated
+            t.findings_tokens_estimated,
+            usd_signed(t.cache_saving_nano)
         ));
     }
     if total.unpriced_calls > 0 {
@@ -166,7 +179,8 @@ pub fn render(days: &[LedgerDay], total: &LedgerTotals) -> String {
             total.unpriced_calls
         ));
     }
-    out.push_str("\ntokens_not_bought is the only savings total (provider-reported usage of answers served from store).\nworst_case_tokens_avoided is a ceiling on refused calls, reported apart; findings figures are estimates.\n");
+    out.push_str("\ntokens_not_bought is the only savings total (provider-reported usage of answers served from store).\nworst_case_tokens_avoided is a ceiling on refused calls, reported apart; findings figures are estimates.\n\
+         cache saving is derived and counterfactual, counted only where the gate placed the prompt-cache breakpoints: what the cached tokens would have cost uncached minus what they cost (read price and write premium); it is in no total.\n");
     out
 }
 
@@ -384,6 +398,7 @@ mod tests {
             requests: 3,
             spend_nano: 1_500,
             tokens_not_bought: 40,
+            cache_saving_nano: -25,
             ..LedgerTotals::default()
         };
         day.by_verdict.insert("SERVE".into(), 1);
@@ -396,10 +411,30 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[0],
-            "day,requests,serve,allow,downgrade,challenge,block,spend_nano,input,cache_write,cache_read,output,tokens_not_bought,worst_case_tokens_avoided,findings_tokens_estimated"
+            "day,requests,serve,allow,downgrade,challenge,block,spend_nano,input,cache_write,cache_read,output,tokens_not_bought,worst_case_tokens_avoided,findings_tokens_estimated,cache_saving_nano"
         );
-        assert_eq!(lines[1], "2026-11-30,3,1,2,0,0,0,1500,0,0,0,0,40,0,0");
-        assert_eq!(lines[2], "total,3,1,2,0,0,0,1500,0,0,0,0,40,0,0");
+        assert_eq!(lines[1], "2026-11-30,3,1,2,0,0,0,1500,0,0,0,0,40,0,0,-25");
+        assert_eq!(lines[2], "total,3,1,2,0,0,0,1500,0,0,0,0,40,0,0,-25");
         assert_eq!(lines.len(), 3);
+    }
+
+    #[test]
+    fn the_table_shows_the_cache_saving_signed_and_says_what_it_is() {
+        let total = LedgerTotals {
+            cache_saving_nano: -1_250_000_000,
+            ..LedgerTotals::default()
+        };
+        let text = render(&[], &total);
+        assert!(text
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with("cache saving (derived)"));
+        assert!(
+            text.lines().nth(1).unwrap().ends_with("-$1.250000"),
+            "{text}"
+        );
+        assert!(text.contains("counterfactual"));
+        assert_eq!(usd_signed(600_000_000), "$0.600000");
     }
 }

@@ -20,7 +20,8 @@ use crate::gate::Billed;
 use crate::ledger::{Gatekeeper, RecordSource, UsageReport};
 use crate::now_ms;
 use crate::receipt::DecisionId;
-use crate::request::{Route, WireForm};
+use crate::request::edit::{self, Edit};
+use crate::request::{CacheSite, Route, WireForm};
 use crate::store::answers::{AnswerKey, StoredAnswer};
 use crate::store::Ending;
 
@@ -118,6 +119,8 @@ pub(super) struct Forward<'a> {
     pub has_stream_options: bool,
     /// The model's string in `original` (`ParsedRequest::model_span`).
     pub model_span: Option<Range<usize>>,
+    /// Where the prompt-cache breakpoints the gate placed go in `original` (empty: none).
+    pub cache_sites: Vec<CacheSite>,
     pub reusable: bool,
     pub answer_key: AnswerKey,
     pub receipt_headers: Vec<(&'static str, String)>,
@@ -174,32 +177,37 @@ impl Outcome {
 
 impl Forward<'_> {
     /// The body to send upstream: the caller's exact bytes unless the gate must change it
-    /// (DOWNGRADE's model; the usage chunk asked for on the caller's behalf).
+    /// (DOWNGRADE's model; the usage chunk asked for on the caller's behalf; the prompt-cache
+    /// breakpoints the gate placed, SPEC §2.11b).
     fn upstream_body(&self) -> Result<(Bytes, bool)> {
         // Ask for usage on the caller's behalf; the extra chunk is stripped before it reaches a
         // client that did not ask for it.
         let strip = self.route == Route::OpenAiChat && self.stream && !self.wants_usage;
-        if !self.downgrade && !strip {
+        if !self.downgrade && !strip && self.cache_sites.is_empty() {
             return Ok((self.original.clone(), false));
         }
         // The usual cases edit the caller's bytes where the gate's reading found them: the
         // model's string replaced (DOWNGRADE), one member added before the closing `}` (the
-        // streamed SDK call; the body is a non-empty JSON object, a model is required).
-        let model_span = if self.downgrade {
-            self.model_span.clone()
-        } else {
-            Some(0..0)
+        // streamed SDK call), the breakpoints at the offsets the reading recorded
+        // (`ParsedRequest::cache_sites`).
+        let model = match (self.downgrade, &self.model_span) {
+            (false, _) => Some(None),
+            (true, Some(span)) => Some(Some((span.clone(), self.served_model))),
+            (true, None) => None,
         };
-        let merge_options = strip && self.has_stream_options;
-        if let (Some(span), false) = (model_span, merge_options) {
-            if let Some(bytes) = self.spliced(span, strip)? {
-                return Ok((Bytes::from(bytes), strip));
-            }
+        if let (Some(model), false) = (model, strip && self.has_stream_options) {
+            return match edited_body(&self.original, model, strip, &self.cache_sites) {
+                Some(bytes) => Ok((Bytes::from(bytes), strip)),
+                None => Error::e_explain(ErrorType::InternalError, "request body edits"),
+            };
         }
         // Rarer: options to merge into, or a model written under a repeated key: edit a map of
-        // the body, which the gate has read as a JSON object (serde_json accepts the same
-        // language, and writes each key once).
-        let Ok(mut body) = serde_json::from_slice::<Map<String, Value>>(&self.original) else {
+        // the body (the breakpoints already in it), which the gate has read as a JSON object
+        // (serde_json accepts the same language, and writes each key once).
+        let Some(marked) = edited_body(&self.original, None, false, &self.cache_sites) else {
+            return Error::e_explain(ErrorType::InternalError, "request body edits");
+        };
+        let Ok(mut body) = serde_json::from_slice::<Map<String, Value>>(&marked) else {
             return Error::e_explain(ErrorType::InternalError, "request body re-parse failed");
         };
         if self.downgrade {
@@ -216,39 +224,6 @@ impl Forward<'_> {
         let bytes = serde_json::to_vec(&body)
             .or_else(|_| Error::e_explain(ErrorType::InternalError, "request body rewrite"))?;
         Ok((Bytes::from(bytes), strip))
-    }
-
-    /// The caller's bytes with `span` replaced by the served model's string (an empty span
-    /// at 0 for no model change) and, when `add_usage_option`, [`USAGE_OPTION`] before the
-    /// closing `}`. `None` when the bytes do not fit the span (then the map is edited).
-    fn spliced(&self, span: Range<usize>, add_usage_option: bool) -> Result<Option<Vec<u8>>> {
-        let (Some(head), Some(tail)) = (
-            self.original.get(..span.start),
-            self.original.get(span.end..),
-        ) else {
-            return Ok(None);
-        };
-        let close = if add_usage_option {
-            let Some(close) = tail.iter().rposition(|&b| b == b'}') else {
-                return Ok(None);
-            };
-            close
-        } else {
-            tail.len()
-        };
-        let mut bytes = Vec::with_capacity(self.original.len() + USAGE_OPTION.len() + 64);
-        bytes.extend_from_slice(head);
-        if self.downgrade {
-            let model = serde_json::to_vec(self.served_model)
-                .or_else(|_| Error::e_explain(ErrorType::InternalError, "request body rewrite"))?;
-            bytes.extend_from_slice(&model);
-        }
-        bytes.extend_from_slice(&tail[..close]);
-        if add_usage_option {
-            bytes.extend_from_slice(USAGE_OPTION);
-        }
-        bytes.extend_from_slice(&tail[close..]);
-        Ok(Some(bytes))
     }
 
     fn upstream_header(&self, session: &Session, len: usize) -> Result<RequestHeader> {
@@ -597,6 +572,34 @@ impl Forward<'_> {
     }
 }
 
+/// The caller's bytes with the gate's edits, applied in one pass in offset order, every other
+/// byte as sent: `model`'s span replaced by the served model's JSON string (DOWNGRADE),
+/// [`USAGE_OPTION`] before the closing `}` when `add_usage_option`, and a prompt-cache
+/// breakpoint at each of `sites`. `None` when an edit does not fit the bytes.
+fn edited_body(
+    original: &[u8],
+    model: Option<(Range<usize>, &str)>,
+    add_usage_option: bool,
+    sites: &[CacheSite],
+) -> Option<Vec<u8>> {
+    let mut edits = Vec::with_capacity(sites.len() + 2);
+    for site in sites {
+        edits.push(site.edit(original)?);
+    }
+    if let Some((range, served)) = model {
+        let with = serde_json::to_vec(served).ok()?;
+        edits.push(Edit { range, with });
+    }
+    if add_usage_option {
+        let close = original.iter().rposition(|&b| b == b'}')?;
+        edits.push(Edit {
+            range: close..close,
+            with: USAGE_OPTION.to_vec(),
+        });
+    }
+    edit::apply(original, edits)
+}
+
 fn bad_gateway(code: &'static str, message: &'static str) -> GateError {
     GateError::new(502, "api_error", code, message)
 }
@@ -660,4 +663,43 @@ fn is_timeout(e: &pingora::Error) -> bool {
         e.etype(),
         ErrorType::ReadTimedout | ErrorType::WriteTimedout | ErrorType::ConnectTimedout
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::{parse_for_decision, Route};
+
+    /// DOWNGRADE's model and the gate's breakpoints in one pass: the expected bytes are the
+    /// caller's, written out by hand with the new model and the markers where they go.
+    #[test]
+    fn the_model_and_the_breakpoints_are_edited_in_one_pass() {
+        let body = br#"{ "system": "be brief", "model" : "claude-sonnet-4-5", "messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}], "max_tokens": 9 }"#;
+        let parsed = parse_for_decision(Route::AnthropicMessages, body, &[3; 32]).unwrap();
+        let span = parsed.model_span.clone().unwrap();
+        let edited = edited_body(
+            body,
+            Some((span, "claude-haiku-4-5")),
+            false,
+            &parsed.cache_sites,
+        )
+        .unwrap();
+        let m = r#""cache_control":{"type":"ephemeral"}"#;
+        let expected = format!(
+            r#"{{ "system": [{{"type":"text","text":"be brief",{m}}}], "model" : "claude-haiku-4-5", "messages":[{{"role":"user","content":[{{"type":"text","text":"hi",{m}}}]}}], "max_tokens": 9 }}"#
+        );
+        assert_eq!(String::from_utf8(edited).unwrap(), expected);
+        // No edit: the caller's bytes.
+        assert_eq!(edited_body(body, None, false, &[]).unwrap(), body);
+    }
+
+    #[test]
+    fn the_usage_option_goes_before_the_closing_brace() {
+        let body = br#"{"model":"gpt-4o","stream":true,"messages":[]} "#;
+        let edited = edited_body(body, Some((9..17, "gpt-4o-mini")), true, &[]).unwrap();
+        assert_eq!(
+            edited,
+            br#"{"model":"gpt-4o-mini","stream":true,"messages":[],"stream_options":{"include_usage":true}} "#
+        );
+    }
 }

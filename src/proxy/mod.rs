@@ -270,13 +270,23 @@ struct Issued {
 enum Action {
     /// SERVE: the answer the decision was made with, looked up once, before it.
     Serve(Arc<StoredAnswer>),
-    /// ALLOW, or DOWNGRADE to `model_served`.
+    /// ALLOW, or DOWNGRADE to `model_served`; with the prompt-cache breakpoints the gate
+    /// placed (indices into the shape's `cache_points`).
     Forward {
         downgrade: bool,
         model_served: Option<String>,
+        cache_breakpoints: Vec<u16>,
     },
     /// CHALLENGE (the error names the hold) and BLOCK: a closed-form refusal.
     Refuse(GateError),
+}
+
+/// What a forwarded call's decision changes in the body: the model (DOWNGRADE) and the
+/// prompt-cache breakpoints the gate placed.
+struct Placed {
+    downgrade: bool,
+    model_served: Option<String>,
+    cache_breakpoints: Vec<u16>,
 }
 
 /// A decision's terms as either gate states them.
@@ -289,6 +299,8 @@ struct Terms {
     unpriced: bool,
     hold_id: Option<String>,
     model_served: Option<String>,
+    /// Where the gate placed prompt-cache breakpoints (SPEC §2.11b).
+    cache_breakpoints: Vec<u16>,
 }
 
 /// Who calls: a key of this gate's config, or, in digest mode, the key this instance was
@@ -445,6 +457,7 @@ impl GateProxy {
                         && d.worst_case.cost_nano.is_none(),
                     hold_id: d.hold_id.clone(),
                     model_served: d.model_served.clone(),
+                    cache_breakpoints: d.cache_breakpoints.clone(),
                 };
                 Ok(self.decided(g, terms, &outcome.envelope, outcome.decision_id))
             }
@@ -463,6 +476,9 @@ impl GateProxy {
                     unpriced: false,
                     hold_id: r.hold_id,
                     model_served: r.model_served,
+                    // The central gate says where, from the digest's prefix hashes; this
+                    // instance applies them at the sites its own reading recorded.
+                    cache_breakpoints: r.cache_breakpoints,
                 };
                 Ok(self.decided(g, terms, &r.receipt, r.decision_id))
             }
@@ -529,6 +545,7 @@ impl GateProxy {
             Verdict::Allow | Verdict::Downgrade => Action::Forward {
                 downgrade: t.verdict == Verdict::Downgrade,
                 model_served: t.model_served,
+                cache_breakpoints: t.cache_breakpoints,
             },
         }
     }
@@ -553,9 +570,14 @@ impl GateProxy {
             Action::Forward {
                 downgrade,
                 model_served,
+                cache_breakpoints,
             } => {
-                self.forward(session, g, receipt, downgrade, model_served)
-                    .await
+                let placed = Placed {
+                    downgrade,
+                    model_served,
+                    cache_breakpoints,
+                };
+                self.forward(session, g, receipt, placed).await
             }
         }
     }
@@ -566,9 +588,13 @@ impl GateProxy {
         session: &mut Session,
         g: Gated<'_>,
         receipt: Issued,
-        downgrade: bool,
-        model_served: Option<String>,
+        placed: Placed,
     ) -> Result<()> {
+        let Placed {
+            downgrade,
+            model_served,
+            cache_breakpoints,
+        } = placed;
         let recorder = match &self.remote {
             Some(remote) => forward::Recorder::Remote(remote.clone()),
             None => forward::Recorder::Local,
@@ -612,6 +638,10 @@ impl GateProxy {
             wants_usage: g.parsed.include_usage,
             has_stream_options: g.parsed.has_stream_options,
             model_span: g.parsed.model_span.clone(),
+            cache_sites: cache_breakpoints
+                .iter()
+                .filter_map(|&i| g.parsed.cache_sites.get(usize::from(i)).cloned())
+                .collect(),
             reusable: shape.reproducible(),
             answer_key: g.answer_key,
             receipt_headers: receipt.headers,

@@ -69,6 +69,10 @@ pub struct RemoteDecision {
     pub reason: String,
     pub hold_id: Option<String>,
     pub model_served: Option<String>,
+    /// Where to place prompt-cache breakpoints (indices into the digest's `cache_points`,
+    /// SPEC §2.11b); absent from gates that place none.
+    #[serde(default)]
+    pub cache_breakpoints: Vec<u16>,
     pub receipt: Envelope,
     /// With a CHALLENGE: how long the hold lives (absent from gates that do not state it).
     #[serde(default)]

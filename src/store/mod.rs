@@ -125,6 +125,11 @@ pub struct UsageRow {
     #[serde(default)]
     pub basis: SpendBasis,
     pub spend_nano: u64,
+    /// Where the gate placed the call's prompt-cache breakpoints: what its cached tokens would
+    /// have cost uncached minus what they did cost (read price and write premium), nano-USD.
+    /// Derived and counterfactual (SPEC §2.11b): never part of spend or any savings total.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_saving_nano: Option<i64>,
 }
 
 impl UsageRow {
@@ -390,6 +395,10 @@ pub struct LedgerTotals {
     /// `spend_nano` (their usage is in `usage`).
     #[serde(default)]
     pub unpriced_calls: u64,
+    /// The derived, counterfactual cache saving of the calls whose breakpoints the gate placed
+    /// (SPEC §2.11b), nano-USD: never added to spend, `tokens_not_bought` or any total.
+    #[serde(default, rename = "cache_saving")]
+    pub cache_saving_nano: i64,
 }
 
 impl LedgerTotals {
@@ -524,6 +533,10 @@ pub struct DecisionLine {
     pub tokens_not_bought: u64,
     /// BLOCK: the worst case the call could have cost (reported apart, never added).
     pub worst_case_tokens_avoided: u64,
+    /// Where the gate placed the call's prompt-cache breakpoints: the derived, counterfactual
+    /// cache saving (nano-USD, SPEC §2.11b); absent on every other call.
+    #[serde(rename = "cache_saving", skip_serializing_if = "Option::is_none")]
+    pub cache_saving_nano: Option<i64>,
     /// The agent session (SPEC §2.11a), a keyed hash; `None` before it was kept or after
     /// `POST /forget`.
     pub session: Option<Hash>,

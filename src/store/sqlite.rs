@@ -294,7 +294,12 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE decisions ADD COLUMN recorded_by TEXT NOT NULL DEFAULT 'proxy'
         CHECK (recorded_by IN ('proxy', 'digest'));
     "#,
-    // 8: sessions (SPEC §2.11a) and pacing (§2.3): the agent session a decision belongs to
+    // 8: the derived cache saving of a call whose prompt-cache breakpoints the gate placed
+    // (SPEC §2.11b): NULL for every other call. Counterfactual; never in spend or savings.
+    r#"
+    ALTER TABLE usage ADD COLUMN cache_saving_nano INTEGER;
+    "#,
+    // 9: sessions (SPEC §2.11a) and pacing (§2.3): the agent session a decision belongs to
     // (a keyed hash, blanked by `Forget` with the fingerprint) and how long the gate held it.
     r#"
     ALTER TABLE decisions ADD COLUMN session BLOB;
@@ -759,7 +764,7 @@ impl Store for SqliteStore {
 
             let sql = format!(
                 "SELECT at_ms / 86400000 AS day, {}, {}, {}, {}, {}, \
-                 SUM(basis = 'unpriced') \
+                 SUM(basis = 'unpriced'), COALESCE(SUM(cache_saving_nano), 0) \
                  FROM usage WHERE {key_clause} AND at_ms >= ?2 AND at_ms < ?3 GROUP BY day",
                 split_sum("spend_nano"),
                 split_sum("input"),
@@ -782,6 +787,8 @@ impl Store for SqliteStore {
                 t.usage.add(&usage);
                 let unpriced = get_u64(r, 11).map_err(sql_error)?;
                 t.unpriced_calls = t.unpriced_calls.saturating_add(unpriced);
+                let saving: i64 = r.get(12).map_err(sql_error)?;
+                t.cache_saving_nano = t.cache_saving_nano.saturating_add(saving);
             }
             drop(rows);
 
@@ -884,6 +891,7 @@ impl Store for SqliteStore {
                  COALESCE(u1.cache_read, u2.cache_read), COALESCE(u1.output, u2.output), \
                  COALESCE(u1.web_search_requests, u2.web_search_requests), \
                  COALESCE(u1.spend_nano, u2.spend_nano), e.at_ms, e.charged_nano, \
+                 COALESCE(u1.cache_saving_nano, u2.cache_saving_nano), \
                  d.session, d.paced_ms, d.step_fingerprint \
                  FROM decisions AS d \
                  LEFT JOIN usage AS u1 ON u1.decision = d.id \
@@ -998,9 +1006,10 @@ fn decision_line(r: &Row<'_>) -> rusqlite::Result<DecisionLine> {
         } else {
             0
         },
-        session: r.get(26)?,
-        paced_ms: get_u64(r, 27)?,
-        step: r.get(28)?,
+        cache_saving_nano: r.get(26)?,
+        session: r.get(27)?,
+        paced_ms: get_u64(r, 28)?,
+        step: r.get(29)?,
     })
 }
 
@@ -1029,6 +1038,7 @@ pub(crate) fn add_totals(into: &mut LedgerTotals, t: &LedgerTotals) {
         .findings_tokens_estimated
         .saturating_add(t.findings_tokens_estimated);
     into.unpriced_calls = into.unpriced_calls.saturating_add(t.unpriced_calls);
+    into.cache_saving_nano = into.cache_saving_nano.saturating_add(t.cache_saving_nano);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1507,8 +1517,8 @@ fn insert_usage(conn: &Connection, u: &UsageRow, written: Option<i64>) -> rusqli
     conn.prepare_cached(
         "INSERT INTO usage (decision_id, decision, key_id, at_ms, served_model, wire, complete, \
          input, cache_write, cache_read, output, spend_nano, cache_write_1h, \
-         web_search_requests, ending, basis) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+         web_search_requests, ending, basis, cache_saving_nano) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
     )?
     .execute(params![
         id,
@@ -1527,6 +1537,7 @@ fn insert_usage(conn: &Connection, u: &UsageRow, written: Option<i64>) -> rusqli
         to_i64(u.web_search_requests),
         u.ending.map(Ending::as_str),
         u.basis.as_str(),
+        u.cache_saving_nano,
     ])?;
     if let Some((row, true)) = decision {
         let result = conn
@@ -1839,6 +1850,7 @@ mod tests {
             ending: Some(Ending::Complete),
             basis: SpendBasis::Reported,
             spend_nano: 7,
+            cache_saving_nano: None,
         }
     }
 

@@ -508,3 +508,50 @@ pub fn settle() {
 }
 
 pub const HUMAN: (&str, &str) = ("x-tokensaver-human", "1");
+
+/// A local instance in digest mode (`[client]`), killed on drop; `.1` is its proxy.
+pub struct Client(pub Child, pub SocketAddr);
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Start a local instance in digest mode against the central gate at `gate`, calling the
+/// harness's mock provider, with `key` (a key of the central gate).
+pub fn start_client(h: &Harness, gate: SocketAddr, key: &str) -> Client {
+    let dir = h.dir.path().join("client");
+    std::fs::create_dir_all(&dir).unwrap();
+    let [proxy_port, api_port, admin_port] = free_ports::<3>().unwrap();
+    let proxy: SocketAddr = ([127, 0, 0, 1], proxy_port).into();
+    let config = format!(
+        "[listen]\nproxy = \"{proxy}\"\napi = \"127.0.0.1:{}\"\nadmin = \"127.0.0.1:{}\"\n\n[data]\ndir = \"{}\"\n\n\
+         [upstreams.openai]\nbase_url = \"{url}\"\ncredential_env = \"OPENAI_API_KEY\"\n\n\
+         [upstreams.anthropic]\nbase_url = \"{url}\"\ncredential_env = \"ANTHROPIC_API_KEY\"\n\n\
+         [client]\ngate_url = \"http://{gate}\"\ngate_key_env = \"TOKENSAVER_CLIENT_KEY\"\n",
+        api_port,
+        admin_port,
+        dir.join("data").display(),
+        url = h.mock.base_url(),
+    );
+    let path = dir.join("client.toml");
+    std::fs::write(&path, config).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_tokensaver"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("OPENAI_API_KEY", PROVIDER_CREDENTIAL)
+        .env("ANTHROPIC_API_KEY", PROVIDER_CREDENTIAL)
+        .env("TOKENSAVER_CLIENT_KEY", key)
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for_port(proxy, Duration::from_secs(20)),
+        "client did not start"
+    );
+    Client(child, proxy)
+}

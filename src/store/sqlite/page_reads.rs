@@ -152,6 +152,7 @@ mod tests {
             ending: Some(crate::store::Ending::Complete),
             basis: crate::store::SpendBasis::Reported,
             spend_nano: 4_200,
+            cache_saving_nano: None,
         }));
         store.flush().unwrap();
 

@@ -97,6 +97,11 @@ pub struct Decision {
     /// The attending lease (its hold id) under which this request was scored as attended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attending_lease: Option<String>,
+    /// Prompt-cache breakpoints the gate adds (indices into the shape's `cache_points`):
+    /// billing only — the verdict, findings and fingerprint are those of the caller's request
+    /// ([`Decision::place_cache`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cache_breakpoints: Vec<u16>,
     /// How long the gate held this request before deciding it (a repeated step paced until
     /// its window admitted it, SPEC §2.3). Absent when it was not held.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -137,6 +142,9 @@ struct ReceiptBody<'a> {
     approved_hold: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     attending_lease: Option<&'a str>,
+    /// How many prompt-cache breakpoints the gate added (absent: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_breakpoints_added: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     paced_ms: Option<u64>,
 }
@@ -175,9 +183,34 @@ impl Decision {
             worst_case_tokens_avoided: self.worst_case_tokens_avoided,
             approved_hold: self.approved_hold.as_deref(),
             attending_lease: self.attending_lease.as_deref(),
+            cache_breakpoints_added: Some(self.cache_breakpoints.len()).filter(|n| *n > 0),
             paced_ms: self.paced_ms,
         };
         serde_json::to_vec(&body).unwrap_or_default()
+    }
+
+    /// Place prompt-cache breakpoints on a forwarded call the caller did not mark (SPEC
+    /// §2.11b; the shape has cache points only then), where the key has sent the prefix before
+    /// ([`super::cache::place`]). Pure, like the decision: both modes place alike.
+    pub fn place_cache(
+        &mut self,
+        shape: &RequestShape,
+        memory: &[super::cache::PointMemory],
+        now_ms: u64,
+    ) {
+        if !self.verdict.forwards() || shape.cache_points.is_empty() {
+            return;
+        }
+        let model = self.model_served.as_deref().unwrap_or(&shape.model);
+        self.cache_breakpoints = super::cache::place(&shape.cache_points, memory, model, now_ms);
+        if !self.cache_breakpoints.is_empty() {
+            // Every breakpoint ends a prefix that begins with the tools and the system prompt.
+            for f in &mut self.findings {
+                if f.code == super::FindingCode::LargeSystemPromptResent {
+                    f.acted = Some(super::findings::ACTED_CACHE_PLACED.to_string());
+                }
+            }
+        }
     }
 
     /// The HTTP status the gate itself answers with (forwarded verdicts: the provider's).
@@ -314,6 +347,7 @@ fn decide_inner(
         worst_case_tokens_avoided: None,
         approved_hold: None,
         attending_lease: None,
+        cache_breakpoints: Vec::new(),
         paced_ms: None,
     };
     let avoided = if input.held { Some(0) } else { worst.tokens() };

@@ -74,7 +74,15 @@ pub struct Finding {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens: Option<u64>,
     pub estimated: bool,
+    /// What the gate did about it on this call, when it did something (the prompt-cache
+    /// breakpoints it placed, SPEC §2.11b); the finding itself is the caller's request's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acted: Option<String>,
 }
+
+/// [`Finding::acted`] when the gate placed prompt-cache breakpoints over a resent prefix.
+pub const ACTED_CACHE_PLACED: &str =
+    "the gate placed prompt-cache breakpoints on this call (cache = auto): the prefix it has seen before is billed at the cache-read price";
 
 fn finding(code: FindingCode, chars: Option<u64>) -> Finding {
     Finding {
@@ -82,6 +90,7 @@ fn finding(code: FindingCode, chars: Option<u64>) -> Finding {
         explanation: code.explanation().to_string(),
         tokens: chars.map(|c| c.div_ceil(CHARS_PER_ESTIMATED_TOKEN)),
         estimated: chars.is_some(),
+        acted: None,
     }
 }
 

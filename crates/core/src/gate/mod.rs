@@ -1,6 +1,7 @@
 //! The gate: a pure decision over plain inputs. No I/O, no clock reads (the clock is an
 //! argument), no model call. `decide` is the one function; the rest are its named parts.
 
+pub mod cache;
 mod decide;
 mod findings;
 pub mod rules;

@@ -104,7 +104,8 @@ impl<'a> Str<'a> {
 }
 
 /// An object's members, sorted by decoded key (byte order, as `serde_json::Map`), keys unique.
-#[derive(Debug, Clone, PartialEq, Default)]
+/// Two objects are equal when their members are (wherever they were read).
+#[derive(Debug, Clone, Default)]
 pub struct Object<'a> {
     members: Vec<(Cow<'a, str>, Json<'a>)>,
     /// A key was written more than once (the last value is the one kept).
@@ -114,6 +115,15 @@ pub struct Object<'a> {
     /// Of a whole body's root object (else 0): the UTF-8 bytes its strings take beyond one
     /// per character ([`parse_measured`]).
     text_extra_bytes: u64,
+    /// The byte offset of the object's closing brace in the text it was read from: where a
+    /// member can be added without touching any other byte (a prompt-cache breakpoint).
+    close: usize,
+}
+
+impl PartialEq for Object<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.members == other.members
+    }
 }
 
 impl<'a> Object<'a> {
@@ -168,7 +178,12 @@ impl<'a> Object<'a> {
         self.members.iter().map(|(k, v)| (k.as_ref(), v))
     }
 
-    fn from_members(mut members: Vec<(Cow<'a, str>, Json<'a>)>) -> Self {
+    /// The byte offset of the closing brace in the text the object was read from.
+    pub fn close(&self) -> usize {
+        self.close
+    }
+
+    fn from_members(mut members: Vec<(Cow<'a, str>, Json<'a>)>, close: usize) -> Self {
         let mut repeated = None;
         if !members.is_sorted_by(|a, b| a.0 < b.0) {
             // Stable: of repeated keys the last read stays last, and is the one kept.
@@ -189,6 +204,7 @@ impl<'a> Object<'a> {
             repeated_keys: repeated.is_some(),
             repeated,
             text_extra_bytes: 0,
+            close,
         }
     }
 }
@@ -359,7 +375,7 @@ impl<'a> Reader<'a> {
         self.skip_ws();
         if self.peek() == Some(b'}') {
             self.pos += 1;
-            return Ok(Json::Object(Object::from_members(members)));
+            return Ok(Json::Object(Object::from_members(members, self.pos - 1)));
         }
         loop {
             self.skip_ws();
@@ -378,7 +394,7 @@ impl<'a> Reader<'a> {
                 Some(b',') => self.pos += 1,
                 Some(b'}') => {
                     self.pos += 1;
-                    return Ok(Json::Object(Object::from_members(members)));
+                    return Ok(Json::Object(Object::from_members(members, self.pos - 1)));
                 }
                 _ => return Err(self.pos),
             }

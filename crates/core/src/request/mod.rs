@@ -6,6 +6,7 @@
 mod anthropic;
 mod canonical;
 pub mod digest;
+pub mod edit;
 pub mod json;
 pub mod normalise;
 mod openai;
@@ -17,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use json::{Json, Object};
 
+pub use anthropic::CACHE_POINT_MESSAGES;
 pub use canonical::{ignored_fields, Hash};
 pub use digest::{Digest, DigestError, WireForm};
 
@@ -176,10 +178,91 @@ pub struct RequestShape {
     /// Media parts by kind: they add no characters, but each is billed.
     #[serde(default, skip_serializing_if = "MediaParts::is_empty")]
     pub media: MediaParts,
+    /// Where the gate may place prompt-cache breakpoints (Anthropic, when the caller placed
+    /// none): keyed prefix hashes, never content.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cache_points: Vec<CachePoint>,
 }
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// A place in an Anthropic request where a prompt-cache breakpoint can go (SPEC §2.11b): the
+/// end of a prefix in the provider's cache order (tools, system, messages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CachePoint {
+    /// Keyed hash of the prefix up to and including this unit (its `cache_control` left out).
+    pub prefix: Hash,
+    /// Characters the prefix holds: what keeps a breakpoint clear of the model's minimum.
+    pub chars: u64,
+    pub unit: CacheUnit,
+}
+
+impl CachePoint {
+    fn new(hasher: &blake3::Hasher, chars: u64, unit: CacheUnit) -> CachePoint {
+        CachePoint {
+            prefix: Hash(*hasher.clone().finalize().as_bytes()),
+            chars,
+            unit,
+        }
+    }
+}
+
+/// Which unit of the request a cache point ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheUnit {
+    /// The last tool definition.
+    Tools,
+    /// The system prompt's last block.
+    System,
+    /// Message `i`'s last content block.
+    Message(usize),
+}
+
+/// The marker the gate adds: Anthropic's default 5-minute entry.
+pub const CACHE_MARK: &[u8] = br#""cache_control":{"type":"ephemeral"}"#;
+
+/// Where in the caller's bytes a cache point's breakpoint goes ([`ParsedRequest::cache_sites`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheSite {
+    /// The last block's closing `}` at this offset: `,` and [`CACHE_MARK`] go before it.
+    Block(usize),
+    /// A string (these bytes, quotes included) that becomes one text block carrying the mark:
+    /// `[{"type":"text","text":` the string as sent `,` [`CACHE_MARK`] `}]`.
+    Text(std::ops::Range<usize>),
+}
+
+impl CacheSite {
+    /// The edit that puts the breakpoint here; the string's bytes are copied as sent.
+    pub fn edit(&self, bytes: &[u8]) -> Option<edit::Edit> {
+        match self {
+            CacheSite::Block(close) => {
+                let mut with = Vec::with_capacity(CACHE_MARK.len() + 1);
+                with.push(b',');
+                with.extend_from_slice(CACHE_MARK);
+                Some(edit::Edit {
+                    range: *close..*close,
+                    with,
+                })
+            }
+            CacheSite::Text(quoted) => {
+                let string = bytes.get(quoted.clone())?;
+                let mut with = Vec::with_capacity(string.len() + CACHE_MARK.len() + 28);
+                with.extend_from_slice(br#"[{"type":"text","text":"#);
+                with.extend_from_slice(string);
+                with.push(b',');
+                with.extend_from_slice(CACHE_MARK);
+                with.extend_from_slice(b"}]");
+                Some(edit::Edit {
+                    range: quoted.clone(),
+                    with,
+                })
+            }
+        }
+    }
 }
 
 /// A request's media parts by kind (images, documents/files, audio), counted wherever they
@@ -320,6 +403,10 @@ pub struct ParsedRequest {
     /// key is written twice at the top level (readers keeping the first value would see
     /// another model): the rewrite then re-serialises the body.
     pub model_span: Option<std::ops::Range<usize>>,
+    /// Where each of the shape's `cache_points` puts its breakpoint in the body, index for
+    /// index: the offsets the proxy edits when the gate places caching (SPEC §2.11b). Body
+    /// layout, not shape: it never enters a digest.
+    pub cache_sites: Vec<CacheSite>,
 }
 
 /// Parse a provider request body and derive its shape, every turn hash included (what a
@@ -345,7 +432,12 @@ fn parse_with(
     hashes: TurnHashes,
 ) -> Result<ParsedRequest, ShapeError> {
     let body = parse_object(bytes)?;
-    let shape = shape_of(route, &body, key, bytes.len(), hashes)?;
+    let mut shape = shape_of(route, &body, key, bytes.len(), hashes)?;
+    // A point without its site could not be placed: then no point is offered.
+    let cache_sites = anthropic::cache_sites(&body, bytes, &shape.cache_points).unwrap_or_default();
+    if cache_sites.len() != shape.cache_points.len() {
+        shape.cache_points.clear();
+    }
     let stream_options = body.get("stream_options");
     Ok(ParsedRequest {
         shape,
@@ -355,6 +447,7 @@ fn parse_with(
             .unwrap_or(false),
         has_stream_options: stream_options.is_some(),
         model_span: model_span(&body, bytes),
+        cache_sites,
     })
 }
 
@@ -409,6 +502,12 @@ pub fn shape_of(
         Route::AnthropicMessages => anthropic::parts(body, &canonical)?,
         Route::OpenAiResponses => responses::parts(body, &canonical)?,
     };
+    let cache_points = if route == Route::AnthropicMessages && !canonical.cache_marked {
+        let tools_chars = saturating_sum(parts.tools.iter().map(|t| t.chars));
+        anthropic::cache_points(body, key, tools_chars)
+    } else {
+        Vec::new()
+    };
     hash_turns(&canonical, &mut parts, hashes);
     let step_fingerprint =
         step::step_fingerprint(route, body, key).unwrap_or(canonical.fingerprint);
@@ -437,6 +536,7 @@ pub fn shape_of(
         called_tool_hashes: parts.called_tool_hashes,
         text_extra_bytes: body.text_extra_bytes(),
         media: MediaParts::of(body),
+        cache_points,
     })
 }
 
