@@ -135,6 +135,7 @@ pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value
             },
             "per_document_or_file_part_tokens": rules::DOCUMENT_TOKENS,
             "per_audio_part_tokens": rules::AUDIO_TOKENS,
+            "chained_context": "a Responses call with previous_response_id adds the input plus output tokens the provider reported for the response it names, as the gate saw them in the answer it relayed; that response must have been created with the same key, and one whose usage the gate has not seen (a background response not yet read back complete, a stream cut short) is refused (409 chained_context_unknown); in digest mode the local client fills the digest's chained_input_tokens from its own bindings",
             "holds_for": "any text whose ASCII part tokenizes at 3 or more characters per token (prose, code, JSON) and any non-ASCII text; dense ASCII (runs of digits and punctuation) can tokenize denser and exceed it",
         },
         "digest_record_bound": {

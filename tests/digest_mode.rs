@@ -263,3 +263,76 @@ fn the_central_gate_sees_no_text_and_decides_as_the_request_path() {
         "{ledger}"
     );
 }
+
+/// Issue 20.4c in digest mode: the local client binds the response ids it relays and fills
+/// the digest's `chained_input_tokens` from them, so the central gate's worst case for a call
+/// chained with `previous_response_id` covers the context the provider reported; an id the
+/// client never saw created is refused locally and reaches neither the gate nor the provider.
+#[test]
+fn a_digest_client_reports_the_chained_context() {
+    let h = Harness::default();
+    let (relay, seen) = recording_relay(h.api);
+    let client = start_client(&h, relay, KEY_A);
+    let body = |text: &str, extra: serde_json::Value| {
+        let mut b = json!({"model": "gpt-4o", "input": text, "max_output_tokens": 60});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+    let long = "A quiet river carried the boats down to the sea. ".repeat(120);
+    let first = post_to(
+        client.1,
+        "/v1/responses",
+        KEY_A,
+        &body(&long, json!({})),
+        &[HUMAN],
+    );
+    assert_eq!(first.status, 200, "{}", first.text());
+    let id = first.json()["id"].as_str().unwrap().to_string();
+    let usage = h.mock.stored_response(&id).unwrap()["usage"].clone();
+    let context =
+        usage["input_tokens"].as_u64().unwrap() + usage["output_tokens"].as_u64().unwrap();
+    assert!(context > 1000, "{context}");
+
+    let chained = post_to(
+        client.1,
+        "/v1/responses",
+        KEY_A,
+        &body("And then?", json!({"previous_response_id": id})),
+        &[HUMAN],
+    );
+    assert_eq!(chained.status, 200, "{}", chained.text());
+    let worst = chained.receipt()["worst_case"]["input_tokens_estimated"]
+        .as_u64()
+        .unwrap();
+    assert!(worst >= context, "{worst} < {context}");
+    let sent = String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
+    assert!(
+        sent.contains(&format!("\"chained_input_tokens\":{context}")),
+        "the digest carries the chained context"
+    );
+
+    // The chained call's usage goes to the gate after its answer: let it land first.
+    settle();
+    let gate_bytes = seen.lock().unwrap().len();
+    let calls = h.calls("/v1/responses");
+    let unknown = post_to(
+        client.1,
+        "/v1/responses",
+        KEY_A,
+        &body(
+            "And then?",
+            json!({"previous_response_id": "resp_0123456789abcdef01234567"}),
+        ),
+        &[HUMAN],
+    );
+    assert_eq!(unknown.status, 404, "{}", unknown.text());
+    assert_eq!(unknown.json()["error"]["code"], "unknown_response");
+    assert_eq!(h.calls("/v1/responses"), calls);
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        gate_bytes,
+        "nothing went to the gate"
+    );
+}

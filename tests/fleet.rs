@@ -1185,3 +1185,84 @@ fn the_conditional_reservation_refuses_an_overshoot_and_rolls_back() {
         assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (1, 600));
     });
 }
+
+/// Issue 20.7 and 20.4c in a fleet: a response id bound through one instance is bound for
+/// every instance (PostgreSQL `fleet_responses`). Another key is refused it through any
+/// instance without a provider call; its own key's read goes upstream through any instance;
+/// a call chained through a third instance reserves the context the first instance's
+/// provider reported.
+#[test]
+fn a_stored_response_is_bound_for_the_whole_fleet() {
+    let Some(url) = pg_url() else { return };
+    let tag = run_tag();
+    let alice = FleetKey::new(format!("respa{tag}"));
+    let bob = FleetKey::new(format!("respb{tag}"));
+    let fleet = three(&url, &format!("{}{}", alice.toml(None), bob.toml(None)), 0);
+    let responses = |text: &str, extra: serde_json::Value| {
+        let mut body = json!({"model": "gpt-4o", "input": text, "max_output_tokens": 60});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    };
+    // The mock's response id is a function of the request: the run's tag keeps it this run's
+    // (an id bound by an earlier run's key stays that key's).
+    let long =
+        format!("Run {tag}. ") + &"Every lamp along the harbour wall was lit by hand. ".repeat(120);
+    let created = fleet[0].post(
+        "/v1/responses",
+        &alice.bearer(),
+        &responses(&long, json!({})),
+        &[HUMAN],
+    );
+    assert_eq!(created.status, 200, "{}", created.text());
+    let id = created.json()["id"].as_str().unwrap().to_string();
+    let path = format!("/v1/responses/{id}");
+    let get = |h: &Harness, bearer: &str| {
+        call(
+            ureq::get(&h.proxy_url(&path)).set("authorization", &format!("Bearer {bearer}")),
+            None,
+        )
+    };
+    for h in &fleet {
+        let r = get(h, &bob.bearer());
+        assert_eq!(r.status, 404, "{}", r.text());
+        assert_eq!(r.json()["error"]["code"], "unknown_response");
+        assert_eq!(h.mock.calls(&path), 0, "bob's read went upstream");
+    }
+    // Alice's read passes the gate on every instance (only the first one's mock keeps it).
+    for (i, h) in fleet.iter().enumerate() {
+        let r = get(h, &alice.bearer());
+        assert_eq!(
+            h.mock.calls(&path),
+            1,
+            "instance {i}: alice's read went upstream"
+        );
+        if i == 0 {
+            assert_eq!(r.status, 200, "{}", r.text());
+        }
+    }
+    // The chained call through instance 2 reserves the context instance 0's provider reported.
+    let usage = fleet[0].mock.stored_response(&id).unwrap()["usage"].clone();
+    let context =
+        usage["input_tokens"].as_u64().unwrap() + usage["output_tokens"].as_u64().unwrap();
+    let chained = fleet[2].post(
+        "/v1/responses",
+        &alice.bearer(),
+        &responses("And then?", json!({"previous_response_id": id})),
+        &[HUMAN],
+    );
+    assert_eq!(chained.status, 200, "{}", chained.text());
+    let worst = chained.receipt()["worst_case"]["input_tokens_estimated"]
+        .as_u64()
+        .unwrap();
+    assert!(worst >= context, "{worst} < {context}");
+    let foreign = fleet[1].post(
+        "/v1/responses",
+        &bob.bearer(),
+        &responses("And then?", json!({"previous_response_id": id})),
+        &[HUMAN],
+    );
+    assert_eq!(foreign.status, 404, "{}", foreign.text());
+    assert_eq!(fleet[1].calls("/v1/responses"), 0);
+}

@@ -484,6 +484,9 @@ struct State {
     held_sse: Option<Option<Usage>>,
     approved_hold: bool,
     now_ms: u64,
+    /// The chained context the proxy (or the digest client) found for the request's
+    /// `previous_response_id` in its registry (`RequestShape::chained_input_tokens`).
+    chained: u64,
 }
 
 fn usage() -> impl Strategy<Value = Usage> {
@@ -539,6 +542,7 @@ fn state() -> impl Strategy<Value = State> {
         prop::option::of(prop::option::of(usage())),
         any::<bool>(),
         any::<u64>(),
+        prop_oneof![Just(0u64), 0u64..200_000, any::<u64>()],
     )
         .prop_map(
             |(
@@ -552,6 +556,7 @@ fn state() -> impl Strategy<Value = State> {
                 held_sse,
                 approved_hold,
                 now_ms,
+                chained,
             )| State {
                 secret,
                 key_id,
@@ -563,6 +568,7 @@ fn state() -> impl Strategy<Value = State> {
                 held_sse,
                 approved_hold,
                 now_ms,
+                chained,
             },
         )
 }
@@ -597,7 +603,8 @@ fn signer() -> ReceiptSigner {
 fn decide_from_request(route: Route, body: &[u8], st: &State) -> Result<Decision, String> {
     let parsed = request::parse_for_decision(route, body, &fingerprint_key(&st.secret))
         .map_err(|e| e.to_string())?;
-    let shape = parsed.shape;
+    let mut shape = parsed.shape;
+    shape.chained_input_tokens = st.chained;
     let form = shape.wire_form();
     let input = GateInput {
         key_id: &st.key_id,
@@ -618,7 +625,9 @@ fn decide_from_request(route: Route, body: &[u8], st: &State) -> Result<Decision
 fn digest_bytes(route: Route, body: &[u8], st: &State) -> Result<Vec<u8>, String> {
     let parsed =
         request::parse(route, body, &fingerprint_key(&st.secret)).map_err(|e| e.to_string())?;
-    let mut digest = Digest::new(parsed.shape);
+    let mut shape = parsed.shape;
+    shape.chained_input_tokens = st.chained;
+    let mut digest = Digest::new(shape);
     digest.human = st.human_header;
     digest.held = st.held_forms();
     digest.hold_id = st
@@ -1173,6 +1182,7 @@ fn shape(extreme: bool) -> impl Strategy<Value = RequestShape> {
                     called_tool_hashes: called.iter().map(pick).collect(),
                     text_extra_bytes: 0,
                     media: Default::default(),
+                    chained_input_tokens: 0,
                     cache_points: Vec::new(),
                 }
             },
@@ -1369,6 +1379,9 @@ proptest! {
     /// The same through the wire: a digest with extreme counts that `Digest::parse` accepts.
     #[test]
     fn a_parsed_digest_with_extreme_counts_never_panics(shape in shape(true), f in flags()) {
+        // Any chained context a client may claim, up to u64::MAX.
+        let mut shape = shape;
+        shape.chained_input_tokens = f.now_ms;
         let digest = serde_json::to_vec(&Digest::new(shape)).unwrap();
         if let Ok(parsed) = Digest::parse(&digest) {
             let st = State {
@@ -1382,6 +1395,7 @@ proptest! {
                 held_sse: None,
                 approved_hold: false,
                 now_ms: f.now_ms,
+                chained: 0,
             };
             let result = std::panic::catch_unwind(|| decide_from_digest(&digest, &st));
             if let Err(p) = result {

@@ -127,17 +127,27 @@ fn a_reproducible_responses_repeat_is_served_in_its_own_wire_form() {
 #[test]
 fn a_continuation_of_provider_state_is_never_served() {
     let h = Harness::default();
+    // A continuation names a response its own key created (an id the gate never saw created
+    // is refused: tests/proxy_hostile.rs).
+    let first = h.post(
+        RESPONSES,
+        KEY_A,
+        &responses("gpt-4o", json!("Tell me a story."), json!({})),
+        &[HUMAN],
+    );
+    assert!(forwarded(&first), "{}", first.text());
+    let id = first.json()["id"].as_str().unwrap().to_string();
     let body = responses(
         "gpt-4o",
         json!("And then?"),
-        json!({"temperature": 0, "previous_response_id": "resp_0123456789abcdef01234567"}),
+        json!({"temperature": 0, "previous_response_id": id}),
     );
     for _ in 0..2 {
         let r = h.post(RESPONSES, KEY_A, &body, &[HUMAN]);
         assert!(forwarded(&r), "{}", r.text());
         settle();
     }
-    assert_eq!(h.calls(RESPONSES), 2);
+    assert_eq!(h.calls(RESPONSES), 3);
 }
 
 #[test]

@@ -28,7 +28,7 @@ use crate::receipt::DecisionId;
 use crate::request::{Hash, WireForm};
 use crate::store::{
     period_start, DecisionLine, DecisionPage, DecisionQuery, DecisionRow, Ending, LedgerDay,
-    LedgerTotals, RecordSource, SpendBasis, StoreError, UsageRow,
+    LedgerTotals, RecordSource, ResponseBinding, SpendBasis, StoreError, UsageRow,
 };
 
 /// The schema, in order; each applied once, recorded in `schema_migrations`.
@@ -43,6 +43,10 @@ const MIGRATIONS: &[(i32, &str)] = &[
         include_str!("../../migrations/pg/0003_fleet_budgets.sql"),
     ),
     (4, include_str!("../../migrations/pg/0004_recorded_by.sql")),
+    (
+        5,
+        include_str!("../../migrations/pg/0005_fleet_responses.sql"),
+    ),
 ];
 
 /// Taken while migrating, so instances starting together apply each migration once.
@@ -833,6 +837,60 @@ impl Fleet {
             Ok::<_, FleetError>(row.map(|r| (r.get(0), r.get(1))))
         };
         within(ANSWER_TIMEOUT, read).await
+    }
+
+    /// Bind a stored Responses object to the key that created it, for every instance: the
+    /// first key keeps the id; the same key may fill in the context figure.
+    pub async fn bind_response(&self, b: &ResponseBinding) -> Result<(), FleetError> {
+        let write = async {
+            let client = self.pool.get().await?;
+            let stmt = client
+                .prepare_cached(
+                    "INSERT INTO fleet_responses (response_id, key_id, created_ms, \
+                     context_tokens) VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (response_id) DO UPDATE SET context_tokens = \
+                     coalesce(EXCLUDED.context_tokens, fleet_responses.context_tokens) \
+                     WHERE fleet_responses.key_id = EXCLUDED.key_id",
+                )
+                .await?;
+            client
+                .execute(
+                    &stmt,
+                    &[
+                        &b.response_id,
+                        &b.key_id,
+                        &db(b.created_ms),
+                        &b.context_tokens.map(db),
+                    ],
+                )
+                .await?;
+            Ok::<_, FleetError>(())
+        };
+        within(CALL_TIMEOUT, write).await
+    }
+
+    /// The binding of a stored Responses object, if an instance saw it created.
+    pub async fn response_binding(
+        &self,
+        response_id: &str,
+    ) -> Result<Option<ResponseBinding>, FleetError> {
+        let read = async {
+            let client = self.pool.get().await?;
+            let stmt = client
+                .prepare_cached(
+                    "SELECT key_id, created_ms, context_tokens FROM fleet_responses \
+                     WHERE response_id = $1",
+                )
+                .await?;
+            let row = client.query_opt(&stmt, &[&response_id]).await?;
+            Ok::<_, FleetError>(row.map(|r| ResponseBinding {
+                response_id: response_id.to_string(),
+                key_id: r.get(0),
+                created_ms: un(r.get(1)),
+                context_tokens: r.get::<_, Option<i64>>(2).map(un),
+            }))
+        };
+        within(CALL_TIMEOUT, read).await
     }
 
     /// Store an answer for the fleet (replacing an older one for the same request).

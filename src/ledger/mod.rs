@@ -732,6 +732,11 @@ impl Gatekeeper {
         self.fleet.as_ref()
     }
 
+    /// The durable store (the proxy's response registry writes through it).
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
     /// The price of `model` under the policy in force (`None`: it has none).
     fn price_of(&self, model: &str) -> Option<crate::config::Prices> {
         self.policy

@@ -13,6 +13,7 @@ use pingora::{Error, ErrorType, Result};
 use serde_json::{Map, Value};
 
 use super::remote::RemoteGate;
+use super::responses::Registry;
 use super::usage::{json_usage, AnswerEnd, SseTap};
 use super::{respond_error, ProviderPeer};
 use crate::error::GateError;
@@ -108,6 +109,8 @@ pub(super) struct Forward<'a> {
     pub provider: &'a ProviderPeer,
     pub connector: &'a Connector,
     pub gatekeeper: &'a Gatekeeper,
+    /// Where a Responses answer's id is bound to the caller's key (`responses.rs`).
+    pub registry: &'a Registry,
     pub recorder: Recorder,
     pub key_id: &'a str,
     pub decision_id: DecisionId,
@@ -494,6 +497,12 @@ impl Forward<'_> {
         let mut kept_whole = keep_answer;
         let mut tap = is_sse.then(|| SseTap::new(self.route, strip));
         let mut json_body: Vec<u8> = Vec::new();
+        // A stored Responses object is bound to the caller's key before its id reaches the
+        // client: a stream's id before the event that carries it is written; a JSON answer's
+        // last chunk is held back until the whole answer is read and its id bound.
+        let binds = self.route == Route::OpenAiResponses && success;
+        let mut bound_id = false;
+        let mut held_back: Option<Bytes> = None;
         loop {
             match crate::lifecycle::unless_cut(upstream.read_response_body()).await {
                 Ok(Some(chunk)) => {
@@ -509,9 +518,21 @@ impl Forward<'_> {
                         Some(t) => Bytes::from(t.feed(&chunk)),
                         None => {
                             json_body.extend_from_slice(&chunk);
-                            chunk
+                            if binds {
+                                held_back.replace(chunk).unwrap_or_default()
+                            } else {
+                                chunk
+                            }
                         }
                     };
+                    if let (true, false, Some(id)) =
+                        (binds, bound_id, tap.as_ref().and_then(SseTap::response_id))
+                    {
+                        bound_id = true;
+                        self.registry
+                            .bind(self.gatekeeper, id, self.key_id, None, now_ms())
+                            .await;
+                    }
                     if !out.is_empty()
                         && session.write_response_body(Some(out), false).await.is_err()
                     {
@@ -554,11 +575,22 @@ impl Forward<'_> {
             (true, true, AnswerEnd::Failed, _) => Ending::Failed,
             (true, true, AnswerEnd::Open, _) => Ending::Truncated,
         };
+        if binds {
+            let (id, context) = super::responses::seen_in_answer(tap.as_ref(), &json_body, end);
+            if let Some(id) = id {
+                self.registry
+                    .bind(self.gatekeeper, &id, self.key_id, context, now_ms())
+                    .await;
+            }
+        }
         if kept_whole && outcome.ending == Ending::Complete {
             let answer = if is_sse { kept } else { json_body };
             outcome.answer = Some((content_type, answer));
         }
-        outcome.tail = (!rest.is_empty()).then(|| Bytes::from(rest));
+        outcome.tail = match held_back {
+            Some(last) => Some(last),
+            None => (!rest.is_empty()).then(|| Bytes::from(rest)),
+        };
         if body_done {
             self.connector
                 .release_http_session(

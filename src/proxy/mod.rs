@@ -10,6 +10,7 @@
 
 mod forward;
 pub mod remote;
+pub mod responses;
 pub mod usage;
 
 use std::net::ToSocketAddrs;
@@ -108,6 +109,8 @@ pub struct GateProxy {
     anthropic: Option<ProviderPeer>,
     /// Digest mode: decisions come from a central gate.
     remote: Option<RemoteGate>,
+    /// Which key created each stored Responses object (`responses.rs`).
+    registry: responses::Registry,
 }
 
 impl GateProxy {
@@ -130,6 +133,7 @@ impl GateProxy {
             openai,
             anthropic,
             remote,
+            registry: responses::Registry::default(),
         })
     }
 
@@ -146,6 +150,17 @@ impl GateProxy {
 
     fn config(&self) -> &Config {
         &self.gatekeeper.config
+    }
+
+    /// The key a pass-through request comes with: one of this gate's keys, or in digest mode
+    /// the key this instance was given (the one its bindings are made for).
+    fn passthrough_key(&self, presented: Option<&str>) -> Option<String> {
+        match &self.remote {
+            Some(remote) => remote_caller(remote, presented).ok().map(|c| c.key_id),
+            None => auth::authenticate(self.config(), presented)
+                .ok()
+                .map(|(_, caller)| caller.key_id),
+        }
     }
 
     /// The configured upstreams and the addresses they resolved to at start (`/readyz`); an
@@ -168,8 +183,24 @@ impl GateProxy {
 /// request's header to the end of `logging`, and counts the request in flight for the drain.
 pub struct Ctx {
     passthrough: Option<ProviderPeer>,
+    /// A pass-through read of a stored Responses object (`GET /v1/responses/{id}`, `POST
+    /// …/cancel`): its answer is read for the context figure the registry lacks.
+    stored_read: Option<StoredRead>,
     _in_flight: crate::lifecycle::InFlight,
 }
+
+/// A pass-through answer that shows a stored Responses object, kept (bounded) until it ends.
+struct StoredRead {
+    id: String,
+    key_id: String,
+    status: u16,
+    body: Vec<u8>,
+    /// The answer was larger than [`STORED_READ_CAP`]: not read.
+    overflow: bool,
+}
+
+/// How much of a pass-through Responses object is kept to read its usage.
+const STORED_READ_CAP: usize = 8 * 1024 * 1024;
 
 /// Write a complete response the gate produced itself.
 pub(crate) async fn respond(
@@ -396,6 +427,20 @@ impl GateProxy {
                 )))
             }
         };
+        // A chained Responses call continues only a response this key created, and reserves
+        // the context the provider bills again (`RequestShape::chained_input_tokens`).
+        if let Some(previous) = parsed.previous_response_id.as_deref() {
+            match self.registry.owner(&self.gatekeeper, previous).await {
+                Ok(Some((owner, Some(context)))) if owner == caller.key_id => {
+                    parsed.shape.chained_input_tokens = context;
+                }
+                Ok(Some((owner, None))) if owner == caller.key_id => {
+                    return Ok(Err(responses::context_unknown()));
+                }
+                Ok(_) => return Ok(Err(responses::not_found())),
+                Err(responses::Unavailable) => return Ok(Err(GateError::fleet_unavailable())),
+            }
+        }
         let headers = &session.req_header().headers;
         // A client that names its session (Claude Code, Codex) is grouped by that name.
         if let Some(named) = crate::body::session_header(headers) {
@@ -628,6 +673,7 @@ impl GateProxy {
             provider,
             connector: &self.connector,
             gatekeeper: &self.gatekeeper,
+            registry: &self.registry,
             recorder,
             key_id: &g.key_id,
             decision_id: receipt.decision_id,
@@ -691,6 +737,12 @@ fn remote_caller(
     })
 }
 
+/// `/v1/responses/{id}` and `/v1/responses/{id}/{tail}`: the stored object's id and the tail.
+fn stored_response(path: &str) -> Option<(&str, &str)> {
+    let rest = path.strip_prefix("/v1/responses/")?;
+    Some(rest.split_once('/').unwrap_or((rest, "")))
+}
+
 /// Provider routes that cost nothing and are passed through after the key check: reading,
 /// deleting or cancelling a stored response, and counting a prompt's tokens.
 fn not_billable(method: &http::Method, path: &str) -> Option<Provider> {
@@ -724,6 +776,7 @@ impl ProxyHttp for GateProxy {
     fn new_ctx(&self) -> Ctx {
         Ctx {
             passthrough: None,
+            stored_read: None,
             _in_flight: crate::lifecycle::enter(),
         }
     }
@@ -766,7 +819,7 @@ impl ProxyHttp for GateProxy {
         };
         if let Some(provider) = passthrough {
             let presented = auth::presented_key(&session.req_header().headers);
-            if auth::authenticate(self.config(), presented).is_err() {
+            let Some(key_id) = self.passthrough_key(presented) else {
                 let err = GateError::new(
                     401,
                     "authentication_error",
@@ -775,6 +828,30 @@ impl ProxyHttp for GateProxy {
                 );
                 respond_error(session, None, &err, &[]).await?;
                 return Ok(true);
+            };
+            // A stored Responses object passes only for the key that created it.
+            if let Some((id, tail)) = stored_response(&path) {
+                match self.registry.owner(&self.gatekeeper, id).await {
+                    Ok(Some((owner, _))) if owner == key_id => {
+                        if matches!((method.as_str(), tail), ("GET", "") | ("POST", "cancel")) {
+                            ctx.stored_read = Some(StoredRead {
+                                id: id.to_string(),
+                                key_id: key_id.clone(),
+                                status: 0,
+                                body: Vec::new(),
+                                overflow: false,
+                            });
+                        }
+                    }
+                    Ok(_) => {
+                        respond_error(session, None, &responses::not_found(), &[]).await?;
+                        return Ok(true);
+                    }
+                    Err(responses::Unavailable) => {
+                        respond_error(session, None, &GateError::fleet_unavailable(), &[]).await?;
+                        return Ok(true);
+                    }
+                }
             }
             if let Some(p) = provider {
                 answer_expect_passthrough(session).await?;
@@ -794,6 +871,61 @@ impl ProxyHttp for GateProxy {
         };
         respond_error(session, None, &err, &[]).await?;
         Ok(true)
+    }
+
+    async fn upstream_response_filter(
+        &self,
+        _session: &mut Session,
+        upstream_response: &mut ResponseHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        if let Some(read) = ctx.stored_read.as_mut() {
+            read.status = upstream_response.status.as_u16();
+        }
+        Ok(())
+    }
+
+    fn upstream_response_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        _end_of_stream: bool,
+        ctx: &mut Ctx,
+    ) -> Result<Option<Duration>> {
+        if let (Some(read), Some(chunk)) = (ctx.stored_read.as_mut(), body.as_ref()) {
+            if read.body.len() + chunk.len() > STORED_READ_CAP {
+                read.overflow = true;
+                read.body = Vec::new();
+            } else if !read.overflow {
+                read.body.extend_from_slice(chunk);
+            }
+        }
+        Ok(None)
+    }
+
+    /// A pass-through read of a stored Responses object that shows its usage fills in the
+    /// context figure the registry lacked (a background response, read back complete).
+    async fn logging(&self, _session: &mut Session, e: Option<&Error>, ctx: &mut Ctx) {
+        let Some(read) = ctx.stored_read.take() else {
+            return;
+        };
+        if e.is_some() || read.overflow || !(200..300).contains(&read.status) {
+            return;
+        }
+        let Some(seen) = usage::response_seen(&read.body) else {
+            return;
+        };
+        if seen.id == read.id && seen.context_tokens.is_some() {
+            self.registry
+                .bind(
+                    &self.gatekeeper,
+                    &read.id,
+                    &read.key_id,
+                    seen.context_tokens,
+                    now_ms(),
+                )
+                .await;
+        }
     }
 
     async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {

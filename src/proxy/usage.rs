@@ -283,6 +283,40 @@ struct ResponsesAnswer<'a> {
     usage: Option<ResponsesUsage>,
     #[serde(borrow)]
     status: Option<Cow<'a, str>>,
+    /// The stored object's id (the response registry binds it to the caller's key).
+    #[serde(borrow)]
+    id: Option<Cow<'a, str>>,
+}
+
+impl ResponsesAnswer<'_> {
+    /// The context the provider billed for this response (input plus output tokens), once
+    /// it reports them: never for a response still queued or in progress.
+    fn context_tokens(&self) -> Option<u64> {
+        if matches!(self.status.as_deref(), Some("queued" | "in_progress")) {
+            return None;
+        }
+        self.usage
+            .as_ref()
+            .and_then(ResponsesUsage::billed)
+            .map(|b| b.usage.total())
+    }
+}
+
+/// A Responses object as an answer shows it: its id, and the context the provider billed for
+/// it once reported (what a call continuing it with `previous_response_id` is billed again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseSeen {
+    pub id: String,
+    pub context_tokens: Option<u64>,
+}
+
+/// The Responses object of a JSON body (an answer to `POST /v1/responses`, `GET` or `cancel`).
+pub fn response_seen(body: &[u8]) -> Option<ResponseSeen> {
+    let answer = serde_json::from_slice::<ResponsesAnswer>(body).ok()?;
+    Some(ResponseSeen {
+        id: answer.id.as_deref()?.to_string(),
+        context_tokens: answer.context_tokens(),
+    })
 }
 
 #[derive(Deserialize)]
@@ -343,6 +377,8 @@ pub struct SseTap {
     /// Anthropic: the accumulated `usage` snapshot (`message_start`, then each delta).
     snapshot: Option<AnthropicUsage>,
     end: AnswerEnd,
+    /// Responses: the id of the stored object, from the first event that carries it.
+    response_id: Option<String>,
 }
 
 impl SseTap {
@@ -355,7 +391,13 @@ impl SseTap {
             usage: None,
             snapshot: None,
             end: AnswerEnd::Open,
+            response_id: None,
         }
+    }
+
+    /// Responses: the stored object's id, once an event has carried it (`response.created`).
+    pub fn response_id(&self) -> Option<&str> {
+        self.response_id.as_deref()
     }
 
     /// What the provider has reported so far (final once [`SseTap::end`] is `Finished`).
@@ -497,6 +539,11 @@ impl SseTap {
         let Ok(event) = serde_json::from_str::<ResponsesEvent>(data) else {
             return;
         };
+        if self.response_id.is_none() {
+            if let Some(id) = event.response.as_ref().and_then(|r| r.id.as_deref()) {
+                self.response_id = Some(id.to_string());
+            }
+        }
         // One terminal event carries the whole response and its usage; there is no `[DONE]`.
         let end = match event.kind.as_deref() {
             Some("response.completed") | Some("response.incomplete") => AnswerEnd::Finished,

@@ -359,6 +359,25 @@ pub enum Event {
     Forget {
         key_id: String,
     },
+    /// A stored Responses object is bound to the key whose call created it, or its context
+    /// figure becomes known ([`ResponseBinding`]).
+    ResponseBound(ResponseBinding),
+}
+
+/// Who created a stored Responses object (the provider's response id, as the gate saw it in
+/// the answer it relayed), and the context the provider billed for it. Only that key may read,
+/// delete, cancel or continue it (README, "Security"). No content: an id, a key id, a time and
+/// a count. The first binding of an id is kept: a later one for another key changes nothing,
+/// and one for the same key only fills in the context once it is known.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResponseBinding {
+    pub response_id: String,
+    pub key_id: String,
+    pub created_ms: u64,
+    /// The answer's input plus output tokens as the provider reported them (what a call that
+    /// continues it is billed again); `None` until the gate has seen them (a background
+    /// response, an answer that broke off).
+    pub context_tokens: Option<u64>,
 }
 
 /// What the gate rebuilds its memory from at start.
@@ -481,6 +500,8 @@ pub trait Store: Send + Sync {
         since_ms: u64,
         bucket_ms: u64,
     ) -> Result<Vec<VerdictCount>, StoreError>;
+    /// The binding of a stored Responses object, if the gate has seen it created.
+    fn response_binding(&self, response_id: &str) -> Result<Option<ResponseBinding>, StoreError>;
 }
 
 /// `GET /ledger/decisions`: which decisions, oldest first.

@@ -54,8 +54,8 @@ mod page_reads;
 
 use super::{
     civil_from_days, period_start, Acked, DecisionLine, DecisionPage, DecisionQuery, DecisionRow,
-    Ending, Event, HoldOpening, HoldRow, HoldState, LeaseRow, LedgerDay, LedgerTotals, Snapshot,
-    SpendBasis, Store, StoreError, UsageRow,
+    Ending, Event, HoldOpening, HoldRow, HoldState, LeaseRow, LedgerDay, LedgerTotals,
+    ResponseBinding, Snapshot, SpendBasis, Store, StoreError, UsageRow,
 };
 use super::{DecisionListing, RecordSource, VerdictCount};
 use crate::config::{BudgetPeriod, Prices};
@@ -305,6 +305,17 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE decisions ADD COLUMN session BLOB;
     ALTER TABLE decisions ADD COLUMN paced_ms INTEGER NOT NULL DEFAULT 0;
     CREATE INDEX decisions_by_session ON decisions (key_id, session);
+    "#,
+    // 10: which key created each stored Responses object, and the context the provider billed
+    // for it (`ResponseBinding`). An id created before this table is bound to no key: every
+    // key is refused it (README, "Security").
+    r#"
+    CREATE TABLE responses (
+        response_id    TEXT    PRIMARY KEY,
+        key_id         TEXT    NOT NULL,
+        created_ms     INTEGER NOT NULL,
+        context_tokens INTEGER
+    ) WITHOUT ROWID;
     "#,
 ];
 
@@ -839,6 +850,26 @@ impl Store for SqliteStore {
         Ok((out, total))
     }
 
+    fn response_binding(&self, response_id: &str) -> Result<Option<ResponseBinding>, StoreError> {
+        self.read(|tx| {
+            tx.prepare_cached(
+                "SELECT key_id, created_ms, context_tokens FROM responses WHERE response_id = ?1",
+            )
+            .and_then(|mut s| {
+                s.query_row([response_id], |r| {
+                    Ok(ResponseBinding {
+                        response_id: response_id.to_string(),
+                        key_id: r.get(0)?,
+                        created_ms: get_u64(r, 1)?,
+                        context_tokens: r.get::<_, Option<i64>>(2)?.map(to_u64),
+                    })
+                })
+                .optional()
+            })
+            .map_err(sql_error)
+        })
+    }
+
     fn usage_recorded(&self, decision_id: &DecisionId) -> Result<bool, StoreError> {
         self.read(|tx| {
             tx.prepare_cached(
@@ -1266,7 +1297,8 @@ fn single_statement(event: &Event) -> bool {
         | Event::Lease(_)
         | Event::Recorded { .. }
         | Event::BudgetSet { .. }
-        | Event::PricesSet { .. } => true,
+        | Event::PricesSet { .. }
+        | Event::ResponseBound(_) => true,
         Event::Forget { .. } => false,
     }
 }
@@ -1464,6 +1496,21 @@ fn apply(conn: &Connection, event: &Event, pairs: &mut Pairs) -> rusqlite::Resul
                 to_i64(prices.max_output),
                 prices.cache_write_1h.map(to_i64),
                 prices.web_search_per_1k.map(to_i64),
+            ])?;
+        }
+        Event::ResponseBound(b) => {
+            // The first key keeps the id; the same key may fill in the context figure.
+            conn.prepare_cached(
+                "INSERT INTO responses (response_id, key_id, created_ms, context_tokens) \
+                 VALUES (?1, ?2, ?3, ?4) ON CONFLICT (response_id) DO UPDATE SET \
+                 context_tokens = coalesce(excluded.context_tokens, responses.context_tokens) \
+                 WHERE responses.key_id = excluded.key_id",
+            )?
+            .execute(params![
+                b.response_id,
+                b.key_id,
+                to_i64(b.created_ms),
+                b.context_tokens.map(to_i64),
             ])?;
         }
         Event::Forget { key_id } => {
@@ -2008,5 +2055,38 @@ mod tests {
             )
             .unwrap();
         assert_eq!(kinds, ("blob".to_owned(), "blob".to_owned()));
+    }
+
+    /// A response id stays with the first key that bound it: another key's binding changes
+    /// nothing, the same key fills in the context figure, a later binding without a figure
+    /// keeps the known one, and the binding is read back after a reopen.
+    #[test]
+    fn a_response_binding_keeps_its_first_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let bind = |key: &str, context: Option<u64>| {
+            Event::ResponseBound(ResponseBinding {
+                response_id: "resp_1".to_owned(),
+                key_id: key.to_owned(),
+                created_ms: T0,
+                context_tokens: context,
+            })
+        };
+        {
+            let store = SqliteStore::open(dir.path(), 5).unwrap();
+            assert_eq!(store.response_binding("resp_1").unwrap(), None);
+            store.submit_and_wait(bind("alpha", None)).unwrap();
+            store.submit_and_wait(bind("beta", Some(9))).unwrap();
+            let read = store.response_binding("resp_1").unwrap().unwrap();
+            assert_eq!((read.key_id.as_str(), read.context_tokens), ("alpha", None));
+            store.submit_and_wait(bind("alpha", Some(7))).unwrap();
+            store.submit_and_wait(bind("alpha", None)).unwrap();
+        }
+        let store = SqliteStore::open(dir.path(), 5).unwrap();
+        let read = store.response_binding("resp_1").unwrap().unwrap();
+        assert_eq!(
+            (read.key_id.as_str(), read.context_tokens),
+            ("alpha", Some(7))
+        );
+        assert_eq!(store.response_binding("resp_2").unwrap(), None);
     }
 }

@@ -214,7 +214,7 @@ impl WorstCase {
 }
 
 pub fn worst_case(shape: &RequestShape, prices: Option<&Prices>) -> WorstCase {
-    let input = input_tokens_bound(shape);
+    let input = input_tokens_bound(shape).saturating_add(shape.chained_input_tokens);
     let ceiling = shape.max_tokens.or(prices.map(|p| p.max_output));
     let output = ceiling.map(|c| c.saturating_mul(shape.choices()));
     let cost = match (prices, output) {

@@ -122,6 +122,43 @@ mod tests {
     use super::*;
     use crate::request::{parse, Route};
 
+    /// The chained context (`RequestShape::chained_input_tokens`) travels in the digest's
+    /// request, reads as 0 when absent (every digest before it), and enters the worst case's
+    /// input as it does in request mode.
+    #[test]
+    fn the_chained_context_travels_in_the_digest_and_bounds_the_input() {
+        let body = br#"{"model":"m","input":"go on","previous_response_id":"resp_1"}"#;
+        let parsed = parse(Route::OpenAiResponses, body, &[3; 32]).unwrap();
+        assert_eq!(parsed.previous_response_id.as_deref(), Some("resp_1"));
+        let mut shape = parsed.shape;
+        assert_eq!(shape.chained_input_tokens, 0, "never read from the body");
+        let unchained = crate::gate::worst_case(&shape, None).input_tokens_estimated;
+        let plain = serde_json::to_value(Digest::new(shape.clone())).unwrap();
+        assert!(plain["request"].get("chained_input_tokens").is_none());
+        assert_eq!(
+            Digest::parse(plain.to_string().as_bytes())
+                .unwrap()
+                .request
+                .chained_input_tokens,
+            0
+        );
+
+        shape.chained_input_tokens = 13_000;
+        let bytes = serde_json::to_vec(&Digest::new(shape.clone())).unwrap();
+        let read = Digest::parse(&bytes).unwrap();
+        assert_eq!(read.request.chained_input_tokens, 13_000);
+        assert_eq!(
+            crate::gate::worst_case(&read.request, None).input_tokens_estimated,
+            unchained + 13_000
+        );
+        shape.chained_input_tokens = u64::MAX;
+        assert_eq!(
+            crate::gate::worst_case(&shape, None).input_tokens_estimated,
+            u64::MAX,
+            "saturates"
+        );
+    }
+
     #[test]
     fn a_digest_round_trips_and_each_refusal_says_why() {
         let body = br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;

@@ -178,6 +178,13 @@ pub struct RequestShape {
     /// Media parts by kind: they add no characters, but each is billed.
     #[serde(default, skip_serializing_if = "MediaParts::is_empty")]
     pub media: MediaParts,
+    /// A Responses call that continues a stored response (`previous_response_id`): the
+    /// context the provider billed for that response (its input and output tokens, as the
+    /// gate saw them in the answer it relayed), which the provider bills again as this call's
+    /// input. Never read from the body: the proxy sets it from its response registry (its
+    /// own, in digest mode) after reading the body; 0 for every other request.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub chained_input_tokens: u64,
     /// Where the gate may place prompt-cache breakpoints (Anthropic, when the caller placed
     /// none): keyed prefix hashes, never content.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -403,6 +410,9 @@ pub struct ParsedRequest {
     /// key is written twice at the top level (readers keeping the first value would see
     /// another model): the rewrite then re-serialises the body.
     pub model_span: Option<std::ops::Range<usize>>,
+    /// OpenAI Responses `previous_response_id`, when it is a string: the stored response
+    /// this call continues (the proxy checks that the caller's key created it).
+    pub previous_response_id: Option<String>,
     /// Where each of the shape's `cache_points` puts its breakpoint in the body, index for
     /// index: the offsets the proxy edits when the gate places caching (SPEC §2.11b). Body
     /// layout, not shape: it never enters a digest.
@@ -447,6 +457,10 @@ fn parse_with(
             .unwrap_or(false),
         has_stream_options: stream_options.is_some(),
         model_span: model_span(&body, bytes),
+        previous_response_id: match (route, body.get("previous_response_id")) {
+            (Route::OpenAiResponses, Some(Json::String(id))) => Some(id.to_cow().into_owned()),
+            _ => None,
+        },
         cache_sites,
     })
 }
@@ -536,6 +550,7 @@ pub fn shape_of(
         called_tool_hashes: parts.called_tool_hashes,
         text_extra_bytes: body.text_extra_bytes(),
         media: MediaParts::of(body),
+        chained_input_tokens: 0,
         cache_points,
     })
 }
