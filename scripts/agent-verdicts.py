@@ -1,11 +1,16 @@
 """The verdicts each real agent client gets under each shipped scoring profile.
 
-    .venv/bin/python scripts/agent-verdicts.py [STEPS]   (after `bash tests/agents/install.sh`)
+    .venv/bin/python scripts/agent-verdicts.py [CASE [PROFILE,...]]
+                                                    (after `bash tests/agents/install.sh`)
 
 Runs Claude Code, Codex CLI and the OpenAI Agents SDK through `tokensaver serve` in front of the
-built-in provider, one tool-using session each (`tokensaver-mock:steps=STEPS`, default 3: STEPS + 1 calls),
-under every key below, and prints a Markdown table of the verdicts and the highest score of
-each session, read from the gate's own ledger. The README's "Agents" section publishes it.
+built-in provider, one session each under every key below (or only the PROFILEs named), and
+prints a Markdown table of the verdicts, the time the gate paced the session's repeated steps
+and the highest score of each session, read from the gate's own ledger. CASE is the built-in
+provider's script: `steps=N` (N tool steps that make progress; a bare N means the same; default
+3), `poll=N` (a job polled N times with the same call and result, then done) or `loop` (stuck on
+one call forever). The gate runs with the tests' scaled step windows (`tests/agents/conftest.py`:
+a 2 s pace window, the 5th identical step stopped). The README's "Agents" section publishes it.
 """
 
 from __future__ import annotations
@@ -32,9 +37,13 @@ PROFILES = [
 CLIENTS = ["claude", "codex", "sdk-responses", "sdk-chat"]
 # One key per client and profile: the burst and grind windows are per key, and the sessions
 # run back to back.
+CASE = sys.argv[1] if len(sys.argv) > 1 else "steps=3"
+CASE = f"steps={CASE}" if CASE.isdigit() else CASE
+if len(sys.argv) > 2:
+    PROFILES = [p for p in PROFILES if p[0] in sys.argv[2].split(",")]
 KEYS = [(f"{c}-{p}", h, b, prof) for p, h, b, prof in PROFILES for c in CLIENTS]
-STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-PROMPT = f"Run the checks. tokensaver-mock:steps={STEPS}"
+STEPS = int(CASE.split("=")[1]) if "=" in CASE else 30
+PROMPT = f"Run the checks. tokensaver-mock:{CASE}"
 
 
 def sessions(gate: Gate):
@@ -64,7 +73,8 @@ def main() -> None:
             time.sleep(0.5)  # the ledger writer commits in batches, off the request path
             with sqlite3.connect(db) as conn:
                 found = conn.execute(
-                    "SELECT verdict, reason, score FROM decisions WHERE key_id = ? ORDER BY id",
+                    "SELECT verdict, reason, score, paced_ms FROM decisions WHERE key_id = ? "
+                    "ORDER BY id",
                     (key_id,),
                 ).fetchall()
             rows.append((client, profile, result.code, found[seen[key_id]:]))
@@ -72,13 +82,16 @@ def main() -> None:
     finally:
         gate.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    print("| client | key (profile, attendance, budget) | exit | verdicts (reason) | highest score |")
-    print("|---|---|---|---|---|")
+    print(f"`{CASE}`:\n")
+    print("| client | key (profile, attendance, budget) | exit | verdicts (reason) | paced | "
+          "highest score |")
+    print("|---|---|---|---|---|---|")
     for client, key_id, code, decisions in rows:
-        verdicts = Counter(f"{v} ({r})" if v != "ALLOW" else v for v, r, _ in decisions)
+        verdicts = Counter(f"{v} ({r})" if v != "ALLOW" else v for v, r, _, _ in decisions)
         text = ", ".join(f"{n}× {v}" for v, n in verdicts.items())
-        top = max((s for _, _, s in decisions), default=0.0)
-        print(f"| {client} | {key_id} | {code} | {text} | {top:.3f} |")
+        top = max((s for _, _, s, _ in decisions), default=0.0)
+        paced = sum(p for *_, p in decisions) / 1000
+        print(f"| {client} | {key_id} | {code} | {text} | {paced:.1f} s | {top:.3f} |")
 
 
 if __name__ == "__main__":

@@ -242,7 +242,8 @@ fn sql_windows_equal_the_in_memory_windows() {
                 distinct[31] = 1;
                 (fp, step, model) = (Hash(distinct), Hash(distinct), "gpt-4o");
             }
-            let memory = windows.observe_step(&key, &fp, &step, model, now);
+            // The fleet does not pace: it reads no step pacing columns.
+            let memory = windows.observe_step(&key, &fp, &step, model, now).unpaced();
             let sql = fleet.observe(&key, &fp, &step, model, now).await.unwrap();
             assert_eq!(memory, sql, "request {i} at {now}");
             compared += 1;

@@ -50,7 +50,10 @@ SDK_MODEL = "gpt-5.6-luna"
 
 # The keys every test gate has: (id, human default, budget in micro-USD, profile).
 # The step windows scaled down for the tests (the defaults: a 120 s pace window, 30 s slack,
-# the 30th repeat within 1,800 s stopped); the outcomes are the defaults', in seconds.
+# the 30th repeat within 1,800 s stopped). The score's loop signal keeps its 120 s window, so
+# the scaled stop comes at the 5th repeat, before the signal saturates (5 in 120 s): a job is
+# polled 4 times here (the 4th paced when unattended), 6 and more under the defaults
+# (`crates/core/src/gate/decide.rs`, `pacing::the_defaults_*`).
 PACE_WINDOW_MS = 2_000
 RUNAWAY_REPEATS = 5
 STEPS = f"""[gate.steps]

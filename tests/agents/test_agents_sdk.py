@@ -35,12 +35,36 @@ def test_a_rerun_at_temperature_zero_is_served_and_accepted(gate, api):
     gate.assert_ledger_matches_provider("agent")
 
 
+def test_a_rerun_of_a_polling_session_is_served_to_the_end(gate):
+    # A SERVE buys nothing and is no step: the rerun's polls are not a loop (issue 24).
+    prompt = "Wait for the job. tokensaver-mock:poll=4"
+    first = gate.sdk("agent", "chat", prompt, "--temperature", "0")
+    assert first.code == 0, first.output
+    rerun = gate.sdk("agent", "chat", prompt, "--temperature", "0")
+    assert rerun.code == 0, rerun.output
+    assert rerun.stdout == first.stdout
+    assert len(gate.provider_calls()) == 5
+    verdicts = gate.verdicts()
+    assert verdicts[("SERVE", "answer_held")] == 5, verdicts
+    assert not loop_rules(verdicts) and not score_verdicts(verdicts)
+
+
 @pytest.mark.parametrize("api", APIS)
 def test_a_runaway_is_paced_then_stopped_and_shown_not_retried(gate, api):
     run = gate.sdk("agent", api, "Wait for the job. tokensaver-mock:loop", "--max-turns", "40")
     assert run.code == 1
     assert run.stdout.startswith("RateLimitError"), run.output
     assert "runaway" in run.stdout
+    calls = gate.provider_calls()
+    assert len(calls) == RUNAWAY_REPEATS
+    assert_paced(calls[1:], 3)
+    assert loop_rules(gate.verdicts()) == {"runaway_step": 1}
+    assert not score_verdicts(gate.verdicts())
+
+
+def test_a_runaway_whose_tool_prints_a_clock_is_stopped_too(gate):
+    run = gate.sdk("agent", "responses", "Wait. tokensaver-mock:clockloop", "--max-turns", "40")
+    assert run.code == 1, run.output
     calls = gate.provider_calls()
     assert len(calls) == RUNAWAY_REPEATS
     assert_paced(calls[1:], 3)
@@ -58,11 +82,11 @@ def test_an_attended_runaway_is_stopped_by_runaway_step(gate):
 @pytest.mark.parametrize("api", APIS)
 @pytest.mark.parametrize("key", ["agent", "attended"])
 def test_a_job_polled_past_the_loop_limit_completes(gate, api, key):
-    run = gate.sdk(key, api, "Wait for the job. tokensaver-mock:poll=6", "--max-turns", "12")
+    run = gate.sdk(key, api, "Wait for the job. tokensaver-mock:poll=4", "--max-turns", "12")
     assert run.code == 0, run.output
-    assert "tokensaver-done after 6 steps" in run.stdout
+    assert "tokensaver-done after 4 steps" in run.stdout
     calls = gate.provider_calls()
-    assert len(calls) == 7
+    assert len(calls) == 5
     assert not loop_rules(gate.verdicts()) and not score_verdicts(gate.verdicts())
     if key == "agent":
         assert_paced(calls[1:], 3)

@@ -31,6 +31,15 @@ def test_a_runaway_is_paced_then_stopped_and_shown_not_retried(gate):
     gate.assert_ledger_matches_provider("agent")
 
 
+def test_a_runaway_whose_tool_prints_a_clock_is_stopped_too(gate):
+    # `date` in every result: the normaliser reads the clock as its kind, one repeated step.
+    run = gate.claude("agent", "Wait. tokensaver-mock:clockloop", gate.tmp / "home", 30)
+    assert run.code != 0
+    assert len(gate.provider_calls()) in (RUNAWAY_REPEATS, RUNAWAY_REPEATS + 1)
+    assert loop_rules(gate.verdicts()) == {"runaway_step": 1}
+    assert not score_verdicts(gate.verdicts())
+
+
 def test_an_attended_runaway_is_stopped_by_runaway_step(gate):
     run = gate.claude("attended", "Wait for the job. tokensaver-mock:loop", gate.tmp / "home", 30)
     assert run.code != 0
@@ -42,11 +51,11 @@ def test_an_attended_runaway_is_stopped_by_runaway_step(gate):
 
 @pytest.mark.parametrize("key", ["agent", "attended"])
 def test_a_job_polled_past_the_loop_limit_completes(gate, key):
-    run = gate.claude(key, "Wait for the job. tokensaver-mock:poll=6", gate.tmp / "home", 30)
+    run = gate.claude(key, "Wait for the job. tokensaver-mock:poll=4", gate.tmp / "home", 30)
     assert run.code == 0, run.output
-    assert "tokensaver-done after 6 steps" in run.stdout
+    assert "tokensaver-done after 4 steps" in run.stdout
     calls = gate.provider_calls()
-    assert len(calls) == 7
+    assert len(calls) == 5
     assert not loop_rules(gate.verdicts()) and not score_verdicts(gate.verdicts())
     if key == "agent":
         assert_paced(calls[1:], 3)

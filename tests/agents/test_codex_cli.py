@@ -48,13 +48,23 @@ def test_a_runaway_is_paced_then_stopped_by_a_runaway_rule_not_the_score(gate):
     gate.assert_ledger_matches_provider("agent")
 
 
+def test_a_runaway_whose_tool_prints_a_clock_is_stopped_too(gate):
+    run = gate.codex("agent", "Wait. tokensaver-mock:clockloop", gate.tmp / "codex")
+    assert run.code != 0
+    calls = gate.provider_calls()
+    assert len(calls) == RUNAWAY_REPEATS
+    assert_paced(calls[1:], 3)
+    assert loop_rules(gate.verdicts()) == {"runaway_step": 1}
+    assert not score_verdicts(gate.verdicts())
+
+
 @pytest.mark.parametrize("key", ["agent", "attended"])
 def test_a_job_polled_past_the_loop_limit_completes(gate, key):
-    run = gate.codex(key, "Wait for the job. tokensaver-mock:poll=6", gate.tmp / "codex")
+    run = gate.codex(key, "Wait for the job. tokensaver-mock:poll=4", gate.tmp / "codex")
     assert run.code == 0, run.output
-    assert "tokensaver-done after 6 steps" in run.stdout
+    assert "tokensaver-done after 4 steps" in run.stdout
     calls = gate.provider_calls()
-    assert len(calls) == 7
+    assert len(calls) == 5
     assert not loop_rules(gate.verdicts()) and not score_verdicts(gate.verdicts())
     if key == "agent":
         assert_paced(calls[1:], 3)

@@ -325,7 +325,8 @@
 //!
 //! Real agent clients can be driven in a closed loop. A request is **scripted** when
 //! 1. the text of one of its user turns contains a marker: `tokensaver-mock:loop`,
-//!    `tokensaver-mock:steps=N` or `tokensaver-mock:poll=N` with N ≥ 1 (decimal), followed by the end of the text or a
+//!    `tokensaver-mock:clockloop`, `tokensaver-mock:steps=N` or `tokensaver-mock:poll=N` with N ≥
+//!    1 (decimal), followed by the end of the text or a
 //!    character other than an ASCII letter, digit or `=`. User turns are `messages[]` with
 //!    `role: "user"` and, for Responses, a string `input` or `input[]` items with
 //!    `role: "user"`; their text is a string `content` or the `text` of each content part
@@ -344,6 +345,8 @@
 //! * `steps=N`, `k ≥ N`: the final text `tokensaver-done after <k> steps` (no word rules, no
 //!   cap; `O` = its 4 words; streamed word by word like a reply);
 //! * `loop`: always one tool call running `CMD = echo tokensaver-loop`;
+//! * `clockloop`: always one tool call running `CMD = echo tokensaver-loop; date -u
+//!   +%Y-%m-%dT%H:%M:%S.%NZ` (its output a different clock reading each time);
 //! * `poll=N` (N ≥ 1), `k < N`: one tool call running `CMD = echo tokensaver-poll` (a job
 //!   polled: the same step each time); `k ≥ N`: the final text `tokensaver-done after <k>
 //!   steps`.

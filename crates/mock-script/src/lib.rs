@@ -150,10 +150,16 @@ pub enum Marker {
     Loop,
     /// `tokensaver-mock:steps=N` (N ≥ 1): N tool calls, then a final answer.
     Steps(u64),
+    /// `tokensaver-mock:clockloop`: the same tool call forever, its output a clock reading.
+    ClockLoop,
     /// `tokensaver-mock:poll=N` (N ≥ 1): the same status call N times (a job polled until it
     /// is done: one repeated step), then the final answer.
     Poll(u64),
 }
+
+/// The command of every `tokensaver-mock:clockloop` tool call: the same call forever, whose
+/// output carries the clock (a stuck agent whose tool prints a timestamp).
+pub const CLOCK_LOOP_COMMAND: &str = "echo tokensaver-loop; date -u +%Y-%m-%dT%H:%M:%S.%NZ";
 
 /// The command of every `tokensaver-mock:poll=N` tool call.
 pub const POLL_COMMAND: &str = "echo tokensaver-poll";
@@ -210,6 +216,7 @@ pub fn scripted(body: &Value) -> Option<Scripted> {
     let k = tool_results(body);
     let command = match marker {
         Marker::Loop => LOOP_COMMAND.to_owned(),
+        Marker::ClockLoop => CLOCK_LOOP_COMMAND.to_owned(),
         Marker::Steps(n) if k < n => format!("echo tokensaver-step-{}", k + 1),
         Marker::Steps(_) => return Some(Scripted::Done { steps: k }),
         Marker::Poll(n) if k < n => POLL_COMMAND.to_owned(),
@@ -295,6 +302,9 @@ pub fn parse_marker(text: &str) -> Option<Marker> {
         let word = &after[..word_end];
         if word == "loop" {
             return Some(Marker::Loop);
+        }
+        if word == "clockloop" {
+            return Some(Marker::ClockLoop);
         }
         let count = |prefix: &str| {
             word.strip_prefix(prefix)
@@ -861,6 +871,10 @@ mod tests {
             Some(Marker::Poll(6))
         );
         assert_eq!(parse_marker("tokensaver-mock:poll=0"), None);
+        assert_eq!(
+            parse_marker("tokensaver-mock:clockloop"),
+            Some(Marker::ClockLoop)
+        );
         assert_eq!(parse_marker("tokensaver-mock:steps="), None);
         assert_eq!(parse_marker("tokensaver-mock:loopy"), None);
         assert_eq!(

@@ -212,6 +212,7 @@ pub fn panel(view: &View, csrf: &str) -> String {
     savings(&mut out, view);
     verdicts(&mut out, view);
     holds(&mut out, view, csrf);
+    sessions(&mut out, view);
     decisions(&mut out, view);
     if let Some(e) = &view.economics {
         economics(&mut out, e);
@@ -561,6 +562,39 @@ fn decision_row(out: &mut String, d: &DecisionLine) {
         reason = esc(&r.reason),
         tokens = tokens.join("<br>"),
     );
+}
+
+fn sessions(out: &mut String, view: &View) {
+    out.push_str(r#"<section id="sessions"><h2>Agent sessions <span class="muted">— active in the last 24 hours</span></h2>"#);
+    if view.sessions.is_empty() {
+        out.push_str(r#"<p class="muted">No sessions yet.</p></section>"#);
+        return;
+    }
+    out.push_str(r#"<table class="sessions"><thead><tr><th>session</th><th>key</th><th>first (UTC)</th><th>last (UTC)</th><th class="n">calls</th><th class="n">spend</th><th>verdicts</th><th class="n">steps repeated</th><th class="n">paced</th><th>last progress (UTC)</th><th>ended by</th></tr></thead><tbody>"#);
+    for s in &view.sessions {
+        let verdicts: Vec<String> = s
+            .by_verdict
+            .iter()
+            .map(|(v, n)| format!("{v} {n}"))
+            .collect();
+        let _ = write!(
+            out,
+            r#"<tr><td><code>{session}</code></td><td>{key}</td><td>{first}</td><td>{last}</td><td class="n">{calls}</td><td class="n">{spend}</td><td>{verdicts}</td><td class="n">{repeated}</td><td class="n">{paced} s</td><td>{progress} <span class="muted">(then {after} calls)</span></td><td>{ended}</td></tr>"#,
+            session = &s.session.to_hex()[..12],
+            key = esc(&s.key_id),
+            first = datetime(s.first_ms),
+            last = datetime(s.last_ms),
+            calls = num(s.calls),
+            spend = usd(s.spend_nano),
+            verdicts = esc(&verdicts.join(", ")),
+            repeated = num(s.steps_repeated),
+            paced = num(s.paced_ms / 1_000),
+            progress = datetime(s.last_progress_ms),
+            after = num(s.decisions_since_progress),
+            ended = esc(s.ended_by.as_deref().unwrap_or("—")),
+        );
+    }
+    out.push_str(r#"</tbody></table><p class="note">A session is the client's own session id where it sends one (Claude Code, Codex), else the same system, tools and first prompt; a keyed hash, never content. <code>steps repeated</code>: tool calls that returned what they returned before; <code>paced</code>: time the gate held repeated steps; <code>last progress</code>: the last new step.</p></section>"#);
 }
 
 fn decisions(out: &mut String, view: &View) {

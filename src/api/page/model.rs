@@ -155,6 +155,38 @@ pub struct View {
     pub holds: Vec<HoldView>,
     pub leases: Vec<LeaseView>,
     pub economics: Option<EconomicsBrief>,
+    /// The agent sessions active in the last 24 h, most recent first (at most [`SESSIONS`]).
+    pub sessions: Vec<crate::ledger::report::SessionSummary>,
+}
+
+/// Sessions the page lists, and the decisions it reads to group them.
+pub const SESSIONS: usize = 10;
+const SESSION_DECISIONS: usize = 5_000;
+
+/// The sessions of the last 24 h (`key_filter`: one key's).
+fn recent_sessions(
+    gatekeeper: &Gatekeeper,
+    key_filter: Option<&str>,
+    now_ms: u64,
+) -> Result<Vec<crate::ledger::report::SessionSummary>, StoreError> {
+    let mut query = crate::store::DecisionQuery {
+        key_id: key_filter.map(str::to_string),
+        from_ms: Some(now_ms.saturating_sub(86_400_000)),
+        limit: crate::store::sqlite::MAX_DECISIONS_PAGE,
+        ..Default::default()
+    };
+    let mut lines = Vec::new();
+    loop {
+        let page = gatekeeper.decisions(&query)?;
+        lines.extend(page.decisions);
+        match page.next_after {
+            Some(next) if lines.len() < SESSION_DECISIONS => query.after = Some(next),
+            _ => break,
+        }
+    }
+    let mut sessions = crate::ledger::report::sessions_of(&lines);
+    sessions.truncate(SESSIONS);
+    Ok(sessions)
 }
 
 /// The finding codes a receipt body names.
@@ -219,6 +251,7 @@ pub fn read(gatekeeper: &Gatekeeper, req: Request<'_>) -> Result<View, StoreErro
         })
         .collect();
     let (holds, leases) = gatekeeper.holds(key_filter, req.now_ms);
+    let sessions = recent_sessions(gatekeeper, key_filter, req.now_ms)?;
     Ok(View {
         scope: req.scope.clone(),
         now_ms: req.now_ms,
@@ -232,6 +265,7 @@ pub fn read(gatekeeper: &Gatekeeper, req: Request<'_>) -> Result<View, StoreErro
         holds,
         leases,
         economics: req.economics,
+        sessions,
     })
 }
 

@@ -792,6 +792,76 @@ mod tests {
             assert!(d.verdict.forwards(), "{d:?}");
         }
 
+        /// An agent that sends one repeated step `gap_ms` after each answer, against the
+        /// gate with `limits`, until it has had `want` answers or is refused: the times the
+        /// provider was called, and the refusal.
+        fn run_agent(
+            limits: StepLimits,
+            human: bool,
+            gap_ms: u64,
+            want: usize,
+        ) -> (Vec<u64>, Option<Decision>) {
+            let p = policy(limits);
+            let mut w = windows(&p, &[]);
+            let (mut forwarded, mut now) = (Vec::new(), 1_000_000);
+            for n in 0..want {
+                let next = shape(n as u8 + 1);
+                let asked = now;
+                loop {
+                    match outcome(&p, &w, &next, human, now - asked, now) {
+                        Outcome::Pace { until_ms } => {
+                            assert!(until_ms > now);
+                            now = until_ms;
+                        }
+                        Outcome::Decided(d) if d.verdict.forwards() => {
+                            w.record_step("k", &next.fingerprint, &STEP, "m", now);
+                            forwarded.push(now);
+                            break;
+                        }
+                        Outcome::Decided(d) => return (forwarded, Some(*d)),
+                    }
+                }
+                now += gap_ms;
+            }
+            (forwarded, None)
+        }
+
+        /// At most `admits` calls in any `window_ms`.
+        fn assert_at_most(times: &[u64], admits: usize, window_ms: u64) {
+            for w in times.windows(admits + 1) {
+                assert!(w[admits] - w[0] >= window_ms, "{times:?}");
+            }
+        }
+
+        #[test]
+        fn the_defaults_let_a_job_polled_every_10_s_finish_after_6_polls() {
+            for human in [false, true] {
+                let (polls, refused) = run_agent(StepLimits::default(), human, 10_000, 6);
+                assert_eq!(refused.map(|d| d.reason()), None, "attended: {human}");
+                assert_eq!(polls.len(), 6);
+                assert_at_most(&polls, if human { 7 } else { 3 }, 120_000);
+            }
+            // Unattended, the 4th poll waited until the 1st was 120 s old.
+            let (polls, _) = run_agent(StepLimits::default(), false, 10_000, 6);
+            assert_eq!(polls[3], polls[0] + 120_000);
+        }
+
+        #[test]
+        fn the_defaults_stop_a_stuck_agent_at_its_30th_repeat_paced_all_along() {
+            for human in [false, true] {
+                // A fast model: the next call 1 s after each answer.
+                let (calls, refused) = run_agent(StepLimits::default(), human, 1_000, 100);
+                let refused = refused.expect("stopped");
+                assert_eq!(refused.reason(), "runaway_step", "attended: {human}");
+                assert_eq!(refused.status(), 429);
+                // 29 reached the provider, at most 3 (unattended) / 7 (attended) per 120 s,
+                // all within the 30-minute bound.
+                assert_eq!(calls.len(), 29, "attended: {human}");
+                assert_at_most(&calls, if human { 7 } else { 3 }, 120_000);
+                assert!(calls[28] - calls[0] < 1_800_000);
+            }
+        }
+
         #[test]
         fn step_limits_are_validated() {
             let mut cfg = crate::gate::GateConfig::default();
