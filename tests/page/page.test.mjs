@@ -259,7 +259,7 @@ after(async () => {
 test("the admin view loads without console errors and shows what /ledger and /stats report", { timeout: 120_000 }, async () => {
   const { page, errors } = await newPage();
   await signIn(page, gate.admin, gate.adminKey);
-  for (const section of ["#budgets", "#savings", "#verdicts svg.chart", "#holds", "#decisions", "#economics"]) {
+  for (const section of ["#budgets", "#savings", "#verdicts svg.chart", "#holds", "#sessions", "#decisions", "#economics"]) {
     assert.ok(await page.isVisible(section), section);
   }
   const f = await figures(page);
