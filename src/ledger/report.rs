@@ -198,21 +198,12 @@ pub fn print(config: &Config, key: Option<&str>, sessions: bool) -> Result<(), S
     }
     let (days, total) = match &config.fleet {
         // A fleet's ledger is its database's, whichever instance's config this is.
-        Some(fleet) => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?
-            .block_on(async {
-                let fleet = crate::fleet::Fleet::connect(
-                    fleet,
-                    crate::fleet::FleetLimits::from_config(config),
-                )
-                .await?;
-                fleet
-                    .ledger(key, i64::MIN, i64::MAX)
-                    .await
-                    .map_err(|e| e.to_string())
-            })?,
+        Some(fleet) => {
+            let (runtime, fleet) = connect_fleet(config, fleet)?;
+            runtime
+                .block_on(fleet.ledger(key, i64::MIN, i64::MAX))
+                .map_err(|e| e.to_string())?
+        }
         None => {
             let store = SqliteStore::open(&config.data_dir, config.commit_interval_ms)
                 .map_err(|e| e.to_string())?;
@@ -224,51 +215,45 @@ pub fn print(config: &Config, key: Option<&str>, sessions: bool) -> Result<(), S
     Ok(())
 }
 
+/// The fleet's database, with a runtime to wait on it from this synchronous command.
+fn connect_fleet(
+    config: &Config,
+    fleet: &crate::config::FleetConfig,
+) -> Result<(tokio::runtime::Runtime, crate::fleet::Fleet), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let fleet = runtime.block_on(crate::fleet::Fleet::connect(
+        fleet,
+        crate::fleet::FleetLimits::from_config(config),
+    ))?;
+    Ok((runtime, fleet))
+}
+
 /// Every decision of `key` (or every key's), oldest first, from the fleet's database or the
 /// data dir's SQLite.
 fn all_decisions(
     config: &Config,
     key: Option<&str>,
 ) -> Result<Vec<crate::store::DecisionLine>, String> {
-    let mut query = crate::store::DecisionQuery {
+    let query = crate::store::DecisionQuery {
         key_id: key.map(str::to_string),
         limit: crate::store::sqlite::MAX_DECISIONS_PAGE,
         ..Default::default()
     };
-    let mut lines = Vec::new();
-    match &config.fleet {
-        Some(fleet) => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?
-            .block_on(async {
-                let fleet = crate::fleet::Fleet::connect(
-                    fleet,
-                    crate::fleet::FleetLimits::from_config(config),
-                )
-                .await?;
-                loop {
-                    let page = fleet.decisions(&query).await.map_err(|e| e.to_string())?;
-                    lines.extend(page.decisions);
-                    match page.next_after {
-                        Some(next) => query.after = Some(next),
-                        None => return Ok::<_, String>(()),
-                    }
-                }
-            })?,
+    let (lines, _) = match &config.fleet {
+        Some(fleet) => {
+            let (runtime, fleet) = connect_fleet(config, fleet)?;
+            crate::store::read_pages(query, usize::MAX, |q| runtime.block_on(fleet.decisions(q)))
+        }
         None => {
             let store = SqliteStore::open(&config.data_dir, config.commit_interval_ms)
                 .map_err(|e| e.to_string())?;
-            loop {
-                let page = store.decisions(&query).map_err(|e| e.to_string())?;
-                lines.extend(page.decisions);
-                match page.next_after {
-                    Some(next) => query.after = Some(next),
-                    None => break,
-                }
-            }
+            crate::store::read_pages(query, usize::MAX, |q| store.decisions(q))
         }
     }
+    .map_err(|e| e.to_string())?;
     Ok(lines)
 }
 

@@ -569,6 +569,25 @@ pub struct DecisionLine {
     pub step: Option<Hash>,
 }
 
+/// Pages of decisions read one after another, from `query` on, until the last page or until
+/// at least `cap` lines: the lines, oldest first, and whether the range held more.
+pub fn read_pages<E>(
+    mut query: DecisionQuery,
+    cap: usize,
+    mut read: impl FnMut(&DecisionQuery) -> Result<DecisionPage, E>,
+) -> Result<(Vec<DecisionLine>, bool), E> {
+    let mut lines = Vec::new();
+    loop {
+        let page = read(&query)?;
+        lines.extend(page.decisions);
+        match page.next_after {
+            None => return Ok((lines, false)),
+            Some(_) if lines.len() >= cap => return Ok((lines, true)),
+            Some(next) => query.after = Some(next),
+        }
+    }
+}
+
 /// A page of decisions, and where the next one starts.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct DecisionPage {

@@ -265,6 +265,18 @@ def assert_paced(calls: list[dict], admits: int) -> None:
         assert span >= PACE_WINDOW_MS - 100, f"{admits + 1} identical steps in {span} ms: {times}"
 
 
+def assert_polled_job_completed(gate, run, key: str) -> None:
+    """A `tokensaver-mock:poll=4` session finished: 5 calls, none refused, the 4th identical
+    step paced when nobody attends."""
+    assert run.code == 0, run.output
+    assert "tokensaver-done after 4 steps" in run.stdout
+    calls = gate.provider_calls()
+    assert len(calls) == 5
+    assert not loop_rules(gate.verdicts()) and not score_verdicts(gate.verdicts())
+    if key == "agent":
+        assert_paced(calls[1:], 3)
+
+
 def loop_rules(verdicts: dict) -> dict:
     return {reason: n for (verdict, reason), n in verdicts.items() if reason.startswith("runaway")}
 

@@ -169,21 +169,14 @@ fn recent_sessions(
     key_filter: Option<&str>,
     now_ms: u64,
 ) -> Result<Vec<crate::ledger::report::SessionSummary>, StoreError> {
-    let mut query = crate::store::DecisionQuery {
+    let query = crate::store::DecisionQuery {
         key_id: key_filter.map(str::to_string),
         from_ms: Some(now_ms.saturating_sub(86_400_000)),
         limit: crate::store::sqlite::MAX_DECISIONS_PAGE,
         ..Default::default()
     };
-    let mut lines = Vec::new();
-    loop {
-        let page = gatekeeper.decisions(&query)?;
-        lines.extend(page.decisions);
-        match page.next_after {
-            Some(next) if lines.len() < SESSION_DECISIONS => query.after = Some(next),
-            _ => break,
-        }
-    }
+    let (lines, _) =
+        crate::store::read_pages(query, SESSION_DECISIONS, |q| gatekeeper.decisions(q))?;
     let mut sessions = crate::ledger::report::sessions_of(&lines);
     sessions.truncate(SESSIONS);
     Ok(sessions)
