@@ -15,3 +15,5 @@ TOKENSAVER_TEST_PG_URL="$(scripts/pg-test-server.sh start "$TOKENSAVER_TEST_PG_D
 export TOKENSAVER_TEST_PG_URL
 # One test at a time: each starts three servers and hundreds of concurrent clients.
 timeout 1200 cargo test --test fleet -- --test-threads=1
+# Prompt caching placed by a fleet (tests/gate_caching.rs: the one test there that needs it).
+timeout 300 cargo test --test gate_caching fleet -- --test-threads=1

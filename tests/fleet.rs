@@ -1126,6 +1126,7 @@ fn the_conditional_reservation_refuses_an_overshoot_and_rolls_back() {
             },
             wire: WireForm::Json,
             named_hold: None,
+            cache_points: &[],
         };
         let booking = |id: &str, nano: u64| Booking {
             row: DecisionRow {
@@ -1160,9 +1161,11 @@ fn the_conditional_reservation_refuses_an_overshoot_and_rolls_back() {
                 approved_past_budget: false,
                 input_tokens: 0,
                 recorded_by: Default::default(),
+                cache_placed: false,
             }),
             used_hold: None,
             new_hold: None,
+            cache_breakpoints: Vec::new(),
         };
         // 600 fits under 1 000; another 600 does not, whatever the decision said.
         let first = fleet

@@ -14,6 +14,7 @@ mod support;
 
 use serde_json::Value;
 use support::*;
+use tokensaver_mock_provider::MockProvider;
 
 /// Priced at Sonnet 4.5's list prices (`config/prices-builtin.toml`) and mapped to no cheaper
 /// model, so no call is DOWNGRADEd: the cache is the only lever. Minimum cacheable: 1,024.
@@ -29,20 +30,27 @@ const SECRET_D: &str = "dddddddddddddddddddddddddddddddddddddddddddddddd";
 const KEY_D: &str = "tsk_delta_dddddddddddddddddddddddddddddddddddddddddddddddd";
 const STEPS: usize = 20;
 
-fn harness() -> Harness {
-    let hash = |s: &str| -> String {
-        tokensaver::auth::secret_hash(s)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
-    };
-    let extra = format!(
+fn secret_hash_hex(secret: &str) -> String {
+    tokensaver::auth::secret_hash(secret)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn prices_toml() -> String {
+    format!(
         "\n[prices.\"{MODEL}\"]\ninput = {INPUT}\ncache_write = {WRITE_5M}\ncache_read = {READ}\n\
-         output = {OUTPUT}\nmax_output = 64_000\ncache_write_1h = 6_000_000\n\n\
-         [[keys]]\nid = \"gamma\"\nsecret_hash = \"{}\"\nhuman = true\ncache = \"off\"\n\n\
+         output = {OUTPUT}\nmax_output = 64_000\ncache_write_1h = 6_000_000\n"
+    )
+}
+
+fn harness() -> Harness {
+    let extra = format!(
+        "{}\n[[keys]]\nid = \"gamma\"\nsecret_hash = \"{}\"\nhuman = true\ncache = \"off\"\n\n\
          [[keys]]\nid = \"delta\"\nsecret_hash = \"{}\"\nhuman = true\n",
-        hash(SECRET_C),
-        hash(SECRET_D)
+        prices_toml(),
+        secret_hash_hex(SECRET_C),
+        secret_hash_hex(SECRET_D)
     );
     Harness::start(Opts {
         usage: UsageCounting::Cl100k,
@@ -198,10 +206,21 @@ fn straight(h: &Harness, body: &str) -> Value {
 
 /// Through the gate; the provider must have received `expected`, byte for byte.
 fn gated(h: &Harness, key: &str, body: &str, expected: &str) -> (Value, Value) {
+    gated_to(h, &h.mock, key, body, expected)
+}
+
+/// [`gated`] for a gate whose upstream is `provider`.
+fn gated_to(
+    h: &Harness,
+    provider: &MockProvider,
+    key: &str,
+    body: &str,
+    expected: &str,
+) -> (Value, Value) {
     let r = h.post_raw(MESSAGES, Some(key), body.as_bytes(), &[HUMAN]);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.verdict(), Some("ALLOW"));
-    let seen = h.mock.last_request().unwrap();
+    let seen = provider.last_request().unwrap();
     assert!(
         seen.body_text() == expected,
         "the provider received other bytes than expected (len {} vs {})",
@@ -374,6 +393,40 @@ fn a_naive_agent_loop_costs_at_least_half_less_through_the_gate() {
     );
     assert!(total.ends_with(&dollars), "{total} vs {dollars}");
     assert!(text.contains("cache saving (derived)") && text.contains("counterfactual"));
+
+    // The page shows it: the key's card and its ledger row carry the same figure.
+    let html = page_of(&h, KEY_A);
+    for cell in [
+        format!(r#"data-scope="total" data-figure="cache_saving" data-value="{saving}""#),
+        format!(r#"data-key="alpha" data-figure="cache_saving" data-value="{saving}""#),
+    ] {
+        assert!(html.contains(&cell), "the page lacks {cell}");
+    }
+    assert!(html.contains("prompt-cache saving") && html.contains(&dollars));
+}
+
+/// The ledger page (`/page/` on the API listener) as the key's holder sees it once signed in.
+fn page_of(h: &Harness, key: &str) -> String {
+    let agent = ureq::AgentBuilder::new().redirects(0).build();
+    let base = h.api_url("");
+    let base = base.trim_end_matches('/');
+    let signed = agent
+        .post(&format!("{base}/page/login"))
+        .set("content-type", "application/x-www-form-urlencoded")
+        .set("origin", base)
+        .set("sec-fetch-site", "same-origin")
+        .send_string(&format!("key={key}"))
+        .unwrap();
+    assert_eq!(signed.status(), 303);
+    let cookie = signed.header("set-cookie").unwrap();
+    let cookie = cookie.split(';').next().unwrap().to_string();
+    agent
+        .get(&format!("{base}/page/"))
+        .set("cookie", &cookie)
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap()
 }
 
 /// A one-off request: nothing seen before, so no breakpoint, no write premium; the same cost
@@ -515,4 +568,72 @@ fn in_digest_mode_the_central_gate_says_where_and_the_local_instance_applies() {
         Some(saving),
         "{ledger}"
     );
+}
+
+/// A fleet places as one gate: what one instance saw of a key's prefixes is what the next
+/// instance places by (the memory is in the fleet's PostgreSQL), so a loop spread over three
+/// instances gets the breakpoints a single node gives it, and the fleet's ledger carries the
+/// cache saving of every placed call. Needs `TOKENSAVER_TEST_PG_URL` (`scripts/ci-fleet.sh`).
+#[test]
+fn a_fleet_places_breakpoints_as_one_gate() {
+    let Ok(url) = std::env::var("TOKENSAVER_TEST_PG_URL") else {
+        eprintln!("TOKENSAVER_TEST_PG_URL is not set: fleet caching test skipped");
+        return;
+    };
+    // A key of its own per run: the fleet's memory outlives a run by the cache's lifetime.
+    let id = format!("cachefleet{:x}", tokensaver::now_ms() % 0xff_ffff);
+    let secret = format!("{:0>48}", blake3::hash(id.as_bytes()).to_hex());
+    let bearer = format!("tsk_{id}_{secret}");
+    let extra = format!(
+        "{}\n[[keys]]\nid = \"{id}\"\nsecret_hash = \"{}\"\nhuman = true\n\n\
+         [store]\nkind = \"postgres\"\nurl = \"{url}\"\nmax_connections = 8\n",
+        prices_toml(),
+        secret_hash_hex(&secret)
+    );
+    // One provider for the fleet (the first instance's), as a real fleet has.
+    let opts = |upstream: Option<String>| Opts {
+        usage: UsageCounting::Cl100k,
+        rust_log: "warn",
+        extra_config: extra.clone(),
+        upstream,
+        ..Opts::default()
+    };
+    let first = Harness::start(opts(None));
+    let provider = first.mock.base_url();
+    let mut fleet = vec![first];
+    for _ in 0..2 {
+        fleet.push(Harness::start(opts(Some(provider.clone()))));
+    }
+    const FLEET_STEPS: usize = 7;
+    let mut saving = 0i64;
+    for step in 1..=FLEET_STEPS {
+        let marks = expected_marks(step);
+        let h = &fleet[step % 3];
+        let (answer, receipt) = gated_to(
+            h,
+            &fleet[0].mock,
+            &bearer,
+            &body(step, &[], false),
+            &body(step, &marks, false),
+        );
+        assert_eq!(
+            receipt["cache_breakpoints_added"].as_u64(),
+            (!marks.is_empty()).then_some(marks.len() as u64),
+            "step {step}"
+        );
+        let bill = Bill::of(&answer);
+        if step >= 3 {
+            assert!(bill.read > 0, "step {step} read nothing: {bill:?}");
+        }
+        saving += bill.cache_saving_nano();
+    }
+    settle();
+    for h in &fleet {
+        let ledger = h.ledger(&bearer);
+        assert_eq!(
+            ledger["total"]["cache_saving"].as_i64(),
+            Some(saving),
+            "{ledger}"
+        );
+    }
 }

@@ -23,9 +23,10 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::{IsolationLevel, NoTls};
 
 use crate::config::{BudgetPeriod, FleetConfig};
+use crate::gate::cache::{PointMemory, CACHE_TTL_MS};
 use crate::gate::{BudgetState, WindowCounts};
 use crate::receipt::DecisionId;
-use crate::request::{Hash, WireForm};
+use crate::request::{CachePoint, Hash, WireForm};
 use crate::store::{
     period_start, DecisionLine, DecisionPage, DecisionQuery, DecisionRow, Ending, LedgerDay,
     LedgerTotals, RecordSource, ResponseBinding, SpendBasis, StoreError, UsageRow,
@@ -47,6 +48,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
         5,
         include_str!("../../migrations/pg/0005_fleet_responses.sql"),
     ),
+    (6, include_str!("../../migrations/pg/0006_fleet_cache.sql")),
 ];
 
 /// Taken while migrating, so instances starting together apply each migration once.
@@ -155,6 +157,9 @@ pub struct Observed {
     pub lease: Option<String>,
     /// The recorded usage (JSON) of the answer to this request, if one was recorded.
     pub recorded: Option<String>,
+    /// What the fleet remembers of each of the scope's cache points, in their order (empty
+    /// when the scope names none).
+    pub cache_memory: Vec<PointMemory>,
 }
 
 /// A pending hold's opening, as the admission that opened it stored it.
@@ -194,6 +199,8 @@ pub struct AdmitScope<'a> {
     pub wire: WireForm,
     /// The hold the request names (`x-tokensaver-hold`, the digest's `hold_id`).
     pub named_hold: Option<&'a str>,
+    /// The request's cache points when the gate may place breakpoints for it (else empty).
+    pub cache_points: &'a [CachePoint],
 }
 
 /// What one admission writes: the decision row (the attempt the windows count) and, for a
@@ -205,6 +212,9 @@ pub struct Booking {
     pub used_hold: Option<String>,
     /// The hold a CHALLENGE opens.
     pub new_hold: Option<NewHold>,
+    /// The scope's cache points that got a breakpoint (indices): every point of the scope is
+    /// remembered as sent now, these as placed now.
+    pub cache_breakpoints: Vec<u16>,
 }
 
 pub struct NewReservation {
@@ -221,6 +231,8 @@ pub struct NewReservation {
     pub input_tokens: u64,
     /// The one party that may settle it.
     pub recorded_by: RecordSource,
+    /// The gate placed prompt-cache breakpoints for the call.
+    pub cache_placed: bool,
 }
 
 /// An open reservation, as settling reads it back.
@@ -231,6 +243,8 @@ pub struct OpenReservation {
     pub fingerprint: Option<Hash>,
     pub reusable: bool,
     pub input_tokens: u64,
+    /// The gate placed prompt-cache breakpoints for the call: its usage carries a cache saving.
+    pub cache_placed: bool,
 }
 
 /// A hold decision that did not apply.
@@ -436,6 +450,7 @@ impl Fleet {
             }
             None => None,
         };
+        let cache_memory = cache_memory(&tx, key_id, request.cache_points).await?;
         let (out, booking) = decide(Observed {
             now_ms,
             counts,
@@ -444,6 +459,7 @@ impl Fleet {
             approved: found.get(WINDOW_COLUMNS + 1),
             lease: found.get(WINDOW_COLUMNS + 2),
             recorded: found.get(WINDOW_COLUMNS + 3),
+            cache_memory,
         });
         let Some(booking) = booking else {
             // A re-send of a pending hold: nothing is booked (the clock's move is harmless).
@@ -483,6 +499,9 @@ impl Fleet {
                 ],
             )
             .await?;
+        }
+        if !request.cache_points.is_empty() {
+            remember_cache_points(&tx, key_id, request.cache_points, &booking, now).await?;
         }
         let row = &booking.row;
         let row_json = serde_json::to_string(row).map_err(|_| FleetError::Unavailable)?;
@@ -529,6 +548,7 @@ impl Fleet {
                     &since,
                     &recorded_by,
                     &input_tokens,
+                    &r.cache_placed,
                 ]);
                 if tx.execute(&reserve, &params).await? != 1 {
                     tx.rollback().await?;
@@ -575,7 +595,8 @@ impl Fleet {
                 "DELETE FROM fleet_reservations \
                  WHERE decision_id = $1 AND key_id = $2 AND wire = $3 AND served_model = $4 \
                    AND recorded_by = $5 \
-                 RETURNING nano, output_ceiling, fingerprint, reusable, {DB_NOW_MS}, input_tokens"
+                 RETURNING nano, output_ceiling, fingerprint, reusable, {DB_NOW_MS}, input_tokens, \
+                           cache_placed"
             ))
             .await?;
         let taken = tx
@@ -615,6 +636,7 @@ impl Fleet {
             fingerprint: taken.try_get::<_, Option<Hash>>(2).ok().flatten(),
             reusable: taken.get(3),
             input_tokens: un(taken.get::<_, i64>(5)),
+            cache_placed: taken.get(6),
         };
         let at_ms = un(taken.get::<_, i64>(4));
         // An error leaves with the transaction unfinished: the reservation stays.
@@ -677,6 +699,15 @@ impl Fleet {
                          WHERE state IN ('pending', 'approved') AND expires_ms <= {DB_NOW_MS}"
                     ),
                     &[],
+                )
+                .await?;
+            // Cache points past the cache's lifetime place nothing any more.
+            client
+                .execute(
+                    &format!(
+                        "DELETE FROM fleet_cache_points WHERE seen_ms <= {DB_NOW_MS} - $1::bigint"
+                    ),
+                    &[&db(CACHE_TTL_MS)],
                 )
                 .await?;
             // Answers: past their age, then the oldest beyond the byte bound.
@@ -979,7 +1010,8 @@ impl Fleet {
                 &format!(
                     "SELECT at_ms / 86400000 AS day, COALESCE(sum(spend_nano), 0)::bigint, \
                      {}, {}, {}, {}, \
-                     count(*) FILTER (WHERE row_json::jsonb ->> 'basis' = 'unpriced') \
+                     count(*) FILTER (WHERE row_json::jsonb ->> 'basis' = 'unpriced'), \
+                     COALESCE(sum((row_json::jsonb ->> 'cache_saving_nano')::bigint), 0)::bigint \
                      FROM fleet_usage WHERE ($1::text IS NULL OR key_id = $1::text) \
                        AND at_ms >= $2 AND at_ms < $3 GROUP BY day",
                     part("input"),
@@ -1000,6 +1032,7 @@ impl Fleet {
                 output: un(r.get(5)),
             });
             t.unpriced_calls = t.unpriced_calls.saturating_add(un(r.get(6)));
+            t.cache_saving_nano = t.cache_saving_nano.saturating_add(r.get::<_, i64>(7));
         }
         // A hold never used (expired, or denied) counts on the day of the request it held.
         let holds = client
@@ -1144,6 +1177,7 @@ impl Fleet {
             approved: found.get(WINDOW_COLUMNS + 1),
             lease: found.get(WINDOW_COLUMNS + 2),
             recorded: found.get(WINDOW_COLUMNS + 3),
+            cache_memory: cache_memory(&client, request.key_id, request.cache_points).await?,
         })
     }
 
@@ -1331,9 +1365,10 @@ const DECIDE_AND_RESERVE: &str = "WITH decision AS (\
     step_fingerprint, model, verdict, reason, reserved_nano, row_json) \
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)) \
     INSERT INTO fleet_reservations (decision_id, key_id, nano, expires_ms, \
-    served_model, wire, output_ceiling, fingerprint, reusable, recorded_by, input_tokens) \
+    served_model, wire, output_ceiling, fingerprint, reusable, recorded_by, input_tokens, \
+    cache_placed) \
     SELECT $1::text, $2::text, $11::bigint, $12::bigint, $13::text, $14::text, $15::bigint, \
-           $16::text, $17::boolean, $20::text, $21::bigint \
+           $16::text, $17::boolean, $20::text, $21::bigint, $22::boolean \
     WHERE $18::bigint IS NULL \
        OR COALESCE((SELECT sum(spend_nano) FROM fleet_usage \
                     WHERE key_id = $2::text AND at_ms >= $19::bigint), 0) \
@@ -1491,4 +1526,63 @@ async fn migrate(pg: &tokio_postgres::Config) -> Result<(), String> {
     drop(client);
     let _ = driver.await;
     result
+}
+
+/// What the fleet remembers of each cache point of a request (in their order), for the key.
+async fn cache_memory(
+    client: &impl deadpool_postgres::GenericClient,
+    key_id: &str,
+    points: &[CachePoint],
+) -> Result<Vec<PointMemory>, FleetError> {
+    if points.is_empty() {
+        return Ok(Vec::new());
+    }
+    let prefixes: Vec<String> = points.iter().map(|p| p.prefix.to_hex()).collect();
+    let rows = client
+        .query(
+            "SELECT prefix, seen_ms, placed_ms FROM fleet_cache_points \
+             WHERE key_id = $1::text AND prefix = ANY($2::text[])",
+            &[&key_id, &prefixes],
+        )
+        .await?;
+    let mut by_prefix = std::collections::HashMap::with_capacity(rows.len());
+    for row in &rows {
+        let memory = PointMemory {
+            seen_ms: Some(un(row.get::<_, i64>("seen_ms"))),
+            placed_ms: row.get::<_, Option<i64>>("placed_ms").map(un),
+        };
+        by_prefix.insert(row.get::<_, String>("prefix"), memory);
+    }
+    Ok(prefixes
+        .iter()
+        .map(|p| by_prefix.get(p).copied().unwrap_or_default())
+        .collect())
+}
+
+/// Every cache point of an admitted request was sent now; the booked breakpoints were placed
+/// now (a read through a breakpoint refreshes its entry, as the provider's does).
+async fn remember_cache_points(
+    tx: &deadpool_postgres::Transaction<'_>,
+    key_id: &str,
+    points: &[CachePoint],
+    booking: &Booking,
+    now: i64,
+) -> Result<(), FleetError> {
+    let prefixes: Vec<String> = points.iter().map(|p| p.prefix.to_hex()).collect();
+    let placed: Vec<bool> = (0..points.len())
+        .map(|i| u16::try_from(i).is_ok_and(|i| booking.cache_breakpoints.contains(&i)))
+        .collect();
+    let upsert = tx
+        .prepare_cached(
+            "INSERT INTO fleet_cache_points AS c (key_id, prefix, seen_ms, placed_ms) \
+             SELECT $1::text, p, $2::bigint, CASE WHEN placed THEN $2::bigint END \
+             FROM unnest($3::text[], $4::boolean[]) AS t(p, placed) \
+             ON CONFLICT (key_id, prefix) DO UPDATE \
+             SET seen_ms = EXCLUDED.seen_ms, \
+                 placed_ms = COALESCE(EXCLUDED.placed_ms, c.placed_ms)",
+        )
+        .await?;
+    tx.execute(&upsert, &[&key_id, &now, &prefixes, &placed])
+        .await?;
+    Ok(())
 }

@@ -12,6 +12,7 @@ use super::{
     decision_row, lock, reopen, GateOutcome, GateRequest, Gatekeeper, HoldAction, HoldDecided,
     HoldError, HoldView, LeaseView, RecordError, RecordSource, UsageReport,
 };
+use crate::config::CachePolicy;
 use crate::fleet::spool::Replayed;
 use crate::fleet::Observed;
 use crate::fleet::{
@@ -72,6 +73,7 @@ impl Gatekeeper {
                     approved_past_budget: decision.approved_hold.is_some(),
                     input_tokens: decision.worst_case.input_tokens_estimated,
                     recorded_by: req.recorded_by,
+                    cache_placed: !decision.cache_breakpoints.is_empty(),
                 });
                 let new_hold = decision.hold_id.as_ref().map(|hold_id| NewHold {
                     hold_id: hold_id.clone(),
@@ -89,6 +91,7 @@ impl Gatekeeper {
                     reservation,
                     used_hold: decision.approved_hold.clone(),
                     new_hold,
+                    cache_breakpoints: decision.cache_breakpoints.clone(),
                 };
                 (
                     Admitted::Decided(Box::new(decision), body, decision_id),
@@ -161,6 +164,11 @@ impl Gatekeeper {
             limit,
             wire: shape.wire_form(),
             named_hold: req.hold_id,
+            cache_points: if req.key.cache == CachePolicy::Auto {
+                &shape.cache_points
+            } else {
+                &[]
+            },
         }
     }
 
@@ -187,7 +195,13 @@ impl Gatekeeper {
             budget: seen.budget,
         };
         let policy = self.policy.read().unwrap_or_else(|p| p.into_inner());
-        decide_with(&policy, &input, approvals, &state, seen.now_ms)
+        let mut decision = decide_with(&policy, &input, approvals, &state, seen.now_ms);
+        drop(policy);
+        // The scope carries cache points only where the key's policy lets the gate place.
+        if !seen.cache_memory.is_empty() {
+            decision.place_cache(req.shape, &seen.cache_memory, seen.now_ms);
+        }
+        decision
     }
 
     /// Settle a forwarded decision in the fleet ([`settlement`], as on a single node). The
@@ -239,7 +253,11 @@ impl Gatekeeper {
                     if source == RecordSource::Digest && !bound.admits_report(report) {
                         return Err(SettleError::ExceedsDecision);
                     }
-                    let row = report.usage_row(at_ms, prices.as_ref(), r.nano, r.output_ceiling);
+                    let mut row =
+                        report.usage_row(at_ms, prices.as_ref(), r.nano, r.output_ceiling);
+                    if r.cache_placed {
+                        row.cache_saving_nano = super::cache_saving_nano(&row, prices.as_ref());
+                    }
                     // Only a complete, reproducible answer's usage is what a SERVE does not buy.
                     let recorded = report
                         .reusable_usage(r.reusable)

@@ -22,6 +22,7 @@ CLIENTS = Path(os.environ.get("AGENT_CLIENTS", ROOT / "tests" / "agents" / ".cli
 CLAUDE = CLIENTS / "node_modules" / ".bin" / "claude"
 CODEX = CLIENTS / "node_modules" / ".bin" / "codex"
 SDK_AGENT = Path(__file__).with_name("sdk_agent.py")
+ANTHROPIC_AGENT = Path(__file__).with_name("anthropic_agent.py")
 CLIENT_TIMEOUT = 150
 
 
@@ -155,3 +156,13 @@ def versions() -> dict[str, str]:
     except Exception:  # noqa: BLE001 - any failure is "unavailable"
         out["openai-agents"] = "unavailable"
     return out
+
+
+def anthropic_agent(base_url: str, api_key: str, prompt: str, cwd: Path, model: str,
+                    *extra: str, timeout: float = CLIENT_TIMEOUT) -> Run:
+    """The caching-naive tool-use loop on the official `anthropic` SDK (`anthropic_agent.py`),
+    Anthropic messages at `base_url` (no `/v1`)."""
+    return run(
+        [sys.executable, ANTHROPIC_AGENT, base_url, api_key, prompt, "--model", model, *extra],
+        dict(os.environ), cwd, timeout,
+    )

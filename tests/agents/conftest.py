@@ -193,10 +193,11 @@ max_output = 128_000
         r.raise_for_status()
         return r.json()
 
-    def assert_ledger_matches_provider(self, key_id: str) -> dict:
-        """The key's recorded usage equals, part by part, what the provider reported."""
+    def assert_ledger_matches_provider(self, key_id: str, since: int = 0) -> dict:
+        """The key's recorded usage equals, part by part, what the provider reported (for
+        the provider's calls from the `since`-th on: the earlier ones did not pass the gate)."""
         expected = {"input": 0, "cache_write": 0, "cache_read": 0, "output": 0}
-        for call in self.provider_calls():
+        for call in self.provider_calls()[since:]:
             u = call["reported_usage"]
             if call["path"] == "/v1/messages":
                 expected["input"] += u["input_tokens"]
@@ -237,6 +238,16 @@ max_output = 128_000
               model: str = CODEX_TOOLS_MODEL) -> Run:
         return clients.codex(f"http://127.0.0.1:{self.proxy_port}/v1", self.keys[key_id],
                              prompt, home, self.work, model, timeout)
+
+    def anthropic_agent(self, key_id: str | None, prompt: str, *extra: str,
+                        model: str = "claude-sonnet-4-5") -> Run:
+        """The `anthropic` SDK loop through the gate; `key_id=None`: straight to the provider
+        with the provider's credential."""
+        if key_id is None:
+            base, key = f"http://127.0.0.1:{self.mock_port}", PROVIDER_CREDENTIAL
+        else:
+            base, key = f"http://127.0.0.1:{self.proxy_port}", self.keys[key_id]
+        return clients.anthropic_agent(base, key, prompt, self.work, model, *extra)
 
     def sdk(self, key_id: str, api: str, prompt: str, *extra: str) -> Run:
         return clients.sdk(api, f"http://127.0.0.1:{self.proxy_port}/v1", self.keys[key_id],

@@ -86,6 +86,13 @@ pub fn usd(nano: u64) -> String {
     )
 }
 
+/// A signed nano-USD figure in dollars (a cache saving is negative when writes cost more than
+/// the reads gave back).
+pub fn signed_usd(nano: i64) -> String {
+    let sign = if nano < 0 { "−" } else { "" };
+    format!("{sign}{}", usd(nano.unsigned_abs()))
+}
+
 /// `HH:MM:SS` (UTC) of a unix-ms time.
 pub fn clock(ms: u64) -> String {
     let s = (ms / 1000) % 86_400;
@@ -301,6 +308,13 @@ fn ledger_row(out: &mut String, label: &str, key: &str, t: &LedgerTotals) {
         "findings_tokens_estimated",
         t.findings_tokens_estimated,
     ));
+    let _ = write!(
+        out,
+        r#"<td class="n" data-key="{}" data-figure="cache_saving" data-value="{}">{}</td>"#,
+        esc(key),
+        t.cache_saving_nano,
+        signed_usd(t.cache_saving_nano)
+    );
     out.push_str("</tr>");
 }
 
@@ -339,6 +353,14 @@ fn savings(out: &mut String, view: &View) {
             num(value)
         );
     }
+    // In dollars, not tokens: what the gate's breakpoints changed in the price of the same
+    // tokens (SPEC §2.11b).
+    let _ = write!(
+        out,
+        r#"<div class="tier tier-estimate"><div class="tier-head"><span class="tier-name">prompt-cache saving</span> <span class="badge">derived</span></div><div class="tier-value" data-scope="total" data-figure="cache_saving" data-value="{}">{}</div><p>Where the gate placed cache breakpoints: what the cached tokens would have cost uncached, minus what they did cost (read price and write premium). Counterfactual; in no total.</p></div>"#,
+        total.cache_saving_nano,
+        signed_usd(total.cache_saving_nano)
+    );
     out.push_str("</div>");
     out.push_str(r#"<table class="ledger"><thead><tr><th>key</th><th class="n">requests</th>"#);
     for v in Verdict::ALL {
@@ -348,7 +370,7 @@ fn savings(out: &mut String, view: &View) {
             v.as_str()
         );
     }
-    out.push_str(r#"<th class="n">spend</th><th class="n">tokens not bought</th><th class="n">worst case avoided</th><th class="n">findings (est.)</th></tr></thead><tbody>"#);
+    out.push_str(r#"<th class="n">spend</th><th class="n">tokens not bought</th><th class="n">worst case avoided</th><th class="n">findings (est.)</th><th class="n">cache saving (derived)</th></tr></thead><tbody>"#);
     for k in &view.keys {
         ledger_row(out, &k.key_id, &k.key_id, &k.total);
     }
