@@ -231,19 +231,38 @@ fn default_data_dir() -> PathBuf {
     PathBuf::from("./data")
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawUpstreams {
-    openai: Option<RawUpstream>,
-    anthropic: Option<RawUpstream>,
-}
+/// `[upstreams.NAME]`, by name.
+type RawUpstreams = BTreeMap<String, RawUpstream>;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawUpstream {
+    /// `"openai"` or `"anthropic"`: the API shape it speaks. May be left out for the
+    /// upstreams named `openai` and `anthropic`.
+    api: Option<String>,
     base_url: String,
     /// Name of the environment variable holding the provider credential.
     credential_env: Option<String>,
+    /// The header the credential goes in: `authorization` (as `Bearer …`), `x-api-key` or
+    /// `api-key` (Azure). Default: the API shape's (`authorization` for OpenAI, `x-api-key`
+    /// for Anthropic).
+    credential_header: Option<String>,
+    /// The models it takes: exact names and `prefix*` patterns. Absent: every model of its
+    /// API shape that no other upstream names.
+    models: Option<Vec<String>>,
+    /// Azure OpenAI: the `api-version` query; with it, chat completions go to
+    /// `/openai/deployments/{deployment}/chat/completions`.
+    api_version: Option<String>,
+    /// Azure OpenAI: model → deployment name (absent: the deployment is named as the model).
+    #[serde(default)]
+    deployments: BTreeMap<String, String>,
+    /// How often the host is resolved again (seconds): provider front ends move.
+    #[serde(default = "default_dns_refresh")]
+    dns_refresh_secs: u64,
+}
+
+fn default_dns_refresh() -> u64 {
+    30
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -408,13 +427,77 @@ pub struct KeyConfig {
 
 #[derive(Debug, Clone)]
 pub struct Upstream {
+    /// The table's name (`[upstreams.NAME]`): in logs, metrics and `/readyz`.
+    pub name: String,
+    pub api: crate::request::Provider,
     pub base_url: String,
     pub tls: bool,
     pub host: String,
     pub port: u16,
     /// The `Host` header the provider is sent (see [`Origin::authority`]).
     pub authority: String,
+    /// The base URL's path (`https://openrouter.ai/api/v1` → `/api/v1`), which replaces the
+    /// request path's `/v1`; empty when the URL names a server only (the path goes as sent).
+    pub path_prefix: String,
     pub credential_env: Option<String>,
+    pub credential_header: CredentialHeader,
+    /// `None`: the default upstream of its API shape (takes what no other names).
+    pub models: Option<Vec<ModelPattern>>,
+    pub azure: Option<Azure>,
+    pub dns_refresh_secs: u64,
+}
+
+/// Where an upstream's credential goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CredentialHeader {
+    /// `Authorization: Bearer …` (OpenAI and most OpenAI-compatible providers).
+    Bearer,
+    /// `x-api-key` (Anthropic).
+    XApiKey,
+    /// `api-key` (Azure OpenAI).
+    ApiKey,
+}
+
+impl CredentialHeader {
+    pub fn name(self) -> &'static str {
+        match self {
+            CredentialHeader::Bearer => "authorization",
+            CredentialHeader::XApiKey => "x-api-key",
+            CredentialHeader::ApiKey => "api-key",
+        }
+    }
+}
+
+/// An upstream's model names: `gpt-4o` (exact) or `llama-*` (a prefix).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ModelPattern {
+    Exact(String),
+    Prefix(String),
+}
+
+impl ModelPattern {
+    fn parse(text: &str) -> ModelPattern {
+        match text.strip_suffix('*') {
+            Some(prefix) => ModelPattern::Prefix(prefix.to_string()),
+            None => ModelPattern::Exact(text.to_string()),
+        }
+    }
+
+    /// How well it takes `model`: `None` when it does not, else a rank (an exact name beats
+    /// every prefix, a longer prefix a shorter one).
+    pub fn rank(&self, model: &str) -> Option<usize> {
+        match self {
+            ModelPattern::Exact(m) => (m == model).then_some(usize::MAX),
+            ModelPattern::Prefix(p) => model.starts_with(p.as_str()).then_some(p.len()),
+        }
+    }
+}
+
+/// Azure OpenAI's deployment paths.
+#[derive(Debug, Clone)]
+pub struct Azure {
+    pub api_version: String,
+    pub deployments: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone)]
@@ -431,8 +514,8 @@ pub struct Config {
     pub admin_addr: SocketAddr,
     pub data_dir: PathBuf,
     pub economics_dir: PathBuf,
-    pub openai: Option<Upstream>,
-    pub anthropic: Option<Upstream>,
+    /// Every `[upstreams.NAME]`, by name.
+    pub upstreams: Vec<Upstream>,
     pub admin_key_hash: Option<[u8; 32]>,
     pub keys: Vec<KeyConfig>,
     /// Key id → position in `keys`: the lookup every request makes.
@@ -511,16 +594,7 @@ impl Config {
             ));
         }
 
-        let openai = raw
-            .upstreams
-            .openai
-            .map(|u| parse_upstream("upstreams.openai", u))
-            .transpose()?;
-        let anthropic = raw
-            .upstreams
-            .anthropic
-            .map(|u| parse_upstream("upstreams.anthropic", u))
-            .transpose()?;
+        let upstreams = parse_upstreams(raw.upstreams)?;
 
         let admin_key_hash = raw
             .admin
@@ -626,8 +700,7 @@ impl Config {
             admin_addr,
             data_dir: raw.data.dir,
             economics_dir: raw.data.economics,
-            openai,
-            anthropic,
+            upstreams,
             admin_key_hash,
             keys,
             prices: raw.prices,
@@ -671,16 +744,160 @@ pub fn builtin_prices() -> Result<BTreeMap<String, Prices>, ConfigError> {
         .map_err(|_| field("prices (built-in table)", "does not parse"))
 }
 
-fn parse_upstream(name: &str, raw: RawUpstream) -> Result<Upstream, ConfigError> {
-    let origin =
-        parse_origin(&raw.base_url).map_err(|why| field(format!("{name}.base_url"), why))?;
+fn parse_upstreams(raw: RawUpstreams) -> Result<Vec<Upstream>, ConfigError> {
+    use crate::request::Provider;
+    let upstreams = raw
+        .into_iter()
+        .map(|(name, u)| parse_upstream(name, u))
+        .collect::<Result<Vec<_>, _>>()?;
+    for api in [Provider::OpenAi, Provider::Anthropic] {
+        let defaults = upstreams
+            .iter()
+            .filter(|u| u.api == api && u.models.is_none())
+            .count();
+        if defaults > 1 {
+            return Err(field(
+                "upstreams",
+                "at most one upstream of each API shape may leave out `models`",
+            ));
+        }
+        // One name in two upstreams would route by table order: refused.
+        let mut named = std::collections::HashSet::new();
+        for pattern in upstreams
+            .iter()
+            .filter(|u| u.api == api)
+            .flat_map(|u| u.models.iter().flatten())
+        {
+            if !named.insert(pattern.clone()) {
+                return Err(field(
+                    "upstreams",
+                    "two upstreams of one API shape name the same model or pattern",
+                ));
+            }
+        }
+    }
+    Ok(upstreams)
+}
+
+fn parse_upstream(name: String, raw: RawUpstream) -> Result<Upstream, ConfigError> {
+    use crate::request::Provider;
+    let at = |f: &str| format!("upstreams.{name}.{f}");
+    if name.is_empty()
+        || name.len() > 64
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+    {
+        return Err(field(
+            "upstreams",
+            "an upstream's name is 1-64 of a-z, 0-9, - and _",
+        ));
+    }
+    let api = match (raw.api.as_deref(), name.as_str()) {
+        (Some("openai"), _) | (None, "openai") => Provider::OpenAi,
+        (Some("anthropic"), _) | (None, "anthropic") => Provider::Anthropic,
+        (Some(_), _) => return Err(field(at("api"), "must be \"openai\" or \"anthropic\"")),
+        (None, _) => {
+            return Err(field(
+                at("api"),
+                "is required (\"openai\" or \"anthropic\") for an upstream not named after one",
+            ))
+        }
+    };
+    let base_url = raw.base_url.trim_end_matches('/');
+    // `scheme://authority` then the path, if any.
+    let path_at = base_url
+        .find("://")
+        .and_then(|s| base_url[s + 3..].find('/').map(|p| s + 3 + p))
+        .unwrap_or(base_url.len());
+    let (server, path_prefix) = base_url.split_at(path_at);
+    if path_prefix.contains(['?', '#']) {
+        return Err(field(
+            at("base_url"),
+            "must not carry a query or a fragment",
+        ));
+    }
+    let origin = parse_origin(server).map_err(|why| field(at("base_url"), why))?;
+    let credential_header = match raw
+        .credential_header
+        .as_deref()
+        .map(str::to_ascii_lowercase)
+    {
+        None => match api {
+            Provider::OpenAi => CredentialHeader::Bearer,
+            Provider::Anthropic => CredentialHeader::XApiKey,
+        },
+        Some(h) => match h.as_str() {
+            "authorization" => CredentialHeader::Bearer,
+            "x-api-key" => CredentialHeader::XApiKey,
+            "api-key" => CredentialHeader::ApiKey,
+            _ => {
+                return Err(field(
+                    at("credential_header"),
+                    "must be \"authorization\", \"x-api-key\" or \"api-key\"",
+                ))
+            }
+        },
+    };
+    let models = match raw.models {
+        None => None,
+        Some(list) if list.is_empty() || list.iter().any(|m| m.is_empty() || m == "*") => {
+            return Err(field(
+                at("models"),
+                "lists model names or `prefix*` patterns (leave it out to take every model)",
+            ))
+        }
+        Some(list) => Some(list.iter().map(|m| ModelPattern::parse(m)).collect()),
+    };
+    let azure = match raw.api_version {
+        Some(_) if api != Provider::OpenAi => {
+            return Err(field(
+                at("api_version"),
+                "is for Azure OpenAI (api = \"openai\")",
+            ))
+        }
+        Some(v) if v.is_empty() || !v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') => {
+            return Err(field(
+                at("api_version"),
+                "must be a version such as 2024-10-21",
+            ))
+        }
+        Some(api_version) => Some(Azure {
+            api_version,
+            deployments: raw.deployments,
+        }),
+        None if !raw.deployments.is_empty() => {
+            return Err(field(at("deployments"), "needs api_version (Azure OpenAI)"))
+        }
+        None => None,
+    };
+    if let Some(a) = &azure {
+        let safe = |d: &str| {
+            !d.is_empty()
+                && d.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        };
+        if !a.deployments.values().all(|d| safe(d)) {
+            return Err(field(
+                at("deployments"),
+                "deployment names are letters, digits, -, _ and .",
+            ));
+        }
+    }
     Ok(Upstream {
-        base_url: raw.base_url.trim_end_matches('/').to_string(),
+        name,
+        api,
+        base_url: base_url.to_string(),
         tls: origin.tls,
         host: origin.host,
         port: origin.port,
         authority: origin.authority,
+        path_prefix: path_prefix.to_string(),
         credential_env: raw.credential_env,
+        credential_header,
+        models,
+        azure,
+        dns_refresh_secs: raw.dns_refresh_secs.max(1),
     })
 }
 
@@ -931,7 +1148,7 @@ mod tests {
         let ok = Config::parse("[client]\ngate_url = \"http://[::1]:8788\"\n").unwrap();
         assert_eq!(ok.client.unwrap().gate_url, "http://[::1]:8788");
         let up = Config::parse("[upstreams.openai]\nbase_url = \"http://[::1]:9\"\n").unwrap();
-        let up = up.openai.unwrap();
+        let up = up.upstreams.into_iter().next().unwrap();
         assert_eq!(
             (up.host.as_str(), up.port, up.authority.as_str()),
             ("::1", 9, "[::1]:9")

@@ -118,12 +118,7 @@ impl GateError {
     /// unbounded, so a budgeted key refuses it. Names the model (a request parameter, never
     /// content; shown only when it looks like a model id) and the fix.
     pub fn unpriced_model(status: u16, verdict_kind: &'static str, model: &str) -> Self {
-        let looks_like_id = !model.is_empty()
-            && model.len() <= 128
-            && model
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-._:/@".contains(&b));
-        let message = if looks_like_id {
+        let message = if looks_like_model_id(model) {
             format!(
                 "refused by a budget rule: model {model} has no price in this gate's price table, so its worst case is unbounded on a budgeted key; add [prices.\"{model}\"] to the config or PUT /prices on the admin listener"
             )
@@ -131,6 +126,18 @@ impl GateError {
             "refused by a budget rule: the requested model has no price in this gate's price table, so its worst case is unbounded on a budgeted key; add it under [prices] in the config or PUT /prices on the admin listener".to_string()
         };
         Self::new(status, verdict_kind, "unpriced_model", message)
+    }
+
+    /// A model no configured upstream takes: a 404 that names it (when it reads as a model
+    /// id), never a silent default that bills another provider.
+    pub fn unknown_model(model: &str) -> Self {
+        let message = if looks_like_model_id(model) {
+            format!("no upstream of this gate takes model {model} (see [upstreams.NAME] models)")
+        } else {
+            "no upstream of this gate takes the requested model (see [upstreams.NAME] models)"
+                .to_string()
+        };
+        Self::new(404, "not_found_error", "unknown_model", message)
     }
 
     /// Whether the SDKs must be told not to retry (they retry 409 and 429 on their own, and each
@@ -218,6 +225,16 @@ fn duration(ms: u64) -> String {
     } else {
         plural(ms.div_ceil(1000), "second")
     }
+}
+
+/// Whether a caller's model string may be named in an answer: a short id of the characters
+/// model names use, so an error never carries markup, whitespace or a prompt.
+fn looks_like_model_id(model: &str) -> bool {
+    !model.is_empty()
+        && model.len() <= 128
+        && model
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._:/@".contains(&b))
 }
 
 #[cfg(test)]

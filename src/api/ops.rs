@@ -2,8 +2,9 @@
 //! balancer can probe them:
 //! - `GET /healthz` — the process is alive and answers (also while it drains).
 //! - `GET /readyz`  — it should be sent traffic: the store's writer commits and the data dir
-//!   accepts a write, the signing key signs and verifies, every configured upstream resolved
-//!   at start, and it is not draining. 503 with the same body otherwise.
+//!   accepts a write, the signing key signs and verifies, every configured upstream has an
+//!   address, and it is not draining. 503 with the same body otherwise. Each upstream's
+//!   addresses are shown as resolved now, with `stale` when the latest resolution failed.
 //!
 //! Both name the answering `pid`: during a graceful upgrade two processes share the
 //! listening sockets, and a probe can tell which one answered. Never any request content.
@@ -23,16 +24,20 @@ use crate::lifecycle;
 /// How long the store's writer may take to acknowledge a readiness probe.
 const STORE_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// An upstream as resolved at start.
+/// An upstream as it resolves now.
 #[derive(Debug, Clone, Serialize)]
 pub struct ResolvedUpstream {
-    pub provider: &'static str,
-    pub address: Option<String>,
+    pub name: String,
+    pub api: &'static str,
+    pub addresses: Vec<String>,
+    pub resolved_at_ms: u64,
+    /// The latest resolution failed: the addresses are the last ones that resolved.
+    pub stale: bool,
 }
 
 pub struct Ops {
     pub gatekeeper: Arc<Gatekeeper>,
-    pub upstreams: Vec<ResolvedUpstream>,
+    pub upstreams: Arc<crate::proxy::upstreams::Upstreams>,
 }
 
 #[derive(Debug, Serialize)]
@@ -74,6 +79,7 @@ impl Ops {
     }
 
     async fn readiness(&self) -> ApiResponse {
+        let upstreams = self.upstreams.status();
         let checks = Checks {
             store_writable: self.store_writable().await,
             signing_key: {
@@ -83,7 +89,7 @@ impl Ops {
                     .verify_as(crate::receipt::DocumentKind::Probe, &probe)
                     .is_ok()
             },
-            upstreams_resolved: self.upstreams.iter().all(|u| u.address.is_some()),
+            upstreams_resolved: upstreams.iter().all(|u| !u.addresses.is_empty()),
             draining: lifecycle::draining(),
         };
         let ready = checks.store_writable
@@ -96,7 +102,7 @@ impl Ops {
                 "ready": ready,
                 "pid": std::process::id(),
                 "checks": checks,
-                "upstreams": self.upstreams,
+                "upstreams": upstreams,
             }),
         )
     }

@@ -231,11 +231,14 @@ impl Forward<'_> {
 
     fn upstream_header(&self, session: &Session, len: usize) -> Result<RequestHeader> {
         let req = session.req_header();
-        let path = req
+        let sent = req
             .uri
             .path_and_query()
             .map(|p| p.as_str())
             .unwrap_or(self.route.path());
+        let path = self
+            .provider
+            .path(Some(self.route), sent, self.served_model);
         let mut header =
             RequestHeader::build("POST", path.as_bytes(), Some(req.headers.len() + 4))?;
         let listed = connection_listed(&req.headers);
@@ -375,11 +378,16 @@ impl Forward<'_> {
         body: Bytes,
         outcome: &mut Outcome,
     ) -> std::result::Result<HttpSession, GateError> {
-        let (mut upstream, _reused) = self
-            .connector
-            .get_http_session(&self.provider.peer)
-            .await
-            .map_err(|_| bad_gateway("upstream_connect", "could not connect to the provider"))?;
+        let mut connected = None;
+        // A connect that fails reached nobody: the next address is tried.
+        for peer in self.provider.candidates() {
+            if let Ok(session) = self.connector.get_http_session(peer).await {
+                connected = Some(session);
+                break;
+            }
+        }
+        let (mut upstream, _reused) = connected
+            .ok_or_else(|| bad_gateway("upstream_connect", "could not connect to the provider"))?;
         // Pingora's connector does not carry the peer's timeouts into a session it hands out.
         upstream.set_read_timeout(self.provider.peer.options.read_timeout);
         upstream.set_write_timeout(self.provider.peer.options.write_timeout);

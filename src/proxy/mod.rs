@@ -9,11 +9,12 @@
 //! back to the proxy pipeline. `GET /v1/models` passes through pingora's normal proxy path.
 
 mod forward;
+mod models;
 pub mod remote;
 pub mod responses;
+pub mod upstreams;
 pub mod usage;
 
-use std::net::ToSocketAddrs;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,7 +27,7 @@ use pingora::proxy::{ProxyHttp, Session};
 use pingora::{Error, ErrorType, Result};
 
 use crate::auth;
-use crate::config::{Config, KeyConfig, Upstream};
+use crate::config::{Config, KeyConfig};
 use crate::error::GateError;
 use crate::gate::Verdict;
 use crate::ledger::{GateRequest, Gatekeeper, RecordSource};
@@ -49,64 +50,13 @@ const UNGATED_BILLABLE: &[&str] = &[
     "/v1/moderations",
 ];
 
-/// One configured provider: where it is and the credential swapped in for the caller's key.
-#[derive(Clone)]
-pub struct ProviderPeer {
-    pub route: Route,
-    pub peer: HttpPeer,
-    pub host_header: String,
-    pub credential: Option<String>,
-}
-
-impl ProviderPeer {
-    pub fn resolve(route: Route, upstream: &Upstream, timeout: Duration) -> std::io::Result<Self> {
-        let addr = (upstream.host.as_str(), upstream.port)
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| {
-                std::io::Error::new(std::io::ErrorKind::NotFound, "upstream host has no address")
-            })?;
-        // Resolved here, so `HttpPeer::new` gets an address and never looks one up itself.
-        let mut peer = HttpPeer::new(addr, upstream.tls, upstream.host.clone());
-        peer.options.connection_timeout = Some(Duration::from_secs(10));
-        peer.options.read_timeout = Some(timeout);
-        peer.options.write_timeout = Some(timeout);
-        peer.options.idle_timeout = Some(Duration::from_secs(60));
-        let host_header = upstream.authority.clone();
-        let credential = upstream
-            .credential_env
-            .as_deref()
-            .and_then(|name| std::env::var(name).ok())
-            .filter(|v| !v.is_empty());
-        Ok(Self {
-            route,
-            peer,
-            host_header,
-            credential,
-        })
-    }
-
-    /// Put the provider credential where this provider expects it.
-    fn set_credential(&self, header: &mut RequestHeader) -> Result<()> {
-        header.remove_header("authorization");
-        header.remove_header("x-api-key");
-        if let Some(cred) = &self.credential {
-            match self.route.provider() {
-                Provider::OpenAi => {
-                    header.insert_header("authorization", format!("Bearer {cred}"))?
-                }
-                Provider::Anthropic => header.insert_header("x-api-key", cred.as_str())?,
-            }
-        }
-        Ok(())
-    }
-}
+pub use upstreams::ProviderPeer;
+use upstreams::Upstreams;
 
 pub struct GateProxy {
     pub gatekeeper: Arc<Gatekeeper>,
     connector: Connector,
-    openai: Option<ProviderPeer>,
-    anthropic: Option<ProviderPeer>,
+    upstreams: Arc<Upstreams>,
     /// Digest mode: decisions come from a central gate.
     remote: Option<RemoteGate>,
     /// Which key created each stored Responses object (`responses.rs`).
@@ -117,35 +67,14 @@ impl GateProxy {
     pub fn new(gatekeeper: Arc<Gatekeeper>, remote: Option<RemoteGate>) -> std::io::Result<Self> {
         let config = gatekeeper.config.clone();
         let timeout = Duration::from_secs(config.upstream_timeout_secs);
-        let openai = config
-            .openai
-            .as_ref()
-            .map(|u| ProviderPeer::resolve(Route::OpenAiChat, u, timeout))
-            .transpose()?;
-        let anthropic = config
-            .anthropic
-            .as_ref()
-            .map(|u| ProviderPeer::resolve(Route::AnthropicMessages, u, timeout))
-            .transpose()?;
+        let upstreams = Arc::new(Upstreams::start(&config.upstreams, timeout)?);
         Ok(Self {
             gatekeeper,
             connector: Connector::new(None),
-            openai,
-            anthropic,
+            upstreams,
             remote,
             registry: responses::Registry::default(),
         })
-    }
-
-    fn provider(&self, route: Route) -> Option<&ProviderPeer> {
-        self.provider_of(route.provider())
-    }
-
-    fn provider_of(&self, provider: Provider) -> Option<&ProviderPeer> {
-        match provider {
-            Provider::OpenAi => self.openai.as_ref(),
-            Provider::Anthropic => self.anthropic.as_ref(),
-        }
     }
 
     fn config(&self) -> &Config {
@@ -163,19 +92,10 @@ impl GateProxy {
         }
     }
 
-    /// The configured upstreams and the addresses they resolved to at start (`/readyz`); an
-    /// upstream that does not resolve stops `serve` before it listens.
-    pub fn upstreams(&self) -> Vec<crate::api::ops::ResolvedUpstream> {
-        use pingora::upstreams::peer::Peer;
-        [("openai", &self.openai), ("anthropic", &self.anthropic)]
-            .into_iter()
-            .filter_map(|(provider, peer)| {
-                peer.as_ref().map(|p| crate::api::ops::ResolvedUpstream {
-                    provider,
-                    address: Some(p.peer.address().to_string()),
-                })
-            })
-            .collect()
+    /// The configured upstreams, as they resolve now (`/readyz`); an upstream that does not
+    /// resolve at start stops `serve` before it listens.
+    pub fn upstreams(&self) -> Arc<Upstreams> {
+        self.upstreams.clone()
     }
 }
 
@@ -183,6 +103,8 @@ impl GateProxy {
 /// request's header to the end of `logging`, and counts the request in flight for the drain.
 pub struct Ctx {
     passthrough: Option<ProviderPeer>,
+    /// Which of the pass-through's addresses is tried now (the next after a failed connect).
+    attempt: usize,
     /// A pass-through read of a stored Responses object (`GET /v1/responses/{id}`, `POST
     /// …/cancel`): its answer is read for the context figure the registry lacks.
     stored_read: Option<StoredRead>,
@@ -427,6 +349,10 @@ impl GateProxy {
                 )))
             }
         };
+        // A model no upstream takes is refused before it is decided: nothing to book.
+        if !self.upstreams.takes(route.provider(), &parsed.shape.model) {
+            return Ok(Err(GateError::unknown_model(&parsed.shape.model)));
+        }
         // A chained Responses call continues only a response this key created, and reserves
         // the context the provider bills again (`RequestShape::chained_input_tokens`).
         if let Some(previous) = parsed.previous_response_id.as_deref() {
@@ -646,13 +572,9 @@ impl GateProxy {
         };
         let shape = &g.parsed.shape;
         let served_model = model_served.unwrap_or_else(|| shape.model.clone());
-        let Some(provider) = self.provider(g.route) else {
-            let err = GateError::new(
-                502,
-                "api_error",
-                "no_upstream",
-                "no upstream is configured for this provider",
-            );
+        // The served model routes: a DOWNGRADE may go to another upstream of the shape.
+        let Some(provider) = self.upstreams.for_model(g.route.provider(), &served_model) else {
+            let err = GateError::unknown_model(&served_model);
             recorder
                 .record(
                     &self.gatekeeper,
@@ -670,7 +592,7 @@ impl GateProxy {
         };
         let job = forward::Forward {
             route: g.route,
-            provider,
+            provider: &provider,
             connector: &self.connector,
             gatekeeper: &self.gatekeeper,
             registry: &self.registry,
@@ -776,6 +698,7 @@ impl ProxyHttp for GateProxy {
     fn new_ctx(&self) -> Ctx {
         Ctx {
             passthrough: None,
+            attempt: 0,
             stored_read: None,
             _in_flight: crate::lifecycle::enter(),
         }
@@ -805,6 +728,8 @@ impl ProxyHttp for GateProxy {
             }
             return Ok(true);
         }
+        // `GET /v1/models` of a shape with several upstreams is answered here, as their union.
+        let mut models_union = None;
         let passthrough = if path.starts_with("/v1/models") && method == http::Method::GET {
             // Anthropic SDKs send x-api-key; OpenAI SDKs a bearer token.
             let anthropic = session.req_header().headers.contains_key("x-api-key");
@@ -813,9 +738,20 @@ impl ProxyHttp for GateProxy {
             } else {
                 (Provider::OpenAi, Provider::Anthropic)
             };
-            Some(self.provider_of(first).or(self.provider_of(second)))
+            let api = match self.upstreams.of_api(first).is_empty() {
+                true => second,
+                false => first,
+            };
+            match path.strip_prefix("/v1/models/") {
+                Some(id) if !id.is_empty() => Some(self.upstreams.for_model(api, id)),
+                _ if self.upstreams.of_api(api).len() > 1 => {
+                    models_union = Some(api);
+                    Some(None)
+                }
+                _ => Some(self.upstreams.default_of(api)),
+            }
         } else {
-            not_billable(&method, &path).map(|provider| self.provider_of(provider))
+            not_billable(&method, &path).map(|provider| self.upstreams.default_of(provider))
         };
         if let Some(provider) = passthrough {
             let presented = auth::presented_key(&session.req_header().headers);
@@ -853,9 +789,13 @@ impl ProxyHttp for GateProxy {
                     }
                 }
             }
+            if let Some(api) = models_union {
+                models::answer_union(&self.connector, &self.upstreams, session, api).await?;
+                return Ok(true);
+            }
             if let Some(p) = provider {
                 answer_expect_passthrough(session).await?;
-                ctx.passthrough = Some(p.clone());
+                ctx.passthrough = Some(p);
                 return Ok(false);
             }
         }
@@ -929,10 +869,31 @@ impl ProxyHttp for GateProxy {
     }
 
     async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
-        match &ctx.passthrough {
-            Some(p) => Ok(Box::new(p.peer.clone())),
+        match ctx
+            .passthrough
+            .as_ref()
+            .and_then(|p| p.candidates().nth(ctx.attempt))
+        {
+            Some(peer) => Ok(Box::new(peer.clone())),
             None => Error::e_explain(ErrorType::InternalError, "no upstream for this request"),
         }
+    }
+
+    /// A pass-through whose connect failed is tried on the upstream's next address, once each.
+    fn fail_to_connect(
+        &self,
+        _session: &mut Session,
+        _peer: &HttpPeer,
+        ctx: &mut Ctx,
+        mut e: Box<Error>,
+    ) -> Box<Error> {
+        if let Some(p) = &ctx.passthrough {
+            if ctx.attempt < p.fallbacks.len() {
+                ctx.attempt += 1;
+                e.set_retry(true);
+            }
+        }
+        e
     }
 
     async fn upstream_request_filter(
@@ -945,6 +906,14 @@ impl ProxyHttp for GateProxy {
             forward::strip_passthrough_headers(upstream)?;
             upstream.insert_header("host", p.host_header.as_str())?;
             p.set_credential(upstream)?;
+            let sent = upstream.uri.path_and_query().map_or("/", |p| p.as_str());
+            let path = p.path(None, sent, "");
+            if path != sent {
+                let uri = path.parse::<http::Uri>().or_else(|_| {
+                    Error::e_explain(ErrorType::InternalError, "upstream path rewrite")
+                })?;
+                upstream.set_uri(uri);
+            }
         }
         Ok(())
     }

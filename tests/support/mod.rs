@@ -63,6 +63,10 @@ pub struct Opts {
     /// How the mock counts the usage it reports (cl100k: every token of the body, as a
     /// provider's tokenizer would).
     pub usage: UsageCounting,
+    /// `[upstreams.*]` tables written instead of the two default ones (both at the mock).
+    pub upstreams_toml: Option<String>,
+    /// Extra environment of the server.
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for Opts {
@@ -81,6 +85,8 @@ impl Default for Opts {
             rust_log: "error",
             serve_args: Vec::new(),
             usage: UsageCounting::Chars,
+            upstreams_toml: None,
+            env: Vec::new(),
         }
     }
 }
@@ -154,8 +160,11 @@ impl Harness {
             self.admin,
             self.dir.path().join("data").display()
         );
-        for up in ["openai", "anthropic"] {
-            let env = if up == "openai" {
+        for up in ["openai", "anthropic"]
+            .iter()
+            .filter(|_| o.upstreams_toml.is_none())
+        {
+            let env = if *up == "openai" {
                 "OPENAI_API_KEY"
             } else {
                 "ANTHROPIC_API_KEY"
@@ -164,6 +173,10 @@ impl Harness {
             c.push_str(&format!(
                 "[upstreams.{up}]\nbase_url = \"{base_url}\"\ncredential_env = \"{env}\"\n\n"
             ));
+        }
+        if let Some(tables) = &o.upstreams_toml {
+            c.push_str(tables);
+            c.push('\n');
         }
         c.push_str(&format!("[admin]\nkey_hash = \"{ADMIN_HASH}\"\n\n"));
         c.push_str(&key_block("alpha", SECRET_A, o.budget_a));
@@ -230,6 +243,7 @@ impl Harness {
             .env("OPENAI_API_KEY", PROVIDER_CREDENTIAL)
             .env("ANTHROPIC_API_KEY", PROVIDER_CREDENTIAL)
             .env("RUST_LOG", self.opts.rust_log)
+            .envs(self.opts.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

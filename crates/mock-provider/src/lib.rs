@@ -418,7 +418,7 @@
 //! Every request's `authorization` and `x-api-key` headers are recorded like all headers. If
 //! [`ProviderOptions::expected_credential`] is `Some(k)`, the `/v1/*` routes answer 401
 //! (OpenAI code `invalid_api_key`; Anthropic type `authentication_error`) unless
-//! `authorization: Bearer k` (scheme case-insensitive) or `x-api-key: k` is present.
+//! `authorization: Bearer k` (scheme case-insensitive), `x-api-key: k` or `api-key: k` (Azure) is present.
 //!
 //! # Other errors
 //!
@@ -1158,6 +1158,32 @@ fn stored_route(method: &str, path: &str) -> Route {
     }
 }
 
+/// The OpenAI API is also served under the base paths OpenAI-compatible providers use, so a
+/// gate's named upstreams can be tested against one mock: `/openai/v1/…` (Groq, Azure's v1
+/// API), `/api/v1/…` (OpenRouter), and Azure OpenAI's `/openai/deployments/{name}/chat/
+/// completions`, `/openai/responses` and `/openai/models` (each with its `?api-version=`).
+/// Records and counters show the request under `/v1/…`; `target` keeps what was sent.
+fn provider_path(path: &str) -> String {
+    for base in ["/openai/v1/", "/api/v1/"] {
+        if let Some(rest) = path.strip_prefix(base) {
+            return format!("/v1/{rest}");
+        }
+    }
+    if let Some(rest) = path.strip_prefix("/openai/deployments/") {
+        if rest
+            .split_once('/')
+            .is_some_and(|(name, tail)| !name.is_empty() && tail == "chat/completions")
+        {
+            return "/v1/chat/completions".to_string();
+        }
+    }
+    match path {
+        "/openai/responses" => "/v1/responses".to_string(),
+        "/openai/models" => "/v1/models".to_string(),
+        _ => path.to_string(),
+    }
+}
+
 /// Splits a request target into its path (origin-form; absolute-form is reduced) and query.
 fn split_target(target: &str) -> (&str, Option<&str>) {
     let mut t = target;
@@ -1189,7 +1215,7 @@ fn request_credential(headers: &[(String, String)], flavor: Flavor) -> String {
     let api_key = || {
         headers
             .iter()
-            .find(|(n, _)| n == "x-api-key")
+            .find(|(n, _)| n == "x-api-key" || n == "api-key")
             .map(|(_, v)| v.clone())
     };
     let bearer = || {
@@ -1210,7 +1236,8 @@ fn request_credential(headers: &[(String, String)], flavor: Flavor) -> String {
 
 fn credential_ok(headers: &[(String, String)], expected: &str) -> bool {
     headers.iter().any(|(n, v)| match n.as_str() {
-        "x-api-key" => v == expected,
+        // `api-key`: Azure OpenAI's header.
+        "x-api-key" | "api-key" => v == expected,
         "authorization" => v.split_once(' ').is_some_and(|(scheme, cred)| {
             scheme.eq_ignore_ascii_case("bearer") && cred.trim() == expected
         }),
@@ -1277,6 +1304,8 @@ fn handle(shared: &Shared, head: RequestHead, body: Bytes) -> Outcome {
     if path.starts_with("/__mock/") {
         return introspect(shared, &method, path, query, &body).into();
     }
+    let path = provider_path(path);
+    let path = path.as_str();
     let route = route(&method, path);
     let auth_ok = shared
         .opts
