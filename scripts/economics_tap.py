@@ -269,6 +269,8 @@ class Tap:
             "request_bytes": len(body),
             "request_digest": None,
             "verdict": headers.get("x-tokensaver-verdict"),
+            # The built-in provider names itself on every answer (`x-mock-provider`).
+            "provider_identity": headers.get("x-mock-provider"),
         }
         rec.update(read_receipt(headers.get("x-tokensaver-receipt")))
         if body:

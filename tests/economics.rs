@@ -398,7 +398,16 @@ fn statement_inputs(simulated: bool) -> economics::StatementInputs {
         failed_under_gate: vec!["poll-export-job (claude-code r1)".into()],
         failed_in_both: vec!["runaway-migration (3 pairs)".into()],
         per_success: Some(0.3),
+        per_success_interval: Some((0.1, 0.4)),
+        per_success_range: Some((
+            0.05,
+            "runaway-migration".into(),
+            0.35,
+            "poll-export-job".into(),
+        )),
         successes: (34, 33, 40),
+        cost_median: Some(0.2),
+        cost_interval: Some((0.1, 0.3)),
     }
 }
 
@@ -433,6 +442,22 @@ fn a_simulation_says_so_first_and_never_reads_as_a_real_result() {
     assert!(
         text.contains("poll-export-job (claude-code r1)"),
         "names the tasks the gate failed: {text}"
+    );
+    // What the gate broke comes first, right after the simulation's label.
+    assert!(
+        text.starts_with(&format!(
+            "{SIMULATION_LABEL} tasks that succeeded without the gate failed through it: poll-export-job"
+        )),
+        "{text}"
+    );
+    // Cost with its interval; the per-success figure with its interval and its range.
+    assert!(
+        text.contains("cost 20.0% less through the gate (95% interval 10.0% to 30.0%)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("(95% interval 10.0% to 40.0%; 5.0% without runaway-migration to 35.0% without poll-export-job, leaving one task out;"),
+        "{text}"
     );
     assert!(
         text.contains("Claude Code 2.1.332"),
@@ -812,6 +837,31 @@ fn summary_over_the_committed_evidence() {
         .unwrap();
     assert_eq!(cr.inputs, Some(EconomicsClass::Counted));
     assert_ne!(cr.suite, tr.suite);
+    // Nothing was removed: what removing would have saved is counterfactual.
+    assert_eq!(cr.class, EconomicsClass::Counterfactual);
+    // The mock's usage is its own tokenizer's count, not a provider's word.
+    assert_eq!(tr.inputs, Some(EconomicsClass::Counted));
+    // What the gate broke is stated before any reduction.
+    let at = |id: &str| s.metrics.iter().position(|m| m.id == id).unwrap();
+    assert!(at("gate_caused_failures") < at("token_reduction"));
+    // Cost stands with tokens: its own interval and leave-one-task-out range.
+    let cost = &s.metrics[at("cost_reduction")];
+    assert!(
+        cost.interval.is_some() && cost.leave_one_task_out.is_some(),
+        "{cost:?}"
+    );
+    assert_eq!(cost.status, tr.status);
+    // The per-success figure comes with its range: in this evidence one task
+    // (runaway-migration, failing in both arms by design) carries it, and without it the
+    // figure turns negative (issue 23's reading of the same file: -6.7 %).
+    let ps = &s.metrics[at("tokens_per_success_reduction")];
+    let range = ps.leave_one_task_out.as_ref().unwrap();
+    assert_eq!(range.low_without, "runaway-migration", "{range:?}");
+    assert!(
+        range.low < 0.0 && ps.value.unwrap() > 0.0,
+        "{range:?} {:?}",
+        ps.value
+    );
     // Same input, same output (the bootstrap is seeded); the text says what the JSON says.
     let again = economics::summarize(
         &loaded,

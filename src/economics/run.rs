@@ -281,6 +281,9 @@ struct TapRecord {
     model_reported: Option<String>,
     #[serde(default)]
     body_file: Option<String>,
+    /// What the provider's answer said it is (`x-mock-provider`), if it said.
+    #[serde(default)]
+    provider_identity: Option<String>,
 }
 
 fn cost(config: &Config, model: Option<&str>, u: Option<&StepUsage>) -> Option<u64> {
@@ -615,7 +618,14 @@ fn evidence(
                 model: r.model.clone(),
             });
     }
-    let provider = if real {
+    // The built-in provider names itself on its answers: what was recorded against it is a
+    // simulation, whatever `--upstream` said.
+    let identified = out
+        .runs
+        .iter()
+        .flat_map(|r| r.calls.iter().chain(r.provider_calls.iter()))
+        .find_map(|c| c.provider_identity.clone());
+    let provider = if real && identified.is_none() {
         ProviderInfo {
             kind: ProviderKind::Real,
             name: "a real provider named by the user".into(),
@@ -625,12 +635,20 @@ fn evidence(
     } else {
         ProviderInfo {
             kind: ProviderKind::Simulated,
-            name: format!(
-                "tokensaver mock-provider {} (scripted from the task plans)",
-                env!("CARGO_PKG_VERSION")
-            ),
-            upstream: "127.0.0.1 (built in)".into(),
-            usage_counting: "cl100k_base over the whole canonical request body (tools, calls and results included) and over the answer; no prompt caching".into(),
+            name: match (&identified, real) {
+                (Some(id), true) => format!(
+                    "{id} (named as a real provider with --upstream; its answers say it is the built-in one)"
+                ),
+                _ => format!(
+                    "tokensaver mock-provider {} (scripted from the task plans)",
+                    env!("CARGO_PKG_VERSION")
+                ),
+            },
+            upstream: match real {
+                true => args.upstream.clone().unwrap_or_default(),
+                false => "127.0.0.1 (built in)".into(),
+            },
+            usage_counting: "cl100k_base over the whole canonical request body (tools, calls and results included) and over the answer; prompt caching billed as Anthropic and OpenAI bill it".into(),
         }
     };
     let runs = out

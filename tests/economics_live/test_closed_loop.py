@@ -136,7 +136,8 @@ def test_the_statement_is_a_simulations(recorded):
     assert s["simulated"] is True and s["verdict"]["publishable"] is False
     st = s["verdict"]["statement"]
     assert st.startswith("In a simulation against a scripted provider, "), st
-    assert "No task failed under the gate that succeeded without it." in st, st
+    assert st.startswith("In a simulation against a scripted provider, no task that succeeded "
+                         "without the gate failed through it."), st
     assert f"of {len(PAIRS)} attempted pairs over {len(PAIRS)} tasks" in st, st
     assert all(m["status"] != "verified" for m in s["metrics"])
     text = recorded["text"]
@@ -147,8 +148,9 @@ def test_the_statement_is_a_simulations(recorded):
 def test_the_real_provider_path_against_the_built_in_provider():
     """`--upstream URL --credential-env VAR`: the harness as a user runs it against their own
     provider, here the built-in one without task scripts (so the model does no work and the
-    tasks fail): the credential comes from the environment in both arms, the evidence names a
-    real provider, and the statement is no simulation's — and no claim."""
+    tasks fail): the credential comes from the environment in both arms — and because the
+    built-in provider names itself on every answer, the evidence is labelled a simulation
+    whatever the flags said, and its statement is a simulation's."""
     import socket
     import sys
 
@@ -181,7 +183,8 @@ def test_the_real_provider_path_against_the_built_in_provider():
         assert run.returncode == 0, run.stdout + run.stderr
         (f,) = (econ / "evidence" / "agent-sessions").glob("*.json")
         ev = json.loads(f.read_text())
-        assert ev["provider"]["kind"] == "real"
+        assert ev["provider"]["kind"] == "simulated", ev["provider"]
+        assert "its answers say it is the built-in one" in ev["provider"]["name"]
         assert ev["provider"]["upstream"] == f"http://127.0.0.1:{port}"
         statuses = {b["status"] for r in ev["runs"] for b in r["bought"]}
         assert statuses == {200}, "the credential reached the provider in both arms"
@@ -189,8 +192,8 @@ def test_the_real_provider_path_against_the_built_in_provider():
             [BIN, "economics", "summary", "--dir", econ, "--json"],
             cwd=ROOT, capture_output=True, text=True, check=True).stdout)
         st = summary["verdict"]["statement"]
-        assert summary["simulated"] is False
-        assert st.startswith("No quantitative token claim for suite agent-sessions against a real provider"), st
+        assert summary["simulated"] is True
+        assert st.startswith("In a simulation against a scripted provider, "), st
     finally:
         provider.terminate()
         provider.wait(timeout=10)

@@ -246,7 +246,8 @@ pub(super) fn suite(
     let mut cr = metric(
         "context_reduction",
         "Context reduction",
-        EconomicsClass::Derived,
+        // Nothing was removed: it is what removing the flagged parts would have saved.
+        EconomicsClass::Counterfactual,
         Some(EconomicsClass::Counted),
         "ratio",
         "counted tokens of the parts the gate's findings flag as removable / counted context tokens, over every request the treatment's clients sent",

@@ -168,8 +168,22 @@ pub struct EconomicsMetric {
     /// What the metric is not, where it is easily mistaken for something else.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not: Option<String>,
+    /// The value's range when each task in turn is left out: how much one task carries it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leave_one_task_out: Option<EconomicsRange>,
     #[serde(default)]
     pub warnings: Vec<String>,
+}
+
+/// The lowest and highest of a metric recomputed without each task in turn.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EconomicsRange {
+    pub low: f64,
+    /// The task whose absence gives `low`.
+    pub low_without: String,
+    pub high: f64,
+    pub high_without: String,
 }
 
 /// Why a pair does or does not count.

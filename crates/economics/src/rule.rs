@@ -241,8 +241,14 @@ pub struct StatementInputs {
     pub failed_in_both: Vec<String>,
     /// The tokens-per-successful-task reduction over every comparable pair.
     pub per_success: Option<f64>,
+    /// Its interval, and its lowest and highest with one task left out (and which task).
+    pub per_success_interval: Option<(f64, f64)>,
+    pub per_success_range: Option<(f64, String, f64, String)>,
     /// Successes per arm over the comparable pairs: `(control, treatment, pairs)`.
     pub successes: (usize, usize, usize),
+    /// The median per-pair cost reduction over valid pairs, and its interval.
+    pub cost_median: Option<f64>,
+    pub cost_interval: Option<(f64, f64)>,
 }
 
 fn fewer_or_more(v: f64) -> (String, &'static str) {
@@ -263,28 +269,58 @@ fn clients_text(c: &[ClientInfo]) -> String {
         .join(", ")
 }
 
-/// The sentences that follow the headline whatever it is: the tasks the gate made fail, the
-/// tasks that failed in both arms, and the figure that counts failed runs.
-fn failures_text(s: &StatementInputs) -> String {
-    let mut o = String::new();
+/// The statement's first sentence after its opening: what the gate broke.
+fn broke_text(s: &StatementInputs) -> String {
     if s.failed_under_gate.is_empty() {
-        o.push_str(" No task failed under the gate that succeeded without it.");
+        "no task that succeeded without the gate failed through it.".into()
     } else {
-        let _ = write!(
-            o,
-            " Tasks that failed under the gate but not without it: {}.",
+        format!(
+            "tasks that succeeded without the gate failed through it: {}.",
             s.failed_under_gate.join("; ")
-        );
+        )
     }
+}
+
+/// The cost figure, with the token figure's standing (its own interval).
+fn cost_text(s: &StatementInputs) -> String {
+    let level = f64::from(s.level_bp) / 100.0;
+    match (s.cost_median, s.cost_interval) {
+        (Some(v), Some((lo, hi))) => {
+            let (mag, dir) = if v >= 0.0 {
+                (pct(v), "less")
+            } else {
+                (pct(-v), "more")
+            };
+            format!(
+                " At the recorded price table the median pair cost {mag} {dir} through the gate ({level}% interval {} to {}).",
+                pct(lo),
+                pct(hi)
+            )
+        }
+        _ => String::new(),
+    }
+}
+
+/// The sentences that follow the headline whatever it is: the tasks that failed in both arms,
+/// and the figure that counts failed runs (only with its interval and its range).
+fn failures_text(s: &StatementInputs) -> String {
+    let mut o = cost_text(s);
     if !s.failed_in_both.is_empty() {
         let _ = write!(o, " Failed in both arms: {}.", s.failed_in_both.join("; "));
     }
     let (c, t, n) = s.successes;
-    if let Some(v) = s.per_success {
+    let level = f64::from(s.level_bp) / 100.0;
+    if let (Some(v), Some((lo, hi)), Some((low, low_task, high, high_task))) =
+        (s.per_success, s.per_success_interval, &s.per_success_range)
+    {
         let (mag, dir) = fewer_or_more(v);
         let _ = write!(
             o,
-            " Counting failed runs too, the gate's arm bought {mag} {dir} tokens per successful task ({t} of {n} treatment runs and {c} of {n} control runs succeeded)."
+            " Counting failed runs too, the gate's arm bought {mag} {dir} tokens per successful task ({level}% interval {} to {}; {} without {low_task} to {} without {high_task}, leaving one task out; {t} of {n} treatment runs and {c} of {n} control runs succeeded).",
+            pct(lo),
+            pct(hi),
+            pct(*low),
+            pct(*high)
         );
     } else if n > 0 {
         let _ = write!(
@@ -314,7 +350,8 @@ pub fn verdict_statement(s: &StatementInputs, outcome: &RuleOutcome) -> String {
                 let (mag, dir) = fewer_or_more(v);
                 let _ = write!(
                     o,
-                    "{SIMULATION_LABEL} the median pair of suite {} used {mag} {dir} total tokens through the gate than straight to the scripted provider ({interval}; {counts}; clients {}).",
+                    "{SIMULATION_LABEL} {} The median pair of suite {} used {mag} {dir} total tokens through the gate than straight to the scripted provider ({interval}; {counts}; clients {}).",
+                    broke_text(s),
                     s.suite,
                     clients_text(&s.clients)
                 );
@@ -322,7 +359,8 @@ pub fn verdict_statement(s: &StatementInputs, outcome: &RuleOutcome) -> String {
             None => {
                 let _ = write!(
                     o,
-                    "{SIMULATION_LABEL} no pair of suite {} was valid ({counts}; clients {}): no token figure.",
+                    "{SIMULATION_LABEL} {} No pair of suite {} was valid ({counts}; clients {}): no token figure.",
+                    broke_text(s),
                     s.suite,
                     clients_text(&s.clients)
                 );
@@ -351,14 +389,20 @@ pub fn verdict_statement(s: &StatementInputs, outcome: &RuleOutcome) -> String {
             let (mag, dir) = fewer_or_more(v);
             let _ = write!(
                 o,
-                "Against {}, through the gate, the median agent task of suite {} used {mag} {dir} total tokens than the same task sent straight to the provider ({interval}; {counts}, at least {} repetitions each; clients {}).",
+                "Against {}, {} Through the gate, the median agent task of suite {} used {mag} {dir} total tokens than the same task sent straight to the provider ({interval}; {counts}, at least {} repetitions each; clients {}).",
                 s.provider,
+                broke_text(s),
                 s.suite,
                 i.min_repetitions,
                 clients_text(&s.clients)
             );
         }
         _ => {
+            if i.attempted_pairs > 0 {
+                let mut first = broke_text(s);
+                first[..1].make_ascii_uppercase();
+                let _ = write!(o, "{first} ");
+            }
             let _ = write!(
                 o,
                 "No quantitative token claim for suite {} against {}: {}.",

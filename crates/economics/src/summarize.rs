@@ -63,8 +63,58 @@ pub(super) fn metric(
         interval: None,
         evidence: vec![],
         not: None,
+        leave_one_task_out: None,
         warnings: vec![],
     }
+}
+
+/// What the usage figures are: the provider's word (`observed`), or, against the built-in
+/// provider, the count its tokenizer made of the bytes (`counted`).
+fn usage_class(simulated: bool) -> EconomicsClass {
+    if simulated {
+        EconomicsClass::Counted
+    } else {
+        EconomicsClass::Observed
+    }
+}
+
+/// `stat` over every task but one, for each task: the lowest and the highest, and which
+/// task's absence gives each (`None` with fewer than two tasks).
+fn leave_one_task_out<T: Clone>(
+    tasks: &[(String, Vec<T>)],
+    stat: impl Fn(&[T]) -> Option<f64>,
+) -> Option<EconomicsRange> {
+    if tasks.len() < 2 {
+        return None;
+    }
+    let mut values = tasks
+        .iter()
+        .enumerate()
+        .filter_map(|(left_out, (task, _))| {
+            let rest: Vec<T> = tasks
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != left_out)
+                .flat_map(|(_, (_, rows))| rows.iter().cloned())
+                .collect();
+            stat(&rest).map(|v| (v, task.clone()))
+        });
+    let first = values.next()?;
+    let (mut low, mut high) = (first.clone(), first);
+    for v in values {
+        if v.0 < low.0 {
+            low = v.clone();
+        }
+        if v.0 > high.0 {
+            high = v;
+        }
+    }
+    Some(EconomicsRange {
+        low: low.0,
+        low_without: low.1,
+        high: high.0,
+        high_without: high.1,
+    })
 }
 
 fn matches(q: &EconomicsQuery, p: &EconomicsPair) -> bool {
@@ -76,6 +126,17 @@ fn matches(q: &EconomicsQuery, p: &EconomicsPair) -> bool {
 
 /// Per-task clusters of a per-pair value over valid pairs (in task order).
 fn clusters(pairs: &[&EconomicsPair], f: impl Fn(&EconomicsPair) -> Option<f64>) -> Vec<Vec<f64>> {
+    task_clusters(pairs, f)
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect()
+}
+
+/// [`clusters`] with each task's id.
+fn task_clusters(
+    pairs: &[&EconomicsPair],
+    f: impl Fn(&EconomicsPair) -> Option<f64>,
+) -> Vec<(String, Vec<f64>)> {
     let mut m: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for p in pairs
         .iter()
@@ -85,17 +146,19 @@ fn clusters(pairs: &[&EconomicsPair], f: impl Fn(&EconomicsPair) -> Option<f64>)
             m.entry(p.task.as_str()).or_default().push(v);
         }
     }
-    m.into_values().collect()
+    m.into_iter().map(|(t, v)| (t.to_string(), v)).collect()
 }
 
-fn row_clusters(pairs: &[&EconomicsPair]) -> Vec<Vec<(u64, bool, u64, bool)>> {
-    let mut m: BTreeMap<&str, Vec<(u64, bool, u64, bool)>> = BTreeMap::new();
+type SuccessRow = (u64, bool, u64, bool);
+
+fn row_clusters(pairs: &[&EconomicsPair]) -> Vec<(String, Vec<SuccessRow>)> {
+    let mut m: BTreeMap<&str, Vec<SuccessRow>> = BTreeMap::new();
     for p in pairs {
         if let Some(r) = per_success_row(p) {
             m.entry(p.task.as_str()).or_default().push(r);
         }
     }
-    m.into_values().collect()
+    m.into_iter().map(|(t, v)| (t.to_string(), v)).collect()
 }
 
 fn pooled(v: &[(u64, u64)]) -> Option<f64> {
@@ -394,6 +457,11 @@ fn verdict(
         .filter(|p| p.control.is_some() || p.treatment.is_some())
         .collect();
     let rows: Vec<_> = all.iter().filter_map(|p| per_success_row(p)).collect();
+    let row_tasks = row_clusters(all);
+    let row_sets: Vec<Vec<SuccessRow>> = row_tasks.iter().map(|(_, r)| r.clone()).collect();
+    let cost_tasks = task_clusters(all, |p| p.cost_reduction);
+    let cost_sets: Vec<Vec<f64>> = cost_tasks.iter().map(|(_, v)| v.clone()).collect();
+    let cost_vals: Vec<f64> = cost_sets.iter().flatten().copied().collect();
     let (failed_under_gate, failed_in_both) = failed_lists(all);
     let st = StatementInputs {
         suite: suite.to_string(),
@@ -418,11 +486,20 @@ fn verdict(
         failed_under_gate,
         failed_in_both,
         per_success: per_success_reduction(&rows),
+        per_success_interval: boot
+            .interval(&row_sets, per_success_reduction, CLUSTER_METHOD)
+            .map(|i| (i.low, i.high)),
+        per_success_range: leave_one_task_out(&row_tasks, per_success_reduction)
+            .map(|r| (r.low, r.low_without, r.high, r.high_without)),
         successes: (
             rows.iter().filter(|r| r.1).count(),
             rows.iter().filter(|r| r.3).count(),
             rows.len(),
         ),
+        cost_median: stats::median(&cost_vals),
+        cost_interval: boot
+            .interval(&cost_sets, stats::median, CLUSTER_METHOD)
+            .map(|i| (i.low, i.high)),
     };
     EconomicsVerdict {
         publishable: outcome.publishable,
@@ -456,73 +533,10 @@ fn live_metrics(
     simulated: bool,
     boot: &Boot,
 ) -> Vec<EconomicsMetric> {
-    let evidence: Vec<String> = pairs
-        .iter()
-        .filter(|p| p.status == EconomicsPairStatus::Valid)
-        .map(|p| super::pair_id(&p.task, &p.client, p.repetition))
-        .collect();
     let mut out = Vec::new();
+    let inputs = usage_class(simulated);
 
-    let cl = clusters(pairs, |p| p.token_reduction);
-    let vals: Vec<f64> = cl.iter().flatten().copied().collect();
-    let mut tr = metric(
-        "token_reduction",
-        "Total-token reduction",
-        EconomicsClass::Derived,
-        Some(EconomicsClass::Observed),
-        "ratio",
-        "median over valid pairs of 1 - treatment total tokens / control total tokens (provider-reported usage, as the provider answered it; a SERVE or a refusal buys 0 tokens)",
-        suite,
-    );
-    tr.not = Some("not the context reduction (counted removable context), and not a saving over failed runs: a pair counts only when both arms' tasks passed their checks (see tokens_per_success_reduction for one that counts failures)".into());
-    tr.value = stats::median(&vals);
-    tr.distribution = stats::distribution(&vals);
-    tr.interval = boot.interval(&cl, stats::median, CLUSTER_METHOD);
-    tr.evidence = evidence.clone();
-    measured(&mut tr, vals.len());
-    if publishable && !query.is_narrowed() && !vals.is_empty() && !simulated {
-        tr.status = EconomicsMetricStatus::Verified;
-    }
-    if query.is_narrowed() && !vals.is_empty() {
-        tr.warnings.push("narrowed by the query: the publication rule was evaluated over all the evidence, not this slice".into());
-    }
-    if !publishable && !vals.is_empty() {
-        tr.warnings
-            .push("below the publication rule: a result, not a claim".into());
-    }
-    if cl.len() < 2 && !vals.is_empty() {
-        tr.warnings
-            .push("fewer than two tasks: the interval says nothing about other tasks".into());
-    }
-    out.push(tr);
-
-    let rows = row_clusters(pairs);
-    let flat: Vec<_> = rows.iter().flatten().copied().collect();
-    let mut ps = metric(
-        "tokens_per_success_reduction",
-        "Tokens per successful task: reduction, failures counted",
-        EconomicsClass::Derived,
-        Some(EconomicsClass::Observed),
-        "ratio",
-        "over every attempted comparable pair (valid, control failed, treatment failed, both failed): 1 - (treatment tokens / treatment successes) / (control tokens / control successes)",
-        suite,
-    );
-    ps.not = Some("not a per-pair median: it pools all runs, so a runaway the gate stopped counts as the tokens it did not buy, and a task the gate broke counts as tokens with no success".into());
-    ps.value = per_success_reduction(&flat);
-    ps.interval = boot.interval(&rows, per_success_reduction, CLUSTER_METHOD);
-    ps.evidence = pairs
-        .iter()
-        .filter(|p| comparable(p))
-        .map(|p| super::pair_id(&p.task, &p.client, p.repetition))
-        .collect();
-    measured(&mut ps, flat.len());
-    if ps.value.is_none() {
-        ps.status = EconomicsMetricStatus::NotMeasured;
-    }
-    ps.warnings
-        .push("secondary: the publication rule is evaluated for the primary metric only".into());
-    out.push(ps);
-
+    // Stated first: what the gate broke.
     let failed: Vec<&&EconomicsPair> = pairs
         .iter()
         .filter(|p| p.status == EconomicsPairStatus::TreatmentFailed)
@@ -555,6 +569,64 @@ fn live_metrics(
         .collect();
     out.push(gf);
 
+    // Tokens and cost, with equal standing: each its own interval and range.
+    let headline = Headline {
+        pairs,
+        query,
+        publishable,
+        simulated,
+        boot,
+        suite,
+        inputs,
+    };
+    let mut tr = headline.metric(
+        "token_reduction",
+        "Total-token reduction",
+        "median over valid pairs of 1 - treatment total tokens / control total tokens (provider-reported usage, as the provider answered it; a SERVE or a refusal buys 0 tokens)",
+        |p| p.token_reduction,
+    );
+    tr.not = Some("not the context reduction (counted removable context), and not a saving over failed runs: a pair counts only when both arms' tasks passed their checks (see tokens_per_success_reduction for one that counts failures)".into());
+    out.push(tr);
+    let mut cr = headline.metric(
+        "cost_reduction",
+        "Cost reduction at the recorded price table",
+        "median over valid pairs (both arms priced) of 1 - treatment cost / control cost, each part of the provider-reported usage (input, cache write, cache read, output) at the price table recorded with the evidence",
+        |p| p.cost_reduction,
+    );
+    cr.not = Some("not an invoice: the cost is the usage at the price table recorded with the evidence, with no discount the provider did not report".into());
+    out.push(cr);
+
+    let rows = row_clusters(pairs);
+    let row_sets: Vec<Vec<SuccessRow>> = rows.iter().map(|(_, r)| r.clone()).collect();
+    let flat: Vec<_> = row_sets.iter().flatten().copied().collect();
+    let mut ps = metric(
+        "tokens_per_success_reduction",
+        "Tokens per successful task: reduction, failures counted",
+        EconomicsClass::Derived,
+        Some(inputs),
+        "ratio",
+        "over every attempted comparable pair (valid, control failed, treatment failed, both failed): 1 - (treatment tokens / treatment successes) / (control tokens / control successes)",
+        suite,
+    );
+    ps.not = Some("not a per-pair median: it pools all runs, so a runaway the gate stopped counts as the tokens it did not buy, and a task the gate broke counts as tokens with no success".into());
+    ps.value = per_success_reduction(&flat);
+    ps.interval = boot.interval(&row_sets, per_success_reduction, CLUSTER_METHOD);
+    ps.leave_one_task_out = leave_one_task_out(&rows, per_success_reduction);
+    ps.evidence = pairs
+        .iter()
+        .filter(|p| comparable(p))
+        .map(|p| super::pair_id(&p.task, &p.client, p.repetition))
+        .collect();
+    measured(&mut ps, flat.len());
+    if ps.value.is_none() {
+        ps.status = EconomicsMetricStatus::NotMeasured;
+    }
+    ps.warnings.push(
+        "pooled over tasks: one heavy task can carry it (see leave_one_task_out); secondary, the publication rule is evaluated for the primary metric only"
+            .into(),
+    );
+    out.push(ps);
+
     let pooled_rows: Vec<(u64, u64)> = pairs
         .iter()
         .filter(|p| p.status == EconomicsPairStatus::Valid)
@@ -569,7 +641,7 @@ fn live_metrics(
         "pooled_token_reduction",
         "Pooled total-token reduction",
         EconomicsClass::Derived,
-        Some(EconomicsClass::Observed),
+        Some(inputs),
         "ratio",
         "1 - sum of treatment total tokens / sum of control total tokens, over valid pairs",
         suite,
@@ -594,12 +666,6 @@ fn live_metrics(
             |p| p.tool_call_reduction,
         ),
         (
-            "cost_reduction",
-            "Cost reduction at the recorded price table",
-            "median over valid pairs (both arms priced) of 1 - treatment cost / control cost, each part of the usage at the gate's price for the model",
-            |p| p.cost_reduction,
-        ),
-        (
             "continuation_reduction",
             "Continuation reduction (last session)",
             "median over valid pairs of tasks of several sessions of 1 - treatment tokens / control tokens in the last session",
@@ -607,15 +673,11 @@ fn live_metrics(
         ),
     ] {
         let v = valid_values(pairs, f);
-        let mut mm = metric(id, title, EconomicsClass::Derived, Some(EconomicsClass::Observed), "ratio", formula, suite);
+        let mut mm = metric(id, title, EconomicsClass::Derived, Some(inputs), "ratio", formula, suite);
         mm.value = stats::median(&v);
         mm.distribution = stats::distribution(&v);
         measured(&mut mm, v.len());
         out.push(mm);
-    }
-    if let Some(c) = out.iter_mut().find(|m| m.id == "cost_reduction") {
-        c.class = EconomicsClass::Derived;
-        c.not = Some("not an invoice: the cost is the usage at the price table recorded with the evidence, with no discount or provider-side caching the provider did not report".into());
     }
 
     let nb: Vec<&&EconomicsPair> = pairs
@@ -625,7 +687,7 @@ fn live_metrics(
     let mut tnb = metric(
         "tokens_not_bought",
         "Tokens not bought (SERVE)",
-        EconomicsClass::Observed,
+        inputs,
         None,
         "tokens",
         "sum over valid pairs of the usage the provider reported for the answers the gate served from its store",
@@ -648,6 +710,69 @@ fn live_metrics(
         }
     }
     out
+}
+
+/// What a headline reduction (tokens, cost) is computed over.
+struct Headline<'a> {
+    pairs: &'a [&'a EconomicsPair],
+    query: &'a EconomicsQuery,
+    publishable: bool,
+    simulated: bool,
+    boot: &'a Boot,
+    suite: &'a str,
+    inputs: EconomicsClass,
+}
+
+impl Headline<'_> {
+    /// A per-pair reduction with the primary metric's standing: median, distribution,
+    /// task-cluster interval, leave-one-task-out range, and the publication status.
+    fn metric(
+        &self,
+        id: &str,
+        title: &str,
+        formula: &str,
+        f: fn(&EconomicsPair) -> Option<f64>,
+    ) -> EconomicsMetric {
+        let tasks = task_clusters(self.pairs, f);
+        let cl: Vec<Vec<f64>> = tasks.iter().map(|(_, v)| v.clone()).collect();
+        let vals: Vec<f64> = cl.iter().flatten().copied().collect();
+        let mut m = metric(
+            id,
+            title,
+            EconomicsClass::Derived,
+            Some(self.inputs),
+            "ratio",
+            formula,
+            self.suite,
+        );
+        m.value = stats::median(&vals);
+        m.distribution = stats::distribution(&vals);
+        m.interval = self.boot.interval(&cl, stats::median, CLUSTER_METHOD);
+        m.leave_one_task_out = leave_one_task_out(&tasks, stats::median);
+        m.evidence = self
+            .pairs
+            .iter()
+            .filter(|p| p.status == EconomicsPairStatus::Valid && f(p).is_some())
+            .map(|p| super::pair_id(&p.task, &p.client, p.repetition))
+            .collect();
+        measured(&mut m, vals.len());
+        let narrowed = self.query.is_narrowed();
+        if self.publishable && !narrowed && !vals.is_empty() && !self.simulated {
+            m.status = EconomicsMetricStatus::Verified;
+        }
+        if narrowed && !vals.is_empty() {
+            m.warnings.push("narrowed by the query: the publication rule was evaluated over all the evidence, not this slice".into());
+        }
+        if !self.publishable && !vals.is_empty() {
+            m.warnings
+                .push("below the publication rule: a result, not a claim".into());
+        }
+        if cl.len() < 2 && !vals.is_empty() {
+            m.warnings
+                .push("fewer than two tasks: the interval says nothing about other tasks".into());
+        }
+        m
+    }
 }
 
 /// A dimension the pairs are segmented by: its name, and a pair's value in it.

@@ -495,6 +495,11 @@ pub const RESET_PAUSE_MS: u64 = 50;
 pub const MIN_REPLY_WORDS: usize = 3;
 /// Largest reply, in words.
 pub const MAX_REPLY_WORDS: usize = 8;
+/// The header on every answer that says the answer is the built-in provider's (SPEC §6: what
+/// was recorded against it is a simulation), and its value.
+pub const IDENTITY_HEADER: &str = "x-mock-provider";
+pub const IDENTITY: &str = concat!("tokensaver-mock-provider/", env!("CARGO_PKG_VERSION"));
+
 /// Models listed by `GET /v1/models` (any model name is accepted).
 pub const MODELS: [&str; 8] = [
     "mock-small",

@@ -249,6 +249,12 @@ async fn respond(
         resp.headers_mut()
             .insert(CONNECTION, HeaderValue::from_static("close"));
     }
+    // It says what it is on every answer, so evidence recorded against it is labelled a
+    // simulation whatever the harness was told (`economics run --upstream`).
+    resp.headers_mut().insert(
+        HeaderName::from_static(crate::IDENTITY_HEADER),
+        HeaderValue::from_static(crate::IDENTITY),
+    );
     Ok(resp)
 }
 
