@@ -1,6 +1,7 @@
 //! Forwarding an ALLOW or DOWNGRADE: write the upstream request through pingora's pooled
-//! connector, relay the answer as it arrives, capture the usage the provider reports, and
-//! store the answer when it is complete, successful and reusable.
+//! connector (once more on a new connection if a pooled one was found closed), relay the
+//! answer as it arrives while keeping the decision's reservation live, capture the usage the
+//! provider reports, and store the answer when it is complete, successful and reusable.
 
 use std::ops::Range;
 
