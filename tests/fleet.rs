@@ -1270,3 +1270,42 @@ fn a_stored_response_is_bound_for_the_whole_fleet() {
     assert_eq!(foreign.status, 404, "{}", foreign.text());
     assert_eq!(fleet[1].calls("/v1/responses"), 0);
 }
+
+/// A stream relayed for longer than several reservation TTLs keeps its fleet reservation live
+/// (renewed by the database's clock): it settles at its reported usage, never at an expiry.
+#[test]
+fn a_stream_outliving_its_ttl_settles_by_usage_in_the_fleet() {
+    let Some(url) = pg_url() else { return };
+    let key = FleetKey::new(format!("renew{}", run_tag()));
+    let h = Harness::start(Opts {
+        stream_delay_ms: 1_000,
+        rust_log: "warn",
+        extra_config: format!(
+            "reservation_ttl_secs = 2\n{}{}",
+            key.toml(None),
+            store_toml(&url)
+        ),
+        ..Opts::default()
+    });
+    let started = std::time::Instant::now();
+    let r = h.post(
+        CHAT,
+        &key.bearer(),
+        &chat(
+            "gpt-4o-mini",
+            "Stream slowly past the TTL.",
+            json!({"stream": true}),
+        ),
+        &[HUMAN],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("[DONE]"), "{}", r.text());
+    assert!(
+        started.elapsed() > Duration::from_secs(6),
+        "three TTLs: {:?}",
+        started.elapsed()
+    );
+    settle();
+    // (forwarded, settled by usage, expired, open, decisions)
+    assert_eq!(ledger_counts(&url, &key.id), (1, 1, 0, 0, 1));
+}

@@ -674,6 +674,25 @@ impl Fleet {
         Ok(row)
     }
 
+    /// Extend an open reservation to a TTL from now (the database's clock, as expiry reads
+    /// it): its answer is still being relayed. A settled or expired one is left as it is.
+    pub async fn renew(&self, decision_id: &DecisionId) -> Result<(), FleetError> {
+        let ttl_ms = db(self.reservation_ttl_ms);
+        let renew = async {
+            let client = self.pool.get().await?;
+            let stmt = client
+                .prepare_cached(&format!(
+                    "UPDATE fleet_reservations \
+                     SET expires_ms = GREATEST(expires_ms, {DB_NOW_MS} + $2::bigint) \
+                     WHERE decision_id = $1"
+                ))
+                .await?;
+            client.execute(&stmt, &[decision_id, &ttl_ms]).await?;
+            Ok(())
+        };
+        within(CALL_TIMEOUT, renew).await
+    }
+
     /// Charge every reservation past its TTL (the database's clock) at its worst case. Safe to
     /// run from every instance at once: the DELETE takes each row once, and the charge is
     /// written by the same statement. Returns how many were charged.

@@ -428,6 +428,20 @@ impl Gatekeeper {
         fleet.decisions(query).await
     }
 
+    /// Keep the reservation of an answer still being relayed live for another TTL: in the
+    /// fleet's database (its clock) on a fleet instance, else in memory
+    /// ([`Gatekeeper::renew_reservation`]). A renewal that fails is retried at the next one.
+    pub async fn renew_relayed_reservation(&self, decision_id: &DecisionId, now_ms: u64) {
+        match self.fleet.as_ref() {
+            Some(fleet) => {
+                if fleet.renew(decision_id).await.is_err() {
+                    tracing::warn!("fleet reservation renewal failed; the next one retries");
+                }
+            }
+            None => self.renew_reservation(decision_id, now_ms),
+        }
+    }
+
     /// The fleet's periodic work: charge expired reservations (any instance may, at once) and
     /// replay spooled usage once the database answers again.
     pub async fn fleet_tick(&self) {

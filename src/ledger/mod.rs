@@ -1078,6 +1078,17 @@ impl Gatekeeper {
         st.leases.retain(|_, l| now_ms < l.until_ms);
     }
 
+    /// Keep a reservation live for another TTL from `now_ms`: its answer is still being
+    /// relayed (SPEC §4), so the usage that ends it will settle it exactly. Memory only: a
+    /// restarted gate has no relay for it (the relay ended with the old process), so the
+    /// reservation it rebuilds from the decision row expires TTL after the decision.
+    pub fn renew_reservation(&self, decision_id: &DecisionId, now_ms: u64) {
+        let ttl_ms = self.config.reservation_ttl_ms;
+        if let Some(r) = lock(&self.state).reservations.get_mut(decision_id) {
+            r.expires_ms = r.expires_ms.max(now_ms.saturating_add(ttl_ms));
+        }
+    }
+
     /// Settle a forwarded decision with what the provider reported and how its answer ended
     /// ([`settlement`]): nothing is invented, and an answer that may have been billed without
     /// its usage reported is charged its worst case.

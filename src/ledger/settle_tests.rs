@@ -346,3 +346,37 @@ fn the_decisions_listing_pages_by_time_and_names_each_settlement() {
         .starts_with("decision_id,key_id,decided_at_ms,decided_at,"));
     assert_eq!(lines.count(), 2);
 }
+
+#[test]
+fn a_renewed_reservation_outlives_its_ttl_and_an_abandoned_one_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let gk = open(dir.path());
+    let ttl = gk.config.reservation_ttl_ms;
+    let relayed = forward(&gk, "relayed", T0);
+    let abandoned = forward(&gk, "abandoned", T0);
+    // The relayed one is renewed within each TTL; the abandoned one once, early.
+    gk.renew_reservation(&abandoned.decision_id, T0 + 1_000);
+    gk.renew_reservation(&relayed.decision_id, T0 + ttl - 1_000);
+    gk.tick(T0 + ttl + 1_000);
+    gk.renew_reservation(&relayed.decision_id, T0 + 2 * ttl - 1_000);
+    gk.tick(T0 + 2 * ttl + 1_000);
+
+    let usage = billed(100, 0, 0, 10);
+    let row = gk
+        .record_usage(
+            &report(&relayed, Some(usage), Ending::Complete),
+            T0 + 2 * ttl + 2_000,
+            RecordSource::Proxy,
+        )
+        .unwrap();
+    assert_eq!(row.spend_nano, usage.cost_nano(&prices()));
+    // Expired a TTL after its one renewal, at its worst case: its usage finds no reservation.
+    assert!(matches!(
+        gk.record_usage(
+            &report(&abandoned, Some(usage), Ending::Complete),
+            T0 + 2 * ttl + 2_000,
+            RecordSource::Proxy,
+        ),
+        Err(RecordError::UnknownDecision)
+    ));
+}

@@ -1,6 +1,7 @@
 //! Forwarding an ALLOW or DOWNGRADE: write the upstream request through pingora's pooled
-//! connector, relay the answer as it arrives, capture the usage the provider reports, and
-//! store the answer when it is complete, successful and reusable.
+//! connector (once more on a new connection if a pooled one was found closed), relay the
+//! answer as it arrives while keeping the decision's reservation live, capture the usage the
+//! provider reports, and store the answer when it is complete, successful and reusable.
 
 use std::ops::Range;
 
@@ -9,6 +10,7 @@ use pingora::connectors::http::Connector;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::http::client::HttpSession;
 use pingora::proxy::Session;
+use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType, Result};
 use serde_json::{Map, Value};
 
@@ -283,7 +285,17 @@ impl Forward<'_> {
                 return Err(e);
             }
         };
-        let mut outcome = self.exchange(session, header, body, strip).await;
+        let mut outcome = match self.recorder {
+            Recorder::Local => {
+                tokio::select! {
+                    outcome = self.exchange(session, header, body, strip) => outcome,
+                    never = self.keep_reservation_live() => match never {},
+                }
+            }
+            // The reservation lives on the central gate, which has no renewal route: a digest
+            // answer relayed for longer than its TTL is charged there at its worst case.
+            Recorder::Remote(_) => self.exchange(session, header, body, strip).await,
+        };
         let error = outcome.failure.take();
         self.recorder
             .record(self.gatekeeper, self.report(outcome.usage, outcome.ending))
@@ -341,6 +353,21 @@ impl Forward<'_> {
         }
     }
 
+    /// Renew the decision's reservation every [`renewal_interval`] for as long as this future
+    /// is polled: beside the exchange, so a silent wait (a slow provider's header, a pause in a
+    /// stream) keeps it live as well as a busy stream, and no chunk pays for a clock read.
+    async fn keep_reservation_live(&self) -> std::convert::Infallible {
+        let every = renewal_interval(self.gatekeeper.config.reservation_ttl_ms);
+        let mut due = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        due.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            due.tick().await;
+            self.gatekeeper
+                .renew_relayed_reservation(&self.decision_id, now_ms())
+                .await;
+        }
+    }
+
     /// Send the request upstream, relay the header, then the body, and read how the answer
     /// ended and what the provider reported.
     async fn exchange(
@@ -351,7 +378,7 @@ impl Forward<'_> {
         strip: bool,
     ) -> Outcome {
         let mut outcome = Outcome::not_sent();
-        let mut upstream = match self.send(header, body, &mut outcome).await {
+        let mut upstream = match self.send_until_answered(header, body, &mut outcome).await {
             Ok(upstream) => upstream,
             Err(err) => return outcome.refused(err),
         };
@@ -370,27 +397,63 @@ impl Forward<'_> {
             .await
     }
 
-    /// Connect and write the request. From the first byte written the provider may have
-    /// received the request and billed it: every later failure settles at the worst case.
-    async fn send(
+    /// Send the request and read the provider's header. A pooled connection the provider had
+    /// already closed fails before any byte of an answer: the request cannot have been
+    /// answered, so it is sent once more on a new connection, and that attempt's outcome alone
+    /// counts (its connect failing is `NotSent`, never the worst case). As the digest client
+    /// does (`remote.rs`); nothing else is retried.
+    async fn send_until_answered(
         &self,
         header: RequestHeader,
         body: Bytes,
         outcome: &mut Outcome,
     ) -> std::result::Result<HttpSession, GateError> {
-        let mut connected = None;
-        // A connect that fails reached nobody: the next address is tried.
+        let mut unreachable = None;
+        // A connect that fails reached nobody: the upstream's next address is tried.
         for peer in self.provider.candidates() {
-            if let Ok(session) = self.connector.get_http_session(peer).await {
-                connected = Some(session);
-                break;
+            let tried = match self
+                .attempt(peer, header.clone(), body.clone(), outcome)
+                .await
+            {
+                Err(Attempt::StaleConnection) => {
+                    outcome.ending = Ending::NotSent;
+                    let fresh = fresh_connection_peer(peer);
+                    self.attempt(&fresh, header.clone(), body.clone(), outcome)
+                        .await
+                }
+                other => other,
+            };
+            match tried {
+                Err(Attempt::Unreachable(err)) => {
+                    outcome.ending = Ending::NotSent;
+                    unreachable = Some(err);
+                }
+                other => return other.map_err(Attempt::into_error),
             }
         }
-        let (mut upstream, _reused) = connected
-            .ok_or_else(|| bad_gateway("upstream_connect", "could not connect to the provider"))?;
-        // Pingora's connector does not carry the peer's timeouts into a session it hands out.
-        upstream.set_read_timeout(self.provider.peer.options.read_timeout);
-        upstream.set_write_timeout(self.provider.peer.options.write_timeout);
+        Err(unreachable
+            .unwrap_or_else(|| bad_gateway("upstream_connect", "could not connect to the provider")))
+    }
+
+    /// Connect, write the request and read up to the provider's final header. From the first
+    /// byte written the provider may have received the request and billed it: every later
+    /// failure settles at the worst case, unless it is a [`Attempt::StaleConnection`].
+    async fn attempt(
+        &self,
+        peer: &HttpPeer,
+        header: RequestHeader,
+        body: Bytes,
+        outcome: &mut Outcome,
+    ) -> std::result::Result<HttpSession, Attempt> {
+        let (mut upstream, reused) = self.connector.get_http_session(peer).await.map_err(|_| {
+            Attempt::Unreachable(bad_gateway(
+                "upstream_connect",
+                "could not connect to the provider",
+            ))
+        })?;
+        // pingora's connector does not carry the peer's timeouts into a session it hands out.
+        upstream.set_read_timeout(peer.options.read_timeout);
+        upstream.set_write_timeout(peer.options.write_timeout);
         outcome.ending = Ending::Unanswered;
         let sent = async {
             upstream.write_request_header(Box::new(header)).await?;
@@ -398,57 +461,82 @@ impl Forward<'_> {
             upstream.finish_request_body().await
         }
         .await;
-        sent.map_err(|_| {
-            bad_gateway(
-                "upstream_write",
-                "could not send the request to the provider",
-            )
-        })?;
+        if sent.is_err() {
+            // A write that fails on a pooled connection found it closed: a request the
+            // provider never read whole is one it cannot answer or bill.
+            return Err(if reused {
+                Attempt::StaleConnection
+            } else {
+                Attempt::Failed(bad_gateway(
+                    "upstream_write",
+                    "could not send the request to the provider",
+                ))
+            });
+        }
+        self.read_final_header(&mut upstream, reused).await?;
         Ok(upstream)
     }
 
-    /// Read the provider's header and write the client's (the provider's, without hop
-    /// headers, with the receipt). `Ok(None)`: the client went away.
+    /// Read past interim (1xx) answers to the provider's final header. The gate never sends
+    /// `expect`, but a server may send interim answers anyway (RFC 9110 §15.2): they are read
+    /// past, never relayed as the answer (the client had its one `100 Continue` from the
+    /// gate). `101` is refused: no upgrade was asked for.
+    async fn read_final_header(
+        &self,
+        upstream: &mut HttpSession,
+        reused: bool,
+    ) -> std::result::Result<(), Attempt> {
+        let mut interim = 0;
+        loop {
+            if let Err(mut e) = crate::lifecycle::unless_cut(upstream.read_response_header()).await
+            {
+                e.retry.decide_reuse(reused);
+                return Err(if interim == 0 && closed_before_answering(&e) {
+                    Attempt::StaleConnection
+                } else if is_timeout(&e) {
+                    Attempt::Failed(GateError::new(
+                        504,
+                        "api_error",
+                        "upstream_timeout",
+                        "the provider did not answer in time",
+                    ))
+                } else {
+                    Attempt::Failed(bad_gateway(
+                        "upstream_reset",
+                        "the provider closed the connection without answering",
+                    ))
+                });
+            }
+            let resp = upstream.response_header().ok_or_else(|| {
+                Attempt::Failed(bad_gateway(
+                    "upstream_header",
+                    "the provider sent no response header",
+                ))
+            })?;
+            if !resp.status.is_informational() {
+                return Ok(());
+            }
+            interim += 1;
+            if resp.status == http::StatusCode::SWITCHING_PROTOCOLS || interim > MAX_INTERIM {
+                return Err(Attempt::Failed(bad_gateway(
+                    "upstream_header",
+                    "the provider sent an unexpected interim answer",
+                )));
+            }
+        }
+    }
+
+    /// Relay the provider's header (read by [`Self::read_final_header`]) to the client, without
+    /// hop headers, with the receipt. `Ok(None)`: the client went away.
     async fn relay_header(
         &self,
         session: &mut Session,
         upstream: &mut HttpSession,
         outcome: &mut Outcome,
     ) -> std::result::Result<Option<String>, GateError> {
-        // The gate never sends `expect`, but a server may send interim (1xx) answers anyway
-        // (RFC 9110 §15.2): they are read past, never relayed as the answer (the client had
-        // its one `100 Continue` from the gate). `101` is refused: no upgrade was asked for.
-        let mut interim = 0;
-        let resp = loop {
-            if let Err(e) = crate::lifecycle::unless_cut(upstream.read_response_header()).await {
-                return Err(if is_timeout(&e) {
-                    GateError::new(
-                        504,
-                        "api_error",
-                        "upstream_timeout",
-                        "the provider did not answer in time",
-                    )
-                } else {
-                    bad_gateway(
-                        "upstream_reset",
-                        "the provider closed the connection without answering",
-                    )
-                });
-            }
-            let resp = upstream.response_header().ok_or_else(|| {
-                bad_gateway("upstream_header", "the provider sent no response header")
-            })?;
-            if !resp.status.is_informational() {
-                break resp;
-            }
-            interim += 1;
-            if resp.status == http::StatusCode::SWITCHING_PROTOCOLS || interim > MAX_INTERIM {
-                return Err(bad_gateway(
-                    "upstream_header",
-                    "the provider sent an unexpected interim answer",
-                ));
-            }
-        };
+        let resp = upstream.response_header().ok_or_else(|| {
+            bad_gateway("upstream_header", "the provider sent no response header")
+        })?;
         outcome.status = resp.status.as_u16();
         // An error status is the provider refusing the request: not billed, whatever follows.
         if !(200..300).contains(&outcome.status) {
@@ -638,6 +726,58 @@ fn edited_body(
         });
     }
     edit::apply(original, edits)
+}
+
+/// How one attempt at the provider failed.
+enum Attempt {
+    /// A pooled connection the provider had closed before any byte of an answer: the request
+    /// may be sent once more on a new connection.
+    StaleConnection,
+    /// The connect failed: nothing was sent, another address may be tried.
+    Unreachable(GateError),
+    Failed(GateError),
+}
+
+impl Attempt {
+    fn into_error(self) -> GateError {
+        match self {
+            Attempt::StaleConnection => bad_gateway(
+                "upstream_reset",
+                "the provider closed the connection without answering",
+            ),
+            Attempt::Unreachable(err) | Attempt::Failed(err) => err,
+        }
+    }
+}
+
+/// The pool group no connection is ever released into (sessions go back under the
+/// provider's own peer): asking for it always opens a new connection.
+const FRESH_CONNECTION_GROUP: u64 = u64::MAX;
+
+/// The provider's peer under [`FRESH_CONNECTION_GROUP`]: pingora's connector takes a pooled
+/// connection whenever the peer's pool has one, and the pool is chosen by the peer's hash.
+fn fresh_connection_peer(peer: &HttpPeer) -> HttpPeer {
+    let mut fresh = peer.clone();
+    fresh.group_key = FRESH_CONNECTION_GROUP;
+    fresh
+}
+
+/// pingora's verdict on a failed header read of a reused connection (`RetryType::ReusedOnly`,
+/// decided by reuse: the connection closed or failed at the socket), narrowed to the case
+/// where not one byte of the header had arrived. pingora 0.9.1 states that count only in the
+/// error's context ("bytes already read: N"); were the wording to change, nothing would be
+/// retried (the safe side), and `tests/proxy_upstream_reuse.rs` would fail.
+fn closed_before_answering(e: &pingora::Error) -> bool {
+    e.retry()
+        && e.context
+            .as_ref()
+            .is_some_and(|c| c.as_str().ends_with("bytes already read: 0"))
+}
+
+/// A reservation is renewed three times per TTL: two renewals may be late or fail before the
+/// reservation of an answer still being relayed expires.
+fn renewal_interval(reservation_ttl_ms: u64) -> std::time::Duration {
+    std::time::Duration::from_millis((reservation_ttl_ms / 3).max(1))
 }
 
 fn bad_gateway(code: &'static str, message: &'static str) -> GateError {
