@@ -557,7 +557,7 @@ fn fresh_copy() -> (tempfile::TempDir, PathBuf) {
             kind: ProviderKind::Simulated,
             name: "tokensaver mock-provider".into(),
             upstream: "127.0.0.1".into(),
-            usage_counting: "cl100k_base".into(),
+            usage_counting: economics::SIMULATED_USAGE_COUNTING.into(),
         },
         clients: vec![],
         harness: HarnessInfo {
@@ -571,10 +571,7 @@ fn fresh_copy() -> (tempfile::TempDir, PathBuf) {
             .map(|(k, (_, d))| (k.clone(), d.clone()))
             .collect(),
         repetitions: 1,
-        tokenizer: EconomicsTokenizer {
-            encoding: "cl100k_base".into(),
-            implementation: "tiktoken-rs".into(),
-        },
+        tokenizer: economics::context_tokenizer(),
         runs,
     };
     let ev_dir = d.join("evidence/agent-sessions");
@@ -633,6 +630,46 @@ fn stale_when_the_gate_config_changes() {
         .any(|r| r.contains("no gate config in force")));
 }
 
+/// Evidence made with other client versions than the project pins, against a built-in provider
+/// that counted or billed otherwise, or with its context counted by another tokenizer, is
+/// stale, each for its own reason.
+#[test]
+fn stale_when_the_clients_the_provider_or_the_tokenizer_changed() {
+    let (_tmp, d) = fresh_copy();
+    let c = config();
+    let file = d.join("evidence/agent-sessions/a.json");
+    let mut ev: EvidenceFile = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let pinned = economics::pinned_clients();
+    assert!(pinned.contains_key("claude-code") && pinned.contains_key("openai-agents"));
+    ev.clients = vec![ClientInfo {
+        id: "claude-code".into(),
+        program: "Claude Code".into(),
+        version: "0.0.1".into(),
+        model: "claude-sonnet-5-5".into(),
+    }];
+    ev.provider.usage_counting = "cl100k_base; no prompt caching".into();
+    ev.tokenizer.implementation = "another tokenizer".into();
+    std::fs::write(&file, serde_json::to_vec(&ev).unwrap()).unwrap();
+    let v = live(&d, &economics::this_build(Some(&c)));
+    assert_eq!(v.freshness, EconomicsFreshness::Stale);
+    assert_eq!(v.stale_reasons.len(), 3, "{:?}", v.stale_reasons);
+    assert!(
+        v.stale_reasons[0].contains("Claude Code 0.0.1"),
+        "{:?}",
+        v.stale_reasons
+    );
+    assert!(
+        v.stale_reasons[1].contains("no prompt caching"),
+        "{:?}",
+        v.stale_reasons
+    );
+    assert!(
+        v.stale_reasons[2].contains("another tokenizer"),
+        "{:?}",
+        v.stale_reasons
+    );
+}
+
 #[test]
 fn stale_when_the_build_changes() {
     let (_tmp, d) = fresh_copy();
@@ -642,7 +679,7 @@ fn stale_when_the_build_changes() {
         &d,
         &Current {
             build: &other,
-            config: Some(&c),
+            ..economics::this_build(Some(&c))
         },
     );
     assert_eq!(v.freshness, EconomicsFreshness::Stale);

@@ -105,7 +105,45 @@ pub fn this_build(config: Option<&Config>) -> Current<'_> {
     Current {
         build: identity::SOURCE_BLAKE3,
         config: config.map(|c| c as &dyn GateConfigInForce),
+        clients: pinned_clients(),
+        simulated_usage_counting: SIMULATED_USAGE_COUNTING,
+        tokenizer: Some(context_tokenizer()),
     }
+}
+
+/// How the built-in provider counts and bills (recorded with simulated evidence; evidence
+/// made under other rules is stale).
+pub const SIMULATED_USAGE_COUNTING: &str = "cl100k_base over the whole canonical request body (tools, calls and results included) and over the answer; prompt caching billed as Anthropic and OpenAI bill it";
+
+/// The tokenizer that counts the treatment's context.
+pub fn context_tokenizer() -> tokensaver_economics::model::EconomicsTokenizer {
+    tokensaver_economics::model::EconomicsTokenizer {
+        encoding: "cl100k_base".into(),
+        implementation: format!(
+            "tiktoken-rs {} data, counted by tokensaver::split_profile::tokenizer",
+            crate::split_profile::tokenizer::TIKTOKEN_RS_VERSION
+        ),
+    }
+}
+
+/// The client versions the project pins (`tests/agents/install.sh`, `requirements.txt`), as
+/// built into this binary: evidence recorded with other versions is stale.
+pub fn pinned_clients() -> std::collections::BTreeMap<String, String> {
+    const INSTALL: &str = include_str!("../../tests/agents/install.sh");
+    const REQUIREMENTS: &str = include_str!("../../tests/agents/requirements.txt");
+    let mut pins = std::collections::BTreeMap::new();
+    for (program, var) in [("claude-code", "CLAUDE_CODE="), ("codex", "CODEX=")] {
+        if let Some(v) = INSTALL.lines().find_map(|l| l.trim().strip_prefix(var)) {
+            pins.insert(program.to_string(), v.trim().to_string());
+        }
+    }
+    if let Some(v) = REQUIREMENTS
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("openai-agents=="))
+    {
+        pins.insert("openai-agents".to_string(), v.trim().to_string());
+    }
+    pins
 }
 
 /// The summary of the economics directory `dir` (laid out as `corpus/economics/`), narrowed

@@ -518,16 +518,16 @@ fn record(
         .iter()
         .filter_map(|p| {
             let (t, _) = loaded.tasks.get(&p.task)?;
+            // A new seed per pair and recording (both arms share it): recordings replicate,
+            // rather than replay one another.
+            let seed = u64::from(rand::RngCore::next_u32(&mut rand::rngs::OsRng).max(1));
             let mut prompt = t.prompt.clone();
             if !real {
-                prompt.push_str(&format!(
-                    "\n\ntokensaver-mock:task={},seed={}",
-                    p.task, p.repetition
-                ));
+                prompt.push_str(&format!("\n\ntokensaver-mock:task={},seed={seed}", p.task));
             }
             Some(json!({
                 "id": p.id, "task": p.task, "client": p.client, "model": p.model,
-                "repetition": p.repetition, "seed": p.repetition, "key": p.key,
+                "repetition": p.repetition, "seed": seed, "key": p.key,
                 "task_dir": tasks_dir.join(&p.task), "prompt": prompt, "sessions": t.sessions,
                 "max_turns": t.max_turns, "timeout_s": t.timeout_s, "temperature": t.temperature,
                 "setup": t.setup, "check": t.check,
@@ -648,7 +648,7 @@ fn evidence(
                 true => args.upstream.clone().unwrap_or_default(),
                 false => "127.0.0.1 (built in)".into(),
             },
-            usage_counting: "cl100k_base over the whole canonical request body (tools, calls and results included) and over the answer; prompt caching billed as Anthropic and OpenAI bill it".into(),
+            usage_counting: super::SIMULATED_USAGE_COUNTING.into(),
         }
     };
     let runs = out
@@ -677,13 +677,7 @@ fn evidence(
             .map(|(id, (_, d))| (id.clone(), d.clone()))
             .collect(),
         repetitions: args.reps.unwrap_or(decl.repetitions),
-        tokenizer: EconomicsTokenizer {
-            encoding: "cl100k_base".into(),
-            implementation: format!(
-                "tiktoken-rs {} data, counted by tokensaver::split_profile::tokenizer",
-                crate::split_profile::tokenizer::TIKTOKEN_RS_VERSION
-            ),
-        },
+        tokenizer: super::context_tokenizer(),
         runs,
     }
 }

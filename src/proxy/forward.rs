@@ -431,8 +431,9 @@ impl Forward<'_> {
                 other => return other.map_err(Attempt::into_error),
             }
         }
-        Err(unreachable
-            .unwrap_or_else(|| bad_gateway("upstream_connect", "could not connect to the provider")))
+        Err(unreachable.unwrap_or_else(|| {
+            bad_gateway("upstream_connect", "could not connect to the provider")
+        }))
     }
 
     /// Connect, write the request and read up to the provider's final header. From the first

@@ -70,12 +70,19 @@ pub trait GateConfigInForce {
 
 /// What a summary compares evidence with: a build, and the gate config in force (the
 /// running server's, or the one the command line names).
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct Current<'a> {
     /// The build's source BLAKE3 (the server's `economics::identity::SOURCE_BLAKE3`).
     pub build: &'a str,
     /// The gate config in force; `None`: there is none to compare with (stale).
     pub config: Option<&'a dyn GateConfigInForce>,
+    /// The client versions this build's tests pin, by client program id (`claude-code`,
+    /// `codex`, `openai-agents`); empty: not compared.
+    pub clients: BTreeMap<String, String>,
+    /// How the built-in provider counts and bills now (`ProviderInfo::usage_counting`), and
+    /// the tokenizer that counts context now: simulated evidence made otherwise is stale.
+    pub simulated_usage_counting: &'a str,
+    pub tokenizer: Option<EconomicsTokenizer>,
 }
 
 /// A UTC timestamp `YYYY-MM-DDTHH:MM:SSZ` from Unix milliseconds.
@@ -136,6 +143,35 @@ pub fn freshness_of(
             short(&h)
         )),
         Some(Ok(_)) => {}
+    }
+    for c in &ev.clients {
+        let program = if c.id.starts_with("agents-sdk") {
+            "openai-agents"
+        } else {
+            c.id.as_str()
+        };
+        if let Some(pinned) = current.clients.get(program) {
+            if &c.version != pinned {
+                reasons.push(format!(
+                    "recorded with {} {}, the pinned version is {pinned}",
+                    c.program, c.version
+                ));
+            }
+        }
+    }
+    if ev.provider.kind == ProviderKind::Simulated
+        && ev.provider.usage_counting != current.simulated_usage_counting
+    {
+        reasons.push(format!(
+            "recorded against a built-in provider that counted and billed otherwise ({}); it now counts: {}",
+            ev.provider.usage_counting, current.simulated_usage_counting
+        ));
+    }
+    if let Some(t) = current.tokenizer.as_ref().filter(|t| **t != ev.tokenizer) {
+        reasons.push(format!(
+            "context counted by {} ({}), the tokenizer now is {} ({})",
+            ev.tokenizer.encoding, ev.tokenizer.implementation, t.encoding, t.implementation
+        ));
     }
     for (id, (_, digest)) in &loaded.tasks {
         match ev.tasks.get(id) {
