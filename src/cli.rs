@@ -90,9 +90,14 @@ enum Command {
         #[arg(long, value_enum, default_value = "openai")]
         route: RouteArg,
     },
-    /// Verify a signed receipt envelope against the data dir's receipt keys.
+    /// Verify a signed receipt envelope (a receipt, a split-profile report, an economics
+    /// evidence file's `.sig`) against the data dir's receipt keys.
     Verify {
         file: String,
+        /// The document the envelope signs (an evidence file): VALID only if its bytes are
+        /// exactly the signed ones.
+        #[arg(long)]
+        document: Option<PathBuf>,
         #[arg(long, default_value = "config/tokensaver.toml")]
         config: PathBuf,
     },
@@ -376,7 +381,11 @@ fn run(command: Command, log_format: Option<LogFormat>) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&digest)?);
             Ok(())
         }
-        Command::Verify { file, config } => {
+        Command::Verify {
+            file,
+            document,
+            config,
+        } => {
             let config = Config::load(&config)?;
             let signer = tokensaver::receipt::load(&config.data_dir)?;
             let input = read_input(&file)?;
@@ -390,6 +399,18 @@ fn run(command: Command, log_format: Option<LogFormat>) -> anyhow::Result<()> {
                 .verify_document(&envelope)
                 .map_err(|e| anyhow!("INVALID: {e}"))?;
             let kind = kind.map_or("unscoped (signed before document kinds)", |k| k.as_str());
+            if let Some(path) = document {
+                let on_disk =
+                    std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+                if on_disk != body {
+                    bail!(
+                        "INVALID: {} is not the document the signature covers",
+                        path.display()
+                    );
+                }
+                println!("VALID {kind} (kid {}): {}", envelope.kid, path.display());
+                return Ok(());
+            }
             println!("VALID {kind} (kid {})", envelope.kid);
             println!("{}", String::from_utf8_lossy(&body));
             Ok(())

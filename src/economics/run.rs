@@ -577,7 +577,10 @@ fn record(
         args,
         harness_blake3,
     );
-    write_evidence(&args.dir, &ev)
+    // Signed with the receipt key of the config's data dir, like the gate's receipts.
+    let signer = crate::receipt::load_or_create(&config.data_dir)
+        .map_err(|e| format!("the receipt key: {e}"))?;
+    write_evidence(&args.dir, &ev, &signer)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -683,7 +686,13 @@ fn evidence(
 }
 
 /// Write a new evidence file (never overwriting one): `evidence/<suite>/<UTC>-<blake3>.json`.
-fn write_evidence(dir: &Path, ev: &EvidenceFile) -> Result<PathBuf, String> {
+/// The file, and beside it `<file>.sig`: the receipt key's signature over its exact bytes
+/// (`tokensaver verify <file>.sig --document <file>`).
+fn write_evidence(
+    dir: &Path,
+    ev: &EvidenceFile,
+    signer: &crate::receipt::ReceiptSigner,
+) -> Result<PathBuf, String> {
     let mut text = serde_json::to_string_pretty(ev).map_err(|e| e.to_string())?;
     text.push('\n');
     let stamp: String = super::format_utc(ev.recorded_at_unix_ms)
@@ -700,5 +709,9 @@ fn write_evidence(dir: &Path, ev: &EvidenceFile) -> Result<PathBuf, String> {
         .open(&path)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     std::io::Write::write_all(&mut f, text.as_bytes()).map_err(|e| e.to_string())?;
+    let envelope = signer.sign_as(crate::receipt::DocumentKind::Evidence, text.as_bytes());
+    let sig = path.with_extension("json.sig");
+    let signed = serde_json::to_string(&envelope).map_err(|e| e.to_string())? + "\n";
+    std::fs::write(&sig, signed).map_err(|e| format!("{}: {e}", sig.display()))?;
     Ok(path)
 }

@@ -73,7 +73,8 @@ def recorded():
     ).stdout
     files = sorted((econ / "evidence" / "agent-sessions").glob("*.json"))
     yield {"run": run, "summary": json.loads(summary.stdout), "text": text,
-           "evidence": [json.loads(f.read_text()) for f in files]}
+           "evidence": [json.loads(f.read_text()) for f in files], "files": files,
+           "config": config, "tmp": tmp}
     shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -94,6 +95,20 @@ def test_one_evidence_file_with_its_identities(recorded):
     assert len(ev["build"]["source_blake3"]) == 64 and len(ev["gate_config_blake3"]) == 64
     assert set(ev["tasks"]) >= {p.split(":")[0] for p in PAIRS}
     assert len(ev["runs"]) == 2 * len(PAIRS)
+
+
+def test_the_evidence_file_is_signed_and_verifies(recorded):
+    (f,) = recorded["files"]
+    sig = f.with_name(f.name + ".sig")
+    assert sig.exists(), sig
+    verify = [BIN, "verify", sig, "--config", recorded["config"]]
+    ok = subprocess.run([*verify, "--document", f], capture_output=True, text=True)
+    assert ok.returncode == 0 and ok.stdout.startswith("VALID evidence"), ok.stdout + ok.stderr
+    # One byte changed: the signature no longer covers it.
+    tampered = recorded["tmp"] / "tampered.json"
+    tampered.write_bytes(f.read_bytes().replace(b'"format": 2', b'"format": 3', 1))
+    bad = subprocess.run([*verify, "--document", tampered], capture_output=True, text=True)
+    assert bad.returncode != 0 and "INVALID" in bad.stderr, bad.stdout + bad.stderr
 
 
 def test_every_pair_is_judged_by_its_task(recorded):
