@@ -342,6 +342,9 @@ fn good_inputs() -> RuleInputs {
         interval: Some((0.10, 0.25)),
         freshness: Some(EconomicsFreshness::Current),
         simulated: false,
+        // 38 of 40 succeed both ways (1 failed under the gate, 1 without it).
+        control_successes: 38,
+        treatment_successes: 38,
     }
 }
 
@@ -370,6 +373,24 @@ fn the_rule_is_never_looser_than_the_seeds() {
         .unmet
         .iter()
         .any(|u| u.starts_with("min_categories: 2 < 4")));
+    // Success through the gate at most 2 points worse than without it (of 100 attempted
+    // pairs: 88 against 90 is allowed, 87 is not).
+    let inferior = |control: usize, treatment: usize| {
+        let mut i = good_inputs();
+        (
+            i.attempted_pairs,
+            i.control_successes,
+            i.treatment_successes,
+        ) = (100, control, treatment);
+        evaluate_rule(&rule, &i)
+            .unmet
+            .into_iter()
+            .find(|u| u.starts_with("non_inferiority: "))
+    };
+    assert_eq!(inferior(90, 88), None);
+    assert_eq!(inferior(90, 95), None);
+    let unmet = inferior(90, 87).expect("2.5 points worse is refused");
+    assert!(unmet.contains("8700 bp < without it 9000 bp"), "{unmet}");
     // A rule without a threshold is refused: no defaults.
     let mut v = serde_json::to_value(&SEED_FLOOR).unwrap();
     v.as_object_mut().unwrap().remove("require_current");

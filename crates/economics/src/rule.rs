@@ -124,7 +124,15 @@ pub struct RuleInputs {
     pub freshness: Option<EconomicsFreshness>,
     /// The evidence was recorded against a simulated provider.
     pub simulated: bool,
+    /// Of the attempted pairs, how many control runs and how many treatment runs passed
+    /// their task's check.
+    pub control_successes: usize,
+    pub treatment_successes: usize,
 }
+
+/// Task success through the gate may be at most this much worse than without it (basis
+/// points of the attempted pairs) for a claim: held by the code, whatever a methodology says.
+pub const NON_INFERIORITY_MARGIN_BP: usize = 200;
 
 fn pct(x: f64) -> String {
     format!("{:.1}%", x * 100.0)
@@ -184,6 +192,16 @@ pub fn evaluate_rule(rule: &EconomicsPublicationPolicy, i: &RuleInputs) -> RuleO
         unmet.push(format!(
             "max_treatment_failed_rate_bp: {failed_bp} > {} ({} of {} attempted pairs' treatment runs failed their task's check)",
             rule.max_treatment_failed_rate_bp, i.treatment_failed_pairs, i.attempted_pairs
+        ));
+    }
+    let (control_bp, treatment_bp) = (
+        rate_bp(i.control_successes, i.attempted_pairs),
+        rate_bp(i.treatment_successes, i.attempted_pairs),
+    );
+    if treatment_bp + NON_INFERIORITY_MARGIN_BP < control_bp {
+        unmet.push(format!(
+            "non_inferiority: task success through the gate {treatment_bp} bp < without it {control_bp} bp − {NON_INFERIORITY_MARGIN_BP} ({} and {} of {} attempted pairs succeeded)",
+            i.treatment_successes, i.control_successes, i.attempted_pairs
         ));
     }
     match i.interval {

@@ -444,6 +444,8 @@ fn verdict(
         valid_pairs: view.pairs.valid,
         attempted_pairs: view.pairs.attempted,
         treatment_failed_pairs: view.pairs.treatment_failed + view.pairs.both_failed,
+        control_successes: view.pairs.valid + view.pairs.treatment_failed,
+        treatment_successes: view.pairs.valid + view.pairs.control_failed,
         tasks_with_valid_pairs: cl.len(),
         category_pairs,
         min_repetitions: min_reps,
