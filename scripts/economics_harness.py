@@ -128,6 +128,9 @@ class Harness:
                                   timeout=timeout)
         if client == "codex":
             return clients.codex(base + "/v1", key, prompt, home, ws, model, timeout)
+        if client == "anthropic-sdk":
+            return clients.anthropic_agent(base, key, prompt, ws, model, "--max-steps",
+                                           str(spec["max_turns"]), timeout=timeout)
         api = "chat" if client == "agents-sdk-chat" else "responses"
         extra = ["--max-turns", str(spec["max_turns"])]
         if spec.get("temperature") is not None:

@@ -130,18 +130,25 @@ pub fn context_tokenizer() -> tokensaver_economics::model::EconomicsTokenizer {
 /// built into this binary: evidence recorded with other versions is stale.
 pub fn pinned_clients() -> std::collections::BTreeMap<String, String> {
     const INSTALL: &str = include_str!("../../tests/agents/install.sh");
-    const REQUIREMENTS: &str = include_str!("../../tests/agents/requirements.txt");
+    const REQUIREMENTS: &str = concat!(
+        include_str!("../../tests/agents/requirements.txt"),
+        "\n",
+        include_str!("../../tests/sdk/requirements.txt")
+    );
     let mut pins = std::collections::BTreeMap::new();
     for (program, var) in [("claude-code", "CLAUDE_CODE="), ("codex", "CODEX=")] {
         if let Some(v) = INSTALL.lines().find_map(|l| l.trim().strip_prefix(var)) {
             pins.insert(program.to_string(), v.trim().to_string());
         }
     }
-    if let Some(v) = REQUIREMENTS
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("openai-agents=="))
-    {
-        pins.insert("openai-agents".to_string(), v.trim().to_string());
+    for package in ["openai-agents", "anthropic"] {
+        let pin = format!("{package}==");
+        if let Some(v) = REQUIREMENTS
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(pin.as_str()))
+        {
+            pins.insert(package.to_string(), v.trim().to_string());
+        }
     }
     pins
 }

@@ -603,10 +603,10 @@ fn evidence(
             .get(&r.client)
             .map(|c| c.program.clone())
             .unwrap_or_else(|| r.client.clone());
-        let version_key = if r.client.starts_with("agents-sdk") {
-            "openai-agents"
-        } else {
-            r.client.as_str()
+        let version_key = match r.client.as_str() {
+            c if c.starts_with("agents-sdk") => "openai-agents",
+            "anthropic-sdk" => "anthropic",
+            c => c,
         };
         clients
             .entry(r.client.clone())

@@ -155,6 +155,12 @@ def versions() -> dict[str, str]:
         out["openai-agents"] = version("openai-agents")
     except Exception:  # noqa: BLE001 - any failure is "unavailable"
         out["openai-agents"] = "unavailable"
+    try:
+        from importlib.metadata import version
+
+        out["anthropic"] = version("anthropic")
+    except Exception:  # noqa: BLE001 - any failure is "unavailable"
+        out["anthropic"] = "unavailable"
     return out
 
 

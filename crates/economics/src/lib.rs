@@ -145,10 +145,10 @@ pub fn freshness_of(
         Some(Ok(_)) => {}
     }
     for c in &ev.clients {
-        let program = if c.id.starts_with("agents-sdk") {
-            "openai-agents"
-        } else {
-            c.id.as_str()
+        let program = match c.id.as_str() {
+            id if id.starts_with("agents-sdk") => "openai-agents",
+            "anthropic-sdk" => "anthropic",
+            id => id,
         };
         if let Some(pinned) = current.clients.get(program) {
             if &c.version != pinned {

@@ -279,17 +279,32 @@ pub fn per_success_row(p: &EconomicsPair) -> Option<(u64, bool, u64, bool)> {
 
 /// `1 − (treatment tokens per success) / (control tokens per success)` over rows: every
 /// attempted comparable pair's tokens count, failed runs included, and only successes divide.
-/// `None` when either arm has no success or the control bought nothing.
-pub fn per_success_reduction(rows: &[(u64, bool, u64, bool)]) -> Option<f64> {
-    let (mut ct, mut cs, mut tt, mut ts) = (0u64, 0u64, 0u64, 0u64);
+/// `None` when either arm has no success or the control bought nothing. (The summary weighs
+/// tasks equally first: [`weigh_tasks_equally`].)
+pub fn per_success_reduction(rows: &[(f64, bool, f64, bool)]) -> Option<f64> {
+    let (mut ct, mut cs, mut tt, mut ts) = (0.0, 0u64, 0.0, 0u64);
     for &(c, c_ok, t, t_ok) in rows {
         ct += c;
         tt += t;
         cs += u64::from(c_ok);
         ts += u64::from(t_ok);
     }
-    if cs == 0 || ts == 0 || ct == 0 {
+    if cs == 0 || ts == 0 || ct <= 0.0 {
         return None;
     }
-    Some(1.0 - (tt as f64 / ts as f64) / (ct as f64 / cs as f64))
+    Some(1.0 - (tt / ts as f64) / (ct / cs as f64))
+}
+
+/// A task's rows with its tokens in units of its mean control run, so that every task
+/// weighs alike in a pooled figure (a stuck task that burns ten times the tokens of the
+/// others, failing in both arms by design, would otherwise carry it alone).
+pub fn weigh_tasks_equally(rows: &[(u64, bool, u64, bool)]) -> Vec<(f64, bool, f64, bool)> {
+    let control: u64 = rows.iter().map(|r| r.0).sum();
+    let unit = control as f64 / rows.len().max(1) as f64;
+    if unit <= 0.0 {
+        return Vec::new();
+    }
+    rows.iter()
+        .map(|&(c, c_ok, t, t_ok)| (c as f64 / unit, c_ok, t as f64 / unit, t_ok))
+        .collect()
 }

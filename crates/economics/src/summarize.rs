@@ -4,7 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::model::*;
-use super::pairs::{comparable, count_pairs, per_success_reduction, per_success_row};
+use super::pairs::{
+    comparable, count_pairs, per_success_reduction, per_success_row, weigh_tasks_equally,
+};
 use super::rule::{effective_rule, evaluate_rule, verdict_statement, RuleInputs, StatementInputs};
 use super::{format_utc, freshness_of, pairs_of, stats, Current, Loaded};
 
@@ -149,16 +151,19 @@ fn task_clusters(
     m.into_iter().map(|(t, v)| (t.to_string(), v)).collect()
 }
 
-type SuccessRow = (u64, bool, u64, bool);
+type SuccessRow = (f64, bool, f64, bool);
 
+/// Per task, its comparable pairs' rows, each task weighed alike ([`weigh_tasks_equally`]).
 fn row_clusters(pairs: &[&EconomicsPair]) -> Vec<(String, Vec<SuccessRow>)> {
-    let mut m: BTreeMap<&str, Vec<SuccessRow>> = BTreeMap::new();
+    let mut m: BTreeMap<&str, Vec<(u64, bool, u64, bool)>> = BTreeMap::new();
     for p in pairs {
         if let Some(r) = per_success_row(p) {
             m.entry(p.task.as_str()).or_default().push(r);
         }
     }
-    m.into_iter().map(|(t, v)| (t.to_string(), v)).collect()
+    m.into_iter()
+        .map(|(t, v)| (t.to_string(), weigh_tasks_equally(&v)))
+        .collect()
 }
 
 fn pooled(v: &[(u64, u64)]) -> Option<f64> {
@@ -458,9 +463,9 @@ fn verdict(
         .iter()
         .filter(|p| p.control.is_some() || p.treatment.is_some())
         .collect();
-    let rows: Vec<_> = all.iter().filter_map(|p| per_success_row(p)).collect();
     let row_tasks = row_clusters(all);
     let row_sets: Vec<Vec<SuccessRow>> = row_tasks.iter().map(|(_, r)| r.clone()).collect();
+    let rows: Vec<SuccessRow> = row_sets.iter().flatten().copied().collect();
     let cost_tasks = task_clusters(all, |p| p.cost_reduction);
     let cost_sets: Vec<Vec<f64>> = cost_tasks.iter().map(|(_, v)| v.clone()).collect();
     let cost_vals: Vec<f64> = cost_sets.iter().flatten().copied().collect();
@@ -607,7 +612,7 @@ fn live_metrics(
         EconomicsClass::Derived,
         Some(inputs),
         "ratio",
-        "over every attempted comparable pair (valid, control failed, treatment failed, both failed): 1 - (treatment tokens / treatment successes) / (control tokens / control successes)",
+        "over every attempted comparable pair (valid, control failed, treatment failed, both failed), each task weighed alike (its tokens in units of its mean control run): 1 - (treatment tokens / treatment successes) / (control tokens / control successes)",
         suite,
     );
     ps.not = Some("not a per-pair median: it pools all runs, so a runaway the gate stopped counts as the tokens it did not buy, and a task the gate broke counts as tokens with no success".into());
@@ -819,7 +824,10 @@ fn history(loaded: &Loaded) -> Vec<EconomicsHistoryPoint> {
             .filter(|p| p.control.is_some() || p.treatment.is_some())
             .collect();
         let vals = valid_values(&refs, |p| p.token_reduction);
-        let rows: Vec<_> = refs.iter().filter_map(|p| per_success_row(p)).collect();
+        let rows: Vec<SuccessRow> = row_clusters(&refs)
+            .into_iter()
+            .flat_map(|(_, r)| r)
+            .collect();
         let point = |metric: &str, value: f64, n: usize| EconomicsHistoryPoint {
             suite: ev.suite.clone(),
             methodology: ev.methodology,
