@@ -378,8 +378,9 @@ impl Forward<'_> {
         strip: bool,
     ) -> Outcome {
         let mut outcome = Outcome::not_sent();
-        let mut upstream = match self.send_until_answered(header, body, &mut outcome).await {
-            Ok(upstream) => upstream,
+        let (mut upstream, peer) = match self.send_until_answered(header, body, &mut outcome).await
+        {
+            Ok(answered) => answered,
             Err(err) => return outcome.refused(err),
         };
         let content_type = match self
@@ -393,7 +394,7 @@ impl Forward<'_> {
             }
             Err(err) => return outcome.refused(err),
         };
-        self.relay_body(session, upstream, content_type, strip, outcome)
+        self.relay_body(session, upstream, peer, content_type, strip, outcome)
             .await
     }
 
@@ -407,7 +408,7 @@ impl Forward<'_> {
         header: RequestHeader,
         body: Bytes,
         outcome: &mut Outcome,
-    ) -> std::result::Result<HttpSession, GateError> {
+    ) -> std::result::Result<(HttpSession, &HttpPeer), GateError> {
         let mut unreachable = None;
         // A connect that fails reached nobody: the upstream's next address is tried.
         for peer in self.provider.candidates() {
@@ -428,7 +429,8 @@ impl Forward<'_> {
                     outcome.ending = Ending::NotSent;
                     unreachable = Some(err);
                 }
-                other => return other.map_err(Attempt::into_error),
+                // The session goes back to the pool of the address it reached.
+                other => return other.map(|s| (s, peer)).map_err(Attempt::into_error),
             }
         }
         Err(unreachable.unwrap_or_else(|| {
@@ -580,6 +582,7 @@ impl Forward<'_> {
         &self,
         session: &mut Session,
         mut upstream: HttpSession,
+        peer: &HttpPeer,
         content_type: String,
         strip: bool,
         mut outcome: Outcome,
@@ -690,11 +693,7 @@ impl Forward<'_> {
         };
         if body_done {
             self.connector
-                .release_http_session(
-                    upstream,
-                    &self.provider.peer,
-                    self.provider.peer.options.idle_timeout,
-                )
+                .release_http_session(upstream, peer, peer.options.idle_timeout)
                 .await;
         }
         outcome
