@@ -270,10 +270,14 @@ fn budgets(out: &mut String, view: &View) {
 }
 
 fn figure_cell(key: &str, figure: &str, value: u64) -> String {
+    shown_cell(key, figure, value, &num(value))
+}
+
+/// A figure's cell: its exact value for the tests and scripts, `shown` (already HTML) for people.
+fn shown_cell(key: &str, figure: &str, value: impl std::fmt::Display, shown: &str) -> String {
     format!(
-        r#"<td class="n" data-key="{}" data-figure="{figure}" data-value="{value}">{}</td>"#,
-        esc(key),
-        num(value)
+        r#"<td class="n" data-key="{}" data-figure="{figure}" data-value="{value}">{shown}</td>"#,
+        esc(key)
     )
 }
 
@@ -290,13 +294,8 @@ fn ledger_row(out: &mut String, label: &str, key: &str, t: &LedgerTotals) {
             r#" <span class="muted" data-figure="unpriced_calls" data-value="{n}">+ {n} unpriced</span>"#
         ),
     };
-    let _ = write!(
-        out,
-        r#"<td class="n" data-key="{}" data-figure="spend_nano" data-value="{}">{}{unpriced}</td>"#,
-        esc(key),
-        t.spend_nano,
-        usd(t.spend_nano)
-    );
+    let spend = format!("{}{unpriced}", usd(t.spend_nano));
+    out.push_str(&shown_cell(key, "spend_nano", t.spend_nano, &spend));
     out.push_str(&figure_cell(key, "tokens_not_bought", t.tokens_not_bought));
     out.push_str(&figure_cell(
         key,
@@ -308,13 +307,13 @@ fn ledger_row(out: &mut String, label: &str, key: &str, t: &LedgerTotals) {
         "findings_tokens_estimated",
         t.findings_tokens_estimated,
     ));
-    let _ = write!(
-        out,
-        r#"<td class="n" data-key="{}" data-figure="cache_saving" data-value="{}">{}</td>"#,
-        esc(key),
+    let saving = signed_usd(t.cache_saving_nano);
+    out.push_str(&shown_cell(
+        key,
+        "cache_saving",
         t.cache_saving_nano,
-        signed_usd(t.cache_saving_nano)
-    );
+        &saving,
+    ));
     out.push_str("</tr>");
 }
 
