@@ -165,12 +165,28 @@ fn default_grace_period() -> u64 {
     60
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawLog {
     /// `text` (default) or `json`; `--log-format` overrides it.
     #[serde(default)]
     format: crate::logging::LogFormat,
+    /// One access-log line per proxy request (target `tokensaver::access`); default on.
+    #[serde(default = "default_true")]
+    access: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl Default for RawLog {
+    fn default() -> Self {
+        RawLog {
+            format: Default::default(),
+            access: true,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -535,6 +551,8 @@ pub struct Config {
     /// `[server] grace_period_secs`: the drain's grace period.
     pub grace_period_secs: u64,
     pub log_format: crate::logging::LogFormat,
+    /// `[log] access`: one access-log line per proxy request.
+    pub access_log: bool,
     /// `Some`: this instance is one of a fleet sharing this PostgreSQL.
     pub fleet: Option<FleetConfig>,
 }
@@ -720,6 +738,7 @@ impl Config {
             client,
             grace_period_secs: raw.server.grace_period_secs,
             log_format: raw.log.format,
+            access_log: raw.log.access,
             fleet,
         })
     }

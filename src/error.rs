@@ -229,7 +229,7 @@ fn duration(ms: u64) -> String {
 
 /// Whether a caller's model string may be named in an answer: a short id of the characters
 /// model names use, so an error never carries markup, whitespace or a prompt.
-fn looks_like_model_id(model: &str) -> bool {
+pub(crate) fn looks_like_model_id(model: &str) -> bool {
     !model.is_empty()
         && model.len() <= 128
         && model

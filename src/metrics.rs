@@ -2,8 +2,8 @@
 //! store size. Labels are closed vocabularies (verdicts, rule ids); never request content.
 
 use prometheus::{
-    Counter, Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts,
-    Registry, TextEncoder,
+    Counter, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    Opts, Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -21,6 +21,11 @@ pub struct Metrics {
     pub paced: IntCounter,
     pub paced_seconds: Counter,
     pub paced_waiting: IntGauge,
+    /// Every request on the proxy listener, from its header to its last byte, by verdict
+    /// (`none`: answered before any decision, a pass-through, or an early refusal).
+    pub request_seconds: HistogramVec,
+    /// Answers given before any decision (400, 401, 404, 405, 413, …), by status.
+    pub early_answers: IntCounterVec,
 }
 
 impl Metrics {
@@ -96,7 +101,30 @@ impl Metrics {
         registry
             .register(Box::new(paced_waiting.clone()))
             .expect("unique metric");
-        for c in [&requests, &tokens, &upstream_errors] {
+        let request_seconds = HistogramVec::new(
+            HistogramOpts::new(
+                "tokensaver_request_seconds",
+                "Proxy requests from header to last byte, by verdict",
+            )
+            .buckets(vec![
+                0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                10.0, 30.0, 60.0, 180.0,
+            ]),
+            &["verdict"],
+        )
+        .expect("valid metric");
+        let early_answers = IntCounterVec::new(
+            Opts::new(
+                "tokensaver_early_answers_total",
+                "Proxy answers given before any decision, by status",
+            ),
+            &["status"],
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(request_seconds.clone()))
+            .expect("unique metric");
+        for c in [&requests, &tokens, &upstream_errors, &early_answers] {
             registry
                 .register(Box::new(c.clone()))
                 .expect("unique metric");
@@ -118,6 +146,8 @@ impl Metrics {
             paced,
             paced_seconds,
             paced_waiting,
+            request_seconds,
+            early_answers,
         }
     }
 

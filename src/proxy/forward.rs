@@ -129,6 +129,8 @@ pub(super) struct Forward<'a> {
     pub reusable: bool,
     pub answer_key: AnswerKey,
     pub receipt_headers: Vec<(&'static str, String)>,
+    /// The request's access-log facts: upstream status and timings are filled in here.
+    pub access: &'a mut super::access::Access,
 }
 
 /// Interim (1xx) answers read past before the provider's answer; more is a broken provider.
@@ -149,6 +151,8 @@ struct Outcome {
     tail: Option<Bytes>,
     /// How the exchange failed, if it did.
     failure: Option<Failure>,
+    /// When the provider's response header was read.
+    answered_at: Option<std::time::Instant>,
 }
 
 impl Outcome {
@@ -161,6 +165,7 @@ impl Outcome {
             answer: None,
             tail: None,
             failure: None,
+            answered_at: None,
         }
     }
 
@@ -272,6 +277,7 @@ impl Forward<'_> {
     }
 
     pub(super) async fn run(self, session: &mut Session) -> Result<()> {
+        self.access.model_served = super::access::Access::model(self.served_model);
         let prepared = self.upstream_body().and_then(|(body, strip)| {
             Ok((self.upstream_header(session, body.len())?, body, strip))
         });
@@ -285,6 +291,7 @@ impl Forward<'_> {
                 return Err(e);
             }
         };
+        let sent_at = std::time::Instant::now();
         let mut outcome = match self.recorder {
             Recorder::Local => {
                 tokio::select! {
@@ -296,6 +303,11 @@ impl Forward<'_> {
             // answer relayed for longer than its TTL is charged there at its worst case.
             Recorder::Remote(_) => self.exchange(session, header, body, strip).await,
         };
+        self.access.upstream_ms = Some(sent_at.elapsed().as_secs_f64() * 1000.0);
+        self.access.upstream_status = (outcome.status != 0).then_some(outcome.status);
+        self.access.ttfb_ms = outcome
+            .answered_at
+            .map(|t| t.duration_since(self.access.started).as_secs_f64() * 1000.0);
         let error = outcome.failure.take();
         self.recorder
             .record(self.gatekeeper, self.report(outcome.usage, outcome.ending))
@@ -383,6 +395,7 @@ impl Forward<'_> {
             Ok(answered) => answered,
             Err(err) => return outcome.refused(err),
         };
+        outcome.answered_at = Some(std::time::Instant::now());
         let content_type = match self
             .relay_header(session, &mut upstream, &mut outcome)
             .await

@@ -8,6 +8,7 @@
 //! `request_filter`, so the gate writes the upstream request itself rather than hand the body
 //! back to the proxy pipeline. `GET /v1/models` passes through pingora's normal proxy path.
 
+mod access;
 mod forward;
 mod models;
 pub mod remote;
@@ -105,6 +106,8 @@ pub struct Ctx {
     passthrough: Option<ProviderPeer>,
     /// Which of the pass-through's addresses is tried now (the next after a failed connect).
     attempt: usize,
+    /// The facts of its access-log line.
+    access: access::Access,
     /// A pass-through read of a stored Responses object (`GET /v1/responses/{id}`, `POST
     /// …/cancel`): its answer is read for the context figure the registry lacks.
     stored_read: Option<StoredRead>,
@@ -280,14 +283,25 @@ struct Gated<'c> {
 
 impl GateProxy {
     /// A gated provider call, in order: read it, decide it, enforce the decision.
-    async fn handle_gated(&self, session: &mut Session, route: Route) -> Result<()> {
-        let gated = match self.read_gated(session, route).await? {
+    async fn handle_gated(
+        &self,
+        session: &mut Session,
+        route: Route,
+        access: &mut access::Access,
+    ) -> Result<()> {
+        let gated = match self.read_gated(session, route, access).await? {
             Ok(gated) => gated,
-            Err(err) => return respond_error(session, Some(route), &err, &[]).await,
+            Err(err) => {
+                access.rule = Some(err.code);
+                return respond_error(session, Some(route), &err, &[]).await;
+            }
         };
-        match self.decide(&gated).await {
-            Ok(decided) => self.enforce(session, gated, decided).await,
-            Err(err) => respond_error(session, Some(route), &err, &[]).await,
+        match self.decide(&gated, access).await {
+            Ok(decided) => self.enforce(session, gated, decided, access).await,
+            Err(err) => {
+                access.rule = Some(err.code);
+                respond_error(session, Some(route), &err, &[]).await
+            }
         }
     }
 
@@ -297,6 +311,7 @@ impl GateProxy {
         &self,
         session: &mut Session,
         route: Route,
+        access: &mut access::Access,
     ) -> Result<std::result::Result<Gated<'_>, GateError>> {
         let config = self.config();
         let presented = auth::presented_key(&session.req_header().headers);
@@ -307,7 +322,10 @@ impl GateProxy {
                 .map_err(|e| e.to_string()),
         };
         let (identity, caller) = match identity {
-            Ok(found) => found,
+            Ok(found) => {
+                access.key_id = Some(found.1.key_id.clone());
+                found
+            }
             Err(message) => {
                 return Ok(Err(GateError::new(
                     401,
@@ -349,6 +367,7 @@ impl GateProxy {
                 )))
             }
         };
+        access.model_requested = access::Access::model(&parsed.shape.model);
         // A model no upstream takes is refused before it is decided: nothing to book.
         if !self.upstreams.takes(route.provider(), &parsed.shape.model) {
             return Ok(Err(GateError::unknown_model(&parsed.shape.model)));
@@ -399,7 +418,11 @@ impl GateProxy {
 
     /// The decision: this gate's (SQLite, or the fleet's PostgreSQL), or the central gate's
     /// in digest mode. Either fails closed: no decision, nothing upstream.
-    async fn decide(&self, g: &Gated<'_>) -> std::result::Result<Decided, GateError> {
+    async fn decide(
+        &self,
+        g: &Gated<'_>,
+        access: &mut access::Access,
+    ) -> std::result::Result<Decided, GateError> {
         let shape = &g.parsed.shape;
         match g.identity {
             Identity::Local(key) => {
@@ -430,6 +453,12 @@ impl GateProxy {
                     model_served: d.model_served.clone(),
                     cache_breakpoints: d.cache_breakpoints.clone(),
                 };
+                access.decided(
+                    &terms.verdict,
+                    terms.reason,
+                    outcome.decision_id,
+                    &terms.model_served,
+                );
                 Ok(self.decided(g, terms, &outcome.envelope, outcome.decision_id))
             }
             Identity::Remote(remote) => {
@@ -451,6 +480,12 @@ impl GateProxy {
                     // instance applies them at the sites its own reading recorded.
                     cache_breakpoints: r.cache_breakpoints,
                 };
+                access.decided(
+                    &terms.verdict,
+                    terms.reason,
+                    r.decision_id,
+                    &terms.model_served,
+                );
                 Ok(self.decided(g, terms, &r.receipt, r.decision_id))
             }
         }
@@ -522,7 +557,13 @@ impl GateProxy {
     }
 
     /// Do what the decision says: serve the held answer, refuse, or forward.
-    async fn enforce(&self, session: &mut Session, g: Gated<'_>, decided: Decided) -> Result<()> {
+    async fn enforce(
+        &self,
+        session: &mut Session,
+        g: Gated<'_>,
+        decided: Decided,
+        access: &mut access::Access,
+    ) -> Result<()> {
         let route = g.route;
         let Decided { action, receipt } = decided;
         let headers = &receipt.headers;
@@ -548,7 +589,7 @@ impl GateProxy {
                     model_served,
                     cache_breakpoints,
                 };
-                self.forward(session, g, receipt, placed).await
+                self.forward(session, g, receipt, placed, access).await
             }
         }
     }
@@ -560,6 +601,7 @@ impl GateProxy {
         g: Gated<'_>,
         receipt: Issued,
         placed: Placed,
+        access: &mut access::Access,
     ) -> Result<()> {
         let Placed {
             downgrade,
@@ -590,6 +632,7 @@ impl GateProxy {
                 .await;
             return respond_error(session, Some(g.route), &err, &receipt.headers).await;
         };
+        access.upstream = Some(provider.name().to_string());
         let job = forward::Forward {
             route: g.route,
             provider: &provider,
@@ -613,6 +656,7 @@ impl GateProxy {
             reusable: shape.reproducible(),
             answer_key: g.answer_key,
             receipt_headers: receipt.headers,
+            access,
         };
         job.run(session).await
     }
@@ -699,6 +743,7 @@ impl ProxyHttp for GateProxy {
         Ctx {
             passthrough: None,
             attempt: 0,
+            access: access::Access::new(),
             stored_read: None,
             _in_flight: crate::lifecycle::enter(),
         }
@@ -715,8 +760,9 @@ impl ProxyHttp for GateProxy {
         let method = session.req_header().method.clone();
         let path = session.req_header().uri.path().to_string();
         if let Some(route) = Route::from_path(&path) {
+            ctx.access.route = route.path();
             if method == http::Method::POST {
-                self.handle_gated(session, route).await?;
+                self.handle_gated(session, route, &mut ctx.access).await?;
             } else {
                 let err = GateError::new(
                     405,
@@ -790,11 +836,16 @@ impl ProxyHttp for GateProxy {
                 }
             }
             if let Some(api) = models_union {
+                ctx.access.route = "models_union";
+                ctx.access.upstream = Some("*".into());
                 models::answer_union(&self.connector, &self.upstreams, session, api).await?;
                 return Ok(true);
             }
+            ctx.access.key_id = Some(key_id.clone());
             if let Some(p) = provider {
                 answer_expect_passthrough(session).await?;
+                ctx.access.route = "passthrough";
+                ctx.access.upstream = Some(p.name().to_string());
                 ctx.passthrough = Some(p);
                 return Ok(false);
             }
@@ -822,6 +873,8 @@ impl ProxyHttp for GateProxy {
         if let Some(read) = ctx.stored_read.as_mut() {
             read.status = upstream_response.status.as_u16();
         }
+        ctx.access.upstream_status = Some(upstream_response.status.as_u16());
+        ctx.access.ttfb_ms = Some(ctx.access.started.elapsed().as_secs_f64() * 1000.0);
         Ok(())
     }
 
@@ -845,7 +898,16 @@ impl ProxyHttp for GateProxy {
 
     /// A pass-through read of a stored Responses object that shows its usage fills in the
     /// context figure the registry lacked (a background response, read back complete).
-    async fn logging(&self, _session: &mut Session, e: Option<&Error>, ctx: &mut Ctx) {
+    async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut Ctx) {
+        let status = session.response_written().map(|h| h.status.as_u16());
+        let down = session.as_downstream();
+        ctx.access.finish(
+            &self.gatekeeper.metrics,
+            status,
+            down.body_bytes_read(),
+            down.body_bytes_sent(),
+            self.config().access_log,
+        );
         let Some(read) = ctx.stored_read.take() else {
             return;
         };
