@@ -455,7 +455,11 @@ fn the_root_redirects_to_the_page_on_both_listeners() {
         assert_eq!(r.header("location"), Some("/page/"), "{url}");
         let followed = get(&url, None);
         assert_eq!(followed.status, 200, "{url} followed: {}", followed.text());
-        assert!(followed.text().contains("<html"), "{url}: {}", followed.text());
+        assert!(
+            followed.text().contains("<html"),
+            "{url}: {}",
+            followed.text()
+        );
         assert_eq!(send("POST", &url, None, b"{}").status, 405, "{url}");
     }
 }
