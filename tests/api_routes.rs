@@ -443,3 +443,23 @@ fn ledger_and_admin_budget_survive_restart() {
     );
     assert_eq!(r.status, 402, "{}", r.text());
 }
+
+/// `GET /` on the API and admin listeners sends a person to the page; other methods are 405.
+#[test]
+fn the_root_redirects_to_the_page_on_both_listeners() {
+    let h = Harness::default();
+    let no_follow = ureq::AgentBuilder::new().redirects(0).build();
+    for url in [h.api_url("/"), h.admin_url("/")] {
+        let r = call(no_follow.get(&url), None);
+        assert_eq!(r.status, 303, "{url}: {}", r.text());
+        assert_eq!(r.header("location"), Some("/page/"), "{url}");
+        let followed = get(&url, None);
+        assert_eq!(followed.status, 200, "{url} followed: {}", followed.text());
+        assert!(
+            followed.text().contains("<html"),
+            "{url}: {}",
+            followed.text()
+        );
+        assert_eq!(send("POST", &url, None, b"{}").status, 405, "{url}");
+    }
+}

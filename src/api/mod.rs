@@ -16,6 +16,7 @@
 //! - `POST /holds/{id}/approve`    the key's owner secret (`x-tokensaver-owner`) approves its hold; body `{"attend_minutes": N}` (1..=1440) optional
 //! - `POST /holds/{id}/deny`       the key's owner secret denies its hold (its worst case counts as avoided)
 //! - `/page/...`                   the ledger page, a key's view: sign in with the key (see [`page`])
+//! - `GET  /`                      303 to `/page/`
 //!
 //! Admin listener (default 127.0.0.1:8789; admin key on every route but `/metrics`, `/healthz`
 //! and `/readyz`):
@@ -31,6 +32,7 @@
 //! - `GET  /ledger/decisions`      every key's decisions (`?key=ID` for one key), as on the API listener
 //! - `GET  /split-profile/criteria`, `POST /split-profile/{precheck,check,budget,catalogue,audit}`
 //! - `/page/...`                   the ledger page: sign in with the admin key (every key) or a key (see [`page`])
+//! - `GET  /`                      303 to `/page/`
 
 mod holds;
 pub mod holds_client;

@@ -80,6 +80,12 @@ fn digest_request<'a>(digest: &'a Digest, key: &'a KeyConfig) -> GateRequest<'a>
     }
 }
 
+/// `GET /`: a person who types the listener's address lands on the page (303: the next
+/// request is a GET whatever this one was, and nothing caches the hop).
+fn home() -> ApiResponse {
+    super::page::redirect("/page/")
+}
+
 fn not_found() -> ApiResponse {
     ApiResponse::error(404, "not_found", "unknown route")
 }
@@ -148,6 +154,7 @@ impl Api {
         let m = &req.method;
         match path {
             p if super::page::owns(p) => self.page(Listener::Api, req).await,
+            "/" => only(m, Method::GET, home),
             "/spec" => only(m, Method::GET, || self.spec()),
             "/stats" => only_async(m, Method::GET, self.stats()).await,
             "/verify" => only(m, Method::POST, || self.verify(req)),
@@ -224,6 +231,9 @@ impl Api {
         let path = req.path.as_str();
         if super::page::owns(path) {
             return self.page(Listener::Admin, req).await;
+        }
+        if path == "/" {
+            return only(&req.method, Method::GET, home);
         }
         if path == "/metrics" {
             return only(&req.method, Method::GET, || {

@@ -87,7 +87,7 @@ fn asset(content_type: &'static str, body: &'static str) -> ApiResponse {
     secure(ApiResponse::text(200, content_type, body)).with_header("cache-control", "no-cache")
 }
 
-fn redirect(location: &str) -> ApiResponse {
+pub(crate) fn redirect(location: &str) -> ApiResponse {
     secure(ApiResponse::text(
         303,
         "text/plain; charset=utf-8",
