@@ -24,17 +24,6 @@ use crate::lifecycle;
 /// How long the store's writer may take to acknowledge a readiness probe.
 const STORE_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// An upstream as it resolves now.
-#[derive(Debug, Clone, Serialize)]
-pub struct ResolvedUpstream {
-    pub name: String,
-    pub api: &'static str,
-    pub addresses: Vec<String>,
-    pub resolved_at_ms: u64,
-    /// The latest resolution failed: the addresses are the last ones that resolved.
-    pub stale: bool,
-}
-
 pub struct Ops {
     pub gatekeeper: Arc<Gatekeeper>,
     pub upstreams: Arc<crate::proxy::upstreams::Upstreams>,

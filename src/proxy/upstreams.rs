@@ -214,6 +214,17 @@ impl UpstreamPeer {
     }
 }
 
+/// An upstream as it resolves now (`/readyz`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ResolvedUpstream {
+    pub name: String,
+    pub api: &'static str,
+    pub addresses: Vec<String>,
+    pub resolved_at_ms: u64,
+    /// The latest resolution failed: the addresses are the last ones that resolved.
+    pub stale: bool,
+}
+
 /// Every configured upstream.
 pub struct Upstreams {
     all: Vec<Arc<UpstreamPeer>>,
@@ -276,12 +287,12 @@ impl Upstreams {
     }
 
     /// What `/readyz` shows of each.
-    pub fn status(&self) -> Vec<crate::api::ops::ResolvedUpstream> {
+    pub fn status(&self) -> Vec<ResolvedUpstream> {
         self.all
             .iter()
             .map(|u| {
                 let r = u.resolved();
-                crate::api::ops::ResolvedUpstream {
+                ResolvedUpstream {
                     name: u.config.name.clone(),
                     api: match u.config.api {
                         Provider::OpenAi => "openai",
