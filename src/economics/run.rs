@@ -603,11 +603,7 @@ fn evidence(
             .get(&r.client)
             .map(|c| c.program.clone())
             .unwrap_or_else(|| r.client.clone());
-        let version_key = match r.client.as_str() {
-            c if c.starts_with("agents-sdk") => "openai-agents",
-            "anthropic-sdk" => "anthropic",
-            c => c,
-        };
+        let version_key = super::client_package(&r.client);
         clients
             .entry(r.client.clone())
             .or_insert_with(|| ClientInfo {

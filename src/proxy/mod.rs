@@ -784,13 +784,13 @@ impl ProxyHttp for GateProxy {
             } else {
                 (Provider::OpenAi, Provider::Anthropic)
             };
-            let api = match self.upstreams.of_api(first).is_empty() {
-                true => second,
-                false => first,
+            let api = match self.upstreams.count_of(first) {
+                0 => second,
+                _ => first,
             };
             match path.strip_prefix("/v1/models/") {
                 Some(id) if !id.is_empty() => Some(self.upstreams.for_model(api, id)),
-                _ if self.upstreams.of_api(api).len() > 1 => {
+                _ if self.upstreams.count_of(api) > 1 => {
                     models_union = Some(api);
                     Some(None)
                 }
@@ -950,7 +950,7 @@ impl ProxyHttp for GateProxy {
         mut e: Box<Error>,
     ) -> Box<Error> {
         if let Some(p) = &ctx.passthrough {
-            if ctx.attempt < p.fallbacks.len() {
+            if ctx.attempt < p.fallbacks() {
                 ctx.attempt += 1;
                 e.set_retry(true);
             }

@@ -36,9 +36,10 @@ pub struct UpstreamPeer {
     next: AtomicUsize,
 }
 
-#[derive(Clone)]
 struct Resolved {
     addresses: Vec<SocketAddr>,
+    /// A peer per address, built once per resolution: a request takes them by reference.
+    peers: Arc<[HttpPeer]>,
     at_ms: u64,
     /// The latest resolution failed: `addresses` are the last good ones.
     stale: bool,
@@ -48,10 +49,9 @@ struct Resolved {
 #[derive(Clone)]
 pub struct ProviderPeer {
     pub upstream: Arc<UpstreamPeer>,
-    /// The first address to try.
-    pub peer: HttpPeer,
-    /// The others, in order, for a connect that fails.
-    pub fallbacks: Vec<HttpPeer>,
+    peers: Arc<[HttpPeer]>,
+    /// The address tried first (the next in turn); the others follow in order.
+    start: usize,
     pub host_header: String,
 }
 
@@ -62,7 +62,13 @@ impl ProviderPeer {
 
     /// Every address, the first choice first.
     pub fn candidates(&self) -> impl Iterator<Item = &HttpPeer> {
-        std::iter::once(&self.peer).chain(self.fallbacks.iter())
+        let (before, from) = self.peers.split_at(self.start);
+        from.iter().chain(before)
+    }
+
+    /// How many addresses follow the first, for a connect that fails.
+    pub fn fallbacks(&self) -> usize {
+        self.peers.len().saturating_sub(1)
     }
 
     /// Put the provider credential where this provider expects it.
@@ -127,12 +133,14 @@ impl UpstreamPeer {
             .as_deref()
             .and_then(|name| std::env::var(name).ok())
             .filter(|v| !v.is_empty());
+        let peers = http_peers(config, timeout, &addresses);
         Ok(UpstreamPeer {
             config: config.clone(),
             credential,
             timeout,
             resolved: RwLock::new(Resolved {
                 addresses,
+                peers,
                 at_ms: crate::now_ms(),
                 stale: false,
             }),
@@ -140,11 +148,8 @@ impl UpstreamPeer {
         })
     }
 
-    fn resolved(&self) -> Resolved {
-        self.resolved
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+    fn resolved(&self) -> std::sync::RwLockReadGuard<'_, Resolved> {
+        self.resolved.read().unwrap_or_else(|p| p.into_inner())
     }
 
     fn refresh(&self) {
@@ -160,6 +165,7 @@ impl UpstreamPeer {
                     );
                 }
                 *r = Resolved {
+                    peers: http_peers(&self.config, self.timeout, &addresses),
                     addresses,
                     at_ms: crate::now_ms(),
                     stale: false,
@@ -174,33 +180,17 @@ impl UpstreamPeer {
         }
     }
 
-    fn http_peer(&self, address: SocketAddr) -> HttpPeer {
-        let mut peer = HttpPeer::new(address, self.config.tls, self.config.host.clone());
-        peer.options.connection_timeout = Some(Duration::from_secs(10));
-        peer.options.read_timeout = Some(self.timeout);
-        peer.options.write_timeout = Some(self.timeout);
-        peer.options.idle_timeout = Some(Duration::from_secs(60));
-        peer
-    }
-
     /// This request's addresses: every one, starting at the next in turn.
     fn choose(self: &Arc<Self>) -> Option<ProviderPeer> {
-        let addresses = self.resolved().addresses;
-        if addresses.is_empty() {
+        let peers = self.resolved().peers.clone();
+        if peers.is_empty() {
             return None;
         }
-        let start = self.next.fetch_add(1, Ordering::Relaxed) % addresses.len();
-        let mut peers = addresses
-            .iter()
-            .cycle()
-            .skip(start)
-            .take(addresses.len())
-            .map(|&a| self.http_peer(a));
-        let peer = peers.next()?;
+        let start = self.next.fetch_add(1, Ordering::Relaxed) % peers.len();
         Some(ProviderPeer {
             upstream: self.clone(),
-            peer,
-            fallbacks: peers.collect(),
+            peers,
+            start,
             host_header: self.config.authority.clone(),
         })
     }
@@ -244,21 +234,29 @@ impl Upstreams {
         Ok(Upstreams { all })
     }
 
-    /// The upstream that takes `model` on `api`, with its addresses for this request.
-    pub fn for_model(&self, api: Provider, model: &str) -> Option<ProviderPeer> {
+    /// The upstream that takes `model` on `api` (the routing rule in the module docs).
+    fn route(&self, api: Provider, model: &str) -> Option<&Arc<UpstreamPeer>> {
         self.all
             .iter()
             .filter(|u| u.config.api == api)
             .filter_map(|u| u.rank(model).map(|rank| (rank, u)))
             .max_by_key(|(rank, _)| *rank)
-            .and_then(|(_, u)| u.choose())
+            .map(|(_, u)| u)
+    }
+
+    /// The upstream that takes `model` on `api`, with its addresses for this request.
+    pub fn for_model(&self, api: Provider, model: &str) -> Option<ProviderPeer> {
+        self.route(api, model).and_then(|u| u.choose())
     }
 
     /// Whether any upstream takes `model` on `api` (before a decision is made for it).
     pub fn takes(&self, api: Provider, model: &str) -> bool {
-        self.all
-            .iter()
-            .any(|u| u.config.api == api && u.rank(model).is_some())
+        self.route(api, model).is_some()
+    }
+
+    /// How many upstreams speak `api`.
+    pub fn count_of(&self, api: Provider) -> usize {
+        self.all.iter().filter(|u| u.config.api == api).count()
     }
 
     /// For a call that names no model (a stored response, a token count): the upstream of
@@ -282,8 +280,8 @@ impl Upstreams {
 
     /// Whether `upstream` is the one that takes `model` on its API shape.
     pub fn routes_to(&self, upstream: &UpstreamPeer, model: &str) -> bool {
-        self.for_model(upstream.config.api, model)
-            .is_some_and(|p| std::ptr::eq(Arc::as_ptr(&p.upstream), upstream))
+        self.route(upstream.config.api, model)
+            .is_some_and(|u| std::ptr::eq(Arc::as_ptr(u), upstream))
     }
 
     /// What `/readyz` shows of each.
@@ -315,6 +313,21 @@ fn percent_encode_segment(text: &str) -> String {
                 (b as char).to_string()
             }
             _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A peer per address, with the upstream's TLS, SNI and timeouts.
+fn http_peers(config: &Upstream, timeout: Duration, addresses: &[SocketAddr]) -> Arc<[HttpPeer]> {
+    addresses
+        .iter()
+        .map(|&address| {
+            let mut peer = HttpPeer::new(address, config.tls, config.host.clone());
+            peer.options.connection_timeout = Some(Duration::from_secs(10));
+            peer.options.read_timeout = Some(timeout);
+            peer.options.write_timeout = Some(timeout);
+            peer.options.idle_timeout = Some(Duration::from_secs(60));
+            peer
         })
         .collect()
 }

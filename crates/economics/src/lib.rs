@@ -28,6 +28,7 @@
 pub mod context;
 pub mod model;
 pub mod pairs;
+pub mod plot;
 pub mod render;
 pub mod rule;
 pub mod stats;
@@ -83,6 +84,16 @@ pub struct Current<'a> {
     /// the tokenizer that counts context now: simulated evidence made otherwise is stale.
     pub simulated_usage_counting: &'a str,
     pub tokenizer: Option<EconomicsTokenizer>,
+}
+
+/// What a client id is installed and pinned as: the Agents SDK's two clients are one
+/// package, the anthropic-sdk loop is the `anthropic` package, the others their own names.
+pub fn client_package(client_id: &str) -> &str {
+    match client_id {
+        id if id.starts_with("agents-sdk") => "openai-agents",
+        "anthropic-sdk" => "anthropic",
+        id => id,
+    }
 }
 
 /// A UTC timestamp `YYYY-MM-DDTHH:MM:SSZ` from Unix milliseconds.
@@ -145,12 +156,7 @@ pub fn freshness_of(
         Some(Ok(_)) => {}
     }
     for c in &ev.clients {
-        let program = match c.id.as_str() {
-            id if id.starts_with("agents-sdk") => "openai-agents",
-            "anthropic-sdk" => "anthropic",
-            id => id,
-        };
-        if let Some(pinned) = current.clients.get(program) {
+        if let Some(pinned) = current.clients.get(client_package(&c.id)) {
             if &c.version != pinned {
                 reasons.push(format!(
                     "recorded with {} {}, the pinned version is {pinned}",
