@@ -110,7 +110,20 @@ fn lines_of(h: &Harness, n: usize, parse: impl Fn(&str) -> Option<Line>) -> Vec<
 
 fn check(h: &Harness, lines: &[Line], expected: &[(&str, u16, &str, Option<String>)]) {
     assert_eq!(lines.len(), expected.len(), "{lines:#?}");
-    for (line, (route, status, verdict, decision)) in lines.iter().zip(expected) {
+    // A line is written when its request ends, after the answer reached the client, so two
+    // requests in a row may log in either order: pair lines and requests by what they say.
+    let field = |l: &Line, k: &str| l.get(k).cloned().unwrap_or_default();
+    let mut lines: Vec<&Line> = lines.iter().collect();
+    lines.sort_by_key(|l| {
+        let d = field(l, "decision");
+        (field(l, "status"), field(l, "route"), field(l, "verdict"), d)
+    });
+    let mut expected: Vec<_> = expected.iter().collect();
+    expected.sort_by_key(|(route, status, verdict, decision)| {
+        let d = decision.clone().unwrap_or_else(|| "-".into());
+        (status.to_string(), route.to_string(), verdict.to_string(), d)
+    });
+    for (line, (route, status, verdict, decision)) in lines.into_iter().zip(expected) {
         let f = |k: &str| {
             line.get(k)
                 .map(String::as_str)
