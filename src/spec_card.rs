@@ -34,9 +34,9 @@ pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value
                 "rules": {
                     "budget_exhausted": "spend has reached the key's ceiling",
                     "exceeds_remaining_budget": format!("this one call could cost more than the budget left. Output uses the exact ceiling you set (x n); input is estimated at one token per {} characters, plus every byte text takes beyond one per character (a tokenizer over bytes can bill each), plus a bound per media part, so this rule is deliberately cautious. Held for a person when a human is declared, refused when one is not; a person's approval never passes a worst case that has no bound (a model without a price).", rules::CHARS_PER_INPUT_TOKEN),
-                    "runaway_loop": format!("the same request {} times in 120 seconds (the same fingerprint, or the same step fingerprint: an agent repeating the same tool call and getting the same result)", rules::LOOP_LIMIT),
-                    "runaway_loop_unattended": format!("the same request {} times in 120 seconds with no human declared", rules::LOOP_UNATTENDED_LIMIT),
-                    "runaway_burst": format!("{} requests from one key in 60 seconds", rules::BURST_LIMIT),
+                    "runaway_loop": format!("the same request {} times in {} seconds (the same fingerprint, or the same step fingerprint: an agent repeating the same tool call and getting the same result)", rules::LOOP_LIMIT, policy.gate.windows.loop_secs),
+                    "runaway_loop_unattended": format!("the same request {} times in {} seconds with no human declared", rules::LOOP_UNATTENDED_LIMIT, policy.gate.windows.loop_secs),
+                    "runaway_burst": format!("{} requests from one key in {} seconds", rules::BURST_LIMIT, policy.gate.windows.burst_secs),
                     "runaway_step": format!("the same step (same step fingerprint, another history) decided {} times within {} seconds ([gate.steps] runaway_repeats, runaway_window_secs): a stuck agent, however it is paced", policy.gate.steps.runaway_repeats, policy.gate.steps.runaway_window_secs),
                 },
                 "literal_repeats_and_repeated_steps": {

@@ -617,9 +617,7 @@ impl Gatekeeper {
             policy.prices.insert(model.clone(), *prices);
         }
         let mut state = State::default();
-        let steps = &policy.gate.steps;
-        state.windows =
-            Windows::with_step_windows(steps.pace_window_ms(), steps.runaway_window_ms());
+        state.windows = Windows::configured(&policy.gate);
         for key in &config.keys {
             state.budgets.insert(
                 key.id.clone(),

@@ -630,8 +630,7 @@ mod tests {
 
         /// Steps 1.. decided at these times (each with another fingerprint).
         fn windows(policy: &Policy, times: &[u64]) -> Windows {
-            let st = &policy.gate.steps;
-            let mut w = Windows::with_step_windows(st.pace_window_ms(), st.runaway_window_ms());
+            let mut w = Windows::configured(&policy.gate);
             for (i, &t) in times.iter().enumerate() {
                 let s = shape(i as u8 + 1);
                 w.record_step("k", &s.fingerprint, &STEP, "m", t);
@@ -801,29 +800,82 @@ mod tests {
             gap_ms: u64,
             want: usize,
         ) -> (Vec<u64>, Option<Decision>) {
-            let p = policy(limits);
-            let mut w = windows(&p, &[]);
+            let (forwarded, refused, _) = run_agent_under(&policy(limits), human, gap_ms, want);
+            (forwarded, refused)
+        }
+
+        /// [`run_agent`] against any policy, with every decision's score.
+        fn run_agent_under(
+            p: &Policy,
+            human: bool,
+            gap_ms: u64,
+            want: usize,
+        ) -> (Vec<u64>, Option<Decision>, Vec<f64>) {
+            let mut w = windows(p, &[]);
+            let mut scores = Vec::new();
             let (mut forwarded, mut now) = (Vec::new(), 1_000_000);
             for n in 0..want {
                 let next = shape(n as u8 + 1);
                 let asked = now;
                 loop {
-                    match outcome(&p, &w, &next, human, now - asked, now) {
+                    match outcome(p, &w, &next, human, now - asked, now) {
                         Outcome::Pace { until_ms } => {
                             assert!(until_ms > now);
                             now = until_ms;
                         }
                         Outcome::Decided(d) if d.verdict.forwards() => {
+                            scores.push(d.score);
                             w.record_step("k", &next.fingerprint, &STEP, "m", now);
                             forwarded.push(now);
                             break;
                         }
-                        Outcome::Decided(d) => return (forwarded, Some(*d)),
+                        Outcome::Decided(d) => {
+                            scores.push(d.score);
+                            return (forwarded, Some(*d), scores);
+                        }
                     }
                 }
                 now += gap_ms;
             }
-            (forwarded, None)
+            (forwarded, None, scores)
+        }
+
+        /// Every window (`[gate.windows]`, `[gate.steps]`) shortened `factor` times: the
+        /// time-compressed gate `corpus/economics/record.sh` records with.
+        fn compressed(factor: u64) -> Policy {
+            let mut p = Policy::default();
+            let (w, st) = (&mut p.gate.windows, &mut p.gate.steps);
+            w.loop_secs /= factor;
+            w.burst_secs /= factor;
+            w.grind_secs /= factor;
+            st.pace_window_secs /= factor;
+            st.pace_slack_secs /= factor;
+            st.runaway_window_secs /= factor;
+            assert!(p.gate.validate().is_ok());
+            p
+        }
+
+        #[test]
+        fn a_gate_compressed_30_times_decides_an_agent_30_times_faster_alike() {
+            let scaled = compressed(30);
+            for human in [false, true] {
+                // A poll every 30 s that finishes after 8 answers; a stuck agent that would
+                // repeat its step 100 times, 3 s after each answer.
+                for (gap_ms, want) in [(30_000, 8), (3_000, 100)] {
+                    let (calls, refused, scores) =
+                        run_agent_under(&Policy::default(), human, gap_ms, want);
+                    let (fast, fast_refused, fast_scores) =
+                        run_agent_under(&scaled, human, gap_ms / 30, want);
+                    let rel = |t: &[u64]| t.iter().map(|&x| x - t[0]).collect::<Vec<_>>();
+                    let stretched: Vec<u64> = rel(&fast).iter().map(|x| x * 30).collect();
+                    assert_eq!(stretched, rel(&calls), "attended {human}, gap {gap_ms}");
+                    assert_eq!(
+                        fast_refused.map(|d| d.reason()),
+                        refused.map(|d| d.reason()),
+                    );
+                    assert_eq!(fast_scores, scores, "attended {human}, gap {gap_ms}");
+                }
+            }
         }
 
         /// At most `admits` calls in any `window_ms`.
@@ -874,6 +926,19 @@ mod tests {
             cfg.steps.runaway_repeats = 10;
             cfg.steps.runaway_window_secs = 1;
             assert_eq!(cfg.validate().unwrap_err().0, "steps.runaway_window_secs");
+            // The windows may be shortened, never lengthened; the pace window fits the loop's.
+            let mut cfg = crate::gate::GateConfig::default();
+            cfg.windows.loop_secs = 121;
+            assert_eq!(cfg.validate().unwrap_err().0, "windows.loop_secs");
+            cfg.windows.loop_secs = 60;
+            assert_eq!(cfg.validate().unwrap_err().0, "steps.pace_window_secs");
+            cfg.steps.pace_window_secs = 60;
+            assert!(cfg.validate().is_ok());
+            cfg.windows.burst_secs = 0;
+            assert_eq!(cfg.validate().unwrap_err().0, "windows.burst_secs");
+            cfg.windows.burst_secs = 60;
+            cfg.windows.grind_secs = 59;
+            assert_eq!(cfg.validate().unwrap_err().0, "windows.grind_secs");
         }
     }
 }

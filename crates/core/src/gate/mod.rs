@@ -344,6 +344,30 @@ impl StepLimits {
     }
 }
 
+/// The lengths of the windows the hard rules and the score count in (SPEC §2.3–2.4: 120 s for
+/// identical requests, 60 s for the burst, an hour for the grind). The hard rules' thresholds
+/// are constants; their windows are the SPEC's unless a config shortens them — a
+/// time-compressed test or recording against an instant provider, where the step windows
+/// (`[gate.steps]`) are shortened by the same factor so that pacing and the score keep their
+/// proportions. Never longer than the SPEC's, so a config can only make the windows see less.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WindowLengths {
+    pub loop_secs: u64,
+    pub burst_secs: u64,
+    pub grind_secs: u64,
+}
+
+impl Default for WindowLengths {
+    fn default() -> Self {
+        Self {
+            loop_secs: 120,
+            burst_secs: 60,
+            grind_secs: 3_600,
+        }
+    }
+}
+
 /// The tunable part of the gate. Hard rules are absolute and live in `rules.rs` as constants.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -354,6 +378,7 @@ pub struct GateConfig {
     pub downgrade: DowngradeLimits,
     pub findings: FindingsThresholds,
     pub steps: StepLimits,
+    pub windows: WindowLengths,
 }
 
 impl GateConfig {
@@ -386,11 +411,22 @@ impl GateConfig {
         if !self.downgrade.max_score.is_finite() {
             return Err(("downgrade.max_score", "must be a finite number"));
         }
+        let wl = &self.windows;
+        let spec = WindowLengths::default();
+        if !(1..=spec.loop_secs).contains(&wl.loop_secs) {
+            return Err(("windows.loop_secs", "must be between 1 and 120"));
+        }
+        if !(1..=spec.burst_secs).contains(&wl.burst_secs) {
+            return Err(("windows.burst_secs", "must be between 1 and 60"));
+        }
+        if !(wl.burst_secs..=spec.grind_secs).contains(&wl.grind_secs) {
+            return Err(("windows.grind_secs", "must be between burst_secs and 3600"));
+        }
         let st = &self.steps;
-        if !(1..=120).contains(&st.pace_window_secs) {
+        if !(1..=wl.loop_secs).contains(&st.pace_window_secs) {
             return Err((
                 "steps.pace_window_secs",
-                "must be between 1 and 120 (the loop rules' window)",
+                "must be between 1 and windows.loop_secs (the loop rules' window)",
             ));
         }
         // A digest client waits for the central gate's answer at most 270 s (remote.rs).

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::request::Hash;
 
+/// The SPEC's windows (`[gate.windows]` may shorten them: [`super::WindowLengths`]).
 pub const LOOP_WINDOW_MS: u64 = 120_000;
 pub const BURST_WINDOW_MS: u64 = 60_000;
 pub const GRIND_WINDOW_MS: u64 = 3_600_000;
@@ -134,15 +135,23 @@ fn push_capped(times: &mut VecDeque<u64>, now: u64, cap: usize) {
 
 pub struct Windows {
     keys: HashMap<String, KeyWindows>,
+    spans: Spans,
+}
+
+/// Every window's length, in milliseconds.
+#[derive(Debug, Clone, Copy)]
+struct Spans {
+    loop_ms: u64,
+    burst_ms: u64,
+    grind_ms: u64,
     /// The step pacing and runaway windows (`[gate.steps]`).
-    pace_window_ms: u64,
-    runaway_window_ms: u64,
+    pace_ms: u64,
+    runaway_ms: u64,
 }
 
 impl Default for Windows {
     fn default() -> Self {
-        let limits = super::StepLimits::default();
-        Self::with_step_windows(limits.pace_window_ms(), limits.runaway_window_ms())
+        Self::configured(&super::GateConfig::default())
     }
 }
 
@@ -151,12 +160,18 @@ impl Windows {
         Self::default()
     }
 
-    /// Windows whose step counts use these lengths (`[gate.steps]`).
-    pub fn with_step_windows(pace_window_ms: u64, runaway_window_ms: u64) -> Self {
+    /// Windows of the lengths a gate config names (`[gate.windows]`, `[gate.steps]`).
+    pub fn configured(config: &super::GateConfig) -> Self {
+        let secs = |s: u64| s.saturating_mul(1_000);
         Self {
             keys: HashMap::new(),
-            pace_window_ms,
-            runaway_window_ms,
+            spans: Spans {
+                loop_ms: secs(config.windows.loop_secs),
+                burst_ms: secs(config.windows.burst_secs),
+                grind_ms: secs(config.windows.grind_secs),
+                pace_ms: config.steps.pace_window_ms(),
+                runaway_ms: config.steps.runaway_window_ms(),
+            },
         }
     }
 
@@ -177,14 +192,14 @@ impl Windows {
         let Some(w) = self.keys.get(key) else {
             return WindowCounts::default();
         };
-        let loop_count = |times: Option<&VecDeque<u64>>| {
-            times.map_or(0, |t| count_within(t, now, LOOP_WINDOW_MS))
-        };
+        let sp = self.spans;
+        let loop_count =
+            |times: Option<&VecDeque<u64>>| times.map_or(0, |t| count_within(t, now, sp.loop_ms));
         let same_fingerprint = loop_count(w.identical.get(fingerprint));
         let same_step = loop_count(w.steps.get(step));
         let same_both = loop_count(w.both.get(&(*fingerprint, *step)));
         let steps = w.steps.get(step);
-        let step_paced = steps.map_or(0, |t| count_within(t, now, self.pace_window_ms));
+        let step_paced = steps.map_or(0, |t| count_within(t, now, sp.pace_ms));
         let mut step_newest_ms = [0; STEP_NEWEST];
         if let Some(times) = steps {
             let inside = times.iter().rev().take(step_paced as usize);
@@ -195,13 +210,13 @@ impl Windows {
         WindowCounts {
             step_paced,
             step_newest_ms,
-            step_runaway: steps.map_or(0, |t| count_within(t, now, self.runaway_window_ms)),
+            step_runaway: steps.map_or(0, |t| count_within(t, now, sp.runaway_ms)),
             // Each list is capped alike and `both` is a subset of either, so this never
             // undercounts below the smaller cap.
             earlier_identical: same_fingerprint + same_step.saturating_sub(same_both),
             earlier_step_only: same_step.saturating_sub(same_both),
-            earlier_key_minute: count_within(&w.requests, now, BURST_WINDOW_MS),
-            earlier_key_hour: count_within(&w.requests, now, GRIND_WINDOW_MS),
+            earlier_key_minute: count_within(&w.requests, now, sp.burst_ms),
+            earlier_key_hour: count_within(&w.requests, now, sp.grind_ms),
             model_seen: w
                 .models
                 .get(model)
@@ -292,15 +307,15 @@ impl Windows {
         if w.seen_steps.len() > CAP_SEEN_FINGERPRINTS {
             w.seen_steps.pop_lru();
         }
-        Self::evict(w, now, self.runaway_window_ms);
+        Self::evict(w, now, self.spans);
     }
 
     /// Drop everything that no window can see any more.
-    fn evict(w: &mut KeyWindows, now: u64, runaway_window_ms: u64) {
+    fn evict(w: &mut KeyWindows, now: u64, sp: Spans) {
         while w
             .requests
             .front()
-            .is_some_and(|&t| !within(now, t, GRIND_WINDOW_MS))
+            .is_some_and(|&t| !within(now, t, sp.grind_ms.max(sp.burst_ms)))
         {
             w.requests.pop_front();
         }
@@ -309,14 +324,14 @@ impl Windows {
         let recent = |times: &VecDeque<u64>| {
             times
                 .back()
-                .is_some_and(|&t| within(now, t, LOOP_WINDOW_MS))
+                .is_some_and(|&t| within(now, t, sp.loop_ms))
         };
         if w.identical.len() > 64 && w.identical.len().is_power_of_two() {
             w.identical.retain(|_, times| recent(times));
         }
         if w.steps.len() > 64 && w.steps.len().is_power_of_two() {
             // The step lists serve the runaway window too (never shorter than the loop's).
-            let len = runaway_window_ms.max(LOOP_WINDOW_MS);
+            let len = sp.runaway_ms.max(sp.loop_ms);
             w.steps
                 .retain(|_, times| times.back().is_some_and(|&t| within(now, t, len)));
         }
