@@ -116,12 +116,22 @@ fn check(h: &Harness, lines: &[Line], expected: &[(&str, u16, &str, Option<Strin
     let mut lines: Vec<&Line> = lines.iter().collect();
     lines.sort_by_key(|l| {
         let d = field(l, "decision");
-        (field(l, "status"), field(l, "route"), field(l, "verdict"), d)
+        (
+            field(l, "status"),
+            field(l, "route"),
+            field(l, "verdict"),
+            d,
+        )
     });
     let mut expected: Vec<_> = expected.iter().collect();
     expected.sort_by_key(|(route, status, verdict, decision)| {
         let d = decision.clone().unwrap_or_else(|| "-".into());
-        (status.to_string(), route.to_string(), verdict.to_string(), d)
+        (
+            status.to_string(),
+            route.to_string(),
+            verdict.to_string(),
+            d,
+        )
     });
     for (line, (route, status, verdict, decision)) in lines.into_iter().zip(expected) {
         let f = |k: &str| {

@@ -616,8 +616,10 @@ impl Gatekeeper {
         for (model, prices) in &snapshot.prices {
             policy.prices.insert(model.clone(), *prices);
         }
-        let mut state = State::default();
-        state.windows = Windows::configured(&policy.gate);
+        let mut state = State {
+            windows: Windows::configured(&policy.gate),
+            ..State::default()
+        };
         for key in &config.keys {
             state.budgets.insert(
                 key.id.clone(),

@@ -321,11 +321,8 @@ impl Windows {
         }
         // Sweeping every fingerprint on every request would cost O(n); sweep when the map has
         // doubled since the last sweep, which keeps the amortised cost constant.
-        let recent = |times: &VecDeque<u64>| {
-            times
-                .back()
-                .is_some_and(|&t| within(now, t, sp.loop_ms))
-        };
+        let recent =
+            |times: &VecDeque<u64>| times.back().is_some_and(|&t| within(now, t, sp.loop_ms));
         if w.identical.len() > 64 && w.identical.len().is_power_of_two() {
             w.identical.retain(|_, times| recent(times));
         }
