@@ -83,26 +83,34 @@ class Harness:
         self.simulated = provider["kind"] == "simulated"
         bin_ = plan["bin"]
         if self.simulated:
+            # One provider per arm, alike but for their prompt caches: what one arm wrote
+            # must not be read by the other (the arms run one after the other, well within
+            # the cache's 5-minute lifetime), as two provider accounts would not share them.
             mock = provider["mock"]
-            p = start([bin_, "mock-provider", "--listen", f"127.0.0.1:{mock['port']}",
-                       "--expected-credential", mock["credential"], "--usage", mock["usage"],
-                       "--tasks", mock["tasks"]], self.scratch / "mock.log")
-            self.procs.append(p)
-            clients.wait_port(mock["port"], p, self.scratch / "mock.log")
+            upstreams = []
+            for arm, port in (("control", mock["port"]), ("treatment", mock["treatment_port"])):
+                log_path = self.scratch / f"mock-{arm}.log"
+                p = start([bin_, "mock-provider", "--listen", f"127.0.0.1:{port}",
+                           "--expected-credential", mock["credential"], "--usage",
+                           mock["usage"], "--tasks", mock["tasks"]], log_path)
+                self.procs.append(p)
+                clients.wait_port(port, p, log_path)
+                upstreams.append(f"http://127.0.0.1:{port}")
             self.credential = mock["credential"]
-            upstream = f"http://127.0.0.1:{mock['port']}"
         else:
             self.credential = os.environ.get(provider["credential_env"], "")
             if not self.credential:
                 raise SystemExit(f"${provider['credential_env']} is empty: the provider "
                                  "credential is read from it")
-            upstream = provider["upstream"]
-        self.provider_tap = Tap(upstream)
+            # A real provider's cache is the account's: both arms share it (README).
+            upstreams = [provider["upstream"]] * 2
+        self.provider_tap = Tap(upstreams[0])
+        self.gate_provider_tap = Tap(upstreams[1])
         gate = plan["gate"]
-        # The gate's upstream is the provider tap: rewrite the config's placeholder.
+        # The gate's upstream is its provider's tap: rewrite the config's placeholder.
         config = Path(gate["config"])
         config.write_text(config.read_text().replace(gate["upstream_placeholder"],
-                                                    self.provider_tap.url))
+                                                    self.gate_provider_tap.url))
         env = dict(os.environ, **{gate["credential_env"]: self.credential})
         p = start([bin_, "serve", "--config", config], self.scratch / "serve.log", env)
         self.procs.append(p)
@@ -112,7 +120,8 @@ class Harness:
         self.client_tap = Tap(self.gate_url)
 
     def close(self) -> None:
-        for tap in (getattr(self, "client_tap", None), getattr(self, "provider_tap", None)):
+        for tap in (getattr(self, "client_tap", None), getattr(self, "provider_tap", None),
+                    getattr(self, "gate_provider_tap", None)):
             if tap is not None:
                 tap.stop()
         for p in reversed(self.procs):
@@ -153,6 +162,7 @@ class Harness:
             front = self.client_tap
         front.bodies = bodies if arm == "treatment" else None
         self.provider_tap.take()
+        self.gate_provider_tap.take()
         self.client_tap.take()
         sessions, calls, provider_calls, checks = [], [], [], []
         started = time.time()
@@ -169,7 +179,7 @@ class Harness:
                 c["session"] = s
             calls += got
             if arm == "treatment":
-                bought = self.provider_tap.take()
+                bought = self.gate_provider_tap.take()
                 for c in bought:
                     c["session"] = s
                 provider_calls += bought

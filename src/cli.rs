@@ -279,6 +279,9 @@ enum EconomicsCommand {
         /// Print the summary as JSON.
         #[arg(long)]
         json: bool,
+        /// Also write a plot of each task run's mean cost, control against treatment (SVG).
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
     },
     /// Record new evidence: real agent clients on the fixture tasks, straight to a provider
     /// and through the gate (the built-in scripted provider unless --upstream is given).
@@ -499,6 +502,7 @@ fn run(command: Command, log_format: Option<LogFormat>) -> anyhow::Result<()> {
                     model,
                     task,
                     json,
+                    svg,
                 },
         } => {
             let config = Config::load(&config)?;
@@ -514,6 +518,13 @@ fn run(command: Command, log_format: Option<LogFormat>) -> anyhow::Result<()> {
                 &query,
                 tokensaver::now_ms(),
             );
+            if let Some(path) = svg {
+                let plot =
+                    tokensaver::economics::plot::cost_per_task_svg(&summary).ok_or_else(|| {
+                        anyhow::anyhow!("no pair has a priced cost in both arms: nothing to plot")
+                    })?;
+                std::fs::write(&path, plot)?;
+            }
             if json {
                 println!("{}", serde_json::to_string_pretty(&summary)?);
             } else {

@@ -483,8 +483,9 @@ fn record(
     real: bool,
     harness_blake3: &str,
 ) -> Result<PathBuf, String> {
-    // Four distinct ports: the gate's three listeners and the simulated provider's.
-    let [proxy, api, admin, mock_port] = crate::demo::free_ports::<4>()?;
+    // Five distinct ports: the gate's three listeners and the simulated providers' (one per
+    // arm, so that the arms share no prompt cache).
+    let [proxy, api, admin, mock_port, treatment_mock_port] = crate::demo::free_ports::<5>()?;
     let ports = BTreeMap::from([("proxy", proxy), ("api", api), ("admin", admin)]);
     let gate_toml = treatment_config(
         &args.config,
@@ -511,7 +512,8 @@ fn record(
     let provider = match (&args.upstream, &args.credential_env) {
         (Some(u), Some(env)) => json!({"kind": "real", "upstream": u, "credential_env": env}),
         _ => json!({"kind": "simulated", "mock": {
-            "port": mock_port, "credential": format!("sk-economics-{credential}"),
+            "port": mock_port, "treatment_port": treatment_mock_port,
+            "credential": format!("sk-economics-{credential}"),
             "tasks": tasks_dir, "usage": "cl100k"}}),
     };
     let runs: Vec<Value> = planned

@@ -28,20 +28,17 @@ PAIRS = [
     "bugfix-vat-rounding:agents-sdk",       # a bug fixed; nothing for the gate to do
     "poll-export-job:claude-code",          # r1 polls 4 identical times: paced, it completes
     "rerun-sales-report:agents-sdk-chat",   # temperature 0, two sessions: the second is served
-    "runaway-migration:claude-code",        # a stuck agent: stopped early, fails either way
+    "runaway-migration:claude-code",        # a short stuck loop: paced, not cut; fails either way
     "flaky-fetch:codex",                    # retries of a flaky tool: not a runaway
 ]
 
 
-def scaled_steps(config: str) -> str:
-    """`[gate.steps]` of the example config with a 3 s pace window (3 s slack, 120 s bound)."""
-    scaled = {"pace_window_secs = 120": "pace_window_secs = 3",
-              "pace_slack_secs = 30": "pace_slack_secs = 3",
-              "runaway_window_secs = 1_800": "runaway_window_secs = 120"}
-    for default, test in scaled.items():
-        assert default in config, default
-        config = config.replace(default, test)
-    return config
+def recording_config() -> str:
+    """The config the committed evidence is recorded with (`scripts/economics-record.sh`: the
+    example config with every window of the gate shortened 30 times), its data dir here."""
+    text = (ROOT / "corpus/economics/recording.toml").read_text()
+    assert text.count('dir = "../../data"') == 1
+    return text.replace('dir = "../../data"', 'dir = "data"', 1)
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +50,10 @@ def recorded():
     econ.mkdir()
     shutil.copy(ROOT / "corpus/economics/methodology.json", econ)
     shutil.copytree(ROOT / "corpus/economics/tasks", econ / "tasks")
-    # The example config with its step windows scaled down (a repeated step is paced for up
-    # to 150 s by default; the defaults' outcome is the same, only slower).
+    # Time-compressed with the provider, which answers at once (a repeated step is paced for
+    # up to 150 s with the defaults; compressed, the same decisions 30 times sooner).
     config = tmp / "tokensaver.toml"
-    config.write_text(scaled_steps((ROOT / "config/tokensaver.toml").read_text()))
+    config.write_text(recording_config())
     run = subprocess.run(
         [BIN, "economics", "run", "--dir", econ, "--reps", "1", "--only", ",".join(PAIRS),
          "--config", config],
@@ -122,9 +119,13 @@ def test_every_pair_is_judged_by_its_task(recorded):
     poll = pair(s, "poll-export-job:claude-code")
     assert poll["status"] == "valid", poll
     assert not poll.get("refusals"), poll
+    # A stuck loop shorter than `runaway_repeats` (14-22 repeats, against 30) is paced, never
+    # refused: it fails either way, and the gate stops none of it (a stated limit; a long one
+    # is stopped at its 30th repeat, `stuck-noisy-deploy` in the committed evidence).
     runaway = pair(s, "runaway-migration:claude-code")
     assert runaway["status"] == "both_failed", runaway
-    assert runaway["treatment_usage"]["total"] < runaway["control_usage"]["total"] / 2
+    assert not runaway.get("refusals"), runaway
+    assert runaway["treatment_usage"]["requests"] == runaway["control_usage"]["requests"]
 
 
 def test_a_rerun_at_temperature_zero_is_served(recorded):
