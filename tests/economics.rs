@@ -996,9 +996,11 @@ fn issue_23_targets(pairs: &[EconomicsPair]) {
     let mut by_client: BTreeMap<&str, [f64; 4]> = BTreeMap::new();
     let mut stuck: BTreeMap<&str, [f64; 2]> = BTreeMap::new();
     for p in pairs {
-        let (Some(c), Some(t), Some([c_ok, t_ok])) =
-            (cost(&p.control_usage), cost(&p.treatment_usage), p.succeeded)
-        else {
+        let (Some(c), Some(t), Some([c_ok, t_ok])) = (
+            cost(&p.control_usage),
+            cost(&p.treatment_usage),
+            p.succeeded,
+        ) else {
             continue;
         };
         assert!(t_ok || !c_ok, "the gate broke {} on {}", p.task, p.client);
