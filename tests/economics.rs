@@ -1038,6 +1038,51 @@ fn issue_23_targets(pairs: &[EconomicsPair]) {
     }
 }
 
+/// The committed evidence verifies against the public key committed beside it
+/// (`evidence/receipt-keys.txt`, in the format of a data dir's `receipt-earlier-keys.txt`):
+/// anyone can check it without the key that signed it, and one changed byte is refused.
+#[test]
+fn the_committed_evidence_verifies_against_the_committed_public_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A verifier's own data dir: its own signing key, and the evidence's key as an earlier one.
+    tokensaver::receipt::load_or_create(tmp.path()).unwrap();
+    std::fs::copy(
+        dir().join("evidence/receipt-keys.txt"),
+        tmp.path().join("receipt-earlier-keys.txt"),
+    )
+    .unwrap();
+    let signer = tokensaver::receipt::load(tmp.path()).unwrap();
+    let ev_dir = dir().join("evidence/agent-sessions");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&ev_dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("sig") {
+            continue;
+        }
+        let envelope: tokensaver::receipt::Envelope =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let (kind, body) = signer.verify_document(&envelope).unwrap();
+        assert_eq!(kind, Some(tokensaver::receipt::DocumentKind::Evidence));
+        let document = path.with_extension("");
+        assert_eq!(
+            body,
+            std::fs::read(&document).unwrap(),
+            "{}",
+            document.display()
+        );
+        // One changed byte of the document (`ewog` is `{\n  `; `fwog` decodes too).
+        let mut tampered = envelope.clone();
+        assert!(tampered.body.starts_with("ewog"));
+        tampered.body.replace_range(..1, "f");
+        assert_eq!(
+            signer.verify_document(&tampered).unwrap_err(),
+            tokensaver::receipt::VerifyError::BadSignature
+        );
+        checked += 1;
+    }
+    assert!(checked >= 1, "no signed evidence in {}", ev_dir.display());
+}
+
 #[test]
 fn no_methodology_is_said_plainly() {
     let tmp = tempfile::tempdir().unwrap();
