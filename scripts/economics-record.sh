@@ -13,17 +13,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 - <<'PY'
 from pathlib import Path
+COMPRESSION = 30
 text = Path("config/tokensaver.toml").read_text()
-for default, scaled in [
-    ('dir = "../data"', 'dir = "../../data"'),
-    ('economics = "../corpus/economics"', 'economics = "."'),
-    ("pace_window_secs = 120", "pace_window_secs = 4"),
-    ("pace_slack_secs = 30", "pace_slack_secs = 1"),
-    ("runaway_window_secs = 1_800", "runaway_window_secs = 60"),
-    ("loop_secs = 120", "loop_secs = 4"),
-    ("burst_secs = 60", "burst_secs = 2"),
-    ("grind_secs = 3_600", "grind_secs = 120"),
-]:
+edits = [('dir = "../data"', 'dir = "../../data"'),
+         ('economics = "../corpus/economics"', 'economics = "."')]
+# Every window of the gate, the example's length ÷ COMPRESSION.
+for name, secs in [("pace_window_secs", "120"), ("pace_slack_secs", "30"),
+                   ("runaway_window_secs", "1_800"), ("loop_secs", "120"),
+                   ("burst_secs", "60"), ("grind_secs", "3_600")]:
+    n = int(secs.replace("_", ""))
+    assert n % COMPRESSION == 0, name
+    edits.append((f"{name} = {secs}", f"{name} = {n // COMPRESSION}"))
+for default, scaled in edits:
     assert text.count(default) == 1, default
     text = text.replace(default, scaled, 1)
 # Codex runs the simulation on gpt-5.5 (its newer models call tools only through a code-mode

@@ -114,24 +114,11 @@ fn check(h: &Harness, lines: &[Line], expected: &[(&str, u16, &str, Option<Strin
     // requests in a row may log in either order: pair lines and requests by what they say.
     let field = |l: &Line, k: &str| l.get(k).cloned().unwrap_or_default();
     let mut lines: Vec<&Line> = lines.iter().collect();
-    lines.sort_by_key(|l| {
-        let d = field(l, "decision");
-        (
-            field(l, "status"),
-            field(l, "route"),
-            field(l, "verdict"),
-            d,
-        )
-    });
+    lines.sort_by_key(|l| ["status", "route", "verdict", "decision"].map(|k| field(l, k)));
     let mut expected: Vec<_> = expected.iter().collect();
     expected.sort_by_key(|(route, status, verdict, decision)| {
-        let d = decision.clone().unwrap_or_else(|| "-".into());
-        (
-            status.to_string(),
-            route.to_string(),
-            verdict.to_string(),
-            d,
-        )
+        let decision = decision.as_deref().unwrap_or("-");
+        [&status.to_string(), *route, *verdict, decision].map(str::to_string)
     });
     for (line, (route, status, verdict, decision)) in lines.into_iter().zip(expected) {
         let f = |k: &str| {

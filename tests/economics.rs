@@ -1016,7 +1016,7 @@ fn issue_23_targets(pairs: &[EconomicsPair]) {
         let e = by_client.entry(&p.client).or_default();
         e[0] += c as f64;
         e[1] += t as f64;
-        e[2] += f64::from(u8::from(c_ok));
+        e[2] += 1.0;
         e[3] += f64::from(u8::from(t_ok));
     }
     let per_success = |client: &str| {
