@@ -6,6 +6,7 @@
 use rand::RngCore;
 use subtle::ConstantTimeEq;
 
+pub use crate::config::valid_key_id;
 use crate::config::{Config, KeyConfig};
 
 const AUTH_CONTEXT: &str = "tokensaver auth v1";
@@ -24,10 +25,6 @@ impl std::fmt::Debug for ParsedKey<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "ParsedKey {{ id: {:?}, secret: <redacted> }}", self.id)
     }
-}
-
-pub fn valid_key_id(id: &str) -> bool {
-    (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
 pub fn parse_key(key: &str) -> Option<ParsedKey<'_>> {

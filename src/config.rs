@@ -170,7 +170,7 @@ fn default_grace_period() -> u64 {
 struct RawLog {
     /// `text` (default) or `json`; `--log-format` overrides it.
     #[serde(default)]
-    format: crate::logging::LogFormat,
+    format: LogFormat,
     /// One access-log line per proxy request (target `tokensaver::access`); default on.
     #[serde(default = "default_true")]
     access: bool,
@@ -550,7 +550,7 @@ pub struct Config {
     pub client: Option<ClientConfig>,
     /// `[server] grace_period_secs`: the drain's grace period.
     pub grace_period_secs: u64,
-    pub log_format: crate::logging::LogFormat,
+    pub log_format: LogFormat,
     /// `[log] access`: one access-log line per proxy request.
     pub access_log: bool,
     /// `Some`: this instance is one of a fleet sharing this PostgreSQL.
@@ -623,7 +623,7 @@ impl Config {
 
         let mut keys = Vec::with_capacity(raw.keys.len());
         for (i, key) in raw.keys.into_iter().enumerate() {
-            if !crate::auth::valid_key_id(&key.id) {
+            if !valid_key_id(&key.id) {
                 return Err(field(
                     format!("keys[{i}].id"),
                     "must be 1-64 characters of a-z, A-Z, 0-9 or '-'",
@@ -996,7 +996,7 @@ pub fn parse_origin(url: &str) -> Result<Origin, &'static str> {
 }
 
 fn parse_hash(name: &str, hex: &str) -> Result<[u8; 32], ConfigError> {
-    crate::receipt::parse_hex32(hex)
+    tokensaver_core::receipt::parse_hex32(hex)
         .ok_or_else(|| field(name, "must be 64 hex digits (see `tokensaver key new`)"))
 }
 
@@ -1024,6 +1024,33 @@ impl Config {
             prices: self.prices.clone(),
             downgrade: self.downgrade.clone(),
             key_saturation,
+        }
+    }
+}
+
+/// A key id as `tsk_<id>_<secret>` carries it (SPEC §2.11): 1–64 ASCII letters, digits or
+/// `-`. Config validation and key parsing (`auth.rs`) share it.
+pub fn valid_key_id(id: &str) -> bool {
+    (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
+/// How log lines are written (`[log] format`, `--log-format`; `logging.rs` installs it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    #[default]
+    Text,
+    /// One JSON object per line (`timestamp`, `level`, `target`, `fields`), for machines.
+    Json,
+}
+
+impl LogFormat {
+    /// Its name on the command line and in the config.
+    pub fn name(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
         }
     }
 }

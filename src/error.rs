@@ -162,19 +162,6 @@ impl From<StoreError> for GateError {
     }
 }
 
-/// Digest mode's central gate did not decide: the request fails closed (spend never bypasses
-/// the gate), whatever went wrong.
-impl From<crate::proxy::remote::RemoteError> for GateError {
-    fn from(_: crate::proxy::remote::RemoteError) -> Self {
-        GateError::new(
-            502,
-            "api_error",
-            "gate_unreachable",
-            "the central gate did not decide this request",
-        )
-    }
-}
-
 /// A keyed route of the API listener without a valid key. (The proxy answers the same
 /// failure in the provider's own shape, code `invalid_api_key`, which the SDKs recognise.)
 impl From<crate::auth::AuthError> for GateError {
@@ -245,10 +232,10 @@ mod tests {
     /// is `tests/fleet.rs`, against a paused PostgreSQL).
     #[test]
     fn the_fleet_outage_carries_its_retry_after() {
-        let resp = crate::api::http::ApiResponse::from(GateError::fleet_unavailable());
+        let resp = crate::api_http::ApiResponse::from(GateError::fleet_unavailable());
         assert_eq!(resp.status, 503);
         assert_eq!(resp.headers, [("retry-after", "2".to_string())]);
-        let plain = crate::api::http::ApiResponse::from(GateError::api(503, "x", "y"));
+        let plain = crate::api_http::ApiResponse::from(GateError::api(503, "x", "y"));
         assert!(plain.headers.is_empty());
     }
 

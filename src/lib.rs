@@ -7,6 +7,7 @@
 //! `proxy` and `api` are the shells that read the network and answer it.
 
 pub mod api;
+pub mod api_http;
 pub mod auth;
 pub mod body;
 pub mod config;
@@ -21,9 +22,11 @@ pub mod metrics;
 pub mod proxy;
 pub mod receipt;
 pub mod server;
+pub mod settlement;
 pub mod spec_card;
 pub mod split_profile;
 pub mod store;
+pub mod upstreams;
 
 pub use tokensaver_core::{gate, prices, request, sql_types, utc};
 

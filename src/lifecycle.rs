@@ -29,14 +29,12 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use pingora::server::ExecutionPhase;
 use pingora::{Error, ErrorType};
 use tokio::sync::{broadcast, watch as watch_channel};
-
-use crate::ledger::Gatekeeper;
 
 /// After the grace period, how long cut streams get to record their usage and end.
 pub const CUT_WAIT: Duration = Duration::from_secs(5);
@@ -99,10 +97,11 @@ pub async fn unless_cut<T>(read: impl Future<Output = pingora::Result<T>>) -> pi
     }
 }
 
-/// What the drain needs: the grace period, the ledger to commit, the pid file to keep.
+/// What the drain needs: the grace period, the last commit of the ledger (once nothing is in
+/// flight), the pid file to keep.
 pub struct Drain {
     pub grace: Duration,
-    pub gatekeeper: Arc<Gatekeeper>,
+    pub commit: Box<dyn Fn() -> Result<(), crate::store::StoreError> + Send + Sync>,
     pub pid_file: Option<PathBuf>,
 }
 
@@ -168,7 +167,7 @@ impl Drain {
             wait_idle(Instant::now() + CUT_WAIT);
         }
         let left = in_flight();
-        let code = match self.gatekeeper.close_store() {
+        let code = match (self.commit)() {
             Ok(()) => 0,
             Err(e) => {
                 tracing::error!(error = %e, "ledger: the last commit failed");

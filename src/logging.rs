@@ -6,27 +6,7 @@
 
 use std::io::IsTerminal;
 
-use serde::Deserialize;
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    /// One human-readable line per event.
-    #[default]
-    Text,
-    /// One JSON object per line (`timestamp`, `level`, `target`, `fields`), for machines.
-    Json,
-}
-
-impl LogFormat {
-    /// Its name on the command line and in the config.
-    pub fn name(self) -> &'static str {
-        match self {
-            LogFormat::Text => "text",
-            LogFormat::Json => "json",
-        }
-    }
-}
+pub use crate::config::LogFormat;
 
 /// Install the process's subscriber; a second call is a no-op.
 pub fn init(format: LogFormat) {

@@ -269,7 +269,10 @@ pub fn serve(opts: ServeOptions) -> Result<(), String> {
         phases,
         lifecycle::Drain {
             grace,
-            gatekeeper: gatekeeper.clone(),
+            commit: {
+                let gatekeeper = gatekeeper.clone();
+                Box::new(move || gatekeeper.close_store())
+            },
             pid_file: opts.pid_file,
         },
     )

@@ -155,7 +155,7 @@ pub fn hold_error(e: HoldError) -> ApiResponse {
             ApiResponse::error(409, "hold_not_pending", "the hold is not pending")
         }
         HoldError::AttendMinutes => attend_error(),
-        HoldError::Unavailable => super::routes::fleet_unavailable(),
+        HoldError::Unavailable => crate::error::GateError::fleet_unavailable().into(),
         HoldError::Unpriced => ApiResponse::error(
             409,
             "unpriced_model",

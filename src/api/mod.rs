@@ -36,7 +36,9 @@
 
 mod holds;
 pub mod holds_client;
-pub mod http;
+/// The request/response pair of the API and admin handlers (`crate::api_http`; split-profile
+/// speaks it too, without standing on the listener).
+pub use crate::api_http as http;
 pub mod ops;
 pub mod page;
 mod routes;

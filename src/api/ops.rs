@@ -26,7 +26,7 @@ const STORE_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub struct Ops {
     pub gatekeeper: Arc<Gatekeeper>,
-    pub upstreams: Arc<crate::proxy::upstreams::Upstreams>,
+    pub upstreams: Arc<crate::upstreams::Upstreams>,
 }
 
 #[derive(Debug, Serialize)]

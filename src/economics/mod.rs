@@ -121,7 +121,7 @@ pub fn context_tokenizer() -> tokensaver_economics::model::EconomicsTokenizer {
         encoding: "cl100k_base".into(),
         implementation: format!(
             "tiktoken-rs {} data, counted by tokensaver::split_profile::tokenizer",
-            crate::split_profile::tokenizer::TIKTOKEN_RS_VERSION
+            tokensaver_tokenizer::TIKTOKEN_RS_VERSION
         ),
     }
 }

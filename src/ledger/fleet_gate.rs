@@ -368,6 +368,7 @@ impl Gatekeeper {
         Some(Arc::new(StoredAnswer {
             content_type,
             body: bytes::Bytes::from(body),
+            without_usage: None,
         }))
     }
 

@@ -1,4 +1,4 @@
-//! Settling forwarded decisions (README, "Usage accounting"): complete answers at their
+//! Settling forwarded decisions (docs/usage-accounting.md): complete answers at their
 //! reported usage and billed items, incomplete ones never below what may have been billed,
 //! refusals at nothing; and the per-decision listing a finance team reconciles against.
 
@@ -9,7 +9,9 @@ use serde_json::json;
 use super::tests::{config, gate, open, shape_of, T0};
 use super::*;
 use crate::config::Prices;
+use crate::gate::Billed;
 use crate::store::DecisionLine;
+use crate::store::{Ending, SpendBasis};
 
 fn prices() -> Prices {
     config().prices["gpt-4o"]

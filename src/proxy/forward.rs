@@ -29,7 +29,7 @@ use crate::store::answers::{AnswerKey, StoredAnswer};
 use crate::store::Ending;
 
 /// The one list of request headers that never go to the provider, on a gated call and on a
-/// pass-through route alike (README, "Security"), beside every `x-tokensaver-*` header
+/// pass-through route alike (docs/routes-and-security.md, "Security"), beside every `x-tokensaver-*` header
 /// ([`DROPPED_REQUEST_PREFIX`]) and any header the caller's `connection` names:
 /// - the caller's credentials for this hop: its tokensaver key (`authorization`, `x-api-key`;
 ///   the provider's credential is set in their place), `proxy-authorization`, and `cookie`
@@ -320,9 +320,13 @@ impl Forward<'_> {
             outcome.usage,
             outcome.answer.take(),
         ) {
+            // Cut once here, not at every SERVE to a client that did not ask for usage.
+            let without_usage = (self.route == Route::OpenAiChat && self.stream)
+                .then(|| Bytes::from(super::usage::strip_openai_usage_chunk(&bytes)));
             let answer = StoredAnswer {
                 content_type,
                 body: Bytes::from(bytes),
+                without_usage,
             };
             if matches!(self.recorder, Recorder::Local) && self.gatekeeper.fleet().is_some() {
                 self.gatekeeper

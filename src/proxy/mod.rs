@@ -13,7 +13,6 @@ mod forward;
 mod models;
 pub mod remote;
 pub mod responses;
-pub mod upstreams;
 pub mod usage;
 
 use std::sync::Arc;
@@ -51,8 +50,8 @@ const UNGATED_BILLABLE: &[&str] = &[
     "/v1/moderations",
 ];
 
-pub use upstreams::ProviderPeer;
-use upstreams::Upstreams;
+pub use crate::upstreams::ProviderPeer;
+use crate::upstreams::Upstreams;
 
 pub struct GateProxy {
     pub gatekeeper: Arc<Gatekeeper>,
@@ -572,7 +571,11 @@ impl GateProxy {
                 let shape = &g.parsed.shape;
                 let body = if route == Route::OpenAiChat && shape.stream && !g.parsed.include_usage
                 {
-                    Bytes::from(usage::strip_openai_usage_chunk(&answer.body))
+                    match &answer.without_usage {
+                        Some(cut) => cut.clone(),
+                        // The fleet's answers are read per request: cut on the way out.
+                        None => Bytes::from(usage::strip_openai_usage_chunk(&answer.body)),
+                    }
                 } else {
                     answer.body.clone()
                 };

@@ -237,3 +237,16 @@ impl RemoteGate {
             .map(|_| ())
     }
 }
+
+/// Digest mode's central gate did not decide: the request fails closed (spend never bypasses
+/// the gate), whatever went wrong.
+impl From<RemoteError> for crate::error::GateError {
+    fn from(_: RemoteError) -> Self {
+        crate::error::GateError::new(
+            502,
+            "api_error",
+            "gate_unreachable",
+            "the central gate did not decide this request",
+        )
+    }
+}

@@ -3,7 +3,7 @@
 //! web search requests). Also the SSE event splitter that lets the proxy strip the usage chunk
 //! it asked for on a client's behalf.
 //!
-//! Each route follows its provider's own accounting (README, "Usage accounting"):
+//! Each route follows its provider's own accounting (docs/usage-accounting.md):
 //! - **OpenAI chat** (JSON and stream): `prompt_tokens` includes `cached_tokens` (cache read)
 //!   and `cache_write_tokens` (cache write); the rest is uncached input. `completion_tokens`
 //!   includes `reasoning_tokens`, unless the provider's own `total_tokens` shows them reported

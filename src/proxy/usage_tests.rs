@@ -1,4 +1,4 @@
-//! One test per accounting rule of `usage.rs` (README, "Usage accounting").
+//! One test per accounting rule of `usage.rs` (docs/usage-accounting.md).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::*;

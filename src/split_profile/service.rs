@@ -24,7 +24,7 @@ use super::criteria::criteria_json;
 use super::engine::{catalogue_from_value, profile_catalogue, Refusal, MAX_BODY_BYTES};
 use super::json::{self, JsValue};
 use super::report::{precheck_bytes, signed_document, signed_report, PrecheckOutcome};
-use crate::api::http::{ApiRequest, ApiResponse};
+use crate::api_http::{ApiRequest, ApiResponse};
 use crate::receipt::ReceiptSigner;
 
 /// Free pre-checks per caller per UTC day.

@@ -20,6 +20,17 @@ pub struct AnswerKey {
 pub struct StoredAnswer {
     pub content_type: String,
     pub body: Bytes,
+    /// An OpenAI chat stream without the usage chunk the gate asked for on the caller's behalf,
+    /// cut once when the answer is stored: what a SERVE gives a client that did not ask for
+    /// usage. `None`: not such a stream, or not cut yet (the fleet's answers, read per request).
+    pub without_usage: Option<Bytes>,
+}
+
+impl StoredAnswer {
+    /// The bytes the store keeps for it (both forms of a stream), as the cap counts them.
+    pub fn size(&self) -> usize {
+        self.body.len() + self.without_usage.as_ref().map_or(0, Bytes::len)
+    }
 }
 
 pub struct AnswerStore {
@@ -44,16 +55,16 @@ impl AnswerStore {
     /// Store an answer, evicting least-recently-used ones to stay within the byte cap.
     /// An answer larger than the whole cap is not stored.
     pub fn put(&mut self, key: AnswerKey, answer: StoredAnswer) -> bool {
-        let size = answer.body.len();
+        let size = answer.size();
         if size > self.cap_bytes {
             return false;
         }
         if let Some(old) = self.lru.pop(&key) {
-            self.bytes -= old.body.len();
+            self.bytes -= old.size();
         }
         while self.bytes + size > self.cap_bytes {
             match self.lru.pop_lru() {
-                Some((_, old)) => self.bytes -= old.body.len(),
+                Some((_, old)) => self.bytes -= old.size(),
                 None => break,
             }
         }
@@ -72,7 +83,7 @@ impl AnswerStore {
             .collect();
         for k in &doomed {
             if let Some(old) = self.lru.pop(k) {
-                self.bytes -= old.body.len();
+                self.bytes -= old.size();
             }
         }
         doomed.len()
@@ -99,6 +110,7 @@ mod tests {
         StoredAnswer {
             content_type: "application/json".into(),
             body: Bytes::from(vec![b'x'; len]),
+            without_usage: None,
         }
     }
 

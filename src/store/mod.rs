@@ -366,7 +366,7 @@ pub enum Event {
 
 /// Who created a stored Responses object (the provider's response id, as the gate saw it in
 /// the answer it relayed), and the context the provider billed for it. Only that key may read,
-/// delete, cancel or continue it (README, "Security"). No content: an id, a key id, a time and
+/// delete, cancel or continue it (docs/routes-and-security.md, "Security"). No content: an id, a key id, a time and
 /// a count. The first binding of an id is kept: a later one for another key changes nothing,
 /// and one for the same key only fills in the context once it is known.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -42,7 +42,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
+use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -67,6 +67,11 @@ use crate::request::{Hash, WireForm};
 pub const DB_FILE: &str = "tokensaver.db";
 /// At most this many events are written in one transaction.
 pub const BATCH_CAP: usize = 4096;
+/// The most events queued for the writer: a submitter finding the queue full waits for room
+/// (backpressure at the disk's pace) rather than grow memory without bound or drop an event.
+/// Sixteen batches: the writer never starves, and a burst the disk cannot absorb slows the
+/// requests that make it.
+pub const WRITER_QUEUE_CAP: usize = 16 * BATCH_CAP;
 /// The schema version this build writes (`PRAGMA user_version`).
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
@@ -261,7 +266,7 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE decisions ADD COLUMN step_fingerprint BLOB;
     "#,
-    // 5: exact usage (README, "Usage accounting").
+    // 5: exact usage (docs/usage-accounting.md).
     // - `usage.cache_write_1h`: of `cache_write`, the 1-hour writes (priced apart);
     //   `usage.web_search_requests`: server-side web searches (priced per request).
     // - `usage.ending`: how the answer ended (`complete`, `error_event`, `truncated`, ...);
@@ -308,7 +313,7 @@ const MIGRATIONS: &[&str] = &[
     "#,
     // 10: which key created each stored Responses object, and the context the provider billed
     // for it (`ResponseBinding`). An id created before this table is bound to no key: every
-    // key is refused it (README, "Security").
+    // key is refused it (docs/routes-and-security.md, "Security").
     r#"
     CREATE TABLE responses (
         response_id    TEXT    PRIMARY KEY,
@@ -394,7 +399,7 @@ struct Stats {
 /// The embedded store. Cheap to share behind an `Arc`; dropping it flushes and joins the
 /// writer.
 pub struct SqliteStore {
-    tx: Sender<Msg>,
+    tx: SyncSender<Msg>,
     /// The writer thread, unparked by anyone who waits on a commit.
     writer_thread: std::thread::Thread,
     reader: Mutex<Connection>,
@@ -408,6 +413,15 @@ impl SqliteStore {
     /// start the writer thread. `commit_interval_ms` bounds how long a batch nobody waits
     /// on may linger before it is committed.
     pub fn open(data_dir: &Path, commit_interval_ms: u64) -> Result<SqliteStore, StoreError> {
+        Self::open_with_queue(data_dir, commit_interval_ms, WRITER_QUEUE_CAP)
+    }
+
+    /// [`Self::open`] with the writer's queue bounded at `queue_cap` events.
+    fn open_with_queue(
+        data_dir: &Path,
+        commit_interval_ms: u64,
+        queue_cap: usize,
+    ) -> Result<SqliteStore, StoreError> {
         std::fs::create_dir_all(data_dir)
             .map_err(|e| StoreError::Sqlite(format!("cannot create data dir: {}", e.kind())))?;
         let path = data_dir.join(DB_FILE);
@@ -425,7 +439,7 @@ impl SqliteStore {
             .map_err(sql_error)?;
 
         let stats = Arc::new(Stats::default());
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel(queue_cap);
         let writer = Writer {
             conn,
             rx,
@@ -1906,6 +1920,22 @@ mod tests {
     /// non-hex text, kept as text by migration 2; a typed `DecisionId` cannot name one, and the
     /// gate never made one, so it is a hex id like the others. Legacy text rows of hex digits
     /// are read by `sql_types`, tested there.)
+    /// Backpressure: a burst far past the queue's bound waits for room, and every event of it
+    /// is committed.
+    #[test]
+    fn a_full_writer_queue_holds_the_submitter_back_and_loses_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open_with_queue(dir.path(), 50, 8).unwrap();
+        let ids: Vec<String> = (0..500).map(|i| hex(&format!("queued {i}"))).collect();
+        for id in &ids {
+            store.submit(Event::Usage(usage(id)));
+        }
+        store.flush().unwrap();
+        for id in &ids {
+            assert!(store.usage_recorded(&id.parse().unwrap()).unwrap(), "{id}");
+        }
+    }
+
     #[test]
     fn a_version_1_database_migrates() {
         let dir = tempfile::tempdir().unwrap();

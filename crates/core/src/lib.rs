@@ -7,6 +7,7 @@
 //! server crate (`tokensaver`) is the shell around it.
 
 pub mod gate;
+pub mod html;
 pub mod prices;
 pub mod receipt;
 pub mod request;

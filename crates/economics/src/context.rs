@@ -238,10 +238,10 @@ pub(super) fn suite(
     decl: &SuiteDecl,
     ev: Option<&EvidenceFile>,
     query: &EconomicsQuery,
-    boot: &super::summarize::Boot,
+    boot: &super::measure::Boot,
 ) -> (Vec<EconomicsMetric>, Option<EconomicsContextView>) {
     let metric = |id, title, class, inputs, unit, formula| {
-        super::summarize::metric(id, title, class, inputs, unit, formula, &decl.id)
+        super::measure::metric(id, title, class, inputs, unit, formula, &decl.id)
     };
     let mut cr = metric(
         "context_reduction",
@@ -319,11 +319,11 @@ pub(super) fn suite(
             .map(|x| x.0 as f64 / x.1 as f64)
             .collect();
         cr.n = pooled.len();
-        cr.value = super::summarize::pooled_ratio(&pooled);
+        cr.value = super::measure::ratio(&pooled);
         cr.distribution = super::stats::distribution(&per);
         cr.interval = boot.interval(
             &clusters,
-            super::summarize::pooled_ratio,
+            super::measure::ratio,
             "cluster bootstrap over tasks (a task's treatment runs resampled together), percentile interval",
         );
         cr.status = EconomicsMetricStatus::Measured;

@@ -26,6 +26,7 @@
 //! ```
 
 pub mod context;
+mod measure;
 pub mod model;
 pub mod pairs;
 pub mod plot;

@@ -1,10 +1,13 @@
 //! The cost of each task run, control against treatment, as an SVG (the README's plot,
 //! `tokensaver economics summary --svg FILE`). Drawn from the summary's pairs: the mean cost
-//! per run over the pairs whose arms both ran and were priced, on one linear axis, with each
-//! row's change and the task's outcome in both arms.
+//! per run over the pairs whose arms both ran and were priced, on a logarithmic axis (a stuck
+//! agent's run costs a thousand times a short task's, and both must read), with each row's
+//! change and the task's outcome in both arms.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+
+use tokensaver_core::html::esc;
 
 use super::model::{EconomicsPair, EconomicsPairStatus, EconomicsSummary};
 
@@ -13,14 +16,12 @@ const ROW: f64 = 22.0;
 const LABEL: f64 = 250.0;
 const RIGHT: f64 = 290.0;
 const TOP: f64 = 54.0;
-const BOTTOM: f64 = 30.0;
+const BOTTOM: f64 = 40.0;
 const CONTROL: &str = "#9aa3ad";
 const TREATMENT: &str = "#2f7d4f";
 
-/// One row: a task on one client.
+/// One row: a task on one client (the map key of [`rows`]).
 struct Row {
-    task: String,
-    client: String,
     control_nano: Vec<u64>,
     treatment_nano: Vec<u64>,
     both_failed: usize,
@@ -29,13 +30,6 @@ struct Row {
 
 fn mean(v: &[u64]) -> f64 {
     v.iter().map(|&x| x as f64).sum::<f64>() / v.len().max(1) as f64
-}
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 fn dollars(nano: f64) -> String {
@@ -47,7 +41,17 @@ fn dollars(nano: f64) -> String {
     }
 }
 
-fn rows(pairs: &[EconomicsPair]) -> Vec<Row> {
+/// `$10^(d − 9)`, written out: a tick's label, never a float's rounding.
+fn decade_label(nano_decade: i32) -> String {
+    let usd = nano_decade - 9;
+    if usd >= 0 {
+        format!("${}", 10u64.saturating_pow(usd.unsigned_abs()))
+    } else {
+        format!("$0.{}1", "0".repeat(usd.unsigned_abs() as usize - 1))
+    }
+}
+
+fn rows(pairs: &[EconomicsPair]) -> Vec<((String, String), Row)> {
     let mut by: BTreeMap<(String, String), Row> = BTreeMap::new();
     for p in pairs {
         let cost = |u: &Option<super::model::EconomicsUsage>| u.as_ref()?.cost_nano_usd;
@@ -57,8 +61,6 @@ fn rows(pairs: &[EconomicsPair]) -> Vec<Row> {
         let row = by
             .entry((p.task.clone(), p.client.clone()))
             .or_insert_with(|| Row {
-                task: p.task.clone(),
-                client: p.client.clone(),
                 control_nano: Vec::new(),
                 treatment_nano: Vec::new(),
                 both_failed: 0,
@@ -72,7 +74,7 @@ fn rows(pairs: &[EconomicsPair]) -> Vec<Row> {
             _ => {}
         }
     }
-    by.into_values().collect()
+    by.into_iter().collect()
 }
 
 /// The plot, or `None` when no pair has a priced cost in both arms.
@@ -81,14 +83,26 @@ pub fn cost_per_task_svg(s: &EconomicsSummary) -> Option<String> {
     if rows.is_empty() {
         return None;
     }
-    let max = rows
-        .iter()
-        .map(|r| mean(&r.control_nano).max(mean(&r.treatment_nano)))
-        .fold(0.0, f64::max)
-        .max(1.0);
+    let means = || {
+        rows.iter()
+            .flat_map(|(_, r)| [mean(&r.control_nano), mean(&r.treatment_nano)])
+    };
+    // Whole decades around every mean: the axis's ends are powers of ten, each labelled.
+    let positive = || means().filter(|&m| m > 0.0);
+    let lo_decade = positive().fold(f64::INFINITY, f64::min).log10().floor();
+    let hi_decade = positive().fold(0.0, f64::max).log10().ceil();
+    let (lo_decade, hi_decade) = if lo_decade.is_finite() && hi_decade.is_finite() {
+        (lo_decade, hi_decade.max(lo_decade + 1.0))
+    } else {
+        (0.0, 1.0)
+    };
     let h = TOP + ROW * rows.len() as f64 + BOTTOM;
     let plot_w = W - LABEL - RIGHT;
-    let x = |nano: f64| LABEL + plot_w * nano / max;
+    // A zero cost sits at the axis's left end.
+    let x = |nano: f64| {
+        let d = if nano > 0.0 { nano.log10() } else { lo_decade };
+        LABEL + plot_w * ((d - lo_decade) / (hi_decade - lo_decade)).clamp(0.0, 1.0)
+    };
     let title = "Mean cost per task run: straight to the provider against through the gate";
     let mut o = String::new();
     let _ = write!(
@@ -113,7 +127,7 @@ pub fn cost_per_task_svg(s: &EconomicsSummary) -> Option<String> {
         LABEL + 170.0,
         LABEL + 184.0
     );
-    for (i, r) in rows.iter().enumerate() {
+    for (i, ((task, client), r)) in rows.iter().enumerate() {
         let y = TOP + ROW * i as f64;
         let (c, t) = (mean(&r.control_nano), mean(&r.treatment_nano));
         let _ = write!(
@@ -121,8 +135,8 @@ pub fn cost_per_task_svg(s: &EconomicsSummary) -> Option<String> {
             r#"<text x="{:.0}" y="{:.1}" text-anchor="end">{} · {}</text>"#,
             LABEL - 6.0,
             y + 15.0,
-            esc(&r.task),
-            esc(&r.client)
+            esc(task),
+            esc(client)
         );
         let _ = write!(
             o,
@@ -155,17 +169,44 @@ pub fn cost_per_task_svg(s: &EconomicsSummary) -> Option<String> {
             dollars(t)
         );
     }
+    let axis_y = h - BOTTOM + 2.0;
     let _ = write!(
         o,
-        r##"<line x1="{LABEL}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#888"/><text x="{LABEL}" y="{:.1}">$0</text><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
-        h - BOTTOM + 2.0,
+        r##"<line x1="{LABEL}" y1="{axis_y:.1}" x2="{:.1}" y2="{axis_y:.1}" stroke="#888"/>"##,
+        W - RIGHT
+    );
+    let mut decade = lo_decade;
+    while decade <= hi_decade {
+        let at = x(10f64.powf(decade));
+        let _ = write!(
+            o,
+            r##"<line x1="{at:.1}" y1="{:.1}" x2="{at:.1}" y2="{:.1}" stroke="#888"/><text x="{at:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+            axis_y - 3.0,
+            axis_y + 3.0,
+            axis_y + 14.0,
+            decade_label(decade as i32)
+        );
+        decade += 1.0;
+    }
+    let _ = write!(
+        o,
+        r##"<text x="{:.1}" y="{:.1}" text-anchor="end" fill="#555">log scale</text>"##,
         W - RIGHT,
-        h - BOTTOM + 2.0,
-        h - BOTTOM + 16.0,
-        W - RIGHT,
-        h - BOTTOM + 16.0,
-        dollars(max)
+        axis_y + 26.0
     );
     o.push_str("</svg>\n");
     Some(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decade_label;
+
+    #[test]
+    fn decade_labels_are_written_out() {
+        assert_eq!(decade_label(9), "$1");
+        assert_eq!(decade_label(11), "$100");
+        assert_eq!(decade_label(8), "$0.1");
+        assert_eq!(decade_label(5), "$0.0001");
+    }
 }

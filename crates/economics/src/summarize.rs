@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::measure::{metric, Boot};
 use super::model::*;
 use super::pairs::{
     comparable, count_pairs, per_success_reduction, per_success_row, weigh_tasks_equally,
@@ -10,65 +11,10 @@ use super::pairs::{
 use super::rule::{effective_rule, evaluate_rule, verdict_statement, RuleInputs, StatementInputs};
 use super::{format_utc, freshness_of, pairs_of, stats, Current, Loaded};
 
-pub(super) struct Boot {
-    pub(super) seed: u64,
-    pub(super) resamples: u32,
-    pub(super) level_bp: u32,
-}
-
-impl Boot {
-    pub(super) fn interval<T: Clone>(
-        &self,
-        clusters: &[Vec<T>],
-        stat: impl Fn(&[T]) -> Option<f64>,
-        method: &str,
-    ) -> Option<EconomicsInterval> {
-        let (low, high) =
-            stats::cluster_bootstrap(clusters, stat, self.resamples, self.seed, self.level_bp)?;
-        Some(EconomicsInterval {
-            level_bp: self.level_bp,
-            low,
-            high,
-            method: method.to_string(),
-            resamples: self.resamples,
-            seed: self.seed,
-        })
-    }
-}
-
 const CLUSTER_METHOD: &str =
     "cluster bootstrap over tasks (a task's pairs, every client and repetition, resampled together), percentile interval";
 
 const SIMULATION_WARNING: &str = "a simulation against a scripted provider: it measures the gate's mechanisms on scripted agent behaviour, not a real model's costs";
-
-pub(super) fn metric(
-    id: &str,
-    title: &str,
-    class: EconomicsClass,
-    inputs: Option<EconomicsClass>,
-    unit: &str,
-    formula: &str,
-    suite: &str,
-) -> EconomicsMetric {
-    EconomicsMetric {
-        id: id.into(),
-        title: title.into(),
-        class,
-        inputs,
-        unit: unit.into(),
-        formula: formula.into(),
-        status: EconomicsMetricStatus::NotMeasured,
-        n: 0,
-        suite: suite.into(),
-        value: None,
-        distribution: None,
-        interval: None,
-        evidence: vec![],
-        not: None,
-        leave_one_task_out: None,
-        warnings: vec![],
-    }
-}
 
 /// What the usage figures are: the provider's word (`observed`), or, against the built-in
 /// provider, the count its tokenizer made of the bytes (`counted`).
@@ -170,12 +116,6 @@ fn pooled(v: &[(u64, u64)]) -> Option<f64> {
     let c: u64 = v.iter().map(|x| x.0).sum();
     let t: u64 = v.iter().map(|x| x.1).sum();
     (c > 0).then(|| 1.0 - t as f64 / c as f64)
-}
-
-fn ratio(v: &[(u64, u64)]) -> Option<f64> {
-    let r: u64 = v.iter().map(|x| x.0).sum();
-    let t: u64 = v.iter().map(|x| x.1).sum();
-    (t > 0).then(|| r as f64 / t as f64)
 }
 
 fn empty(query: &EconomicsQuery, diagnostics: Vec<String>) -> EconomicsSummary {
@@ -856,9 +796,4 @@ fn history(loaded: &Loaded) -> Vec<EconomicsHistoryPoint> {
     }
     out.sort_by(|a, b| (&a.at, &a.file, &a.metric).cmp(&(&b.at, &b.file, &b.metric)));
     out
-}
-
-/// The ratio of two pooled sums (the context suite's).
-pub(super) fn pooled_ratio(v: &[(u64, u64)]) -> Option<f64> {
-    ratio(v)
 }

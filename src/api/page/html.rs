@@ -22,21 +22,7 @@ const LOGIN: &str = include_str!("assets/login.html");
 /// How many hex digits of a fingerprint the page shows.
 pub const FINGERPRINT_DIGITS: usize = 12;
 
-/// Escape text for HTML text and attribute values.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+pub use tokensaver_core::html::esc;
 
 /// Fill `{{name}}` slots in one pass, so a value can never open another slot.
 pub fn fill(template: &str, values: &[(&str, &str)]) -> String {

@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use super::html::esc;
 use crate::gate::Verdict;
 use crate::store::VerdictCount;
+use tokensaver_core::html::esc;
 
 /// The colour of a verdict; its rules take lighter shades of it.
 pub fn verdict_colour(v: Verdict) -> (u8, u8, u8) {

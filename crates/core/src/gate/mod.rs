@@ -359,11 +359,12 @@ pub struct WindowLengths {
 }
 
 impl Default for WindowLengths {
+    /// The SPEC's lengths (§2.3, §2.4), as `windows.rs` states them once.
     fn default() -> Self {
         Self {
-            loop_secs: 120,
-            burst_secs: 60,
-            grind_secs: 3_600,
+            loop_secs: windows::LOOP_WINDOW_MS / 1_000,
+            burst_secs: windows::BURST_WINDOW_MS / 1_000,
+            grind_secs: windows::GRIND_WINDOW_MS / 1_000,
         }
     }
 }
