@@ -320,15 +320,18 @@ impl Forward<'_> {
             outcome.usage,
             outcome.answer.take(),
         ) {
-            // Cut once here, not at every SERVE to a client that did not ask for usage.
-            let without_usage = (self.route == Route::OpenAiChat && self.stream)
+            let fleet =
+                matches!(self.recorder, Recorder::Local) && self.gatekeeper.fleet().is_some();
+            // Cut once here, not at every SERVE to a client that did not ask for usage; the
+            // fleet keeps only the provider's bytes, so its copy is not cut.
+            let without_usage = (!fleet && self.route == Route::OpenAiChat && self.stream)
                 .then(|| Bytes::from(super::usage::strip_openai_usage_chunk(&bytes)));
             let answer = StoredAnswer {
                 content_type,
                 body: Bytes::from(bytes),
                 without_usage,
             };
-            if matches!(self.recorder, Recorder::Local) && self.gatekeeper.fleet().is_some() {
+            if fleet {
                 self.gatekeeper
                     .store_answer_fleet(self.answer_key.clone(), answer)
                     .await;
