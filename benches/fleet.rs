@@ -3,7 +3,7 @@
 //!
 //! Each sample is what the proxy does for one distinct request before forwarding it: the
 //! answer-store lookup and the committed decision — `answer` + `Gatekeeper::gate` (single
-//! node), `answer_fleet` + `Gatekeeper::gate_fleet` (a primary-key read, then one admission
+//! node), `stored_answer` + `Gatekeeper::admit` on a fleet home (a primary-key read, then one admission
 //! transaction: key lock, windows, holds, budget, decision row, conditional reservation,
 //! commit) — interleaved, 50 keys round-robin. The HTTP
 //! path around the decision is the same in both modes, so the difference of the medians is
@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokensaver::config::Config;
-use tokensaver::ledger::{GateRequest, Gatekeeper, Mode};
+use tokensaver::gatekeeper::{GateRequest, Gatekeeper, Mode};
 use tokensaver::receipt::ReceiptSigner;
 use tokensaver::request::Route;
 use tokensaver::store::answers::AnswerKey;
@@ -92,11 +92,14 @@ fn main() {
         .expect("gatekeeper")
     };
     let fleet_settings = fleet_config.fleet.clone().expect("fleet config");
-    let limits = tokensaver::fleet::FleetLimits::from_config(&fleet_config);
+    let limits = tokensaver::gatekeeper::fleet::FleetLimits::from_config(&fleet_config);
     let single = open(single_config);
     let fleet = open(fleet_config).with_fleet(
-        rt.block_on(tokensaver::fleet::Fleet::connect(&fleet_settings, limits))
-            .expect("fleet database"),
+        rt.block_on(tokensaver::gatekeeper::fleet::Fleet::connect(
+            &fleet_settings,
+            limits,
+        ))
+        .expect("fleet database"),
     );
 
     let requests: Vec<_> = (0..REQUESTS)
@@ -126,7 +129,7 @@ fn main() {
                 held: false,
                 hold_id: None,
                 now_ms: tokensaver::now_ms(),
-                recorded_by: tokensaver::ledger::RecordSource::Proxy,
+                recorded_by: tokensaver::gatekeeper::RecordSource::Proxy,
             };
             // What the proxy does per gated request: look the answer up, then decide.
             let answer_key = AnswerKey {
@@ -139,8 +142,8 @@ fn main() {
             std::hint::black_box(single.gate(&req, Mode::Commit));
             let s = t.elapsed();
             let t = Instant::now();
-            std::hint::black_box(fleet.answer_fleet(&answer_key).await);
-            std::hint::black_box(fleet.gate_fleet(&req).await.expect("fleet admission"));
+            std::hint::black_box(fleet.stored_answer(&answer_key).await);
+            std::hint::black_box(fleet.admit(&req).await.expect("fleet admission"));
             let f = t.elapsed();
             // The first requests warm the connections and the statement caches.
             if i >= 100 {

@@ -3,7 +3,7 @@
 //! This is the server crate: the I/O shells around the pure parts under `crates/`. A request's
 //! path: `request` (provider body → shape, digest, fingerprint) → `gate` (pure decision:
 //! rules, score, findings) → `receipt` (signed) — those three are the gate core,
-//! `tokensaver-core`, re-exported here — then `store`/`ledger` (answers, spend, budgets);
+//! `tokensaver-core`, re-exported here — then `store`/`gatekeeper` (answers, spend, budgets; embedded or a fleet's);
 //! `proxy` and `api` are the shells that read the network and answer it.
 
 pub mod api;
@@ -14,15 +14,13 @@ pub mod config;
 pub mod demo;
 pub mod economics;
 pub mod error;
-pub mod fleet;
-pub mod ledger;
+pub mod gatekeeper;
 pub mod lifecycle;
 pub mod logging;
 pub mod metrics;
 pub mod proxy;
 pub mod receipt;
 pub mod server;
-pub mod settlement;
 pub mod spec_card;
 pub mod split_profile;
 pub mod store;

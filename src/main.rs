@@ -471,7 +471,7 @@ fn run(command: Command, log_format: Option<LogFormat>) -> anyhow::Result<()> {
             sessions,
         } => {
             let config = Config::load(&config)?;
-            tokensaver::ledger::report::print(&config, key.as_deref(), sessions)
+            tokensaver::gatekeeper::report::print(&config, key.as_deref(), sessions)
                 .map_err(anyhow::Error::msg)
         }
         Command::SplitProfile { file, json, config } => {

@@ -17,7 +17,7 @@ use crate::api::ops::Ops;
 use crate::api::server::ApiApp;
 use crate::api::{Api, Listener};
 use crate::config::Config;
-use crate::ledger::Gatekeeper;
+use crate::gatekeeper::Gatekeeper;
 use crate::lifecycle;
 use crate::now_ms;
 use crate::proxy::GateProxy;
@@ -34,7 +34,7 @@ pub fn open_gatekeeper(config: Config) -> Result<Arc<Gatekeeper>, String> {
     let fleet = match &config.fleet {
         Some(fleet) => Some(connect_fleet(
             fleet,
-            crate::fleet::FleetLimits::from_config(&config),
+            crate::gatekeeper::fleet::FleetLimits::from_config(&config),
         )?),
         None => None,
     };
@@ -50,13 +50,13 @@ pub fn open_gatekeeper(config: Config) -> Result<Arc<Gatekeeper>, String> {
 /// build the pool, which connects on first use.
 fn connect_fleet(
     fleet: &crate::config::FleetConfig,
-    limits: crate::fleet::FleetLimits,
-) -> Result<crate::fleet::Fleet, String> {
+    limits: crate::gatekeeper::fleet::FleetLimits,
+) -> Result<crate::gatekeeper::fleet::Fleet, String> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("fleet: cannot start a runtime: {e}"))?
-        .block_on(crate::fleet::Fleet::connect(fleet, limits))
+        .block_on(crate::gatekeeper::fleet::Fleet::connect(fleet, limits))
 }
 
 /// Digest mode's settings: the central gate and the tokensaver key used with it.
@@ -122,8 +122,7 @@ impl BackgroundService for ExpirySweep {
         loop {
             tokio::select! {
                 _ = every.tick() => {
-                    self.0.tick(now_ms());
-                    self.0.fleet_tick().await;
+                    self.0.tick_all(now_ms()).await;
                 }
                 _ = shutdown.changed() => return,
             }
@@ -175,6 +174,10 @@ pub fn serve_detached(
 pub fn serve(opts: ServeOptions) -> Result<(), String> {
     let mut config = Config::load(&opts.config).map_err(|e| e.to_string())?;
     let client = client_mode(&config, opts.gate_url, opts.gate_key)?;
+    if client.is_some() && config.fleet.is_some() {
+        // SPEC §1.2: a digest client keeps its answers in its own local store.
+        return Err("a digest client keeps its state in its own local store: [store] kind = \"postgres\" is for gates, not for a client with a gate URL".into());
+    }
     if let Some(dir) = config
         .client
         .as_ref()

@@ -139,9 +139,9 @@ pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value
             "holds_for": "any text whose ASCII part tokenizes at 3 or more characters per token (prose, code, JSON) and any non-ASCII text; dense ASCII (runs of digits and punctuation) can tokenize denser and exceed it",
         },
         "digest_record_bound": {
-            "input_tokens_at_most": format!("3 x the decision's input estimate + {}", crate::settlement::RECORD_INPUT_FRAMING_TOKENS),
+            "input_tokens_at_most": format!("3 x the decision's input estimate + {}", crate::gatekeeper::settlement::RECORD_INPUT_FRAMING_TOKENS),
             "output_tokens_at_most": "the decision's output ceiling",
-            "any_part_at_most": crate::settlement::MAX_RECORDED_TOKENS,
+            "any_part_at_most": crate::gatekeeper::settlement::MAX_RECORDED_TOKENS,
             "who_may_record": "only the digest client whose POST /gate made the decision; a decision the proxy forwarded is settled by the proxy alone",
         },
         "signed_documents": {

@@ -16,8 +16,8 @@ use std::time::Duration;
 use serde_json::json;
 use support::*;
 use tokensaver::config::{FleetConfig, Prices};
-use tokensaver::fleet::Fleet;
 use tokensaver::gate::{Verdict, Windows};
+use tokensaver::gatekeeper::fleet::Fleet;
 use tokensaver::receipt::decision_id;
 use tokensaver::request::{Hash, Route, WireForm};
 use tokensaver::store::DecisionRow;
@@ -196,7 +196,7 @@ fn sql_windows_equal_the_in_memory_windows() {
                 url: url.clone(),
                 max_connections: 2,
             },
-            tokensaver::fleet::FleetLimits {
+            tokensaver::gatekeeper::fleet::FleetLimits {
                 reservation_ttl_ms: 600_000,
                 hold_ttl_ms: 900_000,
                 answer_store_bytes: 1 << 20,
@@ -1096,7 +1096,7 @@ fn digest_mode_gates_and_records_on_any_instance() {
 #[test]
 fn the_conditional_reservation_refuses_an_overshoot_and_rolls_back() {
     let Some(url) = pg_url() else { return };
-    use tokensaver::fleet::{
+    use tokensaver::gatekeeper::fleet::{
         AdmitScope, Booking, FleetError, FleetLimits, KeyLimit, NewReservation,
     };
     runtime().block_on(async {

@@ -7,7 +7,9 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::http::{ApiRequest, ApiResponse};
-use crate::ledger::{Gatekeeper, HoldAction, HoldDecided, HoldError, MAX_ATTEND_MINUTES};
+use crate::gatekeeper::{
+    Gatekeeper, HoldAction, HoldDecided, HoldError, HoldList, MAX_ATTEND_MINUTES,
+};
 
 /// What a `/holds/...` path asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,14 +50,13 @@ impl<'a> HoldRoute<'a> {
 /// `GET /holds`: pending and approved-unused holds (no content: ids, reason, times, worst
 /// case, a truncated keyed fingerprint) and the attending leases that run now.
 pub async fn list(gatekeeper: &Gatekeeper, key_id: Option<&str>, now_ms: u64) -> ApiResponse {
-    let (now_ms, holds, leases) = if gatekeeper.fleet().is_some() {
-        match gatekeeper.holds_fleet(key_id).await {
-            Ok(found) => found,
-            Err(_) => return hold_error(HoldError::Unavailable),
-        }
-    } else {
-        let (holds, leases) = gatekeeper.holds(key_id, now_ms);
-        (now_ms, holds, leases)
+    let HoldList {
+        now_ms,
+        holds,
+        leases,
+    } = match gatekeeper.open_holds(key_id, now_ms).await {
+        Ok(found) => found,
+        Err(e) => return hold_error(e),
     };
     ApiResponse::json(
         200,
@@ -113,12 +114,7 @@ pub async fn decide(
         },
         HoldRoute::Deny(id) => (id, HoldAction::Deny),
     };
-    let decided = if gatekeeper.fleet().is_some() {
-        gatekeeper.decide_hold_fleet(hold_id, owner, action).await
-    } else {
-        gatekeeper.decide_hold(hold_id, owner, action, now_ms)
-    };
-    match decided {
+    match gatekeeper.decide(hold_id, owner, action, now_ms).await {
         Ok(decided) => decided_answer(&decided, action),
         Err(e) => hold_error(e),
     }

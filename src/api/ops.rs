@@ -18,7 +18,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::http::{ApiRequest, ApiResponse};
-use crate::ledger::Gatekeeper;
+use crate::gatekeeper::Gatekeeper;
 use crate::lifecycle;
 
 /// How long the store's writer may take to acknowledge a readiness probe.

@@ -16,14 +16,13 @@ use super::http::{ApiRequest, ApiResponse};
 use crate::auth;
 use crate::config::{BudgetPeriod, KeyConfig, Prices};
 use crate::error::GateError;
-use crate::gate::{Billed, Usage};
-use crate::ledger::{
-    GateOutcome, GateRequest, Gatekeeper, Mode, RecordError, RecordSource, UsageReport,
+use crate::gatekeeper::settlement::{RecordBody, RecordBodyError};
+use crate::gatekeeper::{
+    GateOutcome, GateRequest, Gatekeeper, RecordError, RecordSource, SetBudgetError,
 };
 use crate::now_ms;
 use crate::receipt::DecisionId;
-use crate::request::{self, Digest, Route, WireForm};
-use crate::store::Ending;
+use crate::request::{self, Digest, Route};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Listener {
@@ -199,19 +198,9 @@ impl Api {
                 )
                 .await
             }
-            "/budget" if self.gatekeeper.fleet().is_some() => {
-                only_async(
-                    m,
-                    Method::GET,
-                    self.keyed_async(req, |k| self.budget_fleet(k)),
-                )
-                .await
+            "/budget" => {
+                only_async(m, Method::GET, self.keyed_async(req, |k| self.budget(k))).await
             }
-            "/budget" => only(m, Method::GET, || {
-                self.keyed(req, |k, _| {
-                    ApiResponse::json(200, &self.gatekeeper.budget_view(&k.id, now_ms()))
-                })
-            }),
             "/prices" => only(m, Method::GET, || {
                 self.keyed(req, |_, _| {
                     ApiResponse::json(200, &self.gatekeeper.policy().prices)
@@ -414,11 +403,7 @@ impl Api {
                             fingerprint: shape.fingerprint,
                             wire: shape.wire_form(),
                         };
-                        let held = if self.gatekeeper.fleet().is_some() {
-                            self.gatekeeper.answer_fleet(&answer_key).await.is_some()
-                        } else {
-                            self.gatekeeper.answer(&answer_key).is_some()
-                        };
+                        let held = self.gatekeeper.stored_answer(&answer_key).await.is_some();
                         let (human, hold_id) = crate::body::caller_headers(&req.headers);
                         (shape, human, held, hold_id)
                     }
@@ -440,13 +425,8 @@ impl Api {
             // An estimate books nothing: no reservation is made.
             recorded_by: RecordSource::Proxy,
         };
-        let outcome = if self.gatekeeper.fleet().is_some() {
-            match self.gatekeeper.estimate_fleet(&request).await {
-                Ok(outcome) => outcome,
-                Err(_) => return fleet_unavailable(),
-            }
-        } else {
-            self.gatekeeper.gate(&request, Mode::Estimate)
+        let Ok(outcome) = self.gatekeeper.estimate(&request).await else {
+            return fleet_unavailable();
         };
         ApiResponse::json(
             200,
@@ -462,19 +442,15 @@ impl Api {
             Ok(digest) => digest,
             Err(resp) => return resp,
         };
-        match self
-            .gatekeeper
-            .gate_paced(&digest_request(&digest, key))
-            .await
-        {
+        match self.gatekeeper.admit(&digest_request(&digest, key)).await {
             Ok(outcome) => self.gate_response(&outcome),
             Err(_) => fleet_unavailable(),
         }
     }
 
-    /// `GET /budget` on a fleet instance: the key's figures from the fleet's database.
-    async fn budget_fleet(&self, key: &KeyConfig) -> ApiResponse {
-        match self.gatekeeper.budget_view_fleet(&key.id).await {
+    /// `GET /budget`: the key's figures (a fleet's from its database).
+    async fn budget(&self, key: &KeyConfig) -> ApiResponse {
+        match self.gatekeeper.budget(&key.id, now_ms()).await {
             Ok(view) => ApiResponse::json(200, &view),
             Err(_) => fleet_unavailable(),
         }
@@ -498,38 +474,21 @@ impl Api {
         let Ok(rec) = serde_json::from_slice::<RecordBody>(&req.body) else {
             return bad_json();
         };
-        let Some(ending) = rec.ending() else {
-            return ApiResponse::error(
-                400,
-                "inconsistent_ending",
-                "complete must be true exactly when ending is complete",
-            );
+        let report = match rec.into_report(&key.id) {
+            Ok(report) => report,
+            Err(RecordBodyError::InconsistentEnding) => {
+                return ApiResponse::error(
+                    400,
+                    "inconsistent_ending",
+                    "complete must be true exactly when ending is complete",
+                )
+            }
+            Err(RecordBodyError::UnknownDecision) => return unknown_decision(),
         };
-        // An id that is not a decision id names no decision awaiting usage.
-        let Ok(decision_id) = rec.decision_id.parse::<DecisionId>() else {
-            return unknown_decision();
-        };
-        let report = UsageReport {
-            key_id: key.id.clone(),
-            decision_id,
-            usage: rec.usage.map(|usage| Billed {
-                usage,
-                cache_write_1h: rec.cache_write_1h.min(usage.cache_write),
-                web_search_requests: rec.web_search_requests,
-            }),
-            served_model: rec.served_model,
-            wire: rec.wire,
-            ending,
-        };
-        let recorded = if self.gatekeeper.fleet().is_some() {
-            self.gatekeeper
-                .record_usage_fleet(&report, RecordSource::Digest)
-                .await
-        } else {
-            self.gatekeeper
-                .record_usage_acked(&report, now_ms(), RecordSource::Digest)
-                .await
-        };
+        let recorded = self
+            .gatekeeper
+            .settle(&report, RecordSource::Digest, now_ms())
+            .await;
         match recorded {
             Ok(row) => ApiResponse::json(
                 200,
@@ -570,20 +529,15 @@ impl Api {
                 "from and to must be days as YYYY-MM-DD",
             );
         }
-        let (days, total) = match self.gatekeeper.ledger_acked(Some(&key.id), from, to).await {
+        let (days, total) = match self.gatekeeper.ledger_report(Some(&key.id), from, to).await {
             Ok(x) => x,
             Err(e) => return e.into(),
         };
-        let budget = if self.gatekeeper.fleet().is_some() {
-            match self.gatekeeper.budget_view_fleet(&key.id).await {
-                Ok(view) => view,
-                Err(_) => return fleet_unavailable(),
-            }
-        } else {
-            self.gatekeeper.budget_view(&key.id, now_ms())
+        let Ok(budget) = self.gatekeeper.budget(&key.id, now_ms()).await else {
+            return fleet_unavailable();
         };
         if req.query_param("format") == Some("csv") {
-            let csv = crate::ledger::report::csv(&days, &total);
+            let csv = crate::gatekeeper::report::csv(&days, &total);
             return ApiResponse::text(200, "text/csv", csv);
         }
         ApiResponse::json(
@@ -612,14 +566,9 @@ impl Api {
             Ok(query) => query,
             Err(resp) => return resp,
         };
-        let page = if self.gatekeeper.fleet().is_some() {
-            self.gatekeeper.decisions_fleet(&query).await
-        } else {
-            self.gatekeeper.decisions_acked(query).await
-        };
-        match page {
+        match self.gatekeeper.decision_page(&query).await {
             Ok(page) if req.query_param("format") == Some("csv") => {
-                let csv = crate::ledger::report::decisions_csv(&page);
+                let csv = crate::gatekeeper::report::decisions_csv(&page);
                 let resp = ApiResponse::text(200, "text/csv", csv);
                 match page.next_after {
                     Some(next) => resp.with_header("x-tokensaver-next-after", next.to_string()),
@@ -643,12 +592,7 @@ impl Api {
         query.limit = crate::store::sqlite::MAX_DECISIONS_PAGE;
         let mut lines = Vec::new();
         let truncated = loop {
-            let page = if self.gatekeeper.fleet().is_some() {
-                self.gatekeeper.decisions_fleet(&query).await
-            } else {
-                self.gatekeeper.decisions_acked(query.clone()).await
-            };
-            let page = match page {
+            let page = match self.gatekeeper.decision_page(&query).await {
                 Ok(page) => page,
                 Err(e) => return e.into(),
             };
@@ -659,7 +603,7 @@ impl Api {
                 Some(next) => query.after = Some(next),
             }
         };
-        let sessions = crate::ledger::report::sessions_of(&lines);
+        let sessions = crate::gatekeeper::report::sessions_of(&lines);
         ApiResponse::json(200, &json!({"sessions": sessions, "truncated": truncated}))
     }
 
@@ -734,29 +678,14 @@ impl Api {
             return bad_json();
         };
         let ceiling_nano = b.ceiling_micro_usd.map(|c| c.saturating_mul(1000));
-        if let Some(fleet) = self.gatekeeper.fleet() {
-            // The fleet's budget first: it is what every instance's admissions read.
-            if fleet
-                .set_budget(key_id, ceiling_nano, b.period)
-                .await
-                .is_err()
-            {
-                return fleet_unavailable();
-            }
-        }
         match self
             .gatekeeper
-            .set_budget_acked(key_id, ceiling_nano, b.period)
+            .put_budget(key_id, ceiling_nano, b.period, now_ms())
             .await
         {
-            Ok(()) if self.gatekeeper.fleet().is_some() => {
-                match self.gatekeeper.budget_view_fleet(key_id).await {
-                    Ok(view) => ApiResponse::json(200, &view),
-                    Err(_) => fleet_unavailable(),
-                }
-            }
-            Ok(()) => ApiResponse::json(200, &self.gatekeeper.budget_view(key_id, now_ms())),
-            Err(e) => e.into(),
+            Ok(view) => ApiResponse::json(200, &view),
+            Err(SetBudgetError::Shared(_)) => fleet_unavailable(),
+            Err(SetBudgetError::Store(e)) => e.into(),
         }
     }
 
@@ -780,38 +709,6 @@ fn unknown_decision() -> ApiResponse {
         "unknown_decision",
         "no forwarded decision with this id is awaiting usage for this key",
     )
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RecordBody {
-    decision_id: String,
-    wire: WireForm,
-    served_model: String,
-    complete: bool,
-    /// The four parts the provider reported; absent or null: none.
-    #[serde(default)]
-    usage: Option<Usage>,
-    /// Of `usage.cache_write`, the 1-hour writes.
-    #[serde(default)]
-    cache_write_1h: u64,
-    #[serde(default)]
-    web_search_requests: u64,
-    /// How the answer ended; absent: `complete`, or `client_reported` when not complete.
-    #[serde(default)]
-    ending: Option<Ending>,
-}
-
-impl RecordBody {
-    /// The ending it states, or `None` when it contradicts `complete`.
-    fn ending(&self) -> Option<Ending> {
-        match (self.complete, self.ending) {
-            (true, None | Some(Ending::Complete)) => Some(Ending::Complete),
-            (true, Some(_)) | (false, Some(Ending::Complete)) => None,
-            (false, None) => Some(Ending::ClientReported),
-            (false, Some(e)) => Some(e),
-        }
-    }
 }
 
 pub fn gate_answer(outcome: &GateOutcome) -> serde_json::Value {

@@ -20,7 +20,7 @@ use super::usage::{json_usage, AnswerEnd, SseTap};
 use super::{respond_error, ProviderPeer};
 use crate::error::GateError;
 use crate::gate::Billed;
-use crate::ledger::{Gatekeeper, RecordSource, UsageReport};
+use crate::gatekeeper::{Gatekeeper, RecordSource, UsageReport};
 use crate::now_ms;
 use crate::receipt::DecisionId;
 use crate::request::edit::{self, Edit};
@@ -320,25 +320,19 @@ impl Forward<'_> {
             outcome.usage,
             outcome.answer.take(),
         ) {
-            let fleet =
-                matches!(self.recorder, Recorder::Local) && self.gatekeeper.fleet().is_some();
-            // Cut once here, not at every SERVE to a client that did not ask for usage; the
-            // fleet keeps only the provider's bytes, so its copy is not cut.
-            let without_usage = (!fleet && self.route == Route::OpenAiChat && self.stream)
-                .then(|| Bytes::from(super::usage::strip_openai_usage_chunk(&bytes)));
+            // Cut once here, not at every SERVE to a client that did not ask for usage (a
+            // fleet keeps only the provider's bytes, and cuts on the way out).
+            let without_usage =
+                (!self.gatekeeper.shared() && self.route == Route::OpenAiChat && self.stream)
+                    .then(|| Bytes::from(super::usage::strip_openai_usage_chunk(&bytes)));
             let answer = StoredAnswer {
                 content_type,
                 body: Bytes::from(bytes),
                 without_usage,
             };
-            if fleet {
-                self.gatekeeper
-                    .store_answer_fleet(self.answer_key.clone(), answer)
-                    .await;
-            } else {
-                self.gatekeeper
-                    .store_answer(self.answer_key.clone(), answer);
-            }
+            self.gatekeeper
+                .keep_answer(self.answer_key.clone(), answer)
+                .await;
         }
         match error {
             None => {
@@ -381,9 +375,7 @@ impl Forward<'_> {
         due.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             due.tick().await;
-            self.gatekeeper
-                .renew_relayed_reservation(&self.decision_id, now_ms())
-                .await;
+            self.gatekeeper.renew(&self.decision_id, now_ms()).await;
         }
     }
 
@@ -813,15 +805,12 @@ pub(super) enum Recorder {
 impl Recorder {
     pub(super) async fn record(&self, gatekeeper: &Gatekeeper, report: UsageReport) {
         match self {
-            Recorder::Local if gatekeeper.fleet().is_some() => {
-                // Settled in the fleet's database before the answer is stored or finished, so
-                // a SERVE never precedes its usage; what cannot be written is spooled.
-                let _ = gatekeeper
-                    .record_usage_fleet(&report, RecordSource::Proxy)
-                    .await;
-            }
             Recorder::Local => {
-                let _ = gatekeeper.record_usage(&report, now_ms(), RecordSource::Proxy);
+                // Settled before the answer is stored or finished, so a SERVE never precedes
+                // its usage; what a fleet cannot write is spooled.
+                let _ = gatekeeper
+                    .settle(&report, RecordSource::Proxy, now_ms())
+                    .await;
             }
             Recorder::Remote(remote) => {
                 let remote = remote.clone();

@@ -30,7 +30,7 @@ use crate::auth;
 use crate::config::{Config, KeyConfig};
 use crate::error::GateError;
 use crate::gate::Verdict;
-use crate::ledger::{GateRequest, Gatekeeper, RecordSource};
+use crate::gatekeeper::{GateRequest, Gatekeeper, RecordSource};
 use crate::now_ms;
 use crate::receipt::DecisionId;
 use crate::request::{self, Digest, Provider, Route};
@@ -397,11 +397,7 @@ impl GateProxy {
             fingerprint: parsed.shape.fingerprint,
             wire: parsed.shape.wire_form(),
         };
-        let stored = if self.gatekeeper.fleet().is_some() && self.remote.is_none() {
-            self.gatekeeper.answer_fleet(&answer_key).await
-        } else {
-            self.gatekeeper.answer(&answer_key)
-        };
+        let stored = self.gatekeeper.stored_answer(&answer_key).await;
         Ok(Ok(Gated {
             route,
             identity,
@@ -437,7 +433,7 @@ impl GateProxy {
                 // A repeated step may be held here until its window admits it (SPEC §2.3).
                 let outcome = self
                     .gatekeeper
-                    .gate_paced(&request)
+                    .admit(&request)
                     .await
                     .map_err(|_| GateError::fleet_unavailable())?;
                 let d = &outcome.decision;
@@ -623,7 +619,7 @@ impl GateProxy {
             recorder
                 .record(
                     &self.gatekeeper,
-                    crate::ledger::UsageReport {
+                    crate::gatekeeper::UsageReport {
                         key_id: g.key_id.clone(),
                         decision_id: receipt.decision_id,
                         usage: None,

@@ -14,11 +14,11 @@ use pingora::connectors::http::Connector;
 use pingora::http::RequestHeader;
 use pingora::upstreams::peer::HttpPeer;
 use serde::Deserialize;
-use serde_json::json;
 
 use crate::config::parse_origin;
 use crate::gate::Verdict;
-use crate::ledger::UsageReport;
+use crate::gatekeeper::settlement::RecordBody;
+use crate::gatekeeper::UsageReport;
 use crate::receipt::{DecisionId, Envelope};
 use crate::request::Digest;
 
@@ -222,19 +222,9 @@ impl RemoteGate {
     /// `POST /record`: what the provider reported for a forwarded decision and how its answer
     /// ended (the gate settles an incomplete answer at its worst case).
     pub async fn record(&self, report: &UsageReport) -> Result<(), RemoteError> {
-        let body = json!({
-            "decision_id": report.decision_id,
-            "wire": report.wire,
-            "served_model": report.served_model,
-            "complete": report.ending == crate::store::Ending::Complete,
-            "ending": report.ending,
-            "usage": report.usage.map(|b| b.usage),
-            "cache_write_1h": report.usage.map(|b| b.cache_write_1h).unwrap_or(0),
-            "web_search_requests": report.usage.map(|b| b.web_search_requests).unwrap_or(0),
-        });
-        self.post("/record", body.to_string().into_bytes())
-            .await
-            .map(|_| ())
+        let body =
+            serde_json::to_vec(&RecordBody::of(report)).map_err(|_| RemoteError::Malformed)?;
+        self.post("/record", body).await.map(|_| ())
     }
 }
 

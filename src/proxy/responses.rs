@@ -21,8 +21,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use super::usage::{response_seen, AnswerEnd, SseTap};
 use crate::error::GateError;
-use crate::ledger::Gatekeeper;
-use crate::store::{Event, ResponseBinding};
+use crate::gatekeeper::Gatekeeper;
+use crate::store::ResponseBinding;
 
 /// Bindings per memory generation; the older generation is dropped when the newer fills up
 /// (by then its bindings have long been committed and are read from the store).
@@ -164,24 +164,10 @@ impl Registry {
             created_ms: now_ms,
             context_tokens,
         };
-        match gatekeeper.fleet() {
-            Some(fleet) => {
-                if fleet.bind_response(&binding).await.is_err() {
-                    tracing::warn!("fleet database: a response binding was not written");
-                }
-            }
-            // Awaited: the id reaches the client only once the binding is committed, so a
-            // crash after it cannot leave the caller a response its key no longer owns.
-            None => {
-                if gatekeeper
-                    .store()
-                    .submit_acked(Event::ResponseBound(binding))
-                    .await
-                    .is_err()
-                {
-                    tracing::warn!("store: a response binding was not written");
-                }
-            }
+        // Awaited: the id reaches the client only once the binding is committed, so a crash
+        // after it cannot leave the caller a response its key no longer owns.
+        if gatekeeper.bind_response(binding).await.is_err() {
+            tracing::warn!("a response binding was not written");
         }
     }
 
@@ -196,26 +182,18 @@ impl Registry {
             return Ok(None);
         }
         let cached = lock(&self.recent).get(id).cloned();
-        let fleet = gatekeeper.fleet();
         match &cached {
-            // An owner never changes; a context figure, once known, neither. Without a fleet
-            // this process wrote every binding it knows, so its memory is current.
-            Some(e) if e.context_tokens.is_some() || fleet.is_none() => {
+            // An owner never changes; a context figure, once known, neither. A state no other
+            // process writes holds no binding this process has not seen, so memory is current.
+            Some(e) if e.context_tokens.is_some() || !gatekeeper.shared() => {
                 return Ok(Some((e.key_id.clone(), e.context_tokens)));
             }
             _ => {}
         }
-        let read = match fleet {
-            Some(fleet) => fleet.response_binding(id).await.map_err(|_| Unavailable)?,
-            None => {
-                let store = gatekeeper.store().clone();
-                let id = id.to_string();
-                tokio::task::spawn_blocking(move || store.response_binding(&id))
-                    .await
-                    .map_err(|_| Unavailable)?
-                    .map_err(|_| Unavailable)?
-            }
-        };
+        let read = gatekeeper
+            .response_binding(id)
+            .await
+            .map_err(|_| Unavailable)?;
         let Some(b) = read else {
             return Ok(cached.map(|e| (e.key_id, e.context_tokens)));
         };

@@ -12,7 +12,7 @@ use super::session::Scope;
 use super::svg;
 use crate::api::Listener;
 use crate::gate::Verdict;
-use crate::ledger::HoldView;
+use crate::gatekeeper::HoldView;
 use crate::receipt::DecisionId;
 use crate::store::{utc_day, HoldState, LedgerTotals};
 

@@ -36,7 +36,7 @@ use super::http::{ApiRequest, ApiResponse};
 use super::Listener;
 use crate::auth;
 use crate::gate::Verdict;
-use crate::ledger::{Gatekeeper, HoldAction, HoldError};
+use crate::gatekeeper::{Gatekeeper, HoldAction, HoldError};
 use crate::now_ms;
 use crate::receipt::DecisionId;
 use model::{EconomicsBrief, Range};
@@ -318,7 +318,7 @@ impl Page {
             HoldRoute::Deny(id) => (id, HoldAction::Deny),
             HoldRoute::List => return redirect("/page/"),
         };
-        if gk.fleet().is_some() {
+        if gk.shared() {
             // The page decides synchronously against this instance; a fleet's holds live in
             // its database (decided through `POST /holds/…` and `tokensaver holds`).
             return redirect("/page/?done=fleet_holds");

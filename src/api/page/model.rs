@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::session::Scope;
 use crate::gate::Verdict;
-use crate::ledger::{BudgetView, Gatekeeper, HoldView, LeaseView};
+use crate::gatekeeper::{BudgetView, Gatekeeper, HoldView, LeaseView};
 use crate::receipt::DecisionId;
 use crate::store::{utc_day, DecisionListing, LedgerTotals, StoreError, VerdictCount};
 
@@ -156,7 +156,7 @@ pub struct View {
     pub leases: Vec<LeaseView>,
     pub economics: Option<EconomicsBrief>,
     /// The agent sessions active in the last 24 h, most recent first (at most [`SESSIONS`]).
-    pub sessions: Vec<crate::ledger::report::SessionSummary>,
+    pub sessions: Vec<crate::gatekeeper::report::SessionSummary>,
 }
 
 /// Sessions the page lists, and the decisions it reads to group them.
@@ -168,7 +168,7 @@ fn recent_sessions(
     gatekeeper: &Gatekeeper,
     key_filter: Option<&str>,
     now_ms: u64,
-) -> Result<Vec<crate::ledger::report::SessionSummary>, StoreError> {
+) -> Result<Vec<crate::gatekeeper::report::SessionSummary>, StoreError> {
     let query = crate::store::DecisionQuery {
         key_id: key_filter.map(str::to_string),
         from_ms: Some(now_ms.saturating_sub(86_400_000)),
@@ -177,7 +177,7 @@ fn recent_sessions(
     };
     let (lines, _) =
         crate::store::read_pages(query, SESSION_DECISIONS, |q| gatekeeper.decisions(q))?;
-    let mut sessions = crate::ledger::report::sessions_of(&lines);
+    let mut sessions = crate::gatekeeper::report::sessions_of(&lines);
     sessions.truncate(SESSIONS);
     Ok(sessions)
 }

@@ -219,14 +219,14 @@ pub fn print(config: &Config, key: Option<&str>, sessions: bool) -> Result<(), S
 fn connect_fleet(
     config: &Config,
     fleet: &crate::config::FleetConfig,
-) -> Result<(tokio::runtime::Runtime, crate::fleet::Fleet), String> {
+) -> Result<(tokio::runtime::Runtime, crate::gatekeeper::fleet::Fleet), String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let fleet = runtime.block_on(crate::fleet::Fleet::connect(
+    let fleet = runtime.block_on(crate::gatekeeper::fleet::Fleet::connect(
         fleet,
-        crate::fleet::FleetLimits::from_config(config),
+        crate::gatekeeper::fleet::FleetLimits::from_config(config),
     ))?;
     Ok((runtime, fleet))
 }

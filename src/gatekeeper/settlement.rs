@@ -33,6 +33,88 @@ pub struct UsageReport {
     pub ending: Ending,
 }
 
+/// The body of `POST /record`, as the digest client sends it and the gate reads it: one type
+/// on both sides of the wire. Unknown fields are refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordBody {
+    /// The decision's id, as its receipt's hash; kept as text so that an id that is not one
+    /// reads as an unknown decision, not as malformed JSON.
+    pub decision_id: String,
+    pub wire: WireForm,
+    pub served_model: String,
+    pub complete: bool,
+    /// The four parts the provider reported; absent or null: none.
+    #[serde(default)]
+    pub usage: Option<Usage>,
+    /// Of `usage.cache_write`, the 1-hour writes.
+    #[serde(default)]
+    pub cache_write_1h: u64,
+    #[serde(default)]
+    pub web_search_requests: u64,
+    /// How the answer ended; absent: `complete`, or `client_reported` when not complete.
+    #[serde(default)]
+    pub ending: Option<Ending>,
+}
+
+/// Why a `POST /record` body names no report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordBodyError {
+    /// `complete` contradicts `ending`.
+    InconsistentEnding,
+    /// The id is not a decision id: it names no decision awaiting usage.
+    UnknownDecision,
+}
+
+impl RecordBody {
+    /// What the client sends for its report.
+    pub fn of(report: &UsageReport) -> RecordBody {
+        RecordBody {
+            decision_id: report.decision_id.to_string(),
+            wire: report.wire,
+            served_model: report.served_model.clone(),
+            complete: report.ending == Ending::Complete,
+            ending: Some(report.ending),
+            usage: report.usage.map(|b| b.usage),
+            cache_write_1h: report.usage.map_or(0, |b| b.cache_write_1h),
+            web_search_requests: report.usage.map_or(0, |b| b.web_search_requests),
+        }
+    }
+
+    /// The ending it states, or `None` when it contradicts `complete`.
+    fn stated_ending(&self) -> Option<Ending> {
+        match (self.complete, self.ending) {
+            (true, None | Some(Ending::Complete)) => Some(Ending::Complete),
+            (true, Some(_)) | (false, Some(Ending::Complete)) => None,
+            (false, None) => Some(Ending::ClientReported),
+            (false, Some(e)) => Some(e),
+        }
+    }
+
+    /// The report it makes for `key_id`; the 1-hour writes are at most the cache writes.
+    pub fn into_report(self, key_id: &str) -> Result<UsageReport, RecordBodyError> {
+        let ending = self
+            .stated_ending()
+            .ok_or(RecordBodyError::InconsistentEnding)?;
+        let decision_id = self
+            .decision_id
+            .parse::<DecisionId>()
+            .map_err(|_| RecordBodyError::UnknownDecision)?;
+        Ok(UsageReport {
+            key_id: key_id.to_string(),
+            decision_id,
+            usage: self.usage.map(|usage| Billed {
+                usage,
+                cache_write_1h: self.cache_write_1h.min(usage.cache_write),
+                web_search_requests: self.web_search_requests,
+            }),
+            served_model: self.served_model,
+            wire: self.wire,
+            ending,
+        })
+    }
+}
+
 impl UsageReport {
     /// How the answer ended: a "complete" answer without usage is one that reported none.
     pub fn ending(&self) -> Ending {

@@ -3,13 +3,16 @@
 //! Both the proxy (request mode) and `POST /gate` (digest mode) decide through [`Gatekeeper::gate`],
 //! so the two modes cannot drift apart.
 
-mod fleet_gate;
+mod backing;
+pub mod fleet;
+mod local;
 pub mod recent;
 pub mod report;
 #[cfg(test)]
 mod session_tests;
 #[cfg(test)]
 mod settle_tests;
+pub mod settlement;
 #[cfg(test)]
 mod tests;
 
@@ -19,13 +22,13 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use serde::Serialize;
 
 use crate::config::{BudgetPeriod, CachePolicy, Config, KeyConfig, Prices};
-use crate::fleet::spool::Spool;
-use crate::fleet::Fleet;
 use crate::gate::cache::PointMemory;
 use crate::gate::{
     decide_paced, decide_with, Approvals, BudgetState, Decision, GateInput, KeyState, Outcome,
     Policy, Usage, Verdict, Windows,
 };
+use crate::gatekeeper::fleet::spool::Spool;
+use crate::gatekeeper::fleet::Fleet;
 use crate::metrics::Metrics;
 use crate::receipt::{DecisionId, Envelope, ReceiptSigner};
 use crate::request::CachePoint;
@@ -36,8 +39,10 @@ use crate::store::{
     HoldRow, HoldState, LeaseRow, LedgerDay, LedgerTotals, Store, StoreError, UsageRow,
     VerdictCount,
 };
+use backing::Home;
+pub use backing::{HoldList, SetBudgetError, Unavailable};
 
-const DAY_MS: u64 = 86_400_000;
+pub(crate) const DAY_MS: u64 = 86_400_000;
 
 /// Whether a gate call moves the windows and books the decision (`/gate`, proxy) or only
 /// evaluates it (`/estimate`).
@@ -84,7 +89,7 @@ pub struct GateOutcome {
 /// Who reports usage: which decides how durably it is kept, and who may settle a decision.
 pub use crate::store::RecordSource;
 
-pub use crate::settlement::{
+pub use crate::gatekeeper::settlement::{
     cache_saving_nano, settlement, RecordBound, UsageReport, MAX_RECORDED_TOKENS,
     RECORD_INPUT_FRAMING_TOKENS,
 };
@@ -414,11 +419,9 @@ pub struct Gatekeeper {
     pub metrics: Metrics,
     /// The latest committed decisions' receipts, for the ledger page.
     recent: Mutex<recent::RecentReceipts>,
-    /// Set when this instance is one of a fleet: budgets, reservations, windows and the
-    /// decision ledger live in its PostgreSQL ([`Gatekeeper::gate_fleet`]).
-    fleet: Option<Fleet>,
-    /// The fleet's usage that could not be written yet (only with `fleet`).
-    spool: Option<Spool>,
+    /// Where the windows, budgets, holds, answers and the ledger live: this process, or a
+    /// fleet's PostgreSQL ([`backing`]).
+    home: Home,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -538,22 +541,16 @@ impl Gatekeeper {
             store,
             metrics: Metrics::new(),
             recent: Mutex::new(recent::RecentReceipts::default()),
-            fleet: None,
-            spool: None,
+            home: Home::Local(local::Local),
         })
     }
 
     /// Make this gatekeeper an instance of a fleet: admissions, settles and expiry go to the
     /// fleet's database; usage it cannot write is spooled in the data dir.
     pub fn with_fleet(mut self, fleet: Fleet) -> Self {
-        self.spool = Some(Spool::new(&self.config.data_dir));
-        self.fleet = Some(fleet);
+        let spool = Spool::new(&self.config.data_dir);
+        self.home = Home::Fleet(Box::new(fleet::Shared::new(fleet, spool)));
         self
-    }
-
-    /// The fleet this instance belongs to, if any.
-    pub fn fleet(&self) -> Option<&Fleet> {
-        self.fleet.as_ref()
     }
 
     /// The durable store (the proxy's response registry writes through it).
@@ -586,15 +583,9 @@ impl Gatekeeper {
     /// Decide and book a request whose caller can hold it (the proxy, `POST /gate`): a
     /// repeated step its pace window does not admit yet waits here — an async sleep, no
     /// worker thread — and is decided afresh when the window admits it (SPEC §2.3; at most
-    /// `[gate.steps]`'s cap in all). Nothing counts it while it waits. On a fleet instance,
-    /// the fleet's decision (which does not pace: a repeated step there is a loop).
-    pub async fn gate_paced(
-        &self,
-        req: &GateRequest<'_>,
-    ) -> Result<GateOutcome, crate::fleet::FleetError> {
-        if self.fleet.is_some() {
-            return self.gate_fleet(req).await;
-        }
+    /// `[gate.steps]`'s cap in all). Nothing counts it while it waits. (A fleet does not pace:
+    /// a repeated step there is a loop.)
+    pub async fn gate_paced(&self, req: &GateRequest<'_>) -> GateOutcome {
         let started_ms = req.now_ms;
         let mut now_ms = req.now_ms;
         let mut waiting = None;
@@ -607,7 +598,7 @@ impl Gatekeeper {
                         self.metrics.paced.inc();
                         self.metrics.paced_seconds.inc_by(paced_ms as f64 / 1_000.0);
                     }
-                    return Ok(outcome);
+                    return outcome;
                 }
                 Err(until_ms) => {
                     waiting.get_or_insert_with(|| PacedGuard::new(&self.metrics));
@@ -1312,24 +1303,6 @@ impl Gatekeeper {
         from: Option<&str>,
         to: Option<&str>,
     ) -> Result<(Vec<LedgerDay>, LedgerTotals), StoreError> {
-        if let Some(fleet) = &self.fleet {
-            // A fleet's ledger is its database's: every instance's decisions and usage.
-            let bound = |d: Option<&str>| d.map(crate::store::day_start_ms);
-            let from_ms = match bound(from) {
-                Some(Some(ms)) => ms,
-                Some(None) => return Err(StoreError::Unavailable),
-                None => i64::MIN,
-            };
-            let to_ms = match bound(to) {
-                Some(Some(ms)) => ms.saturating_add(DAY_MS as i64),
-                Some(None) => return Err(StoreError::Unavailable),
-                None => i64::MAX,
-            };
-            return fleet
-                .ledger(key_id, from_ms, to_ms)
-                .await
-                .map_err(|_| StoreError::Unavailable);
-        }
         self.store.flush_acked().await?;
         let store = Arc::clone(&self.store);
         let (key_id, from, to) = (

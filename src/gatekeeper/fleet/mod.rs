@@ -16,6 +16,9 @@
 
 pub mod spool;
 
+mod gate;
+pub use gate::Shared;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -34,21 +37,27 @@ use crate::store::{
 
 /// The schema, in order; each applied once, recorded in `schema_migrations`.
 const MIGRATIONS: &[(i32, &str)] = &[
-    (1, include_str!("../../migrations/pg/0001_fleet.sql")),
+    (1, include_str!("../../../migrations/pg/0001_fleet.sql")),
     (
         2,
-        include_str!("../../migrations/pg/0002_holds_answers.sql"),
+        include_str!("../../../migrations/pg/0002_holds_answers.sql"),
     ),
     (
         3,
-        include_str!("../../migrations/pg/0003_fleet_budgets.sql"),
+        include_str!("../../../migrations/pg/0003_fleet_budgets.sql"),
     ),
-    (4, include_str!("../../migrations/pg/0004_recorded_by.sql")),
+    (
+        4,
+        include_str!("../../../migrations/pg/0004_recorded_by.sql"),
+    ),
     (
         5,
-        include_str!("../../migrations/pg/0005_fleet_responses.sql"),
+        include_str!("../../../migrations/pg/0005_fleet_responses.sql"),
     ),
-    (6, include_str!("../../migrations/pg/0006_fleet_cache.sql")),
+    (
+        6,
+        include_str!("../../../migrations/pg/0006_fleet_cache.sql"),
+    ),
 ];
 
 /// Taken while migrating, so instances starting together apply each migration once.

@@ -8,7 +8,7 @@
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
-use crate::settlement::UsageReport;
+use crate::gatekeeper::settlement::UsageReport;
 
 pub const SPOOL_FILE: &str = "fleet-usage-spool.jsonl";
 

@@ -1,0 +1,256 @@
+//! One stateful gate, two homes for its state. Everything the proxy, the API and the page ask
+//! of the gate's state goes through [`Gatekeeper`]'s async methods here; each is one
+//! [`Backing`] call on the home the gatekeeper was built with: this process (memory rebuilt
+//! from SQLite: [`super::local::Local`]) or a fleet's PostgreSQL ([`super::fleet::Shared`]).
+//! So no caller asks which it is, and adding a capability means adding it to both homes,
+//! which the compiler checks.
+//!
+//! Both homes decide with the same pure function over the same inputs; they differ in where
+//! the windows, budgets, holds and answers are read and written, and in whose clock expires
+//! them (this process's, or the database's).
+
+use std::sync::Arc;
+
+use super::{
+    BudgetView, GateOutcome, GateRequest, Gatekeeper, HoldAction, HoldDecided, HoldError, HoldView,
+    LeaseView, RecordError, RecordSource, UsageReport,
+};
+use crate::config::BudgetPeriod;
+use crate::receipt::DecisionId;
+use crate::store::answers::{AnswerKey, StoredAnswer};
+use crate::store::{
+    DecisionPage, DecisionQuery, LedgerDay, LedgerTotals, ResponseBinding, StoreError, UsageRow,
+};
+
+/// The gate's state could not be read or written (a fleet's database did not answer): the
+/// caller fails closed — a 503 with `Retry-After`, nothing forwarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the gate's shared store is unreachable")]
+pub struct Unavailable;
+
+/// Why a budget could not be set: the shared store did not answer, or this node's did not.
+#[derive(Debug, thiserror::Error)]
+pub enum SetBudgetError {
+    #[error(transparent)]
+    Shared(#[from] Unavailable),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Open holds and running attending leases, as of the home's clock.
+pub struct HoldList {
+    pub now_ms: u64,
+    pub holds: Vec<HoldView>,
+    pub leases: Vec<LeaseView>,
+}
+
+/// What a home for the gate's state does. `now_ms` is this process's clock, which the
+/// embedded home decides by; a fleet decides by its database's clock and ignores it.
+pub(super) trait Backing {
+    /// Decide and book a request whose caller can hold it (the proxy, `POST /gate`).
+    async fn admit(
+        &self,
+        gk: &Gatekeeper,
+        req: &GateRequest<'_>,
+    ) -> Result<GateOutcome, Unavailable>;
+    /// The decision the request would get now; nothing is counted or booked.
+    async fn estimate(
+        &self,
+        gk: &Gatekeeper,
+        req: &GateRequest<'_>,
+    ) -> Result<GateOutcome, Unavailable>;
+    /// Settle a forwarded decision with the usage the provider reported. A digest client's
+    /// report is committed before this returns; the proxy's own is queued (or spooled).
+    async fn settle(
+        &self,
+        gk: &Gatekeeper,
+        report: &UsageReport,
+        source: RecordSource,
+        now_ms: u64,
+    ) -> Result<UsageRow, RecordError>;
+    /// Keep the reservation of an answer still being relayed live for another TTL; a renewal
+    /// that fails is retried at the next one.
+    async fn renew(&self, gk: &Gatekeeper, decision_id: &DecisionId, now_ms: u64);
+    /// The stored answer for this request, if one is held; a store that does not answer reads
+    /// as a miss (the request is decided without it).
+    async fn answer(&self, gk: &Gatekeeper, key: &AnswerKey) -> Option<Arc<StoredAnswer>>;
+    /// Store a complete answer; one that cannot be written is simply not stored.
+    async fn keep_answer(&self, gk: &Gatekeeper, key: AnswerKey, answer: StoredAnswer);
+    async fn holds(
+        &self,
+        gk: &Gatekeeper,
+        key_id: Option<&str>,
+        now_ms: u64,
+    ) -> Result<HoldList, HoldError>;
+    async fn decide_hold(
+        &self,
+        gk: &Gatekeeper,
+        hold_id: &str,
+        owner: Option<&str>,
+        action: HoldAction,
+        now_ms: u64,
+    ) -> Result<HoldDecided, HoldError>;
+    async fn budget(
+        &self,
+        gk: &Gatekeeper,
+        key_id: &str,
+        now_ms: u64,
+    ) -> Result<BudgetView, Unavailable>;
+    async fn set_budget(
+        &self,
+        gk: &Gatekeeper,
+        key_id: &str,
+        ceiling_nano: Option<u64>,
+        period: BudgetPeriod,
+    ) -> Result<(), SetBudgetError>;
+    /// Spend and savings per day and in total, of a key or every key (`None`); `from` and
+    /// `to` are UTC days, both inclusive.
+    async fn ledger(
+        &self,
+        gk: &Gatekeeper,
+        key_id: Option<&str>,
+        from: Option<&str>,
+        to: Option<&str>,
+    ) -> Result<(Vec<LedgerDay>, LedgerTotals), StoreError>;
+    /// Decisions with their settlements, oldest first, a page at a time; what is queued is
+    /// committed first, so a settled call is listed as settled.
+    async fn decisions(
+        &self,
+        gk: &Gatekeeper,
+        query: &DecisionQuery,
+    ) -> Result<DecisionPage, StoreError>;
+    /// Bind a created response id to its key (committed before the id reaches the client).
+    async fn bind_response(
+        &self,
+        gk: &Gatekeeper,
+        binding: ResponseBinding,
+    ) -> Result<(), Unavailable>;
+    async fn response_binding(
+        &self,
+        gk: &Gatekeeper,
+        id: &str,
+    ) -> Result<Option<ResponseBinding>, Unavailable>;
+    /// Whether other processes write this state too (so what this one remembers of it may be
+    /// behind).
+    fn shared(&self) -> bool;
+    /// The periodic work without a request: expiry, and a fleet's spool replay.
+    async fn tick(&self, gk: &Gatekeeper, now_ms: u64);
+}
+
+/// The home a gatekeeper was built with.
+pub(super) enum Home {
+    Local(super::local::Local),
+    Fleet(Box<super::fleet::Shared>),
+}
+
+/// One call on the gatekeeper's home: the only place that names both.
+macro_rules! on_home {
+    ($gk:expr, $home:ident => $call:expr) => {
+        match &$gk.home {
+            Home::Local($home) => $call,
+            Home::Fleet($home) => $call,
+        }
+    };
+}
+
+impl Gatekeeper {
+    /// Decide and book a request whose caller can hold it: a repeated step its pace window
+    /// does not admit yet waits (SPEC §2.3). `Err`: the state could not be read, nothing was
+    /// decided; the caller forwards nothing.
+    pub async fn admit(&self, req: &GateRequest<'_>) -> Result<GateOutcome, Unavailable> {
+        on_home!(self, home => home.admit(self, req).await)
+    }
+
+    /// `POST /estimate`: the decision the request would get now; nothing moves.
+    pub async fn estimate(&self, req: &GateRequest<'_>) -> Result<GateOutcome, Unavailable> {
+        on_home!(self, home => home.estimate(self, req).await)
+    }
+
+    /// Settle a forwarded decision with the provider's usage ([`super::settlement`]).
+    pub async fn settle(
+        &self,
+        report: &UsageReport,
+        source: RecordSource,
+        now_ms: u64,
+    ) -> Result<UsageRow, RecordError> {
+        on_home!(self, home => home.settle(self, report, source, now_ms).await)
+    }
+
+    pub async fn renew(&self, decision_id: &DecisionId, now_ms: u64) {
+        on_home!(self, home => home.renew(self, decision_id, now_ms).await)
+    }
+
+    pub async fn stored_answer(&self, key: &AnswerKey) -> Option<Arc<StoredAnswer>> {
+        on_home!(self, home => home.answer(self, key).await)
+    }
+
+    pub async fn keep_answer(&self, key: AnswerKey, answer: StoredAnswer) {
+        on_home!(self, home => home.keep_answer(self, key, answer).await)
+    }
+
+    pub async fn open_holds(
+        &self,
+        key_id: Option<&str>,
+        now_ms: u64,
+    ) -> Result<HoldList, HoldError> {
+        on_home!(self, home => home.holds(self, key_id, now_ms).await)
+    }
+
+    /// Approve or deny a hold; `owner`: the deciding owner's key id (`None`: the admin).
+    pub async fn decide(
+        &self,
+        hold_id: &str,
+        owner: Option<&str>,
+        action: HoldAction,
+        now_ms: u64,
+    ) -> Result<HoldDecided, HoldError> {
+        on_home!(self, home => home.decide_hold(self, hold_id, owner, action, now_ms).await)
+    }
+
+    pub async fn budget(&self, key_id: &str, now_ms: u64) -> Result<BudgetView, Unavailable> {
+        on_home!(self, home => home.budget(self, key_id, now_ms).await)
+    }
+
+    /// `PUT /budget/{key_id}`; the view after it.
+    pub async fn put_budget(
+        &self,
+        key_id: &str,
+        ceiling_nano: Option<u64>,
+        period: BudgetPeriod,
+        now_ms: u64,
+    ) -> Result<BudgetView, SetBudgetError> {
+        on_home!(self, home => home.set_budget(self, key_id, ceiling_nano, period).await)?;
+        Ok(self.budget(key_id, now_ms).await?)
+    }
+
+    pub async fn ledger_report(
+        &self,
+        key_id: Option<&str>,
+        from: Option<&str>,
+        to: Option<&str>,
+    ) -> Result<(Vec<LedgerDay>, LedgerTotals), StoreError> {
+        on_home!(self, home => home.ledger(self, key_id, from, to).await)
+    }
+
+    pub async fn decision_page(&self, query: &DecisionQuery) -> Result<DecisionPage, StoreError> {
+        on_home!(self, home => home.decisions(self, query).await)
+    }
+
+    pub async fn bind_response(&self, binding: ResponseBinding) -> Result<(), Unavailable> {
+        on_home!(self, home => home.bind_response(self, binding).await)
+    }
+
+    pub async fn response_binding(&self, id: &str) -> Result<Option<ResponseBinding>, Unavailable> {
+        on_home!(self, home => home.response_binding(self, id).await)
+    }
+
+    /// Whether other processes write this gate's state too.
+    pub fn shared(&self) -> bool {
+        on_home!(self, home => home.shared())
+    }
+
+    /// The periodic work without a request (a background tick).
+    pub async fn tick_all(&self, now_ms: u64) {
+        on_home!(self, home => home.tick(self, now_ms).await)
+    }
+}

@@ -1,0 +1,565 @@
+//! The gatekeeper as one instance of a fleet: the same pure decision, with the windows, the
+//! budget and the decision clock read from the fleet's PostgreSQL under the key's lock, and the
+//! decision and its reservation written in that same transaction ([`Fleet::admit`]).
+//!
+//! Holds, attending leases, recorded usage and stored answers are in the database too, so a
+//! hold raised through one instance is approved through another and released on a third, and
+//! an answer stored through one is served by the others.
+
+use std::sync::Arc;
+
+use super::spool::{Replayed, Spool};
+use super::{
+    AdmitScope, Booking, Fleet, FleetError, HoldRefusal, KeyLimit, NewHold, NewReservation,
+    Observed, SettleError,
+};
+use crate::config::{BudgetPeriod, CachePolicy};
+use crate::gate::{decide_with, Approvals, Decision, KeyState, Usage};
+use crate::gatekeeper::backing::{Backing, HoldList, SetBudgetError, Unavailable};
+use crate::gatekeeper::{
+    decision_row, lock, reopen, BudgetView, GateOutcome, GateRequest, Gatekeeper, HoldAction,
+    HoldDecided, HoldError, HoldView, LeaseView, RecordError, RecordSource, UsageReport,
+};
+use crate::receipt::DecisionId;
+use crate::store::answers::{AnswerKey, StoredAnswer};
+use crate::store::{
+    DecisionPage, DecisionQuery, LedgerDay, LedgerTotals, ResponseBinding, StoreError,
+};
+use crate::store::{HoldOpening, HoldState, UsageRow};
+
+/// What an admission came to.
+enum Admitted {
+    /// A re-send of a pending hold: its original answer.
+    Resent(Arc<GateOutcome>),
+    /// A new decision, its receipt body and its id.
+    Decided(Box<Decision>, Vec<u8>, DecisionId),
+}
+
+/// A fleet's home for the gate's state: its PostgreSQL, and the local spool of the proxy's
+/// usage reports that could not be written yet.
+pub struct Shared {
+    fleet: Fleet,
+    spool: Spool,
+}
+
+impl Shared {
+    pub(crate) fn new(fleet: Fleet, spool: Spool) -> Shared {
+        Shared { fleet, spool }
+    }
+
+    async fn settle_in_fleet(
+        &self,
+        gk: &Gatekeeper,
+        report: &UsageReport,
+        source: RecordSource,
+    ) -> Result<UsageRow, SettleError> {
+        let prices = gk.price_of(&report.served_model);
+        self.fleet
+            .settle(
+                &report.decision_id,
+                &report.key_id,
+                report.wire,
+                &report.served_model,
+                source,
+                |r, at_ms| {
+                    let bound =
+                        crate::gatekeeper::RecordBound::of(r.input_tokens, r.output_ceiling);
+                    if source == RecordSource::Digest && !bound.admits_report(report) {
+                        return Err(SettleError::ExceedsDecision);
+                    }
+                    let mut row =
+                        report.usage_row(at_ms, prices.as_ref(), r.nano, r.output_ceiling);
+                    if r.cache_placed {
+                        row.cache_saving_nano =
+                            crate::gatekeeper::cache_saving_nano(&row, prices.as_ref());
+                    }
+                    // Only a complete, reproducible answer's usage is what a SERVE does not buy.
+                    let recorded = report
+                        .reusable_usage(r.reusable)
+                        .and_then(|u| serde_json::to_string(&u).ok());
+                    Ok((row, recorded))
+                },
+            )
+            .await
+    }
+
+    async fn fleet_budget(&self, gk: &Gatekeeper, key_id: &str) -> Result<BudgetView, FleetError> {
+        let limit = match self.fleet.shared_budget(key_id).await? {
+            Some(shared) => shared,
+            None => gk.local_limit(key_id),
+        };
+        let now = self.fleet.db_now_ms().await?;
+        let s = self
+            .fleet
+            .budget_sample(key_id, crate::store::period_start(limit.period, now))
+            .await?;
+        let left = limit
+            .ceiling_nano
+            .map(|c| i128::from(c) - i128::from(s.spend_nano) - i128::from(s.reserved_nano));
+        Ok(BudgetView {
+            key_id: key_id.to_string(),
+            ceiling_nano: limit.ceiling_nano,
+            period: limit.period.as_str(),
+            spend_nano: s.spend_nano,
+            reserved_nano: s.reserved_nano,
+            left_nano: left,
+        })
+    }
+}
+
+impl Backing for Shared {
+    /// The fleet's decision: the windows, the budget and the decision clock read under the
+    /// key's lock, the booking written in that same transaction. It does not pace: a repeated
+    /// step there is a loop.
+    async fn admit(
+        &self,
+        gk: &Gatekeeper,
+        req: &GateRequest<'_>,
+    ) -> Result<GateOutcome, Unavailable> {
+        let started = std::time::Instant::now();
+        let shape = req.shape;
+        let key_id = req.key.id.as_str();
+        let wire = shape.wire_form();
+        let admitted = self
+            .fleet
+            .admit(gk.admit_scope(req), |seen| {
+                // As in `gate`: a re-send of a pending hold gets its original answer (the
+                // same decision and receipt), uncounted, whichever instance it reaches.
+                let reopened = seen.pending.as_ref().and_then(|p| {
+                    Some(HoldOpening {
+                        hold_id: p.hold_id.clone(),
+                        decision: p.decision.clone()?,
+                        receipt: p.receipt.clone()?,
+                    })
+                });
+                if let Some(opened) = reopened.and_then(|o| reopen(&gk.signer, &o)) {
+                    return (Admitted::Resent(opened), None);
+                }
+                let decision = gk.decide_observed(req, &seen);
+                let body = decision.receipt_body();
+                let decision_id = crate::receipt::decision_id(&body);
+                let reservation = decision.verdict.forwards().then(|| NewReservation {
+                    nano: decision.worst_case.cost_nano.unwrap_or(0),
+                    served_model: decision
+                        .model_served
+                        .clone()
+                        .unwrap_or_else(|| shape.model.clone()),
+                    wire,
+                    output_ceiling: decision.worst_case.output_tokens,
+                    fingerprint: shape.fingerprint,
+                    reusable: shape.reproducible(),
+                    approved_past_budget: decision.approved_hold.is_some(),
+                    input_tokens: decision.worst_case.input_tokens_estimated,
+                    recorded_by: req.recorded_by,
+                    cache_placed: !decision.cache_breakpoints.is_empty(),
+                });
+                let new_hold = decision.hold_id.as_ref().map(|hold_id| NewHold {
+                    hold_id: hold_id.clone(),
+                    fingerprint: shape.fingerprint,
+                    worst_case_tokens: decision.worst_case.tokens().unwrap_or(0),
+                    reason: decision.reason(),
+                    opening_decision: serde_json::to_string(&decision).unwrap_or_default(),
+                    opening_receipt: body.clone(),
+                });
+                let reserved = reservation.as_ref().map_or(0, |r| r.nano);
+                let mut row = decision_row(&decision, decision_id, shape, reserved);
+                row.recorded_by = req.recorded_by;
+                let booking = Booking {
+                    row,
+                    reservation,
+                    used_hold: decision.approved_hold.clone(),
+                    new_hold,
+                    cache_breakpoints: decision.cache_breakpoints.clone(),
+                };
+                (
+                    Admitted::Decided(Box::new(decision), body, decision_id),
+                    Some(booking),
+                )
+            })
+            .await
+            .map_err(|_| Unavailable)?;
+        let (decision, body, decision_id) = match admitted {
+            Admitted::Resent(opened) => {
+                gk.metrics.hold_resends.inc();
+                return Ok((*opened).clone());
+            }
+            Admitted::Decided(decision, body, decision_id) => (*decision, body, decision_id),
+        };
+        gk.count(&decision);
+        let envelope = gk.signer.sign(&body);
+        lock(&gk.recent).push(decision_id, key_id, &envelope);
+        gk.metrics
+            .decision_seconds
+            .observe(started.elapsed().as_secs_f64());
+        Ok(GateOutcome {
+            decision,
+            envelope,
+            decision_id,
+        })
+    }
+
+    /// From the fleet's windows, budget and holds; nothing is locked, counted or booked.
+    async fn estimate(
+        &self,
+        gk: &Gatekeeper,
+        req: &GateRequest<'_>,
+    ) -> Result<GateOutcome, Unavailable> {
+        let seen = self
+            .fleet
+            .peek(gk.admit_scope(req))
+            .await
+            .map_err(|_| Unavailable)?;
+        let decision = gk.decide_observed(req, &seen);
+        let body = decision.receipt_body();
+        Ok(GateOutcome {
+            envelope: gk.signer.sign(&body),
+            decision_id: crate::receipt::decision_id(&body),
+            decision,
+        })
+    }
+
+    /// Settled in the fleet's database ([`crate::gatekeeper::settlement`], as on a single
+    /// node) before the answer is stored or finished, so a SERVE never precedes its usage. The
+    /// proxy's own report that cannot be written is spooled and replayed later (and counts as
+    /// recorded); a digest client's is refused (`Storage`), for the client to send again.
+    async fn settle(
+        &self,
+        gk: &Gatekeeper,
+        report: &UsageReport,
+        source: RecordSource,
+        _now_ms: u64,
+    ) -> Result<UsageRow, RecordError> {
+        match self.settle_in_fleet(gk, report, source).await {
+            Err(SettleError::Fleet(_)) if source == RecordSource::Proxy => {
+                if self.spool.append(report).await.is_err() {
+                    tracing::error!("fleet usage could neither be written nor spooled");
+                }
+                Err(RecordError::Storage)
+            }
+            Err(SettleError::Fleet(_)) => Err(RecordError::Storage),
+            Err(SettleError::Unknown) => Err(RecordError::UnknownDecision),
+            Err(SettleError::AlreadySettled) => Err(RecordError::AlreadyRecorded),
+            Err(SettleError::ModelMismatch) => Err(RecordError::ModelMismatch),
+            Err(SettleError::ExceedsDecision) => Err(RecordError::ExceedsDecision),
+            Ok(row) => Ok(row),
+        }
+    }
+
+    /// In the fleet's database, by its clock.
+    async fn renew(&self, _gk: &Gatekeeper, decision_id: &DecisionId, _now_ms: u64) {
+        if self.fleet.renew(decision_id).await.is_err() {
+            tracing::warn!("fleet reservation renewal failed; the next one retries");
+        }
+    }
+
+    async fn answer(&self, _gk: &Gatekeeper, key: &AnswerKey) -> Option<Arc<StoredAnswer>> {
+        let (content_type, body) = self
+            .fleet
+            .answer(&key.key_id, &key.fingerprint, key.wire)
+            .await
+            .ok()??;
+        Some(Arc::new(StoredAnswer {
+            content_type,
+            body: bytes::Bytes::from(body),
+            // Only the provider's bytes are kept: a replay cuts the usage on the way out.
+            without_usage: None,
+        }))
+    }
+
+    /// For the whole fleet: the provider's bytes only.
+    async fn keep_answer(&self, _gk: &Gatekeeper, key: AnswerKey, answer: StoredAnswer) {
+        let stored = self
+            .fleet
+            .put_answer(
+                &key.key_id,
+                &key.fingerprint,
+                key.wire,
+                &answer.content_type,
+                &answer.body,
+            )
+            .await;
+        if stored.is_err() {
+            tracing::warn!("an answer could not be stored in the fleet database");
+        }
+    }
+
+    /// The fleet's holds, and the database's time.
+    async fn holds(
+        &self,
+        _gk: &Gatekeeper,
+        key_id: Option<&str>,
+        _now_ms: u64,
+    ) -> Result<HoldList, HoldError> {
+        let (now_ms, holds, leases) = self
+            .fleet
+            .open_holds(key_id)
+            .await
+            .map_err(|_| HoldError::Unavailable)?;
+        let reason = |r: Option<String>| {
+            // The closed set of reasons a CHALLENGE can carry, as static text.
+            r.and_then(|r| {
+                [
+                    crate::gate::Rule::ExceedsRemainingBudget.as_str(),
+                    "score_challenge",
+                ]
+                .into_iter()
+                .find(|known| *known == r)
+            })
+        };
+        let holds = holds
+            .into_iter()
+            .map(|h| HoldView {
+                fingerprint_prefix: crate::gatekeeper::fingerprint_prefix(h.fingerprint.as_ref()),
+                hold_id: h.hold_id,
+                key_id: h.key_id,
+                state: if h.approved {
+                    HoldState::Approved
+                } else {
+                    HoldState::Pending
+                },
+                reason: reason(h.reason),
+                created_ms: h.created_ms,
+                expires_ms: h.expires_ms,
+                worst_case_tokens: h.worst_case_tokens,
+            })
+            .collect();
+        let leases = leases
+            .into_iter()
+            .map(|l| LeaseView {
+                key_id: l.key_id,
+                hold_id: l.hold_id,
+                granted_ms: l.granted_ms,
+                until_ms: l.until_ms,
+            })
+            .collect();
+        Ok(HoldList {
+            now_ms,
+            holds,
+            leases,
+        })
+    }
+
+    /// One conditional UPDATE decides (two concurrent approvals on two instances: one wins,
+    /// the other finds it not pending).
+    async fn decide_hold(
+        &self,
+        _gk: &Gatekeeper,
+        hold_id: &str,
+        key_id: Option<&str>,
+        action: HoldAction,
+        _now_ms: u64,
+    ) -> Result<HoldDecided, HoldError> {
+        let (approve, attend_minutes) = match action {
+            HoldAction::Approve { attend_minutes } => (true, attend_minutes),
+            HoldAction::Deny => (false, None),
+        };
+        if attend_minutes.is_some_and(|m| !(1..=crate::gatekeeper::MAX_ATTEND_MINUTES).contains(&m))
+        {
+            return Err(HoldError::AttendMinutes);
+        }
+        match self
+            .fleet
+            .decide_hold(hold_id, key_id, approve, attend_minutes)
+            .await
+        {
+            Ok(Ok(d)) => Ok(HoldDecided {
+                hold_id: hold_id.to_string(),
+                key_id: d.key_id,
+                state: if approve {
+                    HoldState::Approved
+                } else {
+                    HoldState::Denied
+                },
+                expires_ms: d.expires_ms,
+                attending_until_ms: d.attending_until_ms,
+            }),
+            Ok(Err(HoldRefusal::Unknown)) => Err(HoldError::Unknown),
+            Ok(Err(HoldRefusal::Expired)) => Err(HoldError::Expired),
+            Ok(Err(HoldRefusal::NotPending)) => Err(HoldError::NotPending),
+            Err(_) => Err(HoldError::Unavailable),
+        }
+    }
+
+    /// Spend in the key's period by the database's clock, and every instance's open
+    /// reservations.
+    async fn budget(
+        &self,
+        gk: &Gatekeeper,
+        key_id: &str,
+        _now_ms: u64,
+    ) -> Result<BudgetView, Unavailable> {
+        self.fleet_budget(gk, key_id).await.map_err(|_| Unavailable)
+    }
+
+    /// The fleet's budget first: it is what every instance's admissions read; then this
+    /// node's, which its config-seeded view falls back on.
+    async fn set_budget(
+        &self,
+        gk: &Gatekeeper,
+        key_id: &str,
+        ceiling_nano: Option<u64>,
+        period: BudgetPeriod,
+    ) -> Result<(), SetBudgetError> {
+        self.fleet
+            .set_budget(key_id, ceiling_nano, period)
+            .await
+            .map_err(|_| Unavailable)?;
+        Ok(gk.set_budget_acked(key_id, ceiling_nano, period).await?)
+    }
+
+    /// The database's ledger: every instance's decisions and usage.
+    async fn ledger(
+        &self,
+        _gk: &Gatekeeper,
+        key_id: Option<&str>,
+        from: Option<&str>,
+        to: Option<&str>,
+    ) -> Result<(Vec<LedgerDay>, LedgerTotals), StoreError> {
+        let bound = |d: Option<&str>| d.map(crate::store::day_start_ms);
+        let from_ms = match bound(from) {
+            Some(Some(ms)) => ms,
+            Some(None) => return Err(StoreError::Unavailable),
+            None => i64::MIN,
+        };
+        let to_ms = match bound(to) {
+            Some(Some(ms)) => ms.saturating_add(crate::gatekeeper::DAY_MS as i64),
+            Some(None) => return Err(StoreError::Unavailable),
+            None => i64::MAX,
+        };
+        self.fleet
+            .ledger(key_id, from_ms, to_ms)
+            .await
+            .map_err(|_| StoreError::Unavailable)
+    }
+
+    /// Every instance's decisions.
+    async fn decisions(
+        &self,
+        _gk: &Gatekeeper,
+        query: &DecisionQuery,
+    ) -> Result<DecisionPage, StoreError> {
+        self.fleet.decisions(query).await
+    }
+
+    async fn bind_response(
+        &self,
+        _gk: &Gatekeeper,
+        binding: ResponseBinding,
+    ) -> Result<(), Unavailable> {
+        self.fleet
+            .bind_response(&binding)
+            .await
+            .map_err(|_| Unavailable)
+    }
+
+    async fn response_binding(
+        &self,
+        _gk: &Gatekeeper,
+        id: &str,
+    ) -> Result<Option<ResponseBinding>, Unavailable> {
+        self.fleet
+            .response_binding(id)
+            .await
+            .map_err(|_| Unavailable)
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+
+    /// This node's expiry, then the fleet's: charge expired reservations (any instance may,
+    /// at once) and replay spooled usage once the database answers again.
+    async fn tick(&self, gk: &Gatekeeper, now_ms: u64) {
+        gk.tick(now_ms);
+        if self.fleet.expire().await.is_err() {
+            tracing::warn!("fleet expiry sweep failed; the next tick retries");
+        }
+        if !self.spool.pending() {
+            return;
+        }
+        let replayed = self
+            .spool
+            .replay(|report| async move {
+                match self.settle_in_fleet(gk, &report, RecordSource::Proxy).await {
+                    Err(SettleError::Fleet(_)) => Replayed::Later,
+                    _ => Replayed::Done,
+                }
+            })
+            .await;
+        match replayed {
+            Ok(n) if n > 0 => tracing::info!(reports = n, "spooled fleet usage replayed"),
+            Ok(_) => {}
+            Err(_) => tracing::error!("the fleet usage spool could not be replayed"),
+        }
+    }
+}
+
+impl Gatekeeper {
+    /// The key's budget as this instance's config (or a `PUT /budget` it has seen) states it;
+    /// unlimited when it states none.
+    fn local_limit(&self, key_id: &str) -> KeyLimit {
+        lock(&self.state).budgets.get(key_id).map_or(
+            KeyLimit {
+                ceiling_nano: None,
+                period: Default::default(),
+            },
+            |b| KeyLimit {
+                ceiling_nano: b.ceiling_nano,
+                period: b.period,
+            },
+        )
+    }
+
+    /// What an admission or an estimate asks the fleet about: the request and the key's
+    /// budget as this instance's config (or a `PUT /budget` it has seen) states it.
+    fn admit_scope<'r>(&self, req: &'r GateRequest<'r>) -> AdmitScope<'r> {
+        let shape = req.shape;
+        let limit = self.local_limit(req.key.id.as_str());
+        AdmitScope {
+            key_id: req.key.id.as_str(),
+            fingerprint: &shape.fingerprint,
+            step: &shape.step_fingerprint,
+            model: &shape.model,
+            limit,
+            wire: shape.wire_form(),
+            named_hold: req.hold_id,
+            cache_points: if req.key.cache == CachePolicy::Auto {
+                &shape.cache_points
+            } else {
+                &[]
+            },
+        }
+    }
+
+    /// The pure decision over what the fleet's database holds for the request (as `gate` over
+    /// what this instance's memory holds).
+    fn decide_observed(&self, req: &GateRequest<'_>, seen: &Observed) -> Decision {
+        let held_usage: Option<Usage> = seen
+            .recorded
+            .as_deref()
+            .and_then(|u| serde_json::from_str(u).ok());
+        // A lease makes attended only the requests that declare nothing, on a key whose
+        // default is unattended.
+        let lease = match req.human {
+            None if !req.key.human_default => seen.lease.as_deref(),
+            _ => None,
+        };
+        let input = req.input(held_usage);
+        let approvals = Approvals {
+            hold: seen.approved.as_deref(),
+            lease,
+        };
+        let state = KeyState {
+            counts: seen.counts,
+            budget: seen.budget,
+        };
+        let policy = self.policy.read().unwrap_or_else(|p| p.into_inner());
+        let mut decision = decide_with(&policy, &input, approvals, &state, seen.now_ms);
+        drop(policy);
+        // The scope carries cache points only where the key's policy lets the gate place.
+        if !seen.cache_memory.is_empty() {
+            decision.place_cache(req.shape, &seen.cache_memory, seen.now_ms);
+        }
+        decision
+    }
+}

@@ -1,0 +1,159 @@
+//! The embedded home of the gate's state: this process's memory (windows, budgets,
+//! reservations, holds, answers), rebuilt from SQLite at start and written to it by group
+//! commit. Decided by this process's clock.
+
+use std::sync::Arc;
+
+use super::backing::{Backing, HoldList, SetBudgetError, Unavailable};
+use super::{
+    BudgetView, GateOutcome, GateRequest, Gatekeeper, HoldAction, HoldDecided, HoldError, Mode,
+    RecordError, RecordSource, UsageReport,
+};
+use crate::config::BudgetPeriod;
+use crate::receipt::DecisionId;
+use crate::store::answers::{AnswerKey, StoredAnswer};
+use crate::store::{
+    DecisionPage, DecisionQuery, Event, LedgerDay, LedgerTotals, ResponseBinding, StoreError,
+    UsageRow,
+};
+
+pub(super) struct Local;
+
+impl Backing for Local {
+    async fn admit(
+        &self,
+        gk: &Gatekeeper,
+        req: &GateRequest<'_>,
+    ) -> Result<GateOutcome, Unavailable> {
+        Ok(gk.gate_paced(req).await)
+    }
+
+    async fn estimate(
+        &self,
+        gk: &Gatekeeper,
+        req: &GateRequest<'_>,
+    ) -> Result<GateOutcome, Unavailable> {
+        Ok(gk.gate(req, Mode::Estimate))
+    }
+
+    async fn settle(
+        &self,
+        gk: &Gatekeeper,
+        report: &UsageReport,
+        source: RecordSource,
+        now_ms: u64,
+    ) -> Result<UsageRow, RecordError> {
+        match source {
+            // The digest client is told it may forget its report: committed first.
+            RecordSource::Digest => gk.record_usage_acked(report, now_ms, source).await,
+            RecordSource::Proxy => gk.record_usage(report, now_ms, source),
+        }
+    }
+
+    async fn renew(&self, gk: &Gatekeeper, decision_id: &DecisionId, now_ms: u64) {
+        gk.renew_reservation(decision_id, now_ms)
+    }
+
+    async fn answer(&self, gk: &Gatekeeper, key: &AnswerKey) -> Option<Arc<StoredAnswer>> {
+        gk.answer(key)
+    }
+
+    async fn keep_answer(&self, gk: &Gatekeeper, key: AnswerKey, answer: StoredAnswer) {
+        gk.store_answer(key, answer)
+    }
+
+    async fn holds(
+        &self,
+        gk: &Gatekeeper,
+        key_id: Option<&str>,
+        now_ms: u64,
+    ) -> Result<HoldList, HoldError> {
+        let (holds, leases) = gk.holds(key_id, now_ms);
+        Ok(HoldList {
+            now_ms,
+            holds,
+            leases,
+        })
+    }
+
+    async fn decide_hold(
+        &self,
+        gk: &Gatekeeper,
+        hold_id: &str,
+        owner: Option<&str>,
+        action: HoldAction,
+        now_ms: u64,
+    ) -> Result<HoldDecided, HoldError> {
+        gk.decide_hold(hold_id, owner, action, now_ms)
+    }
+
+    async fn budget(
+        &self,
+        gk: &Gatekeeper,
+        key_id: &str,
+        now_ms: u64,
+    ) -> Result<BudgetView, Unavailable> {
+        Ok(gk.budget_view(key_id, now_ms))
+    }
+
+    async fn set_budget(
+        &self,
+        gk: &Gatekeeper,
+        key_id: &str,
+        ceiling_nano: Option<u64>,
+        period: BudgetPeriod,
+    ) -> Result<(), SetBudgetError> {
+        Ok(gk.set_budget_acked(key_id, ceiling_nano, period).await?)
+    }
+
+    async fn ledger(
+        &self,
+        gk: &Gatekeeper,
+        key_id: Option<&str>,
+        from: Option<&str>,
+        to: Option<&str>,
+    ) -> Result<(Vec<LedgerDay>, LedgerTotals), StoreError> {
+        gk.ledger_acked(key_id, from, to).await
+    }
+
+    async fn decisions(
+        &self,
+        gk: &Gatekeeper,
+        query: &DecisionQuery,
+    ) -> Result<DecisionPage, StoreError> {
+        gk.decisions_acked(query.clone()).await
+    }
+
+    async fn bind_response(
+        &self,
+        gk: &Gatekeeper,
+        binding: ResponseBinding,
+    ) -> Result<(), Unavailable> {
+        gk.store()
+            .submit_acked(Event::ResponseBound(binding))
+            .await
+            .map_err(|_| Unavailable)
+    }
+
+    async fn response_binding(
+        &self,
+        gk: &Gatekeeper,
+        id: &str,
+    ) -> Result<Option<ResponseBinding>, Unavailable> {
+        // SQLite is synchronous: the blocking pool's read, not a worker's.
+        let store = gk.store().clone();
+        let id = id.to_string();
+        tokio::task::spawn_blocking(move || store.response_binding(&id))
+            .await
+            .map_err(|_| Unavailable)?
+            .map_err(|_| Unavailable)
+    }
+
+    fn shared(&self) -> bool {
+        false
+    }
+
+    async fn tick(&self, gk: &Gatekeeper, now_ms: u64) {
+        gk.tick(now_ms)
+    }
+}
