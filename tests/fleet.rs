@@ -994,6 +994,59 @@ fn holds_and_answers_are_shared_by_the_fleet() {
     assert!(served.receipt()["tokens_not_bought"].as_u64().unwrap() > 0);
 }
 
+/// `POST /forget` through one instance forgets for the whole fleet: an answer stored through
+/// instance 1 and served by instance 2 is no longer served once instance 3 forgot the key (it
+/// is bought again), and the ledger's totals stay.
+#[test]
+fn a_forget_through_one_instance_forgets_for_the_fleet() {
+    let Some(url) = pg_url() else { return };
+    let key = FleetKey::new(format!("forget{}", run_tag()));
+    let fleet = three(&url, &key.toml(None), 3_000);
+    let bearer = key.bearer();
+    let reusable = chat(
+        "gpt-4o",
+        "what is the capital of Peru?",
+        json!({"temperature": 0, "max_tokens": 30}),
+    );
+    let bought = fleet[0].post(CHAT, &bearer, &reusable, &[]);
+    assert_eq!(bought.status, 200, "{}", bought.text());
+    settle();
+    let served = fleet[1].post(CHAT, &bearer, &reusable, &[]);
+    assert_eq!(served.verdict(), Some("SERVE"), "{}", served.text());
+    let ledger = |h: &Harness| {
+        let r = call(
+            ureq::get(&h.api_url("/ledger")).set("authorization", &format!("Bearer {bearer}")),
+            None,
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["total"].clone()
+    };
+    let before = ledger(&fleet[0]);
+
+    let forgot = call(
+        ureq::post(&fleet[2].api_url("/forget")).set("authorization", &format!("Bearer {bearer}")),
+        Some(b""),
+    );
+    assert_eq!(forgot.status, 200, "{}", forgot.text());
+    assert_eq!(forgot.json()["forgotten"], true);
+
+    let calls = provider_calls(&fleet);
+    let again = fleet[1].post(CHAT, &bearer, &reusable, &[]);
+    assert_eq!(again.status, 200, "{}", again.text());
+    assert_ne!(
+        again.verdict(),
+        Some("SERVE"),
+        "the stored answer is forgotten"
+    );
+    assert_eq!(provider_calls(&fleet), calls + 1, "bought again");
+    settle();
+    let after = ledger(&fleet[1]);
+    assert_eq!(
+        after["tokens_not_bought"], before["tokens_not_bought"],
+        "the totals stay"
+    );
+}
+
 /// A budget set through one instance (`PUT /budget`) binds every instance's admissions at once.
 #[test]
 fn a_budget_set_through_one_instance_binds_the_fleet() {

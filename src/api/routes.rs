@@ -608,7 +608,7 @@ impl Api {
     }
 
     async fn forget(&self, key: &KeyConfig) -> ApiResponse {
-        match self.gatekeeper.forget_acked(&key.id).await {
+        match self.gatekeeper.forget_key(&key.id).await {
             Ok(()) => ApiResponse::json(200, &json!({"forgotten": true})),
             Err(e) => e.into(),
         }

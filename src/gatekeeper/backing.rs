@@ -130,6 +130,9 @@ pub(super) trait Backing {
         gk: &Gatekeeper,
         id: &str,
     ) -> Result<Option<ResponseBinding>, Unavailable>;
+    /// `POST /forget`: the key's stored answers and fingerprint records; totals and the
+    /// windows stay.
+    async fn forget(&self, gk: &Gatekeeper, key_id: &str) -> Result<(), StoreError>;
     /// Whether other processes write this state too (so what this one remembers of it may be
     /// behind).
     fn shared(&self) -> bool;
@@ -242,6 +245,10 @@ impl Gatekeeper {
 
     pub async fn response_binding(&self, id: &str) -> Result<Option<ResponseBinding>, Unavailable> {
         on_home!(self, home => home.response_binding(self, id).await)
+    }
+
+    pub async fn forget_key(&self, key_id: &str) -> Result<(), StoreError> {
+        on_home!(self, home => home.forget(self, key_id).await)
     }
 
     /// Whether other processes write this gate's state too.

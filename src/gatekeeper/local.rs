@@ -149,6 +149,10 @@ impl Backing for Local {
             .map_err(|_| Unavailable)
     }
 
+    async fn forget(&self, gk: &Gatekeeper, key_id: &str) -> Result<(), StoreError> {
+        gk.forget_acked(key_id).await
+    }
+
     fn shared(&self) -> bool {
         false
     }

@@ -4,6 +4,7 @@
 //! so the two modes cannot drift apart.
 
 mod backing;
+mod booking;
 pub mod fleet;
 mod local;
 pub mod recent;
@@ -17,7 +18,9 @@ pub mod settlement;
 mod tests;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use arc_swap::ArcSwap;
 
 use serde::Serialize;
 
@@ -25,7 +28,7 @@ use crate::config::{BudgetPeriod, CachePolicy, Config, KeyConfig, Prices};
 use crate::gate::cache::PointMemory;
 use crate::gate::{
     decide_paced, decide_with, Approvals, BudgetState, Decision, GateInput, KeyState, Outcome,
-    Policy, Usage, Verdict, Windows,
+    Policy, Usage, Verdict, WindowCounts, Windows,
 };
 use crate::gatekeeper::fleet::spool::Spool;
 use crate::gatekeeper::fleet::Fleet;
@@ -35,12 +38,12 @@ use crate::request::CachePoint;
 use crate::request::{Hash, RequestShape, WireForm};
 use crate::store::answers::{AnswerKey, AnswerStore, StoredAnswer};
 use crate::store::{
-    period_start, DecisionListing, DecisionPage, DecisionQuery, DecisionRow, Event, HoldOpening,
-    HoldRow, HoldState, LeaseRow, LedgerDay, LedgerTotals, Store, StoreError, UsageRow,
-    VerdictCount,
+    period_start, DecisionListing, DecisionPage, DecisionQuery, Event, HoldOpening, HoldRow,
+    HoldState, LeaseRow, LedgerDay, LedgerTotals, Store, StoreError, UsageRow, VerdictCount,
 };
 use backing::Home;
 pub use backing::{HoldList, SetBudgetError, Unavailable};
+use booking::Booking;
 
 pub(crate) const DAY_MS: u64 = 86_400_000;
 
@@ -304,6 +307,54 @@ struct State {
 const SWEEP_INTERVAL_MS: u64 = 1_000;
 
 impl State {
+    /// SPEC §2.3: a re-send of a request whose hold is still pending gets the same CHALLENGE
+    /// and hold id and is not counted again. It gets the *original* answer: the same
+    /// decision, the same signed receipt (same decision id), and no new ledger row. The
+    /// request is the one already held, not a new decision: a new row would count the held
+    /// call twice in the ledger and the metrics, and a receipt decided afresh would carry
+    /// another decision time (and so, by `hold_id_for`, another hold id) for the same pending
+    /// hold. An agent retrying while the person has not answered yet therefore moves no window
+    /// and can never turn into a loop.
+    fn pending_resend(&self, req: &GateRequest) -> Option<Arc<GateOutcome>> {
+        self.hold_for(&req.key.id, &req.shape.fingerprint, req.now_ms)
+            .filter(|h| h.row.state == HoldState::Pending)
+            .and_then(|h| h.opened.clone())
+    }
+
+    /// The decision clock is strictly increasing per key: two decisions of one key never share
+    /// a millisecond, so their receipts — and the decision ids derived from them — differ. (An
+    /// agent hammering one request, every signal saturated, once got two byte-identical BLOCK
+    /// receipts in one millisecond, and the ledger kept only one.)
+    fn decision_clock(&mut self, key_id: &str, now_ms: u64) -> u64 {
+        match self.last_decided_ms.get_mut(key_id) {
+            Some(last) => {
+                *last = now_ms.max(last.saturating_add(1));
+                *last
+            }
+            None => {
+                self.last_decided_ms.insert(key_id.to_string(), now_ms);
+                now_ms
+            }
+        }
+    }
+
+    /// The usage recorded for the request's answer in its wire form (what a SERVE does not buy).
+    fn recorded_usage(&self, req: &GateRequest) -> Option<Usage> {
+        let wire = req.shape.wire_form();
+        self.recorded
+            .get(req.key.id.as_str())
+            .and_then(|by_request| by_request.get(&(req.shape.fingerprint, wire)))
+            .copied()
+    }
+
+    /// What this key's memory holds of the request's prompt prefixes.
+    fn cache_recall(&self, req: &GateRequest) -> Vec<PointMemory> {
+        self.cache_memory
+            .get(req.key.id.as_str())
+            .map(|m| m.recall(&req.shape.cache_points))
+            .unwrap_or_default()
+    }
+
     fn budget_state(&self, key_id: &str, now_ms: u64) -> Option<BudgetState> {
         let b = self.budgets.get(key_id)?;
         let ceiling = b.ceiling_nano?;
@@ -411,7 +462,9 @@ impl State {
 
 pub struct Gatekeeper {
     pub config: Arc<Config>,
-    policy: RwLock<Policy>,
+    /// Read by every decision, replaced whole by `PUT /prices`: readers never wait, and no
+    /// lock order ties it to the state lock.
+    policy: ArcSwap<Policy>,
     pub signer: ReceiptSigner,
     state: Mutex<State>,
     answers: Mutex<AnswerStore>,
@@ -535,7 +588,7 @@ impl Gatekeeper {
         Ok(Self {
             answers: Mutex::new(AnswerStore::new(config.answer_store_bytes)),
             config: Arc::new(config),
-            policy: RwLock::new(policy),
+            policy: ArcSwap::from_pointee(policy),
             signer,
             state: Mutex::new(state),
             store,
@@ -560,14 +613,11 @@ impl Gatekeeper {
 
     /// The price of `model` under the policy in force (`None`: it has none).
     fn price_of(&self, model: &str) -> Option<crate::config::Prices> {
-        self.policy
-            .read()
-            .ok()
-            .and_then(|p| p.prices.get(model).copied())
+        self.policy.load().prices.get(model).copied()
     }
 
-    pub fn policy(&self) -> Policy {
-        self.policy.read().map(|p| p.clone()).unwrap_or_default()
+    pub fn policy(&self) -> Arc<Policy> {
+        self.policy.load_full()
     }
 
     /// Decide a request, and in `Commit` mode count it, reserve, open holds, and book it.
@@ -612,7 +662,10 @@ impl Gatekeeper {
     }
 
     /// One decision; `paced_ms`: the caller can hold the request and has held it this long
-    /// (`Err(until)`: hold it until then, nothing was counted or booked).
+    /// (`Err(until)`: hold it until then, nothing was counted or booked). In order: the state
+    /// under its lock, a pending re-send's original answer, the decision clock, what the key's
+    /// state says of the request, the pure decision, and in `Commit` mode its booking; the
+    /// signature last, outside the lock.
     fn gate_step(
         &self,
         req: &GateRequest,
@@ -620,202 +673,54 @@ impl Gatekeeper {
         paced_ms: Option<u64>,
     ) -> Result<GateOutcome, u64> {
         let started = std::time::Instant::now();
-        let shape = req.shape;
-        let key_id = req.key.id.as_str();
-        let wire = shape.wire_form();
-        let policy = self.policy.read().unwrap_or_else(|p| p.into_inner());
+        let policy = self.policy.load();
         let mut st = lock(&self.state);
         self.expire(&mut st, req.now_ms);
-
-        // SPEC §2.3: a re-send of a request whose hold is still pending gets the same
-        // CHALLENGE and hold id and is not counted again. It gets the *original* answer: the
-        // same decision, the same signed receipt (same decision id), and no new ledger row.
-        // The request is the one already held, not a new decision: a new row would count the
-        // held call twice in the ledger and the metrics, and a receipt decided afresh would
-        // carry another decision time (and so, by `hold_id_for`, another hold id) for the same
-        // pending hold. An agent retrying while the person has not answered yet therefore
-        // moves no window and can never turn into a loop.
-        let resent = st
-            .hold_for(key_id, &shape.fingerprint, req.now_ms)
-            .filter(|h| h.row.state == HoldState::Pending)
-            .and_then(|h| h.opened.clone());
-        if let Some(opened) = resent {
+        if let Some(opened) = st.pending_resend(req) {
             drop(st);
-            drop(policy);
             if mode == Mode::Commit {
                 self.metrics.hold_resends.inc();
             }
             return Ok((*opened).clone());
         }
-
-        // The decision clock is strictly increasing per key: two decisions of one key never
-        // share a millisecond, so their receipts — and the decision ids derived from them —
-        // differ. (An agent hammering one request, every signal saturated, once got two
-        // byte-identical BLOCK receipts in one millisecond, and the ledger kept only one.)
         let now_ms = match mode {
-            Mode::Commit => {
-                let last = st.last_decided_ms.get(key_id).copied();
-                let now = last.map_or(req.now_ms, |l| req.now_ms.max(l.saturating_add(1)));
-                if let Some(l) = st.last_decided_ms.get_mut(key_id) {
-                    *l = now;
-                } else {
-                    st.last_decided_ms.insert(key_id.to_string(), now);
-                }
-                now
-            }
+            Mode::Commit => st.decision_clock(&req.key.id, req.now_ms),
             Mode::Estimate => req.now_ms,
         };
-        let counts = st.windows.observe_step(
-            key_id,
-            &shape.fingerprint,
-            &shape.step_fingerprint,
-            &shape.model,
-            now_ms,
-        );
-        let held_usage = st
-            .recorded
-            .get(key_id)
-            .and_then(|by_request| by_request.get(&(shape.fingerprint, wire)))
-            .copied();
-        let approval = st.approval_for(req.hold_id, key_id, &shape.fingerprint, now_ms);
-        // A lease makes attended only the requests that declare nothing, on a key whose
-        // default is unattended; a request that says `x-tokensaver-human: 0` stays unattended.
-        let lease = match req.human {
-            None if !req.key.human_default => {
-                st.lease_for(key_id, now_ms).map(|l| l.hold_id.clone())
-            }
-            _ => None,
-        };
-        let input = req.input(held_usage);
-        let approvals = Approvals {
-            hold: approval.as_deref(),
+        let approval = st.approval_for(req.hold_id, &req.key.id, &req.shape.fingerprint, now_ms);
+        let lease = st.lease_for(&req.key.id, now_ms).map(|l| l.hold_id.clone());
+        let caching = req.key.cache == CachePolicy::Auto && !req.shape.cache_points.is_empty();
+        let cache_memory = caching.then(|| st.cache_recall(req));
+        let seen = StateSeen {
+            counts: st.windows.observe_step(
+                &req.key.id,
+                &req.shape.fingerprint,
+                &req.shape.step_fingerprint,
+                &req.shape.model,
+                now_ms,
+            ),
+            budget: st.budget_state(&req.key.id, now_ms),
+            held_usage: st.recorded_usage(req),
+            approved_hold: approval.as_deref(),
             lease: lease.as_deref(),
+            cache_memory: cache_memory.as_deref(),
         };
-        let state = KeyState {
-            counts,
-            budget: st.budget_state(key_id, now_ms),
-        };
-        let mut decision = match paced_ms {
-            None => decide_with(&policy, &input, approvals, &state, now_ms),
-            Some(paced) => match decide_paced(&policy, &input, approvals, &state, paced, now_ms) {
-                Outcome::Decided(decision) => *decision,
-                Outcome::Pace { until_ms } => return Err(until_ms),
-            },
-        };
+        let decision = decide_seen(&policy, req, &seen, paced_ms, now_ms)?;
         drop(policy);
-        let caching = req.key.cache == CachePolicy::Auto && !shape.cache_points.is_empty();
-        if caching {
-            let memory = st
-                .cache_memory
-                .get(key_id)
-                .map(|m| m.recall(&shape.cache_points))
-                .unwrap_or_default();
-            decision.place_cache(shape, &memory, now_ms);
-        }
-
         let body = decision.receipt_body();
         let decision_id = crate::receipt::decision_id(&body);
-
-        let mut signed = None;
-        if mode == Mode::Commit {
-            if caching {
-                st.cache_memory
-                    .entry(key_id.to_string())
-                    .or_default()
-                    .remember(&shape.cache_points, &decision.cache_breakpoints, now_ms);
+        let signed = match mode {
+            Mode::Commit => self.book(st, req, &decision, &body, decision_id, now_ms),
+            Mode::Estimate => {
+                drop(st);
+                None
             }
-            // A SERVE buys nothing: it counts by its fingerprint, not as a repeated step
-            // (`Windows::record_serve`), so a rerun of a session is no loop.
-            let record = if decision.verdict == Verdict::Serve {
-                Windows::record_serve
-            } else {
-                Windows::record_step
-            };
-            record(
-                &mut st.windows,
-                key_id,
-                &shape.fingerprint,
-                &shape.step_fingerprint,
-                &shape.model,
-                now_ms,
-            );
-            let mut events = Vec::new();
-            // An approval is used up only by the request it released; one that a runaway rule
-            // or `budget_exhausted` refused (or a SERVE answered) stays for the next identical
-            // request within the hold's TTL.
-            if let Some(id) = &decision.approved_hold {
-                if let Some(mut h) = st.close_hold(id) {
-                    h.row.state = HoldState::Used;
-                    events.push(Event::Hold(h.row));
-                }
-            }
-            if let Some(hold_id) = &decision.hold_id {
-                let hold = HoldRow {
-                    hold_id: hold_id.clone(),
-                    key_id: key_id.to_string(),
-                    fingerprint: Some(shape.fingerprint),
-                    created_ms: now_ms,
-                    expires_ms: now_ms + self.config.hold_ttl_ms,
-                    state: HoldState::Pending,
-                    worst_case_tokens: decision.worst_case.tokens().unwrap_or(0),
-                };
-                // Signed under the lock (CHALLENGEs are rare): a re-send racing this request
-                // must find the hold together with the answer it repeats.
-                let outcome = GateOutcome {
-                    decision: decision.clone(),
-                    envelope: self.signer.sign(&body),
-                    decision_id,
-                };
-                let opening = HoldOpening {
-                    hold_id: hold_id.clone(),
-                    decision: serde_json::to_string(&decision).unwrap_or_default(),
-                    receipt: body.clone(),
-                };
-                signed = Some(outcome.envelope.clone());
-                st.open_hold(hold.clone(), Some(Arc::new(outcome)));
-                events.push(Event::HoldOpened { hold, opening });
-            }
-            let reserved = if decision.verdict.forwards() {
-                let nano = decision.worst_case.cost_nano.unwrap_or(0);
-                st.reservations.insert(
-                    decision_id,
-                    Reservation {
-                        key_id: key_id.to_string(),
-                        fingerprint: shape.fingerprint,
-                        served_model: decision
-                            .model_served
-                            .clone()
-                            .unwrap_or_else(|| shape.model.clone()),
-                        wire,
-                        nano,
-                        output_ceiling: decision.worst_case.output_tokens,
-                        input_tokens: decision.worst_case.input_tokens_estimated,
-                        expires_ms: now_ms + self.config.reservation_ttl_ms,
-                        reusable: shape.reproducible(),
-                        recorded_by: req.recorded_by,
-                        cache_placed: !decision.cache_breakpoints.is_empty(),
-                    },
-                );
-                nano
-            } else {
-                0
-            };
-            drop(st);
-            let mut row = decision_row(&decision, decision_id, shape, reserved);
-            row.recorded_by = req.recorded_by;
-            self.store.submit(Event::Decision(row));
-            for e in events {
-                self.store.submit(e);
-            }
-            self.count(&decision);
-        } else {
-            drop(st);
-        }
+        };
         // Signing is the slowest step of a decision and needs no shared state: it runs after
         // the state lock is released, so concurrent requests do not queue behind it.
         let envelope = signed.unwrap_or_else(|| self.signer.sign(&body));
         if mode == Mode::Commit {
-            lock(&self.recent).push(decision_id, key_id, &envelope);
+            lock(&self.recent).push(decision_id, &req.key.id, &envelope);
         }
         self.metrics
             .decision_seconds
@@ -825,6 +730,108 @@ impl Gatekeeper {
             envelope,
             decision_id,
         })
+    }
+
+    /// Apply a decision's [`Booking`] to this process's memory — the windows, the cache
+    /// memory, the hold it uses up or opens, its reservation — then release the state lock and
+    /// queue the booking for the store. A CHALLENGE's receipt is signed under the lock (they
+    /// are rare), and returned: a re-send racing this request must find the hold together with
+    /// the answer it repeats.
+    fn book(
+        &self,
+        mut st: MutexGuard<'_, State>,
+        req: &GateRequest,
+        decision: &Decision,
+        body: &[u8],
+        decision_id: DecisionId,
+        now_ms: u64,
+    ) -> Option<Envelope> {
+        let shape = req.shape;
+        let key_id = req.key.id.as_str();
+        let booking = Booking::of(decision, body, decision_id, req);
+        if req.key.cache == CachePolicy::Auto && !shape.cache_points.is_empty() {
+            st.cache_memory
+                .entry(key_id.to_string())
+                .or_default()
+                .remember(&shape.cache_points, &booking.cache_breakpoints, now_ms);
+        }
+        // A SERVE buys nothing: it counts by its fingerprint, not as a repeated step
+        // (`Windows::record_serve`), so a rerun of a session is no loop.
+        let record = if decision.verdict == Verdict::Serve {
+            Windows::record_serve
+        } else {
+            Windows::record_step
+        };
+        record(
+            &mut st.windows,
+            key_id,
+            &shape.fingerprint,
+            &shape.step_fingerprint,
+            &shape.model,
+            now_ms,
+        );
+        let mut events = Vec::new();
+        // An approval is used up only by the request it released; one that a runaway rule or
+        // `budget_exhausted` refused (or a SERVE answered) stays for the next identical
+        // request within the hold's TTL.
+        if let Some(mut h) = booking
+            .used_hold
+            .as_deref()
+            .and_then(|id| st.close_hold(id))
+        {
+            h.row.state = HoldState::Used;
+            events.push(Event::Hold(h.row));
+        }
+        let mut signed = None;
+        if let Some(new_hold) = booking.new_hold {
+            let hold = HoldRow {
+                hold_id: new_hold.hold_id.clone(),
+                key_id: key_id.to_string(),
+                fingerprint: Some(new_hold.fingerprint),
+                created_ms: now_ms,
+                expires_ms: now_ms + self.config.hold_ttl_ms,
+                state: HoldState::Pending,
+                worst_case_tokens: new_hold.worst_case_tokens,
+            };
+            let outcome = GateOutcome {
+                decision: decision.clone(),
+                envelope: self.signer.sign(body),
+                decision_id,
+            };
+            signed = Some(outcome.envelope.clone());
+            st.open_hold(hold.clone(), Some(Arc::new(outcome)));
+            let opening = HoldOpening {
+                hold_id: new_hold.hold_id,
+                decision: new_hold.opening_decision,
+                receipt: new_hold.opening_receipt,
+            };
+            events.push(Event::HoldOpened { hold, opening });
+        }
+        if let Some(r) = booking.reservation {
+            st.reservations.insert(
+                decision_id,
+                Reservation {
+                    key_id: key_id.to_string(),
+                    fingerprint: r.fingerprint,
+                    served_model: r.served_model,
+                    wire: r.wire,
+                    nano: r.nano,
+                    output_ceiling: r.output_ceiling,
+                    input_tokens: r.input_tokens,
+                    expires_ms: now_ms + self.config.reservation_ttl_ms,
+                    reusable: r.reusable,
+                    recorded_by: r.recorded_by,
+                    cache_placed: r.cache_placed,
+                },
+            );
+        }
+        drop(st);
+        self.store.submit(Event::Decision(booking.row));
+        for e in events {
+            self.store.submit(e);
+        }
+        self.count(decision);
+        signed
     }
 
     fn count(&self, d: &Decision) {
@@ -955,8 +962,6 @@ impl Gatekeeper {
             report.served_model.as_str(),
         );
         let wire = report.wire;
-        // Prices first: `gate` holds the policy while it takes the state lock, so taking the
-        // policy under the state lock here could deadlock behind a waiting `PUT /prices`.
         let prices = self.price_of(served_model);
         let mut st = lock(&self.state);
         // A decision is settled only by the party its reservation names: a key can never
@@ -1023,8 +1028,7 @@ impl Gatekeeper {
     /// Whether the hold was opened for a call whose worst case had no bound (a model without a
     /// price) and the model still has none. Such a hold cannot be approved: the decision would
     /// hold it again (an approval never passes an unbounded worst case), and a person cannot
-    /// approve a spend nobody can bound. Read before the state lock is taken for the approval:
-    /// the policy is never taken under it.
+    /// approve a spend nobody can bound.
     fn hold_is_unpriced(&self, hold_id: &str) -> bool {
         let model = lock(&self.state)
             .holds
@@ -1265,11 +1269,13 @@ impl Gatekeeper {
     }
 
     fn set_prices_in_memory(&self, prices: &BTreeMap<String, Prices>) {
-        if let Ok(mut p) = self.policy.write() {
+        self.policy.rcu(|current| {
+            let mut next = Policy::clone(current);
             for (model, price) in prices {
-                p.prices.insert(model.clone(), *price);
+                next.prices.insert(model.clone(), *price);
             }
-        }
+            next
+        });
         for (model, price) in prices {
             self.store.submit(Event::PricesSet {
                 model: model.clone(),
@@ -1382,6 +1388,59 @@ impl Gatekeeper {
     }
 }
 
+/// What a decision reads of a key's state, wherever that state lives.
+struct StateSeen<'s> {
+    counts: WindowCounts,
+    budget: Option<BudgetState>,
+    /// The usage recorded for the answer held in the request's wire form.
+    held_usage: Option<Usage>,
+    /// An approved hold that releases this request.
+    approved_hold: Option<&'s str>,
+    /// The hold whose approval granted the key an attending lease running now.
+    lease: Option<&'s str>,
+    /// The key's memory of the request's prompt prefixes, when the gate may place cache
+    /// breakpoints for it (`None`: it may not).
+    cache_memory: Option<&'s [PointMemory]>,
+}
+
+/// The pure decision over what a home's state says of the request: one reading for the
+/// embedded home and the fleet. `paced_ms`: the caller can hold the request and has held it
+/// this long (`Err(until)`: hold it until then).
+fn decide_seen(
+    policy: &Policy,
+    req: &GateRequest,
+    seen: &StateSeen,
+    paced_ms: Option<u64>,
+    now_ms: u64,
+) -> Result<Decision, u64> {
+    // A lease makes attended only the requests that declare nothing, on a key whose default
+    // is unattended; a request that says `x-tokensaver-human: 0` stays unattended.
+    let lease = match req.human {
+        None if !req.key.human_default => seen.lease,
+        _ => None,
+    };
+    let input = req.input(seen.held_usage);
+    let approvals = Approvals {
+        hold: seen.approved_hold,
+        lease,
+    };
+    let state = KeyState {
+        counts: seen.counts,
+        budget: seen.budget,
+    };
+    let mut decision = match paced_ms {
+        None => decide_with(policy, &input, approvals, &state, now_ms),
+        Some(paced) => match decide_paced(policy, &input, approvals, &state, paced, now_ms) {
+            Outcome::Decided(decision) => *decision,
+            Outcome::Pace { until_ms } => return Err(until_ms),
+        },
+    };
+    if let Some(memory) = seen.cache_memory {
+        decision.place_cache(req.shape, memory, now_ms);
+    }
+    Ok(decision)
+}
+
 /// A pending hold's opening, as the store kept it, back in memory: the decision, and the
 /// receipt body signed again (Ed25519 is deterministic: the same key gives the same envelope).
 fn reopen(signer: &ReceiptSigner, opening: &HoldOpening) -> Option<Arc<GateOutcome>> {
@@ -1414,40 +1473,5 @@ impl<'m> PacedGuard<'m> {
 impl Drop for PacedGuard<'_> {
     fn drop(&mut self) {
         self.0.paced_waiting.dec();
-    }
-}
-
-fn decision_row(
-    d: &Decision,
-    decision_id: DecisionId,
-    shape: &RequestShape,
-    reserved_nano: u64,
-) -> DecisionRow {
-    let wire = shape.wire_form();
-    DecisionRow {
-        decision_id,
-        key_id: d.key_id.clone(),
-        fingerprint: Some(d.fingerprint),
-        verdict: d.verdict,
-        reason: d.reason().to_string(),
-        score: d.score,
-        model_requested: d.model_requested.clone(),
-        model_served: d.model_served.clone(),
-        wire,
-        decided_at_ms: d.decided_at_ms,
-        reserved_nano,
-        worst_case_tokens: d.worst_case.tokens(),
-        tokens_not_bought: d.tokens_not_bought.map(|u| u.total()).unwrap_or(0),
-        worst_case_tokens_avoided: if d.verdict == Verdict::Block {
-            d.worst_case_tokens_avoided.unwrap_or(0)
-        } else {
-            0
-        },
-        findings_tokens: d.findings.iter().filter_map(|f| f.tokens).sum(),
-        hold_id: d.hold_id.clone(),
-        step_fingerprint: Some(shape.step_fingerprint),
-        recorded_by: RecordSource::Proxy,
-        session: Some(shape.session).filter(|s| *s != Hash::default()),
-        paced_ms: d.paced_ms.unwrap_or(0),
     }
 }

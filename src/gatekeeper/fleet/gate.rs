@@ -9,16 +9,13 @@
 use std::sync::Arc;
 
 use super::spool::{Replayed, Spool};
-use super::{
-    AdmitScope, Booking, Fleet, FleetError, HoldRefusal, KeyLimit, NewHold, NewReservation,
-    Observed, SettleError,
-};
+use super::{AdmitScope, Booking, Fleet, FleetError, HoldRefusal, KeyLimit, Observed, SettleError};
 use crate::config::{BudgetPeriod, CachePolicy};
-use crate::gate::{decide_with, Approvals, Decision, KeyState, Usage};
+use crate::gate::{Decision, Usage};
 use crate::gatekeeper::backing::{Backing, HoldList, SetBudgetError, Unavailable};
 use crate::gatekeeper::{
-    decision_row, lock, reopen, BudgetView, GateOutcome, GateRequest, Gatekeeper, HoldAction,
-    HoldDecided, HoldError, HoldView, LeaseView, RecordError, RecordSource, UsageReport,
+    decide_seen, lock, reopen, BudgetView, GateOutcome, GateRequest, Gatekeeper, HoldAction,
+    HoldDecided, HoldError, HoldView, LeaseView, RecordError, RecordSource, StateSeen, UsageReport,
 };
 use crate::receipt::DecisionId;
 use crate::store::answers::{AnswerKey, StoredAnswer};
@@ -117,9 +114,7 @@ impl Backing for Shared {
         req: &GateRequest<'_>,
     ) -> Result<GateOutcome, Unavailable> {
         let started = std::time::Instant::now();
-        let shape = req.shape;
         let key_id = req.key.id.as_str();
-        let wire = shape.wire_form();
         let admitted = self
             .fleet
             .admit(gk.admit_scope(req), |seen| {
@@ -138,39 +133,7 @@ impl Backing for Shared {
                 let decision = gk.decide_observed(req, &seen);
                 let body = decision.receipt_body();
                 let decision_id = crate::receipt::decision_id(&body);
-                let reservation = decision.verdict.forwards().then(|| NewReservation {
-                    nano: decision.worst_case.cost_nano.unwrap_or(0),
-                    served_model: decision
-                        .model_served
-                        .clone()
-                        .unwrap_or_else(|| shape.model.clone()),
-                    wire,
-                    output_ceiling: decision.worst_case.output_tokens,
-                    fingerprint: shape.fingerprint,
-                    reusable: shape.reproducible(),
-                    approved_past_budget: decision.approved_hold.is_some(),
-                    input_tokens: decision.worst_case.input_tokens_estimated,
-                    recorded_by: req.recorded_by,
-                    cache_placed: !decision.cache_breakpoints.is_empty(),
-                });
-                let new_hold = decision.hold_id.as_ref().map(|hold_id| NewHold {
-                    hold_id: hold_id.clone(),
-                    fingerprint: shape.fingerprint,
-                    worst_case_tokens: decision.worst_case.tokens().unwrap_or(0),
-                    reason: decision.reason(),
-                    opening_decision: serde_json::to_string(&decision).unwrap_or_default(),
-                    opening_receipt: body.clone(),
-                });
-                let reserved = reservation.as_ref().map_or(0, |r| r.nano);
-                let mut row = decision_row(&decision, decision_id, shape, reserved);
-                row.recorded_by = req.recorded_by;
-                let booking = Booking {
-                    row,
-                    reservation,
-                    used_hold: decision.approved_hold.clone(),
-                    new_hold,
-                    cache_breakpoints: decision.cache_breakpoints.clone(),
-                };
+                let booking = Booking::of(&decision, &body, decision_id, req);
                 (
                     Admitted::Decided(Box::new(decision), body, decision_id),
                     Some(booking),
@@ -463,6 +426,15 @@ impl Backing for Shared {
             .map_err(|_| Unavailable)
     }
 
+    /// The fleet's records first (every instance serves from them), then this node's.
+    async fn forget(&self, gk: &Gatekeeper, key_id: &str) -> Result<(), StoreError> {
+        self.fleet
+            .forget(key_id)
+            .await
+            .map_err(|_| StoreError::Unavailable)?;
+        gk.forget_acked(key_id).await
+    }
+
     fn shared(&self) -> bool {
         true
     }
@@ -538,28 +510,19 @@ impl Gatekeeper {
             .recorded
             .as_deref()
             .and_then(|u| serde_json::from_str(u).ok());
-        // A lease makes attended only the requests that declare nothing, on a key whose
-        // default is unattended.
-        let lease = match req.human {
-            None if !req.key.human_default => seen.lease.as_deref(),
-            _ => None,
-        };
-        let input = req.input(held_usage);
-        let approvals = Approvals {
-            hold: seen.approved.as_deref(),
-            lease,
-        };
-        let state = KeyState {
+        let state = StateSeen {
             counts: seen.counts,
             budget: seen.budget,
+            held_usage,
+            approved_hold: seen.approved.as_deref(),
+            lease: seen.lease.as_deref(),
+            // The scope carries cache points only where the key's policy lets the gate place.
+            cache_memory: (!seen.cache_memory.is_empty()).then_some(&seen.cache_memory[..]),
         };
-        let policy = self.policy.read().unwrap_or_else(|p| p.into_inner());
-        let mut decision = decide_with(&policy, &input, approvals, &state, seen.now_ms);
-        drop(policy);
-        // The scope carries cache points only where the key's policy lets the gate place.
-        if !seen.cache_memory.is_empty() {
-            decision.place_cache(req.shape, &seen.cache_memory, seen.now_ms);
+        let policy = self.policy.load();
+        match decide_seen(&policy, req, &state, None, seen.now_ms) {
+            Ok(decision) => decision,
+            Err(_) => unreachable!("without `paced_ms` the pure gate never paces"),
         }
-        decision
     }
 }

@@ -17,6 +17,7 @@
 pub mod spool;
 
 mod gate;
+pub use crate::gatekeeper::booking::{Booking, NewHold, NewReservation};
 pub use gate::Shared;
 
 use std::collections::BTreeMap;
@@ -88,6 +89,9 @@ async fn within<T, E: From<FleetError>>(
 
 /// The database's clock in unix milliseconds.
 const DB_NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+
+/// The loop window the fleet counts identical requests in (`window_columns!`).
+const LOOP_WINDOW_MS: u64 = crate::gate::windows::LOOP_WINDOW_MS;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum FleetError {
@@ -180,16 +184,6 @@ pub struct PendingHold {
     pub receipt: Option<Vec<u8>>,
 }
 
-/// A CHALLENGE's hold, written with its decision.
-pub struct NewHold {
-    pub hold_id: String,
-    pub fingerprint: Hash,
-    pub worst_case_tokens: u64,
-    pub reason: &'static str,
-    pub opening_decision: String,
-    pub opening_receipt: Vec<u8>,
-}
-
 /// A key's budget as admission reads it.
 #[derive(Debug, Clone, Copy)]
 pub struct KeyLimit {
@@ -210,38 +204,6 @@ pub struct AdmitScope<'a> {
     pub named_hold: Option<&'a str>,
     /// The request's cache points when the gate may place breakpoints for it (else empty).
     pub cache_points: &'a [CachePoint],
-}
-
-/// What one admission writes: the decision row (the attempt the windows count) and, for a
-/// forwarded decision, its reservation.
-pub struct Booking {
-    pub row: DecisionRow,
-    pub reservation: Option<NewReservation>,
-    /// The approved hold this decision released: used up now.
-    pub used_hold: Option<String>,
-    /// The hold a CHALLENGE opens.
-    pub new_hold: Option<NewHold>,
-    /// The scope's cache points that got a breakpoint (indices): every point of the scope is
-    /// remembered as sent now, these as placed now.
-    pub cache_breakpoints: Vec<u16>,
-}
-
-pub struct NewReservation {
-    pub nano: u64,
-    pub served_model: String,
-    pub wire: WireForm,
-    pub output_ceiling: Option<u64>,
-    pub fingerprint: Hash,
-    pub reusable: bool,
-    /// A person's approval forwards past `exceeds_remaining_budget` (SPEC §2.7): the
-    /// conditional reservation does not apply to it.
-    pub approved_past_budget: bool,
-    /// The decision's input worst case (tokens).
-    pub input_tokens: u64,
-    /// The one party that may settle it.
-    pub recorded_by: RecordSource,
-    /// The gate placed prompt-cache breakpoints for the call.
-    pub cache_placed: bool,
 }
 
 /// An open reservation, as settling reads it back.
@@ -1207,6 +1169,42 @@ impl Fleet {
             recorded: found.get(WINDOW_COLUMNS + 3),
             cache_memory: cache_memory(&client, request.key_id, request.cache_points).await?,
         })
+    }
+
+    /// `POST /forget` for the whole fleet, in one transaction: the key's stored answers, its
+    /// recorded usage and its cache points are deleted, closed holds lose their opening, and
+    /// its decision rows their fingerprints — except the rows of the last loop window, which
+    /// are the fleet's windows (forgetting is no way around the runaway rules, as on one node,
+    /// where the windows stay in memory). Totals stay.
+    pub async fn forget(&self, key_id: &str) -> Result<(), FleetError> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        for table in ["fleet_answers", "fleet_recorded", "fleet_cache_points"] {
+            tx.execute(
+                &format!("DELETE FROM {table} WHERE key_id = $1"),
+                &[&key_id],
+            )
+            .await?;
+        }
+        tx.execute(
+            "UPDATE fleet_holds SET opening_decision = NULL, opening_receipt = NULL \
+             WHERE key_id = $1 AND state NOT IN ('pending', 'approved')",
+            &[&key_id],
+        )
+        .await?;
+        tx.execute(
+            &format!(
+                "UPDATE fleet_decisions SET fingerprint = NULL, step_fingerprint = NULL, \
+                 row_json = jsonb_set(jsonb_set(row_json::jsonb, '{{fingerprint}}', 'null'), \
+                 '{{step_fingerprint}}', 'null')::text \
+                 WHERE key_id = $1 AND fingerprint IS NOT NULL \
+                 AND decided_at_ms <= {DB_NOW_MS} - {LOOP_WINDOW_MS}"
+            ),
+            &[&key_id],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     /// Set a key's budget for the whole fleet (`PUT /budget` through any instance). It takes
