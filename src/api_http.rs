@@ -7,22 +7,9 @@ use bytes::Bytes;
 use http::{HeaderMap, Method};
 use serde::Serialize;
 
-use crate::error::GateError;
-
-impl From<GateError> for ApiResponse {
-    fn from(e: GateError) -> Self {
-        let resp = ApiResponse::json(e.status(), &e.api_body());
-        match e.retry_after_secs {
-            Some(secs) => resp.with_header("retry-after", secs.to_string()),
-            None => resp,
-        }
-    }
-}
-
-impl From<crate::store::StoreError> for ApiResponse {
-    fn from(e: crate::store::StoreError) -> Self {
-        GateError::from(e).into()
-    }
+/// The API and admin listeners' error body: `{"error": {"code", "message"}}`.
+pub fn error_body(code: &str, message: &str) -> serde_json::Value {
+    serde_json::json!({"error": {"code": code, "message": message}})
 }
 
 #[derive(Debug, Clone)]
@@ -79,7 +66,7 @@ impl ApiResponse {
 
     /// A closed-form error: a static message and a rule id, never content of the request.
     pub fn error(status: u16, code: &'static str, message: &'static str) -> Self {
-        GateError::api(status, code, message).into()
+        ApiResponse::json(status, &error_body(code, message))
     }
 
     pub fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Self {

@@ -91,9 +91,9 @@ async fn read_within(session: &mut ServerSession, cap: usize) -> Result<Bytes, B
 }
 
 /// The session the client names in a header, the first of
-/// [`SESSION_HEADERS`](crate::request::session::SESSION_HEADERS) present and not empty.
+/// [`SESSION_HEADERS`](tokensaver_core::request::session::SESSION_HEADERS) present and not empty.
 pub fn session_header(headers: &http::HeaderMap) -> Option<&[u8]> {
-    crate::request::session::SESSION_HEADERS
+    tokensaver_core::request::session::SESSION_HEADERS
         .iter()
         .filter_map(|name| headers.get(*name))
         .map(http::HeaderValue::as_bytes)

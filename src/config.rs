@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::gate::{GateConfig, Policy, Saturation};
+use tokensaver_core::gate::{GateConfig, Policy, Saturation};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -445,7 +445,7 @@ pub struct KeyConfig {
 pub struct Upstream {
     /// The table's name (`[upstreams.NAME]`): in logs, metrics and `/readyz`.
     pub name: String,
-    pub api: crate::request::Provider,
+    pub api: tokensaver_core::request::Provider,
     pub base_url: String,
     pub tls: bool,
     pub host: String,
@@ -701,7 +701,7 @@ impl Config {
         }
         let fleet = raw.store.validate()?;
         // The fleet counts in SQL, in the SPEC's windows (`fleet/mod.rs`, `window_columns!`).
-        if fleet.is_some() && raw.gate.windows != crate::gate::WindowLengths::default() {
+        if fleet.is_some() && raw.gate.windows != tokensaver_core::gate::WindowLengths::default() {
             return Err(field(
                 "gate.windows",
                 "a fleet counts in the SPEC's windows (120 s, 60 s, 3600 s): remove [gate.windows]",
@@ -771,7 +771,7 @@ pub fn builtin_prices() -> Result<BTreeMap<String, Prices>, ConfigError> {
 }
 
 fn parse_upstreams(raw: RawUpstreams) -> Result<Vec<Upstream>, ConfigError> {
-    use crate::request::Provider;
+    use tokensaver_core::request::Provider;
     let upstreams = raw
         .into_iter()
         .map(|(name, u)| parse_upstream(name, u))
@@ -806,7 +806,7 @@ fn parse_upstreams(raw: RawUpstreams) -> Result<Vec<Upstream>, ConfigError> {
 }
 
 fn parse_upstream(name: String, raw: RawUpstream) -> Result<Upstream, ConfigError> {
-    use crate::request::Provider;
+    use tokensaver_core::request::Provider;
     let at = |f: &str| format!("upstreams.{name}.{f}");
     if name.is_empty()
         || name.len() > 64

@@ -6,8 +6,9 @@
 use bytes::Bytes;
 use serde_json::json;
 
-use crate::request::Route;
+use crate::api_http::ApiResponse;
 use crate::store::StoreError;
+use tokensaver_core::request::Route;
 
 /// Seconds a caller is told to wait when the fleet's database is unreachable.
 pub const FLEET_RETRY_AFTER_SECS: u64 = 2;
@@ -84,7 +85,7 @@ impl GateError {
 
     /// The API and admin listeners' body: `{"error": {"code", "message"}}`.
     pub fn api_body(&self) -> serde_json::Value {
-        json!({"error": {"code": self.code, "message": self.message}})
+        crate::api_http::error_body(self.code, &self.message)
     }
 
     /// The body in the error format of the provider the caller speaks to.
@@ -224,6 +225,23 @@ pub(crate) fn looks_like_model_id(model: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"-._:/@".contains(&b))
 }
 
+/// The API and admin listeners' shape of an edge error.
+impl From<GateError> for ApiResponse {
+    fn from(e: GateError) -> Self {
+        let resp = ApiResponse::json(e.status(), &e.api_body());
+        match e.retry_after_secs {
+            Some(secs) => resp.with_header("retry-after", secs.to_string()),
+            None => resp,
+        }
+    }
+}
+
+impl From<StoreError> for ApiResponse {
+    fn from(e: StoreError) -> Self {
+        GateError::from(e).into()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,10 +250,10 @@ mod tests {
     /// is `tests/fleet.rs`, against a paused PostgreSQL).
     #[test]
     fn the_fleet_outage_carries_its_retry_after() {
-        let resp = crate::api_http::ApiResponse::from(GateError::fleet_unavailable());
+        let resp = ApiResponse::from(GateError::fleet_unavailable());
         assert_eq!(resp.status, 503);
         assert_eq!(resp.headers, [("retry-after", "2".to_string())]);
-        let plain = crate::api_http::ApiResponse::from(GateError::api(503, "x", "y"));
+        let plain = ApiResponse::from(GateError::api(503, "x", "y"));
         assert!(plain.headers.is_empty());
     }
 

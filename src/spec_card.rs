@@ -5,8 +5,8 @@
 use serde_json::{json, Value};
 
 use crate::config::Config;
-use crate::gate::{rules, FindingCode, Policy, Verdict};
 use crate::receipt::PublicKeyInfo;
+use tokensaver_core::gate::{rules, FindingCode, Policy, Verdict};
 
 pub const CARD_VERSION: &str = "2.3.0";
 
@@ -97,18 +97,18 @@ pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value
             "step_fingerprint": "keyed BLAKE3 over route, model, system, tools and the tail from the newest assistant turn on: its tool calls (names and arguments, not its text or thinking) and the turns after it, without per-call ids, item status and cache_control, the tool results normalised (step_normalisation); equals the fingerprint when there is no assistant turn",
             "session": "the agent session a decision is grouped in (GET /ledger/sessions): a keyed BLAKE3 of the client's own session header where it sends one (x-tokensaver-session, then Claude Code's x-claude-code-session-id, then Codex's session-id), else of the route, system, tools and first user turn (not the model); a hash, never content, blanked by POST /forget",
             "step_normalisation": {
-                "version": crate::request::normalise::NORMALISATION_VERSION,
+                "version": tokensaver_core::request::normalise::NORMALISATION_VERSION,
                 "applies_to": "the tool results in the step fingerprint's tail only (chat tool messages' content, Anthropic tool_result content, Responses *_output output; text parts only): never the fingerprint, never the bytes forwarded",
-                "replaced_by_their_kind": crate::request::normalise::RULES
+                "replaced_by_their_kind": tokensaver_core::request::normalise::RULES
                     .iter()
                     .map(|(kind, replaces)| json!({"kind": kind, "replaces": replaces}))
                     .collect::<Vec<_>>(),
-                "kept": crate::request::normalise::KEPT,
+                "kept": tokensaver_core::request::normalise::KEPT,
             },
             "fields_that_never_change_the_answer": {
-                "openai_chat": crate::request::ignored_fields(crate::request::Route::OpenAiChat),
-                "openai_responses": crate::request::ignored_fields(crate::request::Route::OpenAiResponses),
-                "anthropic_messages": crate::request::ignored_fields(crate::request::Route::AnthropicMessages),
+                "openai_chat": tokensaver_core::request::ignored_fields(tokensaver_core::request::Route::OpenAiChat),
+                "openai_responses": tokensaver_core::request::ignored_fields(tokensaver_core::request::Route::OpenAiResponses),
+                "anthropic_messages": tokensaver_core::request::ignored_fields(tokensaver_core::request::Route::AnthropicMessages),
             },
             "never_served_from_store": "Responses requests that depend on provider-side state: previous_response_id, conversation, background",
         },
@@ -169,7 +169,7 @@ pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value
 
 /// Prompt caching placed by the gate (SPEC §2.11b): the rule, its limits and its constants.
 fn prompt_caching() -> Value {
-    use crate::gate::cache;
+    use tokensaver_core::gate::cache;
     json!({
         "policy": "per key, cache = \"auto\" (the default) | \"off\"",
         "why_auto_is_the_default": "a breakpoint goes only where the key has already sent the same prefix within the cache's lifetime, so a one-off request never pays the write premium; what it can cost is one write premium on a prefix seen twice and never again",
@@ -181,7 +181,7 @@ fn prompt_caching() -> Value {
             "max_breakpoints": cache::MAX_BREAKPOINTS,
             "characters_per_token_for_the_minimum": cache::CHARS_PER_TOKEN_FOR_MINIMUM,
             "minimum_cacheable_tokens": {"opus-4-5, opus-4-6, haiku-4-5": 4096, "sonnet-4-6, other haiku": 2048, "others": 1024},
-            "messages_with_a_cache_point": crate::request::CACHE_POINT_MESSAGES,
+            "messages_with_a_cache_point": tokensaver_core::request::CACHE_POINT_MESSAGES,
             "never_on": "thinking or redacted_thinking blocks, empty text",
             "remembered": "keyed hashes of the prefixes and two times each, per key, in memory (no content)",
         },

@@ -21,7 +21,7 @@ use pingora::prelude::HttpPeer;
 use pingora::Result;
 
 use crate::config::{CredentialHeader, Upstream};
-use crate::request::{Provider, Route};
+use tokensaver_core::request::{Provider, Route};
 
 /// Read on every resolution before the system's resolver: lines of `host address…` (as a hosts
 /// file, host first). For pinning a provider's addresses, and the tests' resolver seam.

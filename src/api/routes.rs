@@ -22,7 +22,7 @@ use crate::gatekeeper::{
 };
 use crate::now_ms;
 use crate::receipt::DecisionId;
-use crate::request::{self, Digest, Route};
+use tokensaver_core::request::{self, Digest, Route};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Listener {
@@ -802,7 +802,7 @@ fn decision_query(
     };
     let session = match req.query_param("session").filter(|s| !s.is_empty()) {
         None => None,
-        Some(s) => match crate::request::Hash::from_hex(s) {
+        Some(s) => match tokensaver_core::request::Hash::from_hex(s) {
             Some(h) => Some(h),
             None => {
                 return Err(ApiResponse::error(

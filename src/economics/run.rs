@@ -290,7 +290,7 @@ fn cost(config: &Config, model: Option<&str>, u: Option<&StepUsage>) -> Option<u
     let prices = config.prices.get(model?)?;
     let u = u?;
     Some(
-        crate::gate::Usage {
+        tokensaver_core::gate::Usage {
             input: u.input_uncached,
             cache_write: u.cache_write,
             cache_read: u.cache_read,

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use super::{
     BudgetView, GateOutcome, GateRequest, Gatekeeper, HoldAction, HoldDecided, HoldError, HoldView,
-    LeaseView, RecordError, RecordSource, UsageReport,
+    Home, LeaseView, RecordError, RecordSource, UsageReport,
 };
 use crate::config::BudgetPeriod;
 use crate::receipt::DecisionId;
@@ -138,12 +138,6 @@ pub(super) trait Backing {
     fn shared(&self) -> bool;
     /// The periodic work without a request: expiry, and a fleet's spool replay.
     async fn tick(&self, gk: &Gatekeeper, now_ms: u64);
-}
-
-/// The home a gatekeeper was built with.
-pub(super) enum Home {
-    Local(super::local::Local),
-    Fleet(Box<super::fleet::Shared>),
 }
 
 /// One call on the gatekeeper's home: the only place that names both.

@@ -4,10 +4,10 @@
 //! transaction ([`super::fleet::Fleet::admit`]).
 
 use super::GateRequest;
-use crate::gate::{Decision, Verdict};
 use crate::receipt::DecisionId;
-use crate::request::{Hash, RequestShape, WireForm};
 use crate::store::{DecisionRow, RecordSource};
+use tokensaver_core::gate::{Decision, Verdict};
+use tokensaver_core::request::{Hash, RequestShape, WireForm};
 
 /// What one admission writes: the decision row (the attempt the windows count) and, for a
 /// forwarded decision, its reservation.

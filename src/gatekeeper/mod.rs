@@ -25,25 +25,24 @@ use arc_swap::ArcSwap;
 use serde::Serialize;
 
 use crate::config::{BudgetPeriod, CachePolicy, Config, KeyConfig, Prices};
-use crate::gate::cache::PointMemory;
-use crate::gate::{
-    decide_paced, decide_with, Approvals, BudgetState, Decision, GateInput, KeyState, Outcome,
-    Policy, Usage, Verdict, WindowCounts, Windows,
-};
 use crate::gatekeeper::fleet::spool::Spool;
 use crate::gatekeeper::fleet::Fleet;
 use crate::metrics::Metrics;
 use crate::receipt::{DecisionId, Envelope, ReceiptSigner};
-use crate::request::CachePoint;
-use crate::request::{Hash, RequestShape, WireForm};
 use crate::store::answers::{AnswerKey, AnswerStore, StoredAnswer};
 use crate::store::{
     period_start, DecisionListing, DecisionPage, DecisionQuery, Event, HoldOpening, HoldRow,
     HoldState, LeaseRow, LedgerDay, LedgerTotals, Store, StoreError, UsageRow, VerdictCount,
 };
-use backing::Home;
 pub use backing::{HoldList, SetBudgetError, Unavailable};
 use booking::Booking;
+use tokensaver_core::gate::cache::PointMemory;
+use tokensaver_core::gate::{
+    decide_paced, decide_with, Approvals, BudgetState, Decision, GateInput, KeyState, Outcome,
+    Policy, Usage, Verdict, WindowCounts, Windows,
+};
+use tokensaver_core::request::CachePoint;
+use tokensaver_core::request::{Hash, RequestShape, WireForm};
 
 pub(crate) const DAY_MS: u64 = 86_400_000;
 
@@ -458,6 +457,12 @@ impl State {
             }
         }
     }
+}
+
+/// The home a gatekeeper was built with ([`backing`]).
+enum Home {
+    Local(local::Local),
+    Fleet(Box<fleet::Shared>),
 }
 
 pub struct Gatekeeper {

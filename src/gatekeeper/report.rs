@@ -3,9 +3,9 @@
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::gate::Verdict;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{utc_day, DecisionPage, LedgerDay, LedgerTotals, Store};
+use tokensaver_core::gate::Verdict;
 
 fn usd(nano: u64) -> String {
     format!(
@@ -261,7 +261,7 @@ fn all_decisions(
 /// and where it stopped making progress. Counts and hashes only, never content.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SessionSummary {
-    pub session: crate::request::Hash,
+    pub session: tokensaver_core::request::Hash,
     pub key_id: String,
     pub first_ms: u64,
     pub last_ms: u64,
@@ -288,9 +288,9 @@ pub fn sessions_of(lines: &[crate::store::DecisionLine]) -> Vec<SessionSummary> 
     use std::collections::{HashMap, HashSet};
     struct Open {
         summary: SessionSummary,
-        steps: HashSet<crate::request::Hash>,
+        steps: HashSet<tokensaver_core::request::Hash>,
     }
-    let mut open: HashMap<(&str, crate::request::Hash), Open> = HashMap::new();
+    let mut open: HashMap<(&str, tokensaver_core::request::Hash), Open> = HashMap::new();
     for d in lines {
         let Some(session) = d.session else { continue };
         let entry = open

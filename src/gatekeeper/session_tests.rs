@@ -8,9 +8,9 @@ use serde_json::{json, Value};
 
 use super::tests::{open, shape_of, T0};
 use super::*;
-use crate::gate::Billed;
-use crate::gate::{FindingCode, Rule};
 use crate::store::Ending;
+use tokensaver_core::gate::Billed;
+use tokensaver_core::gate::{FindingCode, Rule};
 
 /// An agent's request after `steps` tool steps: the first `polls` steps poll a job (the same
 /// call, the same result, a growing history), the later ones make progress.

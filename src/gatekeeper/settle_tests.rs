@@ -9,9 +9,9 @@ use serde_json::json;
 use super::tests::{config, gate, open, shape_of, T0};
 use super::*;
 use crate::config::Prices;
-use crate::gate::Billed;
 use crate::store::DecisionLine;
 use crate::store::{Ending, SpendBasis};
+use tokensaver_core::gate::Billed;
 
 fn prices() -> Prices {
     config().prices["gpt-4o"]

@@ -5,10 +5,10 @@
 
 use serde::Serialize;
 
-use crate::gate::{Billed, Usage};
 use crate::receipt::DecisionId;
-use crate::request::WireForm;
 use crate::store::{Ending, SpendBasis, UsageRow};
+use tokensaver_core::gate::{Billed, Usage};
+use tokensaver_core::request::WireForm;
 
 /// The most a `POST /record` may report of any one usage part, whatever the decision: no call
 /// is billed 10^8 tokens, and with it no spend or total can overflow (4 parts × 10^8 tokens ×
@@ -174,7 +174,7 @@ impl UsageReport {
 /// at the input price less the read price, less the write premium (writes at their price less
 /// the input price). Negative when the writes were not read back. `None` without a price.
 pub fn cache_saving_nano(row: &UsageRow, prices: Option<&crate::config::Prices>) -> Option<i64> {
-    use crate::gate::tokens_cost_nano as cost;
+    use tokensaver_core::gate::tokens_cost_nano as cost;
     let p = prices?;
     let u = &row.usage;
     let one_hour = row.cache_write_1h.min(u.cache_write);

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::gate::{Band, Rule};
 use crate::receipt::ReceiptSigner;
-use crate::request::{self, Digest, Route};
 use crate::store::sqlite::SqliteStore;
+use tokensaver_core::gate::{Band, Rule};
+use tokensaver_core::request::{self, Digest, Route};
 
 const SECRET: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 /// 2026-11-29T22:39:09Z

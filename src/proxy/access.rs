@@ -9,8 +9,8 @@
 
 use std::time::Instant;
 
-use crate::gate::Verdict;
 use crate::receipt::DecisionId;
+use tokensaver_core::gate::Verdict;
 
 /// What a request's line says, filled in as the facts become known.
 pub struct Access {

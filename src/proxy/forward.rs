@@ -19,14 +19,14 @@ use super::responses::Registry;
 use super::usage::{json_usage, AnswerEnd, SseTap};
 use super::{respond_error, ProviderPeer};
 use crate::error::GateError;
-use crate::gate::Billed;
 use crate::gatekeeper::{Gatekeeper, RecordSource, UsageReport};
 use crate::now_ms;
 use crate::receipt::DecisionId;
-use crate::request::edit::{self, Edit};
-use crate::request::{CacheSite, Route, WireForm};
 use crate::store::answers::{AnswerKey, StoredAnswer};
 use crate::store::Ending;
+use tokensaver_core::gate::Billed;
+use tokensaver_core::request::edit::{self, Edit};
+use tokensaver_core::request::{CacheSite, Route, WireForm};
 
 /// The one list of request headers that never go to the provider, on a gated call and on a
 /// pass-through route alike (docs/routes-and-security.md, "Security"), beside every `x-tokensaver-*` header
@@ -857,7 +857,7 @@ fn is_timeout(e: &pingora::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::{parse_for_decision, Route};
+    use tokensaver_core::request::{parse_for_decision, Route};
 
     /// DOWNGRADE's model and the gate's breakpoints in one pass: the expected bytes are the
     /// caller's, written out by hand with the new model and the markers where they go.

@@ -29,13 +29,13 @@ use pingora::{Error, ErrorType, Result};
 use crate::auth;
 use crate::config::{Config, KeyConfig};
 use crate::error::GateError;
-use crate::gate::Verdict;
 use crate::gatekeeper::{GateRequest, Gatekeeper, RecordSource};
 use crate::now_ms;
 use crate::receipt::DecisionId;
-use crate::request::{self, Digest, Provider, Route};
 use crate::store::answers::{AnswerKey, StoredAnswer};
 use remote::RemoteGate;
+use tokensaver_core::gate::Verdict;
+use tokensaver_core::request::{self, Digest, Provider, Route};
 
 /// Provider paths that are billable but not gated by this build: refused, so spend never
 /// bypasses the gate.
@@ -442,7 +442,7 @@ impl GateProxy {
                     status: d.status(),
                     reason: d.reason(),
                     // A worst case without a cost is one without a price (`rules::worst_case`).
-                    unpriced: d.rule == Some(crate::gate::Rule::ExceedsRemainingBudget)
+                    unpriced: d.rule == Some(tokensaver_core::gate::Rule::ExceedsRemainingBudget)
                         && d.worst_case.cost_nano.is_none(),
                     hold_id: d.hold_id.clone(),
                     model_served: d.model_served.clone(),
@@ -673,7 +673,7 @@ fn receipt_headers(
 
 /// The closed vocabulary of reasons, so an error body never carries a string from elsewhere.
 fn static_reason(reason: &str) -> &'static str {
-    use crate::gate::{Band, Rule};
+    use tokensaver_core::gate::{Band, Rule};
     Rule::ALL
         .iter()
         .map(|r| r.as_str())

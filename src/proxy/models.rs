@@ -14,8 +14,8 @@ use pingora::Result;
 use serde_json::{json, Value};
 
 use super::respond;
-use crate::request::Provider;
 use crate::upstreams::{ProviderPeer, Upstreams};
+use tokensaver_core::request::Provider;
 
 /// The most of one upstream's list that is read.
 const LIST_CAP: usize = 4 * 1024 * 1024;

@@ -16,11 +16,11 @@ use pingora::upstreams::peer::HttpPeer;
 use serde::Deserialize;
 
 use crate::config::parse_origin;
-use crate::gate::Verdict;
 use crate::gatekeeper::settlement::RecordBody;
 use crate::gatekeeper::UsageReport;
 use crate::receipt::{DecisionId, Envelope};
-use crate::request::Digest;
+use tokensaver_core::gate::Verdict;
+use tokensaver_core::request::Digest;
 
 /// A decision or record answer is a few hundred bytes; anything near this is not the gate.
 const MAX_ANSWER_BYTES: usize = 1024 * 1024;

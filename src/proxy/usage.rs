@@ -25,8 +25,8 @@ use std::borrow::Cow;
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 
-use crate::gate::{Billed, Usage};
-use crate::request::Route;
+use tokensaver_core::gate::{Billed, Usage};
+use tokensaver_core::request::Route;
 
 // ---------------------------------------------------------------------------------------------
 // OpenAI chat completions.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use lru::LruCache;
 
-use crate::request::{Hash, WireForm};
+use tokensaver_core::request::{Hash, WireForm};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct AnswerKey {

@@ -12,9 +12,9 @@ pub mod sqlite;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{BudgetPeriod, Prices};
-use crate::gate::{Usage, Verdict};
 use crate::receipt::DecisionId;
-use crate::request::{Hash, WireForm};
+use tokensaver_core::gate::{Usage, Verdict};
+use tokensaver_core::request::{Hash, WireForm};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -134,8 +134,8 @@ pub struct UsageRow {
 
 impl UsageRow {
     /// The billed figures of the row.
-    pub fn billed(&self) -> crate::gate::Billed {
-        crate::gate::Billed {
+    pub fn billed(&self) -> tokensaver_core::gate::Billed {
+        tokensaver_core::gate::Billed {
             usage: self.usage,
             cache_write_1h: self.cache_write_1h,
             web_search_requests: self.web_search_requests,
@@ -636,14 +636,14 @@ impl std::future::Future for Acked {
     }
 }
 
-pub use crate::utc::{civil_from_days, day as utc_day, day_start_ms};
+pub use tokensaver_core::utc::{civil_from_days, day as utc_day, day_start_ms};
 
 /// Start (unix ms) of the budget period containing `now_ms`.
 pub fn period_start(period: BudgetPeriod, now_ms: u64) -> u64 {
     match period {
         BudgetPeriod::Lifetime => 0,
         BudgetPeriod::Day => now_ms - now_ms % 86_400_000,
-        BudgetPeriod::Month => crate::utc::month_start_ms(now_ms),
+        BudgetPeriod::Month => tokensaver_core::utc::month_start_ms(now_ms),
     }
 }
 

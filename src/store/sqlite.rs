@@ -59,9 +59,9 @@ use super::{
 };
 use super::{DecisionListing, RecordSource, VerdictCount};
 use crate::config::{BudgetPeriod, Prices};
-use crate::gate::{Usage, Verdict};
 use crate::receipt::DecisionId;
-use crate::request::{Hash, WireForm};
+use tokensaver_core::gate::{Usage, Verdict};
+use tokensaver_core::request::{Hash, WireForm};
 
 /// The database file inside the data directory.
 pub const DB_FILE: &str = "tokensaver.db";
@@ -1889,7 +1889,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
-    use crate::gate::Usage;
+    use tokensaver_core::gate::Usage;
 
     const T0: u64 = 1_795_991_949_000;
 

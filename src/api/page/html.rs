@@ -11,10 +11,10 @@ use super::model::{DecisionLine, EconomicsBrief, Range, View};
 use super::session::Scope;
 use super::svg;
 use crate::api::Listener;
-use crate::gate::Verdict;
 use crate::gatekeeper::HoldView;
 use crate::receipt::DecisionId;
 use crate::store::{utc_day, HoldState, LedgerTotals};
+use tokensaver_core::gate::Verdict;
 
 const LAYOUT: &str = include_str!("assets/layout.html");
 const LOGIN: &str = include_str!("assets/login.html");

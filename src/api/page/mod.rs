@@ -35,12 +35,12 @@ use super::holds::HoldRoute;
 use super::http::{ApiRequest, ApiResponse};
 use super::Listener;
 use crate::auth;
-use crate::gate::Verdict;
 use crate::gatekeeper::{Gatekeeper, HoldAction, HoldError};
 use crate::now_ms;
 use crate::receipt::DecisionId;
 use model::{EconomicsBrief, Range};
 use session::{Scope, Session, Sessions};
+use tokensaver_core::gate::Verdict;
 
 const PAGE_CSS: &str = include_str!("assets/page.css");
 const PAGE_JS: &str = include_str!("assets/page.js");

@@ -5,10 +5,10 @@
 use serde_json::Value;
 
 use super::session::Scope;
-use crate::gate::Verdict;
 use crate::gatekeeper::{BudgetView, Gatekeeper, HoldView, LeaseView};
 use crate::receipt::DecisionId;
 use crate::store::{utc_day, DecisionListing, LedgerTotals, StoreError, VerdictCount};
+use tokensaver_core::gate::Verdict;
 
 /// How many of the latest decisions the page lists.
 pub const LATEST: usize = 50;

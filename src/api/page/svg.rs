@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::gate::Verdict;
 use crate::store::VerdictCount;
+use tokensaver_core::gate::Verdict;
 use tokensaver_core::html::esc;
 
 /// The colour of a verdict; its rules take lighter shades of it.

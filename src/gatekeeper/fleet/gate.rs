@@ -11,7 +11,6 @@ use std::sync::Arc;
 use super::spool::{Replayed, Spool};
 use super::{AdmitScope, Booking, Fleet, FleetError, HoldRefusal, KeyLimit, Observed, SettleError};
 use crate::config::{BudgetPeriod, CachePolicy};
-use crate::gate::{Decision, Usage};
 use crate::gatekeeper::backing::{Backing, HoldList, SetBudgetError, Unavailable};
 use crate::gatekeeper::{
     decide_seen, lock, reopen, BudgetView, GateOutcome, GateRequest, Gatekeeper, HoldAction,
@@ -23,6 +22,7 @@ use crate::store::{
     DecisionPage, DecisionQuery, LedgerDay, LedgerTotals, ResponseBinding, StoreError,
 };
 use crate::store::{HoldOpening, HoldState, UsageRow};
+use tokensaver_core::gate::{Decision, Usage};
 
 /// What an admission came to.
 enum Admitted {
@@ -262,7 +262,7 @@ impl Backing for Shared {
             // The closed set of reasons a CHALLENGE can carry, as static text.
             r.and_then(|r| {
                 [
-                    crate::gate::Rule::ExceedsRemainingBudget.as_str(),
+                    tokensaver_core::gate::Rule::ExceedsRemainingBudget.as_str(),
                     "score_challenge",
                 ]
                 .into_iter()

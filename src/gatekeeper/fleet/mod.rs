@@ -4,7 +4,7 @@
 //!
 //! - *admit* ([`Fleet::admit`]): one READ COMMITTED transaction — lock the key's row, count the
 //!   windows from the shared decisions, read spend and reservations, decide (the pure
-//!   [`crate::gate::decide_with`], called by the caller's closure), record the decision, and
+//!   [`tokensaver_core::gate::decide_with`], called by the caller's closure), record the decision, and
 //!   reserve the worst case with a conditional insert (`spent + reserved + worst <= ceiling`).
 //! - *settle* ([`Fleet::settle`]): delete the reservation and insert the usage in one
 //!   transaction, idempotent by decision (reservation) id.
@@ -27,14 +27,14 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::{IsolationLevel, NoTls};
 
 use crate::config::{BudgetPeriod, FleetConfig};
-use crate::gate::cache::{PointMemory, CACHE_TTL_MS};
-use crate::gate::{BudgetState, WindowCounts};
 use crate::receipt::DecisionId;
-use crate::request::{CachePoint, Hash, WireForm};
 use crate::store::{
     period_start, DecisionLine, DecisionPage, DecisionQuery, DecisionRow, Ending, LedgerDay,
     LedgerTotals, RecordSource, ResponseBinding, SpendBasis, StoreError, UsageRow,
 };
+use tokensaver_core::gate::cache::{PointMemory, CACHE_TTL_MS};
+use tokensaver_core::gate::{BudgetState, WindowCounts};
+use tokensaver_core::request::{CachePoint, Hash, WireForm};
 
 /// The schema, in order; each applied once, recorded in `schema_migrations`.
 const MIGRATIONS: &[(i32, &str)] = &[
@@ -91,7 +91,7 @@ async fn within<T, E: From<FleetError>>(
 const DB_NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
 /// The loop window the fleet counts identical requests in (`window_columns!`).
-const LOOP_WINDOW_MS: u64 = crate::gate::windows::LOOP_WINDOW_MS;
+const LOOP_WINDOW_MS: u64 = tokensaver_core::gate::windows::LOOP_WINDOW_MS;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum FleetError {
@@ -1015,7 +1015,7 @@ impl Fleet {
         for r in &usage {
             let t = days.entry(r.get(0)).or_default();
             t.spend_nano = t.spend_nano.saturating_add(un(r.get(1)));
-            t.usage.add(&crate::gate::Usage {
+            t.usage.add(&tokensaver_core::gate::Usage {
                 input: un(r.get(2)),
                 cache_write: un(r.get(3)),
                 cache_read: un(r.get(4)),
@@ -1322,7 +1322,7 @@ impl Fleet {
 
 /// The windows, spend and reservations of a key at `$5` (the decision time): `$1` key, `$2`
 /// fingerprint, `$3` step fingerprint, `$4` model, `$6` start of the budget period. Each window
-/// is the in-memory [`crate::gate::Windows`]'s, down to its caps (a SERVE is no step:
+/// is the in-memory [`tokensaver_core::gate::Windows`]'s, down to its caps (a SERVE is no step:
 /// `Windows::record_serve`): the identical-request lists
 /// keep 64 entries, the key's request list 1024 (`LIMIT` bounds each count the same way, and
 /// bounds the scan). An entry exactly the window's length old is outside (`> now - len`).
@@ -1454,7 +1454,7 @@ fn decision_line(
         web_search_requests: u.map_or(0, |u| u.web_search_requests),
         spend_nano,
         tokens_not_bought: d.tokens_not_bought,
-        worst_case_tokens_avoided: if d.verdict == crate::gate::Verdict::Block {
+        worst_case_tokens_avoided: if d.verdict == tokensaver_core::gate::Verdict::Block {
             d.worst_case_tokens_avoided
         } else {
             0

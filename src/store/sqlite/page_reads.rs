@@ -8,8 +8,8 @@ use super::{
     decision_from_row, get_u64, sql_error, to_i64, verdict_from, SqliteStore, DECISION_COLUMNS,
     DECISION_COLUMN_COUNT,
 };
-use crate::gate::Verdict;
 use crate::store::{DecisionListing, StoreError, VerdictCount};
+use tokensaver_core::gate::Verdict;
 
 /// The spend a decision settled: its usage row (stored after the decision, or before it),
 /// else the worst case charged when its reservation expired.
@@ -88,10 +88,10 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::gate::Usage;
     use crate::receipt::DecisionId;
-    use crate::request::{Hash, WireForm};
     use crate::store::{DecisionRow, Event, Store, UsageRow};
+    use tokensaver_core::gate::Usage;
+    use tokensaver_core::request::{Hash, WireForm};
 
     /// The decision id named `tag` in these tests.
     fn id(tag: &str) -> DecisionId {
