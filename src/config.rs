@@ -700,13 +700,6 @@ impl Config {
             parse_origin(&c.gate_url).map_err(|why| field("client.gate_url", why))?;
         }
         let fleet = raw.store.validate()?;
-        // The fleet counts in SQL, in the SPEC's windows (`fleet/mod.rs`, `window_columns!`).
-        if fleet.is_some() && raw.gate.windows != tokensaver_core::gate::WindowLengths::default() {
-            return Err(field(
-                "gate.windows",
-                "a fleet counts in the SPEC's windows (120 s, 60 s, 3600 s): remove [gate.windows]",
-            ));
-        }
         let client = raw.client.map(|c| ClientConfig {
             gate_url: c.gate_url,
             gate_key_env: c.gate_key_env,

@@ -189,23 +189,46 @@ fn provider_calls(fleet: &[Harness]) -> usize {
 #[test]
 fn sql_windows_equal_the_in_memory_windows() {
     let Some(url) = pg_url() else { return };
+    windows_agree(&url, Default::default(), 1);
+}
+
+/// The same with `[gate.windows]` shortened 30 times, as the economics recording runs: the
+/// fleet's SQL counts in the configured lengths, as the in-memory windows do.
+#[test]
+fn sql_windows_take_the_configured_lengths() {
+    let Some(url) = pg_url() else { return };
+    let compressed = tokensaver::gate::WindowLengths {
+        loop_secs: 4,
+        burst_secs: 2,
+        grind_secs: 120,
+    };
+    windows_agree(&url, compressed, 30);
+}
+
+/// Compare the fleet's SQL windows with in-memory windows of `lengths` over one sequence whose
+/// gaps are the SPEC's divided by `compression`.
+fn windows_agree(url: &str, lengths: tokensaver::gate::WindowLengths, compression: u64) {
     let rt = runtime();
     rt.block_on(async {
         let fleet = Fleet::connect(
             &FleetConfig {
-                url: url.clone(),
+                url: url.to_string(),
                 max_connections: 2,
             },
             tokensaver::gatekeeper::fleet::FleetLimits {
                 reservation_ttl_ms: 600_000,
                 hold_ttl_ms: 900_000,
                 answer_store_bytes: 1 << 20,
+                windows: lengths,
             },
         )
         .await
         .unwrap();
-        let key = format!("win{}", run_tag());
-        let mut windows = Windows::new();
+        let key = format!("win{compression}x{}", run_tag());
+        let mut windows = Windows::configured(&tokensaver::gate::GateConfig {
+            windows: lengths,
+            ..Default::default()
+        });
         let mut rng: u64 = 0x9e37_79b9_7f4a_7c15;
         let mut next = |n: u64| {
             rng ^= rng << 13;
@@ -228,7 +251,7 @@ fn sql_windows_equal_the_in_memory_windows() {
                     2 => 3_700_000,
                     3 => 0,
                     _ => next(3_000),
-                };
+                } / compression;
                 fp = Hash([next(6) as u8; 32]);
                 step = Hash([100 + next(4) as u8; 32]);
                 model = ["gpt-4o", "gpt-4o-mini", "claude-sonnet-4-5"][next(3) as usize];
@@ -275,9 +298,11 @@ fn sql_windows_equal_the_in_memory_windows() {
                 .unwrap();
         }
         assert_eq!(compared, TOTAL);
-        // The caps were reached (so the comparison covered them).
+        // The caps were reached (so the comparison covered them); a burst window shortened
+        // to 2 s holds 200 of the 10 ms-apart requests instead.
         let last = windows.observe(&key, &Hash([9; 32]), "gpt-4o", now);
-        assert_eq!(last.earlier_key_minute, 1_024);
+        let burst = (lengths.burst_secs * 1_000 / 10).min(1_024);
+        assert_eq!(last.earlier_key_minute, burst);
         // The sweep every instance runs each second (reservations, holds, answers) is valid SQL.
         fleet.expire().await.unwrap();
     });
@@ -1162,6 +1187,7 @@ fn the_conditional_reservation_refuses_an_overshoot_and_rolls_back() {
                 reservation_ttl_ms: 600_000,
                 hold_ttl_ms: 900_000,
                 answer_store_bytes: 1 << 20,
+                windows: Default::default(),
             },
         )
         .await

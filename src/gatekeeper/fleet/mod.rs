@@ -33,7 +33,8 @@ use crate::store::{
     LedgerTotals, RecordSource, ResponseBinding, SpendBasis, StoreError, UsageRow,
 };
 use tokensaver_core::gate::cache::{PointMemory, CACHE_TTL_MS};
-use tokensaver_core::gate::{BudgetState, WindowCounts};
+use tokensaver_core::gate::windows::{NOVELTY_WINDOW_MS, REPEAT_WINDOW_MS};
+use tokensaver_core::gate::{BudgetState, WindowCounts, WindowLengths};
 use tokensaver_core::request::{CachePoint, Hash, WireForm};
 
 /// The schema, in order; each applied once, recorded in `schema_migrations`.
@@ -89,9 +90,6 @@ async fn within<T, E: From<FleetError>>(
 
 /// The database's clock in unix milliseconds.
 const DB_NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
-
-/// The loop window the fleet counts identical requests in (`window_columns!`).
-const LOOP_WINDOW_MS: u64 = tokensaver_core::gate::windows::LOOP_WINDOW_MS;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum FleetError {
@@ -262,6 +260,8 @@ pub struct FleetLimits {
     pub reservation_ttl_ms: u64,
     pub hold_ttl_ms: u64,
     pub answer_store_bytes: u64,
+    /// `[gate.windows]`: the lengths the fleet's SQL counts in, as the in-memory windows.
+    pub windows: WindowLengths,
 }
 
 impl FleetLimits {
@@ -270,12 +270,16 @@ impl FleetLimits {
             reservation_ttl_ms: config.reservation_ttl_ms,
             hold_ttl_ms: config.hold_ttl_ms,
             answer_store_bytes: config.answer_store_bytes as u64,
+            windows: config.policy().gate.windows,
         }
     }
 }
 
 pub struct Fleet {
     pool: Pool,
+    statements: WindowStatements,
+    /// The loop window's length: a forget keeps the fingerprints the loop rules still count.
+    loop_ms: u64,
     reservation_ttl_ms: u64,
     hold_ttl_ms: u64,
     answer_store_bytes: u64,
@@ -318,6 +322,8 @@ impl Fleet {
             .map_err(|_| "fleet database: cannot build the connection pool".to_string())?;
         Ok(Fleet {
             pool,
+            statements: WindowStatements::new(&limits.windows),
+            loop_ms: limits.windows.loop_secs * 1_000,
             reservation_ttl_ms: limits.reservation_ttl_ms,
             hold_ttl_ms: limits.hold_ttl_ms,
             answer_store_bytes: limits.answer_store_bytes,
@@ -380,7 +386,7 @@ impl Fleet {
         let now_ms = un(now);
         let limit = shared_limit(&locked, 1).unwrap_or(limit);
         let since = db(period_start(limit.period, now_ms));
-        let read = tx.prepare_cached(ADMIT_READ).await?;
+        let read = tx.prepare_cached(&self.statements.admit_read).await?;
         let found = tx
             .query_one(
                 &read,
@@ -397,14 +403,14 @@ impl Fleet {
             )
             .await?;
         let counts = counts_from(&found);
-        let spend = un(found.get::<_, i64>(7));
-        let reserved = un(found.get::<_, i64>(8));
+        let spend = un(found.get::<_, i64>("spend_nano"));
+        let reserved = un(found.get::<_, i64>("reserved_nano"));
         let budget = limit.ceiling_nano.map(|ceiling| BudgetState {
             ceiling_nano: ceiling,
             spend_nano: spend,
             reserved_nano: reserved,
         });
-        let pending = match found.get::<_, Option<String>>(WINDOW_COLUMNS) {
+        let pending = match found.get::<_, Option<String>>("pending_hold") {
             Some(hold_id) => {
                 let opening = tx
                     .query_one(
@@ -427,9 +433,9 @@ impl Fleet {
             counts,
             budget,
             pending,
-            approved: found.get(WINDOW_COLUMNS + 1),
-            lease: found.get(WINDOW_COLUMNS + 2),
-            recorded: found.get(WINDOW_COLUMNS + 3),
+            approved: found.get("approved_hold"),
+            lease: found.get("lease_hold"),
+            recorded: found.get("recorded_usage"),
             cache_memory,
         });
         let Some(booking) = booking else {
@@ -1133,7 +1139,7 @@ impl Fleet {
             _ => request.limit,
         };
         let since = db(period_start(limit.period, un(now)));
-        let read = client.prepare_cached(ADMIT_READ).await?;
+        let read = client.prepare_cached(&self.statements.admit_read).await?;
         let found = client
             .query_one(
                 &read,
@@ -1154,19 +1160,19 @@ impl Fleet {
             counts: counts_from(&found),
             budget: limit.ceiling_nano.map(|ceiling| BudgetState {
                 ceiling_nano: ceiling,
-                spend_nano: un(found.get::<_, i64>(7)),
-                reserved_nano: un(found.get::<_, i64>(8)),
+                spend_nano: un(found.get::<_, i64>("spend_nano")),
+                reserved_nano: un(found.get::<_, i64>("reserved_nano")),
             }),
             pending: found
-                .get::<_, Option<String>>(WINDOW_COLUMNS)
+                .get::<_, Option<String>>("pending_hold")
                 .map(|hold_id| PendingHold {
                     hold_id,
                     decision: None,
                     receipt: None,
                 }),
-            approved: found.get(WINDOW_COLUMNS + 1),
-            lease: found.get(WINDOW_COLUMNS + 2),
-            recorded: found.get(WINDOW_COLUMNS + 3),
+            approved: found.get("approved_hold"),
+            lease: found.get("lease_hold"),
+            recorded: found.get("recorded_usage"),
             cache_memory: cache_memory(&client, request.key_id, request.cache_points).await?,
         })
     }
@@ -1198,7 +1204,8 @@ impl Fleet {
                  row_json = jsonb_set(jsonb_set(row_json::jsonb, '{{fingerprint}}', 'null'), \
                  '{{step_fingerprint}}', 'null')::text \
                  WHERE key_id = $1 AND fingerprint IS NOT NULL \
-                 AND decided_at_ms <= {DB_NOW_MS} - {LOOP_WINDOW_MS}"
+                 AND decided_at_ms <= {DB_NOW_MS} - {}",
+                self.loop_ms
             ),
             &[&key_id],
         )
@@ -1284,7 +1291,7 @@ impl Fleet {
         now_ms: u64,
     ) -> Result<WindowCounts, FleetError> {
         let client = self.pool.get().await?;
-        let stmt = client.prepare_cached(OBSERVE).await?;
+        let stmt = client.prepare_cached(&self.statements.observe).await?;
         let row = client
             .query_one(
                 &stmt,
@@ -1325,57 +1332,77 @@ impl Fleet {
 /// is the in-memory [`tokensaver_core::gate::Windows`]'s, down to its caps (a SERVE is no step:
 /// `Windows::record_serve`): the identical-request lists
 /// keep 64 entries, the key's request list 1024 (`LIMIT` bounds each count the same way, and
-/// bounds the scan). An entry exactly the window's length old is outside (`> now - len`).
-macro_rules! window_columns {
-    () => {
+/// bounds the scan). An entry exactly the window's length old is outside (`> now - len`). The
+/// lengths are the configured `[gate.windows]`, as the in-memory windows'.
+fn window_columns(w: &WindowLengths) -> String {
+    let (loop_ms, burst_ms, grind_ms) = (
+        w.loop_secs * 1_000,
+        w.burst_secs * 1_000,
+        w.grind_secs * 1_000,
+    );
+    let (novelty_ms, repeat_ms) = (NOVELTY_WINDOW_MS, REPEAT_WINDOW_MS);
+    format!(
         "(SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
-            AND fingerprint = $2 AND decided_at_ms > $5::bigint - 120000 LIMIT 64) s)::bigint, \
+            AND fingerprint = $2 AND decided_at_ms > $5::bigint - {loop_ms} LIMIT 64) s)::bigint \
+            AS same_fingerprint, \
         (SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
             AND step_fingerprint = $3 AND verdict <> 'SERVE' \
-            AND decided_at_ms > $5::bigint - 120000 LIMIT 64) s)::bigint, \
+            AND decided_at_ms > $5::bigint - {loop_ms} LIMIT 64) s)::bigint AS same_step, \
         (SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
             AND fingerprint = $2 AND step_fingerprint = $3 AND verdict <> 'SERVE' \
-            AND decided_at_ms > $5::bigint - 120000 LIMIT 64) s)::bigint, \
+            AND decided_at_ms > $5::bigint - {loop_ms} LIMIT 64) s)::bigint AS same_both, \
         (SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
-            AND decided_at_ms > $5::bigint - 60000 LIMIT 1024) s)::bigint, \
+            AND decided_at_ms > $5::bigint - {burst_ms} LIMIT 1024) s)::bigint AS key_burst, \
         (SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
-            AND decided_at_ms > $5::bigint - 3600000 LIMIT 1024) s)::bigint, \
+            AND decided_at_ms > $5::bigint - {grind_ms} LIMIT 1024) s)::bigint AS key_grind, \
         EXISTS (SELECT 1 FROM fleet_decisions WHERE key_id = $1 AND model = $4 \
-            AND decided_at_ms > $5::bigint - 86400000), \
+            AND decided_at_ms > $5::bigint - {novelty_ms}) AS model_seen, \
         EXISTS (SELECT 1 FROM fleet_decisions WHERE key_id = $1 AND fingerprint = $2 \
-            AND decided_at_ms > $5::bigint - 86400000), \
+            AND decided_at_ms > $5::bigint - {repeat_ms}) AS fingerprint_seen, \
         COALESCE((SELECT sum(spend_nano) FROM fleet_usage \
-            WHERE key_id = $1 AND at_ms >= $6::bigint), 0)::bigint, \
-        COALESCE((SELECT sum(nano) FROM fleet_reservations WHERE key_id = $1), 0)::bigint, \
+            WHERE key_id = $1 AND at_ms >= $6::bigint), 0)::bigint AS spend_nano, \
+        COALESCE((SELECT sum(nano) FROM fleet_reservations WHERE key_id = $1), 0)::bigint \
+            AS reserved_nano, \
         EXISTS (SELECT 1 FROM fleet_decisions WHERE key_id = $1 AND step_fingerprint = $3 \
-            AND decided_at_ms > $5::bigint - 86400000)"
-    };
+            AND decided_at_ms > $5::bigint - {repeat_ms}) AS step_seen"
+    )
 }
 
-/// How many columns `window_columns!` reads: `ADMIT_READ`'s hold columns follow them.
-const WINDOW_COLUMNS: usize = 10;
+/// The statements whose text carries the configured window lengths (integers from the
+/// validated config, never request content), built once when the fleet connects.
+struct WindowStatements {
+    /// The windows alone ([`Fleet::observe`], the equivalence test): the same columns
+    /// admission reads.
+    observe: String,
+    /// Everything an admission reads under the key's lock, in one statement: the windows,
+    /// spend and reservations ([`window_columns`]), then the key's pending hold for this
+    /// request, the approved hold that releases it (`$7`, the named one, first), its
+    /// attending lease, and the recorded usage of the answer in its wire form (`$8`).
+    admit_read: String,
+}
 
-/// The windows alone ([`Fleet::observe`], the equivalence test): the same columns admission
-/// reads.
-const OBSERVE: &str = concat!("SELECT ", window_columns!());
-
-/// Everything an admission reads under the key's lock, in one statement: the windows, spend
-/// and reservations (columns 0–8, `window_columns!`; 9: the step seen in 24 h), then the key's pending hold for this
-/// request, the approved hold that releases it (`$7`, the named one, first), its attending
-/// lease, and the recorded usage of the answer in its wire form (`$8`).
-const ADMIT_READ: &str = concat!(
-    "SELECT ",
-    window_columns!(),
-    ", (SELECT hold_id FROM fleet_holds WHERE key_id = $1 AND fingerprint = $2 \
-        AND state = 'pending' AND expires_ms > $5::bigint ORDER BY created_ms DESC LIMIT 1), \
-    (SELECT hold_id FROM fleet_holds WHERE key_id = $1 AND fingerprint = $2 \
-        AND state = 'approved' AND expires_ms > $5::bigint \
-        ORDER BY (hold_id = $7::text) IS TRUE DESC, created_ms DESC LIMIT 1), \
-    (SELECT hold_id FROM fleet_leases WHERE key_id = $1 AND until_ms > $5::bigint \
-        ORDER BY until_ms DESC LIMIT 1), \
-    (SELECT usage FROM fleet_recorded WHERE key_id = $1 AND fingerprint = $2 \
-        AND wire = $8::text)"
-);
+impl WindowStatements {
+    fn new(w: &WindowLengths) -> WindowStatements {
+        let columns = window_columns(w);
+        WindowStatements {
+            observe: format!("SELECT {columns}"),
+            admit_read: format!(
+                "SELECT {columns}, \
+                (SELECT hold_id FROM fleet_holds WHERE key_id = $1 AND fingerprint = $2 \
+                    AND state = 'pending' AND expires_ms > $5::bigint \
+                    ORDER BY created_ms DESC LIMIT 1) AS pending_hold, \
+                (SELECT hold_id FROM fleet_holds WHERE key_id = $1 AND fingerprint = $2 \
+                    AND state = 'approved' AND expires_ms > $5::bigint \
+                    ORDER BY (hold_id = $7::text) IS TRUE DESC, created_ms DESC LIMIT 1) \
+                    AS approved_hold, \
+                (SELECT hold_id FROM fleet_leases WHERE key_id = $1 AND until_ms > $5::bigint \
+                    ORDER BY until_ms DESC LIMIT 1) AS lease_hold, \
+                (SELECT usage FROM fleet_recorded WHERE key_id = $1 AND fingerprint = $2 \
+                    AND wire = $8::text) AS recorded_usage"
+            ),
+        }
+    }
+}
 
 const INSERT_DECISION: &str = "INSERT INTO fleet_decisions (decision_id, key_id, decided_at_ms, \
     fingerprint, step_fingerprint, model, verdict, reason, reserved_nano, row_json) \
@@ -1484,17 +1511,20 @@ fn shared_limit(row: &tokio_postgres::Row, at: usize) -> Option<KeyLimit> {
 }
 
 fn counts_from(row: &tokio_postgres::Row) -> WindowCounts {
-    let same_fingerprint = un(row.get::<_, i64>(0));
-    let same_step = un(row.get::<_, i64>(1));
-    let same_both = un(row.get::<_, i64>(2));
+    let count = |name: &str| un(row.get::<_, i64>(name));
+    let (same_fingerprint, same_step, same_both) = (
+        count("same_fingerprint"),
+        count("same_step"),
+        count("same_both"),
+    );
     WindowCounts {
         earlier_identical: same_fingerprint + same_step.saturating_sub(same_both),
         earlier_step_only: same_step.saturating_sub(same_both),
-        earlier_key_minute: un(row.get::<_, i64>(3)),
-        earlier_key_hour: un(row.get::<_, i64>(4)),
-        model_seen: row.get(5),
-        fingerprint_seen: row.get(6),
-        step_seen: row.get(9),
+        earlier_key_minute: count("key_burst"),
+        earlier_key_hour: count("key_grind"),
+        model_seen: row.get("model_seen"),
+        fingerprint_seen: row.get("fingerprint_seen"),
+        step_seen: row.get("step_seen"),
         // The fleet does not pace yet: it reads no step pacing columns, and its gate decides
         // a repeated step as a loop (`decide_with`).
         ..WindowCounts::default()

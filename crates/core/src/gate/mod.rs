@@ -350,7 +350,7 @@ impl StepLimits {
 /// time-compressed test or recording against an instant provider, where the step windows
 /// (`[gate.steps]`) are shortened by the same factor so that pacing and the score keep their
 /// proportions. Never longer than the SPEC's, so a config can only make the windows see less.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WindowLengths {
     pub loop_secs: u64,
