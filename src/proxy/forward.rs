@@ -175,6 +175,15 @@ impl Outcome {
         self
     }
 
+    /// The answer to store, taken out: one kept whole that ended complete, successful and with
+    /// its usage reported (a SERVE needs that usage).
+    fn storable_answer(&mut self) -> Option<(String, Vec<u8>)> {
+        let storable = self.ending == Ending::Complete
+            && (200..300).contains(&self.status)
+            && self.usage.is_some();
+        self.answer.take().filter(|_| storable)
+    }
+
     /// The answer was under way and ended for `cause` (an error status stays a refusal).
     fn broke_off(mut self, cause: Ending) -> Self {
         if self.ending != Ending::ProviderError {
@@ -308,33 +317,37 @@ impl Forward<'_> {
         self.access.ttfb_ms = outcome
             .answered_at
             .map(|t| t.duration_since(self.access.started).as_secs_f64() * 1000.0);
-        let error = outcome.failure.take();
+        // Recorded, then stored, then the last bytes written: a client that repeats at once
+        // finds the answer, and a SERVE never precedes its usage.
         self.recorder
             .record(self.gatekeeper, self.report(outcome.usage, outcome.ending))
             .await;
-        let success = (200..300).contains(&outcome.status);
-        if let (true, true, true, Some(_), Some((content_type, bytes))) = (
-            self.reusable,
-            outcome.ending == Ending::Complete,
-            success,
-            outcome.usage,
-            outcome.answer.take(),
-        ) {
-            // Cut once here, not at every SERVE to a client that did not ask for usage (a
-            // fleet keeps only the provider's bytes, and cuts on the way out).
-            let without_usage =
-                (!self.gatekeeper.shared() && self.route == Route::OpenAiChat && self.stream)
-                    .then(|| Bytes::from(super::usage::strip_openai_usage_chunk(&bytes)));
-            let answer = StoredAnswer {
-                content_type,
-                body: Bytes::from(bytes),
-                without_usage,
-            };
-            self.gatekeeper
-                .keep_answer(self.answer_key.clone(), answer)
-                .await;
+        if let Some(answer) = outcome.storable_answer().filter(|_| self.reusable) {
+            self.keep(answer).await;
         }
-        match error {
+        self.finish(session, outcome).await
+    }
+
+    /// Store a complete answer, cut once here, not at every SERVE to a client that did not
+    /// ask for usage (a fleet keeps only the provider's bytes, and cuts on the way out).
+    async fn keep(&self, (content_type, bytes): (String, Vec<u8>)) {
+        let without_usage =
+            (!self.gatekeeper.shared() && self.route == Route::OpenAiChat && self.stream)
+                .then(|| Bytes::from(super::usage::strip_openai_usage_chunk(&bytes)));
+        let answer = StoredAnswer {
+            content_type,
+            body: Bytes::from(bytes),
+            without_usage,
+        };
+        self.gatekeeper
+            .keep_answer(self.answer_key.clone(), answer)
+            .await;
+    }
+
+    /// End the client's response: the last bytes, a closed-form error when nothing went out
+    /// yet, or an abnormal end when the answer broke off mid-way.
+    async fn finish(&self, session: &mut Session, mut outcome: Outcome) -> Result<()> {
+        match outcome.failure.take() {
             None => {
                 if session
                     .write_response_body(outcome.tail, true)
@@ -599,16 +612,15 @@ impl Forward<'_> {
         strip: bool,
         mut outcome: Outcome,
     ) -> Outcome {
-        let is_sse = content_type.starts_with("text/event-stream");
         let success = (200..300).contains(&outcome.status);
-        let keep_answer = self.reusable && success;
-        let cap = self.gatekeeper.config.answer_store_bytes;
-        // The stream as received (a JSON answer is kept in `json_body`, which usage needs
-        // anyway). An answer larger than the store is relayed but never kept: no partial answer.
-        let mut kept: Vec<u8> = Vec::new();
-        let mut kept_whole = keep_answer;
-        let mut tap = is_sse.then(|| SseTap::new(self.route, strip));
-        let mut json_body: Vec<u8> = Vec::new();
+        let is_sse = content_type.starts_with("text/event-stream");
+        let mut reading = Reading::new(
+            self.route,
+            is_sse,
+            strip,
+            self.reusable && success,
+            self.gatekeeper.config.answer_store_bytes,
+        );
         // A stored Responses object is bound to the caller's key before its id reaches the
         // client: a stream's id before the event that carries it is written; a JSON answer's
         // last chunk is held back until the whole answer is read and its id bound.
@@ -618,28 +630,11 @@ impl Forward<'_> {
         loop {
             match crate::lifecycle::unless_cut(upstream.read_response_body()).await {
                 Ok(Some(chunk)) => {
-                    let held = if is_sse { kept.len() } else { json_body.len() };
-                    if kept_whole && held + chunk.len() > cap {
-                        kept_whole = false;
-                        kept = Vec::new();
+                    let mut out = reading.take(chunk);
+                    if binds && !is_sse {
+                        out = held_back.replace(out).unwrap_or_default();
                     }
-                    if kept_whole && is_sse {
-                        kept.extend_from_slice(&chunk);
-                    }
-                    let out = match tap.as_mut() {
-                        Some(t) => Bytes::from(t.feed(&chunk)),
-                        None => {
-                            json_body.extend_from_slice(&chunk);
-                            if binds {
-                                held_back.replace(chunk).unwrap_or_default()
-                            } else {
-                                chunk
-                            }
-                        }
-                    };
-                    if let (true, false, Some(id)) =
-                        (binds, bound_id, tap.as_ref().and_then(SseTap::response_id))
-                    {
+                    if let (true, false, Some(id)) = (binds, bound_id, reading.response_id()) {
                         bound_id = true;
                         self.registry
                             .bind(self.gatekeeper, id, self.key_id, None, now_ms())
@@ -649,7 +644,7 @@ impl Forward<'_> {
                         && session.write_response_body(Some(out), false).await.is_err()
                     {
                         upstream.shutdown().await;
-                        outcome.usage = usage_so_far(self.route, &tap, &json_body).0;
+                        outcome.usage = reading.usage().0;
                         return outcome.broke_off(Ending::ClientGone);
                     }
                 }
@@ -660,44 +655,34 @@ impl Forward<'_> {
                     } else {
                         Ending::Reset
                     };
-                    if let Some(t) = tap.as_mut() {
-                        let rest = t.finish();
-                        if !rest.is_empty() {
-                            let _ = session
-                                .write_response_body(Some(Bytes::from(rest)), false)
-                                .await;
-                        }
+                    let rest = reading.finish();
+                    if !rest.is_empty() {
+                        let _ = session
+                            .write_response_body(Some(Bytes::from(rest)), false)
+                            .await;
                     }
                     upstream.shutdown().await;
-                    outcome.usage = usage_so_far(self.route, &tap, &json_body).0;
+                    outcome.usage = reading.usage().0;
                     return outcome.broke_off(cause);
                 }
             }
         }
-        let rest = tap.as_mut().map(SseTap::finish).unwrap_or_default();
+        let rest = reading.finish();
         let body_done = upstream.response_done();
-        let (usage, end) = usage_so_far(self.route, &tap, &json_body);
+        let (usage, end) = reading.usage();
         outcome.usage = usage;
-        outcome.ending = match (success, body_done, end, usage) {
-            (false, ..) => Ending::ProviderError,
-            (true, false, ..) => Ending::Truncated,
-            (true, true, AnswerEnd::Finished, Some(_)) => Ending::Complete,
-            (true, true, AnswerEnd::Finished, None) => Ending::NoUsage,
-            (true, true, AnswerEnd::ErrorEvent, _) => Ending::ErrorEvent,
-            (true, true, AnswerEnd::Failed, _) => Ending::Failed,
-            (true, true, AnswerEnd::Open, _) => Ending::Truncated,
-        };
+        outcome.ending = ending_of(success, body_done, end, usage);
         if binds {
-            let (id, context) = super::responses::seen_in_answer(tap.as_ref(), &json_body, end);
+            let (id, context) =
+                super::responses::seen_in_answer(reading.tap.as_ref(), &reading.json_body, end);
             if let Some(id) = id {
                 self.registry
                     .bind(self.gatekeeper, &id, self.key_id, context, now_ms())
                     .await;
             }
         }
-        if kept_whole && outcome.ending == Ending::Complete {
-            let answer = if is_sse { kept } else { json_body };
-            outcome.answer = Some((content_type, answer));
+        if outcome.ending == Ending::Complete {
+            outcome.answer = reading.into_answer().map(|answer| (content_type, answer));
         }
         outcome.tail = match held_back {
             Some(last) => Some(last),
@@ -709,6 +694,97 @@ impl Forward<'_> {
                 .await;
         }
         outcome
+    }
+}
+
+/// How an answer that was read to its end ended.
+fn ending_of(success: bool, body_done: bool, end: AnswerEnd, usage: Option<Billed>) -> Ending {
+    match (success, body_done, end, usage) {
+        (false, ..) => Ending::ProviderError,
+        (true, false, ..) => Ending::Truncated,
+        (true, true, AnswerEnd::Finished, Some(_)) => Ending::Complete,
+        (true, true, AnswerEnd::Finished, None) => Ending::NoUsage,
+        (true, true, AnswerEnd::ErrorEvent, _) => Ending::ErrorEvent,
+        (true, true, AnswerEnd::Failed, _) => Ending::Failed,
+        (true, true, AnswerEnd::Open, _) => Ending::Truncated,
+    }
+}
+
+/// What the relay reads of an answer as it passes: a stream through the [`SseTap`] (usage,
+/// end, the client's copy with the usage chunk cut when asked), a JSON answer whole (its usage
+/// is read at the end), and for the store a copy of the answer while it fits the store's cap.
+/// An answer larger than the store is relayed but never kept: no partial answer.
+struct Reading {
+    route: Route,
+    tap: Option<SseTap>,
+    json_body: Vec<u8>,
+    /// The stream as received (a JSON answer's copy is `json_body`).
+    stream_copy: Vec<u8>,
+    /// Still whole and still wanted by the store.
+    keeping: bool,
+    cap: usize,
+}
+
+impl Reading {
+    fn new(route: Route, is_sse: bool, strip: bool, keep: bool, cap: usize) -> Reading {
+        Reading {
+            route,
+            tap: is_sse.then(|| SseTap::new(route, strip)),
+            json_body: Vec::new(),
+            stream_copy: Vec::new(),
+            keeping: keep,
+            cap,
+        }
+    }
+
+    /// Read one chunk; the bytes for the client.
+    fn take(&mut self, chunk: Bytes) -> Bytes {
+        let held = match self.tap {
+            Some(_) => self.stream_copy.len(),
+            None => self.json_body.len(),
+        };
+        if self.keeping && held + chunk.len() > self.cap {
+            self.keeping = false;
+            self.stream_copy = Vec::new();
+        }
+        match self.tap.as_mut() {
+            Some(tap) => {
+                if self.keeping {
+                    self.stream_copy.extend_from_slice(&chunk);
+                }
+                Bytes::from(tap.feed(&chunk))
+            }
+            None => {
+                self.json_body.extend_from_slice(&chunk);
+                chunk
+            }
+        }
+    }
+
+    /// A stream's response id, once an event carried it.
+    fn response_id(&self) -> Option<&str> {
+        self.tap.as_ref().and_then(SseTap::response_id)
+    }
+
+    /// What the tap still holds for the client when the answer ends.
+    fn finish(&mut self) -> Vec<u8> {
+        self.tap.as_mut().map(SseTap::finish).unwrap_or_default()
+    }
+
+    /// What the provider reported so far, and how its answer reads.
+    fn usage(&self) -> (Option<Billed>, AnswerEnd) {
+        match &self.tap {
+            Some(t) => (t.usage(), t.end()),
+            None => json_usage(self.route, &self.json_body),
+        }
+    }
+
+    /// The whole answer as received, if the store still wants it.
+    fn into_answer(self) -> Option<Vec<u8>> {
+        self.keeping.then(|| match self.tap {
+            Some(_) => self.stream_copy,
+            None => self.json_body,
+        })
     }
 }
 
@@ -833,18 +909,6 @@ enum Failure {
     BeforeHeader(GateError),
     /// The answer was under way: cut it off.
     MidStream,
-}
-
-/// What the provider reported so far, and how its answer reads.
-fn usage_so_far(
-    route: Route,
-    tap: &Option<SseTap>,
-    json_body: &[u8],
-) -> (Option<Billed>, AnswerEnd) {
-    match tap {
-        Some(t) => (t.usage(), t.end()),
-        None => json_usage(route, json_body),
-    }
 }
 
 fn is_timeout(e: &pingora::Error) -> bool {
