@@ -781,10 +781,11 @@ impl Reading {
 
     /// The whole answer as received, if the store still wants it.
     fn into_answer(self) -> Option<Vec<u8>> {
-        self.keeping.then(|| match self.tap {
+        let answer = match self.tap {
             Some(_) => self.stream_copy,
             None => self.json_body,
-        })
+        };
+        self.keeping.then_some(answer)
     }
 }
 
