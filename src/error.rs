@@ -3,110 +3,314 @@
 //! listeners (`{"error": {"code", "message"}}`). The leaf errors convert into it with `From`.
 //! Closed-form: static messages, rule ids, numbers — never any content of the request.
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 use serde_json::json;
 
 use crate::api_http::ApiResponse;
+use crate::auth::AuthError;
 use crate::store::StoreError;
 use tokensaver_core::request::Route;
 
 /// Seconds a caller is told to wait when the fleet's database is unreachable.
 pub const FLEET_RETRY_AFTER_SECS: u64 = 2;
 
-/// An error the gate itself answers with.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{message}")]
-pub struct GateError {
-    pub status: u16,
-    /// OpenAI `type` / Anthropic `error.type`.
-    pub kind: &'static str,
-    /// A rule or error id.
-    pub code: &'static str,
-    pub message: String,
-    pub hold_id: Option<String>,
-    /// Sent as `Retry-After` (seconds) wherever the error is answered.
-    pub retry_after_secs: Option<u64>,
+/// An error the gate itself answers with: every one it can answer, so that its status, its
+/// provider `type`, its code and its message are each one exhaustive match.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GateError {
+    /// The body is over the configured cap (413).
+    BodyTooLarge,
+    /// The body could not be read (400).
+    BodyUnreadable,
+    /// The body is not a request the gate can read: the reader's code and its closed-form
+    /// message (400).
+    BadRequest {
+        code: &'static str,
+        message: String,
+    },
+    /// No valid tokensaver key (401, `invalid_api_key`, which the SDKs recognise).
+    InvalidKey(AuthError),
+    /// A gated route called with another method (405).
+    MethodNotAllowed,
+    /// A billable provider path this build does not gate: never forwarded (404).
+    NotGated,
+    UnknownRoute,
+    /// No configured upstream takes the model; `model` is named only when it reads as a
+    /// model id (404).
+    UnknownModel {
+        model: Option<String>,
+    },
+    /// A stored response this key did not create (404).
+    UnknownResponse,
+    /// A chained Responses call whose previous response's usage the gate has not seen (409).
+    ChainedContextUnknown,
+    /// A CHALLENGE (409): the hold, its reason, and how long it waits.
+    Held {
+        reason: &'static str,
+        hold_id: Option<String>,
+        ttl_ms: Option<u64>,
+    },
+    /// A BLOCK (429 runaway, 402 budget, 403 score) and the rule or band that refused it.
+    Blocked {
+        status: u16,
+        reason: &'static str,
+    },
+    /// A budget refusal (BLOCK, or a CHALLENGE's hold) for a model without a price: its
+    /// worst case is unbounded on a budgeted key.
+    Unpriced {
+        status: u16,
+        model: Option<String>,
+        hold_id: Option<String>,
+        held: bool,
+    },
+    /// The fleet's database cannot be reached: nothing is decided or forwarded (503, with
+    /// `Retry-After`).
+    FleetUnavailable,
+    /// The provider did not answer in time (504).
+    UpstreamTimeout,
+    /// The provider's answer could not be relayed (502).
+    BadGateway {
+        code: &'static str,
+        message: &'static str,
+    },
+    /// Digest mode: the central gate did not decide (502).
+    GateUnreachable,
+    /// A central gate said SERVE for an answer this instance does not hold (502).
+    AnswerMissing,
+    /// An error of the API and admin listeners (their body names no provider `type`).
+    Api {
+        status: u16,
+        code: &'static str,
+        message: &'static str,
+    },
 }
 
-impl GateError {
-    pub fn new(
-        status: u16,
-        kind: &'static str,
-        code: &'static str,
-        message: impl Into<String>,
-    ) -> Self {
-        Self {
-            status,
-            kind,
-            code,
-            message: message.into(),
-            hold_id: None,
-            retry_after_secs: None,
-        }
+impl std::fmt::Display for GateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message())
     }
+}
 
+impl std::error::Error for GateError {}
+
+impl GateError {
     /// The 409 of a CHALLENGE: names the hold and every way to release it (SPEC §2.7). Off-
     /// the-shelf agent clients cannot add a header, so the message leads with the approval
     /// and the plain re-send. Closed-form: only the hold id (which the gate generated) and
     /// numbers. `ttl_ms`: the hold's time to live, when known.
-    pub fn held(code: &'static str, hold_id: Option<String>, ttl_ms: Option<u64>) -> Self {
-        let message = hold_message(hold_id.as_deref(), ttl_ms);
-        let mut err = Self::new(409, "tokensaver_hold", code, message);
-        err.hold_id = hold_id;
-        err
+    pub fn held(reason: &'static str, hold_id: Option<String>, ttl_ms: Option<u64>) -> Self {
+        GateError::Held {
+            reason,
+            hold_id,
+            ttl_ms,
+        }
     }
 
-    /// The fleet's database cannot be reached: no budget, window or hold to decide by, so
-    /// nothing is decided or forwarded; retry after [`FLEET_RETRY_AFTER_SECS`].
+    /// The fleet's database cannot be reached; retry after [`FLEET_RETRY_AFTER_SECS`].
     pub fn fleet_unavailable() -> Self {
-        let mut err = Self::new(
-            503,
-            "api_error",
-            "fleet_store_unavailable",
-            "the gate's shared store is unreachable; retry shortly",
-        );
-        err.retry_after_secs = Some(FLEET_RETRY_AFTER_SECS);
-        err
+        GateError::FleetUnavailable
+    }
+
+    /// An error of the API and admin listeners.
+    pub fn api(status: u16, code: &'static str, message: &'static str) -> Self {
+        GateError::Api {
+            status,
+            code,
+            message,
+        }
+    }
+
+    /// A budget refusal for a model the price table does not know. Names the model (a request
+    /// parameter, never content; only when it looks like a model id) and the fix; `hold_id`:
+    /// the hold of a CHALLENGE (`None` for a BLOCK).
+    pub fn unpriced_model(status: u16, model: &str, held: bool, hold_id: Option<String>) -> Self {
+        GateError::Unpriced {
+            status,
+            model: named_model(model),
+            hold_id,
+            held,
+        }
+    }
+
+    /// A model no configured upstream takes: a 404 that names it (when it reads as a model
+    /// id), never a silent default that bills another provider.
+    pub fn unknown_model(model: &str) -> Self {
+        GateError::UnknownModel {
+            model: named_model(model),
+        }
     }
 
     pub fn status(&self) -> u16 {
-        self.status
+        match self {
+            GateError::BodyTooLarge => 413,
+            GateError::BodyUnreadable | GateError::BadRequest { .. } => 400,
+            GateError::InvalidKey(_) => 401,
+            GateError::MethodNotAllowed => 405,
+            GateError::NotGated
+            | GateError::UnknownRoute
+            | GateError::UnknownModel { .. }
+            | GateError::UnknownResponse => 404,
+            GateError::ChainedContextUnknown | GateError::Held { .. } => 409,
+            GateError::Blocked { status, .. } | GateError::Unpriced { status, .. } => *status,
+            GateError::FleetUnavailable => 503,
+            GateError::UpstreamTimeout => 504,
+            GateError::BadGateway { .. }
+            | GateError::GateUnreachable
+            | GateError::AnswerMissing => 502,
+            GateError::Api { status, .. } => *status,
+        }
+    }
+
+    /// OpenAI `type` / Anthropic `error.type`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            GateError::BodyTooLarge
+            | GateError::BodyUnreadable
+            | GateError::BadRequest { .. }
+            | GateError::MethodNotAllowed
+            | GateError::UnknownResponse
+            | GateError::ChainedContextUnknown => "invalid_request_error",
+            GateError::InvalidKey(_) => "authentication_error",
+            GateError::NotGated | GateError::UnknownRoute | GateError::UnknownModel { .. } => {
+                "not_found_error"
+            }
+            GateError::Held { .. } | GateError::Unpriced { held: true, .. } => "tokensaver_hold",
+            GateError::Blocked { .. } | GateError::Unpriced { held: false, .. } => {
+                "tokensaver_block"
+            }
+            GateError::FleetUnavailable
+            | GateError::UpstreamTimeout
+            | GateError::BadGateway { .. }
+            | GateError::GateUnreachable
+            | GateError::AnswerMissing => "api_error",
+            GateError::Api { .. } => "tokensaver_error",
+        }
     }
 
     /// The rule or error id.
     pub fn code(&self) -> &'static str {
-        self.code
+        match self {
+            GateError::BodyTooLarge => "body_too_large",
+            GateError::BodyUnreadable => "body_unreadable",
+            GateError::BadRequest { code, .. } => code,
+            GateError::InvalidKey(_) => "invalid_api_key",
+            GateError::MethodNotAllowed => "method_not_allowed",
+            GateError::NotGated => "not_gated",
+            GateError::UnknownRoute => "unknown_route",
+            GateError::UnknownModel { .. } => "unknown_model",
+            GateError::UnknownResponse => "unknown_response",
+            GateError::ChainedContextUnknown => "chained_context_unknown",
+            GateError::Held { reason, .. } | GateError::Blocked { reason, .. } => reason,
+            GateError::Unpriced { .. } => "unpriced_model",
+            GateError::FleetUnavailable => "fleet_store_unavailable",
+            GateError::UpstreamTimeout => "upstream_timeout",
+            GateError::BadGateway { code, .. } | GateError::Api { code, .. } => code,
+            GateError::GateUnreachable => "gate_unreachable",
+            GateError::AnswerMissing => "answer_missing",
+        }
     }
 
-    /// An error of the API and admin listeners (their body names no provider `type`).
-    pub fn api(status: u16, code: &'static str, message: &'static str) -> Self {
-        Self::new(status, "tokensaver_error", code, message)
+    /// The closed-form message: static text, rule ids, numbers, and a model id only when it
+    /// reads as one.
+    pub fn message(&self) -> Cow<'static, str> {
+        let text: &'static str = match self {
+            GateError::BodyTooLarge => "request body exceeds the configured size cap",
+            GateError::BodyUnreadable => "request body could not be read",
+            GateError::BadRequest { message, .. } => return Cow::Owned(message.clone()),
+            GateError::InvalidKey(AuthError::Missing) => "missing tokensaver key",
+            GateError::InvalidKey(AuthError::Invalid) => "invalid tokensaver key",
+            GateError::MethodNotAllowed => "this route takes POST",
+            GateError::NotGated => {
+                "this provider path is not gated by this build, so it is not forwarded"
+            }
+            GateError::UnknownRoute => "unknown route",
+            GateError::UnknownModel { model: Some(model) } => {
+                return Cow::Owned(format!(
+                    "no upstream of this gate takes model {model} (see [upstreams.NAME] models)"
+                ))
+            }
+            GateError::UnknownModel { model: None } => {
+                "no upstream of this gate takes the requested model (see [upstreams.NAME] models)"
+            }
+            GateError::UnknownResponse => "no stored response with this id was created with this key",
+            GateError::ChainedContextUnknown => {
+                "previous_response_id names a response whose usage the gate has not seen: read it \
+                 once it is complete (GET /v1/responses/{id}), then send the call again"
+            }
+            GateError::Held {
+                hold_id, ttl_ms, ..
+            } => return Cow::Owned(hold_message(hold_id.as_deref(), *ttl_ms)),
+            GateError::Blocked { status: 429, .. } => {
+                "refused by a runaway rule: the same or too many requests in a short window"
+            }
+            GateError::Blocked { status: 402, .. } => {
+                "refused by a budget rule: the key's budget cannot cover this call"
+            }
+            GateError::Blocked { .. } => "refused: the request's score is in the BLOCK band",
+            GateError::Unpriced {
+                model: Some(model),
+                ..
+            } => {
+                return Cow::Owned(format!(
+                    "refused by a budget rule: model {model} has no price in this gate's price table, so its worst case is unbounded on a budgeted key; add [prices.\"{model}\"] to the config or PUT /prices on the admin listener"
+                ))
+            }
+            GateError::Unpriced { model: None, .. } => {
+                "refused by a budget rule: the requested model has no price in this gate's price table, so its worst case is unbounded on a budgeted key; add it under [prices] in the config or PUT /prices on the admin listener"
+            }
+            GateError::FleetUnavailable => "the gate's shared store is unreachable; retry shortly",
+            GateError::UpstreamTimeout => "the provider did not answer in time",
+            GateError::BadGateway { message, .. } | GateError::Api { message, .. } => message,
+            GateError::GateUnreachable => "the central gate did not decide this request",
+            GateError::AnswerMissing => "the gate served an answer this instance does not hold",
+        };
+        Cow::Borrowed(text)
+    }
+
+    /// The hold a CHALLENGE names (body `hold_id`, header `x-tokensaver-hold`).
+    pub fn hold_id(&self) -> Option<&str> {
+        match self {
+            GateError::Held { hold_id, .. } | GateError::Unpriced { hold_id, .. } => {
+                hold_id.as_deref()
+            }
+            _ => None,
+        }
+    }
+
+    /// Sent as `Retry-After` (seconds) wherever the error is answered.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            GateError::FleetUnavailable => Some(FLEET_RETRY_AFTER_SECS),
+            _ => None,
+        }
     }
 
     /// The API and admin listeners' body: `{"error": {"code", "message"}}`.
     pub fn api_body(&self) -> serde_json::Value {
-        crate::api_http::error_body(self.code, &self.message)
+        crate::api_http::error_body(self.code(), &self.message())
     }
 
     /// The body in the error format of the provider the caller speaks to.
     pub fn body(&self, route: Option<Route>) -> Bytes {
+        let (kind, code, message) = (self.kind(), self.code(), self.message());
         let value = match route {
             Some(Route::AnthropicMessages) => {
-                let mut error =
-                    json!({"type": self.kind, "message": self.message, "code": self.code});
-                if let Some(id) = &self.hold_id {
+                let mut error = json!({"type": kind, "message": message, "code": code});
+                if let Some(id) = self.hold_id() {
                     error["hold_id"] = json!(id);
                 }
                 json!({"type": "error", "error": error})
             }
             _ => {
                 let mut error = json!({
-                    "message": self.message,
-                    "type": self.kind,
+                    "message": message,
+                    "type": kind,
                     "param": null,
-                    "code": self.code,
+                    "code": code,
                 });
-                if let Some(id) = &self.hold_id {
+                if let Some(id) = self.hold_id() {
                     error["hold_id"] = json!(id);
                 }
                 json!({"error": error})
@@ -115,37 +319,16 @@ impl GateError {
         Bytes::from(serde_json::to_vec(&value).unwrap_or_default())
     }
 
-    /// A budget refusal for a model the price table does not know: its worst case is
-    /// unbounded, so a budgeted key refuses it. Names the model (a request parameter, never
-    /// content; shown only when it looks like a model id) and the fix.
-    pub fn unpriced_model(status: u16, verdict_kind: &'static str, model: &str) -> Self {
-        let message = if looks_like_model_id(model) {
-            format!(
-                "refused by a budget rule: model {model} has no price in this gate's price table, so its worst case is unbounded on a budgeted key; add [prices.\"{model}\"] to the config or PUT /prices on the admin listener"
-            )
-        } else {
-            "refused by a budget rule: the requested model has no price in this gate's price table, so its worst case is unbounded on a budgeted key; add it under [prices] in the config or PUT /prices on the admin listener".to_string()
-        };
-        Self::new(status, verdict_kind, "unpriced_model", message)
-    }
-
-    /// A model no configured upstream takes: a 404 that names it (when it reads as a model
-    /// id), never a silent default that bills another provider.
-    pub fn unknown_model(model: &str) -> Self {
-        let message = if looks_like_model_id(model) {
-            format!("no upstream of this gate takes model {model} (see [upstreams.NAME] models)")
-        } else {
-            "no upstream of this gate takes the requested model (see [upstreams.NAME] models)"
-                .to_string()
-        };
-        Self::new(404, "not_found_error", "unknown_model", message)
-    }
-
     /// Whether the SDKs must be told not to retry (they retry 409 and 429 on their own, and each
     /// retry would count in the windows).
     pub fn no_retry(&self) -> bool {
-        matches!(self.status, 402 | 403 | 409 | 429)
+        matches!(self.status(), 402 | 403 | 409 | 429)
     }
+}
+
+/// A caller's model, kept only when it reads as a model id (never markup or a prompt).
+fn named_model(model: &str) -> Option<String> {
+    looks_like_model_id(model).then(|| model.to_string())
 }
 
 impl From<StoreError> for GateError {
@@ -165,15 +348,13 @@ impl From<StoreError> for GateError {
 
 /// A keyed route of the API listener without a valid key. (The proxy answers the same
 /// failure in the provider's own shape, code `invalid_api_key`, which the SDKs recognise.)
-impl From<crate::auth::AuthError> for GateError {
-    fn from(e: crate::auth::AuthError) -> Self {
+impl From<AuthError> for GateError {
+    fn from(e: AuthError) -> Self {
         match e {
-            crate::auth::AuthError::Missing => {
+            AuthError::Missing => {
                 GateError::api(401, "missing_key", "a tokensaver key is required")
             }
-            crate::auth::AuthError::Invalid => {
-                GateError::api(401, "invalid_key", "invalid tokensaver key")
-            }
+            AuthError::Invalid => GateError::api(401, "invalid_key", "invalid tokensaver key"),
         }
     }
 }
@@ -229,7 +410,7 @@ pub(crate) fn looks_like_model_id(model: &str) -> bool {
 impl From<GateError> for ApiResponse {
     fn from(e: GateError) -> Self {
         let resp = ApiResponse::json(e.status(), &e.api_body());
-        match e.retry_after_secs {
+        match e.retry_after_secs() {
             Some(secs) => resp.with_header("retry-after", secs.to_string()),
             None => resp,
         }
@@ -261,19 +442,19 @@ mod tests {
     fn the_hold_message_names_the_hold_and_how_to_release_it() {
         let id = "hold_0123456789abcdef0123456789abcdef";
         let err = GateError::held("score_challenge", Some(id.into()), Some(900_000));
-        assert_eq!((err.status, err.kind), (409, "tokensaver_hold"));
+        assert_eq!((err.status(), err.kind()), (409, "tokensaver_hold"));
         assert!(err.no_retry());
         assert!(err
-            .message
+            .message()
             .contains(&format!("'tokensaver holds approve {id}'")));
-        assert!(err.message.contains(&format!("POST /holds/{id}/approve")));
-        assert!(err.message.contains("15 minutes after it was made"));
+        assert!(err.message().contains(&format!("POST /holds/{id}/approve")));
+        assert!(err.message().contains("15 minutes after it was made"));
         let body: serde_json::Value = serde_json::from_slice(&err.body(None)).unwrap();
         assert_eq!(body["error"]["hold_id"], id);
         assert_eq!(body["error"]["code"], "score_challenge");
         // Only a gate-made id is echoed.
         let odd = GateError::held("score_challenge", Some("<script>".into()), Some(60_000));
-        assert!(!odd.message.contains("<script>"));
+        assert!(!odd.message().contains("<script>"));
         assert_eq!(duration(60_000), "1 minute");
         assert_eq!(duration(90_000), "90 seconds");
         assert!(hold_message(Some(id), None).contains("until the hold expires."));

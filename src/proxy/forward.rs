@@ -362,7 +362,7 @@ impl Forward<'_> {
                 self.gatekeeper
                     .metrics
                     .upstream_errors
-                    .with_label_values(&[err.code])
+                    .with_label_values(&[err.code()])
                     .inc();
                 respond_error(session, Some(self.route), &err, &self.receipt_headers).await
             }
@@ -522,12 +522,7 @@ impl Forward<'_> {
                 return Err(if interim == 0 && closed_before_answering(&e) {
                     Attempt::StaleConnection
                 } else if is_timeout(&e) {
-                    Attempt::Failed(GateError::new(
-                        504,
-                        "api_error",
-                        "upstream_timeout",
-                        "the provider did not answer in time",
-                    ))
+                    Attempt::Failed(GateError::UpstreamTimeout)
                 } else {
                     Attempt::Failed(bad_gateway(
                         "upstream_reset",
@@ -870,7 +865,7 @@ fn renewal_interval(reservation_ttl_ms: u64) -> std::time::Duration {
 }
 
 fn bad_gateway(code: &'static str, message: &'static str) -> GateError {
-    GateError::new(502, "api_error", code, message)
+    GateError::BadGateway { code, message }
 }
 
 /// Where the provider's usage goes: the local ledger, or the central gate (digest mode).

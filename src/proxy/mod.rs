@@ -154,15 +154,15 @@ pub(crate) async fn respond_error(
     if err.no_retry() {
         headers.push(("x-should-retry", "false".into()));
     }
-    if let Some(id) = &err.hold_id {
-        headers.push(("x-tokensaver-hold", id.clone()));
+    if let Some(id) = err.hold_id() {
+        headers.push(("x-tokensaver-hold", id.to_string()));
     }
-    if let Some(secs) = err.retry_after_secs {
+    if let Some(secs) = err.retry_after_secs() {
         headers.push(("retry-after", secs.to_string()));
     }
     respond(
         session,
-        err.status,
+        err.status(),
         "application/json",
         err.body(route),
         &headers,
@@ -182,27 +182,13 @@ async fn answer_expect_passthrough(session: &mut Session) -> Result<()> {
     Ok(())
 }
 
-fn body_too_large() -> GateError {
-    GateError::new(
-        413,
-        "invalid_request_error",
-        "body_too_large",
-        "request body exceeds the configured size cap",
-    )
-}
-
 /// Read the whole request body, refusing more than `cap` bytes.
 async fn read_body(session: &mut Session, cap: usize) -> std::result::Result<Bytes, GateError> {
     crate::body::read_capped(session.as_downstream_mut(), cap)
         .await
         .map_err(|e| match e {
-            crate::body::BodyError::TooLarge => body_too_large(),
-            crate::body::BodyError::Unreadable => GateError::new(
-                400,
-                "invalid_request_error",
-                "body_unreadable",
-                "request body could not be read",
-            ),
+            crate::body::BodyError::TooLarge => GateError::BodyTooLarge,
+            crate::body::BodyError::Unreadable => GateError::BodyUnreadable,
         })
 }
 
@@ -291,14 +277,14 @@ impl GateProxy {
         let gated = match self.read_gated(session, route, access).await? {
             Ok(gated) => gated,
             Err(err) => {
-                access.rule = Some(err.code);
+                access.rule = Some(err.code());
                 return respond_error(session, Some(route), &err, &[]).await;
             }
         };
         match self.decide(&gated, access).await {
             Ok(decided) => self.enforce(session, gated, decided, access).await,
             Err(err) => {
-                access.rule = Some(err.code);
+                access.rule = Some(err.code());
                 respond_error(session, Some(route), &err, &[]).await
             }
         }
@@ -317,22 +303,14 @@ impl GateProxy {
         let identity = match &self.remote {
             Some(remote) => remote_caller(remote, presented).map(|c| (Identity::Remote(remote), c)),
             None => auth::authenticate(config, presented)
-                .map(|(key, caller)| (Identity::Local(key), caller))
-                .map_err(|e| e.to_string()),
+                .map(|(key, caller)| (Identity::Local(key), caller)),
         };
         let (identity, caller) = match identity {
             Ok(found) => {
                 access.key_id = Some(found.1.key_id.clone());
                 found
             }
-            Err(message) => {
-                return Ok(Err(GateError::new(
-                    401,
-                    "authentication_error",
-                    "invalid_api_key",
-                    message,
-                )))
-            }
+            Err(e) => return Ok(Err(GateError::InvalidKey(e))),
         };
         if crate::body::expects_continue(session.as_downstream_mut()) {
             // The gate reads the body before anything goes upstream, so it answers the
@@ -342,7 +320,7 @@ impl GateProxy {
             if crate::body::declared_length(session.as_downstream_mut())
                 .is_some_and(|len| len > config.max_body_bytes)
             {
-                return Ok(Err(body_too_large()));
+                return Ok(Err(GateError::BodyTooLarge));
             }
             crate::body::write_continue(session.as_downstream_mut()).await?;
         }
@@ -358,12 +336,10 @@ impl GateProxy {
         let mut parsed = match parse(route, &body, &caller.fingerprint_key) {
             Ok(parsed) => parsed,
             Err(e) => {
-                return Ok(Err(GateError::new(
-                    400,
-                    "invalid_request_error",
-                    e.code(),
-                    e.to_string(),
-                )))
+                return Ok(Err(GateError::BadRequest {
+                    code: e.code(),
+                    message: e.to_string(),
+                }))
             }
         };
         access.model_requested = access::Access::model(&parsed.shape.model);
@@ -511,24 +487,16 @@ impl GateProxy {
         // `x-tokensaver-hold` header, like every hold.
         if t.unpriced {
             let model = &g.parsed.shape.model;
-            let mut refusal = GateError::unpriced_model(t.status, "tokensaver_block", model);
-            if t.verdict == Verdict::Challenge {
-                refusal.kind = "tokensaver_hold";
-                refusal.hold_id = t.hold_id;
-            }
-            return Action::Refuse(refusal);
+            let held = t.verdict == Verdict::Challenge;
+            let hold_id = t.hold_id.filter(|_| held);
+            return Action::Refuse(GateError::unpriced_model(t.status, model, held, hold_id));
         }
         match t.verdict {
             // The local gate serves only what `stored` holds; a central gate that says SERVE
             // for an answer this instance does not hold breaks the protocol.
             Verdict::Serve => match &g.stored {
                 Some(answer) => Action::Serve(answer.clone()),
-                None => Action::Refuse(GateError::new(
-                    502,
-                    "api_error",
-                    "answer_missing",
-                    "the gate served an answer this instance does not hold",
-                )),
+                None => Action::Refuse(GateError::AnswerMissing),
             },
             Verdict::Challenge => {
                 let ttl = self
@@ -537,12 +505,10 @@ impl GateProxy {
                     .map_or(Some(self.config().hold_ttl_ms), |r| r.hold_ttl_ms());
                 Action::Refuse(GateError::held(t.reason, t.hold_id, ttl))
             }
-            Verdict::Block => Action::Refuse(GateError::new(
-                t.status,
-                "tokensaver_block",
-                t.reason,
-                block_message(t.status),
-            )),
+            Verdict::Block => Action::Refuse(GateError::Blocked {
+                status: t.status,
+                reason: t.reason,
+            }),
             Verdict::Allow | Verdict::Downgrade => Action::Forward {
                 downgrade: t.verdict == Verdict::Downgrade,
                 model_served: t.model_served,
@@ -686,16 +652,16 @@ fn static_reason(reason: &str) -> &'static str {
 fn remote_caller(
     remote: &RemoteGate,
     presented: Option<&str>,
-) -> std::result::Result<auth::Caller, String> {
+) -> std::result::Result<auth::Caller, auth::AuthError> {
     use subtle::ConstantTimeEq;
-    let presented = presented.ok_or_else(|| auth::AuthError::Missing.to_string())?;
+    let presented = presented.ok_or(auth::AuthError::Missing)?;
     let matches: bool = blake3::hash(presented.as_bytes())
         .as_bytes()
         .ct_eq(blake3::hash(remote.key.as_bytes()).as_bytes())
         .into();
     let parsed = auth::parse_key(presented)
         .filter(|_| matches)
-        .ok_or_else(|| auth::AuthError::Invalid.to_string())?;
+        .ok_or(auth::AuthError::Invalid)?;
     Ok(auth::Caller {
         key_id: parsed.id.to_string(),
         fingerprint_key: auth::fingerprint_key(parsed.secret),
@@ -724,14 +690,6 @@ fn not_billable(method: &http::Method, path: &str) -> Option<Provider> {
         ("GET" | "DELETE", "") | ("GET", "input_items") | ("POST", "cancel")
     );
     allowed.then_some(Provider::OpenAi)
-}
-
-fn block_message(status: u16) -> &'static str {
-    match status {
-        429 => "refused by a runaway rule: the same or too many requests in a short window",
-        402 => "refused by a budget rule: the key's budget cannot cover this call",
-        _ => "refused: the request's score is in the BLOCK band",
-    }
 }
 
 #[async_trait]
@@ -763,12 +721,7 @@ impl ProxyHttp for GateProxy {
             if method == http::Method::POST {
                 self.handle_gated(session, route, &mut ctx.access).await?;
             } else {
-                let err = GateError::new(
-                    405,
-                    "invalid_request_error",
-                    "method_not_allowed",
-                    "this route takes POST",
-                );
+                let err = GateError::MethodNotAllowed;
                 respond_error(session, Some(route), &err, &[]).await?;
             }
             return Ok(true);
@@ -801,12 +754,7 @@ impl ProxyHttp for GateProxy {
         if let Some(provider) = passthrough {
             let presented = auth::presented_key(&session.req_header().headers);
             let Some(key_id) = self.passthrough_key(presented) else {
-                let err = GateError::new(
-                    401,
-                    "authentication_error",
-                    "invalid_api_key",
-                    "invalid tokensaver key",
-                );
+                let err = GateError::InvalidKey(auth::AuthError::Invalid);
                 respond_error(session, None, &err, &[]).await?;
                 return Ok(true);
             };
@@ -850,14 +798,9 @@ impl ProxyHttp for GateProxy {
             }
         }
         let err = if UNGATED_BILLABLE.iter().any(|p| path.starts_with(p)) {
-            GateError::new(
-                404,
-                "not_found_error",
-                "not_gated",
-                "this provider path is not gated by this build, so it is not forwarded",
-            )
+            GateError::NotGated
         } else {
-            GateError::new(404, "not_found_error", "unknown_route", "unknown route")
+            GateError::UnknownRoute
         };
         respond_error(session, None, &err, &[]).await?;
         Ok(true)

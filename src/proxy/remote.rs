@@ -232,11 +232,6 @@ impl RemoteGate {
 /// the gate), whatever went wrong.
 impl From<RemoteError> for crate::error::GateError {
     fn from(_: RemoteError) -> Self {
-        crate::error::GateError::new(
-            502,
-            "api_error",
-            "gate_unreachable",
-            "the central gate did not decide this request",
-        )
+        crate::error::GateError::GateUnreachable
     }
 }

@@ -39,12 +39,7 @@ pub fn valid_response_id(id: &str) -> bool {
 /// The one refusal for a response id the caller's key did not create: the same whether the
 /// id exists, belongs to another key, or was never seen (closed form: the id is not echoed).
 pub fn not_found() -> GateError {
-    GateError::new(
-        404,
-        "invalid_request_error",
-        "unknown_response",
-        "no stored response with this id was created with this key",
-    )
+    GateError::UnknownResponse
 }
 
 /// What a relayed `POST /v1/responses` answer, read to its end, says of the stored object:
@@ -76,13 +71,7 @@ pub(super) fn seen_in_answer(
 /// A chained call whose predecessor's context the gate has not seen (a background response
 /// not yet read back complete, or an answer that broke off): the worst case has no bound.
 pub fn context_unknown() -> GateError {
-    GateError::new(
-        409,
-        "invalid_request_error",
-        "chained_context_unknown",
-        "previous_response_id names a response whose usage the gate has not seen: read it \
-         once it is complete (GET /v1/responses/{id}), then send the call again",
-    )
+    GateError::ChainedContextUnknown
 }
 
 /// The registry lookup could not be made (the fleet's database is unreachable): fail closed.
