@@ -234,13 +234,13 @@ pub fn alive(pid: u32) -> bool {
     }
 }
 
-fn signal(pid: u32, sig: libc::c_int) -> Result<(), String> {
-    let pid = libc::pid_t::try_from(pid).map_err(|_| "pid out of range".to_string())?;
+fn signal(pid: u32, sig: libc::c_int) -> anyhow::Result<()> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| anyhow::anyhow!("pid out of range"))?;
     // SAFETY: kill(2) takes any pid and signal; a bad one is an error return, never UB.
     if unsafe { libc::kill(pid, sig) } == 0 {
         Ok(())
     } else {
-        Err(std::io::Error::last_os_error().to_string())
+        Err(std::io::Error::last_os_error().into())
     }
 }
 
@@ -260,12 +260,13 @@ pub struct Detach<'a> {
 /// `Type=forking` start and reload expect. With `upgrade`, the running server named by the
 /// pid file gets SIGQUIT once the new one waits on the upgrade socket, hands it the listening
 /// sockets and drains; this returns when the new one has written the pid file.
-pub fn detach(d: Detach<'_>) -> Result<u32, String> {
+pub fn detach(d: Detach<'_>) -> anyhow::Result<u32> {
     let old = if d.upgrade {
-        let pid = read_pid_file(d.pid_file)
-            .ok_or("--upgrade: no running server (the pid file is missing or unreadable)")?;
+        let pid = read_pid_file(d.pid_file).ok_or_else(|| {
+            anyhow::anyhow!("--upgrade: no running server (the pid file is missing or unreadable)")
+        })?;
         if !alive(pid) {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "--upgrade: the server in the pid file ({pid}) is not running"
             ));
         }
@@ -275,24 +276,27 @@ pub fn detach(d: Detach<'_>) -> Result<u32, String> {
     } else {
         None
     };
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
+    let exe =
+        std::env::current_exe().map_err(|e| anyhow::anyhow!("cannot find this binary: {e}"))?;
     let mut child = Command::new(exe)
         .args(&d.args)
         .envs(d.envs.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .spawn()
-        .map_err(|e| format!("cannot start the server: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("cannot start the server: {e}"))?;
     let pid = child.id();
     let started = Instant::now();
     let mut signalled = old.is_none();
     loop {
         if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!("the server exited while starting ({status})"));
+            return Err(anyhow::anyhow!(
+                "the server exited while starting ({status})"
+            ));
         }
         if let (false, Some(old)) = (signalled, old) {
             if d.upgrade_sock.exists() {
                 signal(old, libc::SIGQUIT)
-                    .map_err(|e| format!("cannot signal the running server {old}: {e}"))?;
+                    .map_err(|e| anyhow::anyhow!("cannot signal the running server {old}: {e}"))?;
                 signalled = true;
             }
         }
@@ -301,7 +305,7 @@ pub fn detach(d: Detach<'_>) -> Result<u32, String> {
         }
         if started.elapsed() > DETACH_TIMEOUT {
             let _ = child.kill();
-            return Err("the server did not start serving in time".into());
+            return Err(anyhow::anyhow!("the server did not start serving in time"));
         }
         std::thread::sleep(Duration::from_millis(25));
     }

@@ -230,10 +230,7 @@ fn holds(command: HoldsCommand) -> anyhow::Result<()> {
     use tokensaver::api::holds_client::{render_decided, render_list};
     match command {
         HoldsCommand::List { admin, key, json } => {
-            let answer = admin
-                .client()?
-                .list(key.as_deref())
-                .map_err(anyhow::Error::msg)?;
+            let answer = admin.client()?.list(key.as_deref())?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&answer)?);
             } else {
@@ -245,14 +242,11 @@ fn holds(command: HoldsCommand) -> anyhow::Result<()> {
             admin,
             attend_minutes,
         } => {
-            let answer = admin
-                .client()?
-                .approve(&id, attend_minutes)
-                .map_err(anyhow::Error::msg)?;
+            let answer = admin.client()?.approve(&id, attend_minutes)?;
             print!("{}", render_decided(&answer, tokensaver::now_ms()));
         }
         HoldsCommand::Deny { id, admin } => {
-            let answer = admin.client()?.deny(&id).map_err(anyhow::Error::msg)?;
+            let answer = admin.client()?.deny(&id)?;
             print!("{}", render_decided(&answer, tokensaver::now_ms()));
         }
     }
@@ -353,12 +347,11 @@ fn run(command: Command, log_format: Option<LogFormat>) -> anyhow::Result<()> {
                 pid_file,
             };
             if background {
-                let pid = tokensaver::server::serve_detached(opts, log_format)
-                    .map_err(anyhow::Error::msg)?;
+                let pid = tokensaver::server::serve_detached(opts, log_format)?;
                 println!("tokensaver serving (pid {pid})");
                 Ok(())
             } else {
-                tokensaver::server::serve(opts).map_err(anyhow::Error::msg)
+                tokensaver::server::serve(opts)
             }
         }
         Command::Health {
@@ -367,12 +360,11 @@ fn run(command: Command, log_format: Option<LogFormat>) -> anyhow::Result<()> {
             wait,
         } => {
             let config = Config::load(&config)?;
-            let answer = tokensaver::api::ops::ask(config.admin_addr, ready, wait)
-                .map_err(anyhow::Error::msg)?;
+            let answer = tokensaver::api::ops::ask(config.admin_addr, ready, wait)?;
             println!("{answer}");
             Ok(())
         }
-        Command::Demo { config } => tokensaver::demo::run(&config).map_err(anyhow::Error::msg),
+        Command::Demo { config } => tokensaver::demo::run(&config),
         Command::Digest { file, key, route } => {
             let body = read_input(&file)?;
             let parsed = tokensaver::auth::parse_key(&key)
@@ -472,7 +464,6 @@ fn run(command: Command, log_format: Option<LogFormat>) -> anyhow::Result<()> {
         } => {
             let config = Config::load(&config)?;
             tokensaver::gatekeeper::report::print(&config, key.as_deref(), sessions)
-                .map_err(anyhow::Error::msg)
         }
         Command::SplitProfile { file, json, config } => {
             let input = read_input(&file)?;
@@ -537,7 +528,7 @@ fn run(command: Command, log_format: Option<LogFormat>) -> anyhow::Result<()> {
         }
         Command::Economics {
             command: EconomicsCommand::Run(args),
-        } => tokensaver::economics::run::run(&args).map_err(anyhow::Error::msg),
+        } => tokensaver::economics::run::run(&args),
         Command::Holds { command } => holds(command),
         Command::CheckConfig { file } => {
             let config = Config::load(&file)?;
@@ -559,7 +550,7 @@ fn run(command: Command, log_format: Option<LogFormat>) -> anyhow::Result<()> {
         }
         Command::MockProvider { args } => {
             use std::os::unix::process::CommandExt;
-            let bin = tokensaver::demo::mock_provider_binary().map_err(anyhow::Error::msg)?;
+            let bin = tokensaver::demo::mock_provider_binary()?;
             // exec: the caller's pid is the provider's, so stopping it by pid stops the provider.
             let err = std::process::Command::new(&bin).args(args).exec();
             Err(anyhow!(err).context(format!("cannot run {}", bin.display())))

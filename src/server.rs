@@ -27,10 +27,10 @@ use crate::store::sqlite::SqliteStore;
 const PROXY_WRITE_BUFFER: usize = 16 * 1024;
 
 /// Open the data dir, the signing key and the ledger, and rebuild the gate's memory.
-pub fn open_gatekeeper(config: Config) -> Result<Arc<Gatekeeper>, String> {
-    let signer = crate::receipt::load_or_create(&config.data_dir).map_err(|e| e.to_string())?;
+pub fn open_gatekeeper(config: Config) -> anyhow::Result<Arc<Gatekeeper>> {
+    let signer = crate::receipt::load_or_create(&config.data_dir).map_err(anyhow::Error::from)?;
     let store = SqliteStore::open(&config.data_dir, config.commit_interval_ms)
-        .map_err(|e| e.to_string())?;
+        .map_err(anyhow::Error::from)?;
     let fleet = match &config.fleet {
         Some(fleet) => Some(connect_fleet(
             fleet,
@@ -39,7 +39,7 @@ pub fn open_gatekeeper(config: Config) -> Result<Arc<Gatekeeper>, String> {
         None => None,
     };
     let gatekeeper =
-        Gatekeeper::new(config, signer, Arc::new(store), now_ms()).map_err(|e| e.to_string())?;
+        Gatekeeper::new(config, signer, Arc::new(store), now_ms()).map_err(anyhow::Error::from)?;
     Ok(Arc::new(match fleet {
         Some(fleet) => gatekeeper.with_fleet(fleet),
         None => gatekeeper,
@@ -51,11 +51,11 @@ pub fn open_gatekeeper(config: Config) -> Result<Arc<Gatekeeper>, String> {
 fn connect_fleet(
     fleet: &crate::config::FleetConfig,
     limits: crate::gatekeeper::fleet::FleetLimits,
-) -> Result<crate::gatekeeper::fleet::Fleet, String> {
+) -> anyhow::Result<crate::gatekeeper::fleet::Fleet> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("fleet: cannot start a runtime: {e}"))?
+        .map_err(|e| anyhow::anyhow!("fleet: cannot start a runtime: {e}"))?
         .block_on(crate::gatekeeper::fleet::Fleet::connect(fleet, limits))
 }
 
@@ -71,21 +71,27 @@ pub fn client_mode(
     config: &Config,
     gate_url: Option<String>,
     gate_key: Option<String>,
-) -> Result<Option<ClientMode>, String> {
+) -> anyhow::Result<Option<ClientMode>> {
     let section = config.client.as_ref();
     let Some(gate_url) = gate_url.or_else(|| section.map(|c| c.gate_url.clone())) else {
         return Ok(None);
     };
-    crate::config::parse_origin(&gate_url).map_err(|why| format!("the gate URL {why}"))?;
+    crate::config::parse_origin(&gate_url).map_err(|why| anyhow::anyhow!("the gate URL {why}"))?;
     let key = gate_key
         .or_else(|| {
             section
                 .and_then(|c| c.gate_key_env.as_deref())
                 .and_then(|name| std::env::var(name).ok())
         })
-        .ok_or("digest mode needs the tokensaver key: --gate-key or [client] gate_key_env")?;
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "digest mode needs the tokensaver key: --gate-key or [client] gate_key_env"
+            )
+        })?;
     if crate::auth::parse_key(&key).is_none() {
-        return Err("the gate key is not of the form tsk_<id>_<secret>".into());
+        return Err(anyhow::anyhow!(
+            "the gate key is not of the form tsk_<id>_<secret>"
+        ));
     }
     Ok(Some(ClientMode { gate_url, key }))
 }
@@ -135,9 +141,12 @@ impl BackgroundService for ExpirySweep {
 pub fn serve_detached(
     serve: ServeOptions,
     log_format: Option<crate::logging::LogFormat>,
-) -> Result<u32, String> {
-    let config = Config::load(&serve.config).map_err(|e| e.to_string())?;
-    let pid_file = serve.pid_file.clone().ok_or("--detach needs --pid-file")?;
+) -> anyhow::Result<u32> {
+    let config = Config::load(&serve.config).map_err(anyhow::Error::from)?;
+    let pid_file = serve
+        .pid_file
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("--detach needs --pid-file"))?;
     let sock = upgrade_sock(&config, serve.upgrade_sock.as_deref());
     let mut args: Vec<String> = vec![
         "serve".into(),
@@ -171,12 +180,12 @@ pub fn serve_detached(
     })
 }
 
-pub fn serve(opts: ServeOptions) -> Result<(), String> {
-    let mut config = Config::load(&opts.config).map_err(|e| e.to_string())?;
+pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
+    let mut config = Config::load(&opts.config).map_err(anyhow::Error::from)?;
     let client = client_mode(&config, opts.gate_url, opts.gate_key)?;
     if client.is_some() && config.fleet.is_some() {
         // SPEC §1.2: a digest client keeps its answers in its own local store.
-        return Err("a digest client keeps its state in its own local store: [store] kind = \"postgres\" is for gates, not for a client with a gate URL".into());
+        anyhow::bail!("a digest client keeps its state in its own local store: [store] kind = \"postgres\" is for gates, not for a client with a gate URL");
     }
     if let Some(dir) = config
         .client
@@ -216,8 +225,8 @@ pub fn serve(opts: ServeOptions) -> Result<(), String> {
         .transpose()?;
     let digest_mode = remote.is_some();
 
-    let proxy =
-        GateProxy::new(gatekeeper.clone(), remote).map_err(|e| format!("upstream address: {e}"))?;
+    let proxy = GateProxy::new(gatekeeper.clone(), remote)
+        .map_err(|e| anyhow::anyhow!("upstream address: {e}"))?;
     let ops = Arc::new(Ops {
         gatekeeper: gatekeeper.clone(),
         upstreams: proxy.upstreams(),
@@ -279,10 +288,10 @@ pub fn serve(opts: ServeOptions) -> Result<(), String> {
             pid_file: opts.pid_file,
         },
     )
-    .map_err(|e| format!("cannot start the lifecycle thread: {e}"))?;
+    .map_err(|e| anyhow::anyhow!("cannot start the lifecycle thread: {e}"))?;
     server.run(RunArgs::default());
     // Reached after a fast shutdown (SIGINT): the drain did not run; commit what is queued.
     gatekeeper
         .close_store()
-        .map_err(|e| format!("ledger: the last commit failed: {e}"))
+        .map_err(|e| anyhow::anyhow!("ledger: the last commit failed: {e}"))
 }

@@ -37,7 +37,7 @@ impl AdminClient {
     }
 
     /// Every key's pending and approved holds (or `key`'s), with the running leases.
-    pub fn list(&self, key: Option<&str>) -> Result<Value, String> {
+    pub fn list(&self, key: Option<&str>) -> anyhow::Result<Value> {
         let mut req = self
             .agent
             .get(&self.url("/holds"))
@@ -48,7 +48,7 @@ impl AdminClient {
         self.answer(req.call(), None)
     }
 
-    pub fn approve(&self, hold_id: &str, attend_minutes: Option<u64>) -> Result<Value, String> {
+    pub fn approve(&self, hold_id: &str, attend_minutes: Option<u64>) -> anyhow::Result<Value> {
         let body = match attend_minutes {
             Some(m) => json!({"attend_minutes": m}).to_string(),
             None => String::new(),
@@ -61,7 +61,7 @@ impl AdminClient {
         self.answer(req.send_string(&body), Some(hold_id))
     }
 
-    pub fn deny(&self, hold_id: &str) -> Result<Value, String> {
+    pub fn deny(&self, hold_id: &str) -> anyhow::Result<Value> {
         let req = self
             .agent
             .post(&self.url(&format!("/holds/{}/deny", path_segment(hold_id)?)))
@@ -73,15 +73,15 @@ impl AdminClient {
         &self,
         resp: Result<ureq::Response, ureq::Error>,
         hold_id: Option<&str>,
-    ) -> Result<Value, String> {
+    ) -> anyhow::Result<Value> {
         let addr = self.addr;
         match resp {
             Ok(r) => {
                 let text = r.into_string().map_err(|_| {
-                    format!("the admin listener at {addr} sent an unreadable answer")
+                    anyhow::anyhow!("the admin listener at {addr} sent an unreadable answer")
                 })?;
                 serde_json::from_str(&text).map_err(|_| {
-                    format!("the admin listener at {addr} sent an answer that is not JSON")
+                    anyhow::anyhow!("the admin listener at {addr} sent an answer that is not JSON")
                 })
             }
             Err(ureq::Error::Status(status, r)) => {
@@ -91,9 +91,11 @@ impl AdminClient {
                     .and_then(|t| serde_json::from_str::<Value>(&t).ok())
                     .and_then(|v| v["error"]["code"].as_str().map(str::to_string))
                     .unwrap_or_default();
-                Err(status_error(status, &code, hold_id, addr))
+                Err(anyhow::Error::msg(status_error(
+                    status, &code, hold_id, addr,
+                )))
             }
-            Err(_) => Err(format!(
+            Err(_) => Err(anyhow::anyhow!(
                 "no tokensaver answers on the admin listener {addr} (the config's [listen] \
                  admin): is `tokensaver serve` running with this config? (A digest-mode client \
                  has no admin listener: holds are approved at the central gate.)"
@@ -103,7 +105,7 @@ impl AdminClient {
 }
 
 /// A hold id goes into the path as it is: refuse anything that is not one path segment.
-fn path_segment(hold_id: &str) -> Result<&str, String> {
+fn path_segment(hold_id: &str) -> anyhow::Result<&str> {
     let ok = !hold_id.is_empty()
         && hold_id.len() <= 128
         && hold_id
@@ -112,7 +114,9 @@ fn path_segment(hold_id: &str) -> Result<&str, String> {
     if ok {
         Ok(hold_id)
     } else {
-        Err("a hold id is letters, digits, '_' and '-' (as in hold_0123abcd…)".into())
+        Err(anyhow::anyhow!(
+            "a hold id is letters, digits, '_' and '-' (as in hold_0123abcd…)"
+        ))
     }
 }
 

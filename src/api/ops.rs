@@ -113,7 +113,7 @@ impl Ops {
 
 /// `tokensaver health`: ask the admin listener at `admin` for `/healthz` (or `/readyz`), for up
 /// to `wait_secs`; the answer's body, or why there is none.
-pub fn ask(admin: std::net::SocketAddr, ready: bool, wait_secs: u64) -> Result<String, String> {
+pub fn ask(admin: std::net::SocketAddr, ready: bool, wait_secs: u64) -> anyhow::Result<String> {
     let url = format!(
         "http://{admin}/{}",
         if ready { "readyz" } else { "healthz" }
@@ -122,10 +122,11 @@ pub fn ask(admin: std::net::SocketAddr, ready: bool, wait_secs: u64) -> Result<S
     loop {
         let answer = match ureq::get(&url).timeout(Duration::from_secs(5)).call() {
             Ok(r) => Ok(r.into_string().unwrap_or_default()),
-            Err(ureq::Error::Status(code, r)) => {
-                Err(format!("{code}: {}", r.into_string().unwrap_or_default()))
-            }
-            Err(e) => Err(format!("no answer from {url}: {e}")),
+            Err(ureq::Error::Status(code, r)) => Err(anyhow::anyhow!(
+                "{code}: {}",
+                r.into_string().unwrap_or_default()
+            )),
+            Err(e) => Err(anyhow::anyhow!("no answer from {url}: {e}")),
         };
         match answer {
             Ok(body) => return Ok(body.trim().to_string()),

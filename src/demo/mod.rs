@@ -22,9 +22,9 @@ pub const MOCK_PROVIDER_BIN: &str = "tokensaver-mock-provider";
 /// The mock provider's binary, next to the running executable: the provider is a crate of its
 /// own, built beside `tokensaver` by a plain `cargo build` at the workspace root, and not
 /// linked into this binary.
-pub fn mock_provider_binary() -> Result<PathBuf, String> {
+pub fn mock_provider_binary() -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()
-        .map_err(|e| format!("cannot locate this executable: {}", e.kind()))?;
+        .map_err(|e| anyhow::anyhow!("cannot locate this executable: {}", e.kind()))?;
     let bin = exe.with_file_name(format!(
         "{MOCK_PROVIDER_BIN}{}",
         std::env::consts::EXE_SUFFIX
@@ -32,7 +32,7 @@ pub fn mock_provider_binary() -> Result<PathBuf, String> {
     if bin.is_file() {
         Ok(bin)
     } else {
-        Err(format!(
+        Err(anyhow::anyhow!(
             "{} is missing: the mock provider is a binary of its own; build it with `cargo build` \
              at the workspace root (or `cargo build -p tokensaver-mock-provider`)",
             bin.display()
@@ -42,23 +42,23 @@ pub fn mock_provider_binary() -> Result<PathBuf, String> {
 
 /// `n` distinct free ports: every listener stays bound until all are chosen, so the kernel
 /// cannot hand one port out twice.
-pub fn free_ports<const N: usize>() -> Result<[u16; N], String> {
+pub fn free_ports<const N: usize>() -> anyhow::Result<[u16; N]> {
     let mut listeners = Vec::with_capacity(N);
     let mut ports = [0; N];
     for port in &mut ports {
-        let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-        *port = listener.local_addr().map_err(|e| e.to_string())?.port();
+        let listener = TcpListener::bind("127.0.0.1:0").map_err(anyhow::Error::from)?;
+        *port = listener.local_addr().map_err(anyhow::Error::from)?.port();
         listeners.push(listener);
     }
     Ok(ports)
 }
 
-pub fn free_port() -> Result<u16, String> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+pub fn free_port() -> anyhow::Result<u16> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(anyhow::Error::from)?;
     listener
         .local_addr()
         .map(|a| a.port())
-        .map_err(|e| e.to_string())
+        .map_err(anyhow::Error::from)
 }
 
 pub fn wait_for_port(addr: SocketAddr, timeout: Duration) -> bool {
@@ -92,7 +92,7 @@ struct Seen {
     findings: Vec<String>,
 }
 
-fn post(url: &str, body: &Value, headers: &[(&str, &str)]) -> Result<Seen, String> {
+fn post(url: &str, body: &Value, headers: &[(&str, &str)]) -> anyhow::Result<Seen> {
     let mut req = ureq::post(url)
         .timeout(Duration::from_secs(30))
         .set("authorization", &format!("Bearer {DEMO_KEY}"))
@@ -103,7 +103,7 @@ fn post(url: &str, body: &Value, headers: &[(&str, &str)]) -> Result<Seen, Strin
     let resp = match req.send_string(&body.to_string()) {
         Ok(r) => r,
         Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => return Err(format!("request failed: {e}")),
+        Err(e) => return Err(anyhow::anyhow!("request failed: {e}")),
     };
     let status = resp.status();
     let verdict = resp
@@ -133,15 +133,15 @@ fn post(url: &str, body: &Value, headers: &[(&str, &str)]) -> Result<Seen, Strin
 }
 
 /// Requests the mock provider received, over every path (its `GET /__mock/calls`).
-fn provider_calls(mock_url: &str) -> Result<u64, String> {
+fn provider_calls(mock_url: &str) -> anyhow::Result<u64> {
     let text = ureq::get(&format!("{mock_url}/__mock/calls"))
         .timeout(Duration::from_secs(10))
         .call()
-        .map_err(|_| "the local provider did not answer /__mock/calls".to_string())?
+        .map_err(|_| anyhow::anyhow!("the local provider did not answer /__mock/calls"))?
         .into_string()
-        .map_err(|e| format!("the local provider's /__mock/calls: {}", e.kind()))?;
+        .map_err(|e| anyhow::anyhow!("the local provider's /__mock/calls: {}", e.kind()))?;
     let calls: Value = serde_json::from_str(&text)
-        .map_err(|_| "the local provider's /__mock/calls is not JSON".to_string())?;
+        .map_err(|_| anyhow::anyhow!("the local provider's /__mock/calls is not JSON"))?;
     Ok(calls
         .as_object()
         .map_or(0, |m| m.values().filter_map(Value::as_u64).sum()))
@@ -157,11 +157,11 @@ fn chat(model: &str, text: &str, extra: Value) -> Value {
     body
 }
 
-pub fn run(config_path: &Path) -> Result<(), String> {
+pub fn run(config_path: &Path) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(config_path)
-        .map_err(|e| format!("cannot read {}: {}", config_path.display(), e.kind()))?;
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {}", config_path.display(), e.kind()))?;
     let mut doc: toml::Table =
-        toml::from_str(&text).map_err(|e| format!("example config: {}", e.message()))?;
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("example config: {}", e.message()))?;
 
     let mock_addr: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
     let mock = Command::new(mock_provider_binary()?)
@@ -172,14 +172,16 @@ pub fn run(config_path: &Path) -> Result<(), String> {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| format!("cannot start the local provider: {}", e.kind()))?;
+        .map_err(|e| anyhow::anyhow!("cannot start the local provider: {}", e.kind()))?;
     let _mock_guard = ChildGuard(mock);
     if !wait_for_port(mock_addr, Duration::from_secs(10)) {
-        return Err("the local provider did not start listening".into());
+        return Err(anyhow::anyhow!(
+            "the local provider did not start listening"
+        ));
     }
     let mock_url = format!("http://{mock_addr}");
     let dir = std::env::temp_dir().join(format!("tokensaver-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(&dir).map_err(anyhow::Error::from)?;
     let [proxy, api, admin] = free_ports::<3>()?;
     let [proxy, api, admin]: [SocketAddr; 3] =
         [proxy, api, admin].map(|port| ([127, 0, 0, 1], port).into());
@@ -201,11 +203,11 @@ pub fn run(config_path: &Path) -> Result<(), String> {
     let demo_config = dir.join("tokensaver.toml");
     std::fs::write(
         &demo_config,
-        toml::to_string(&doc).map_err(|e| e.to_string())?,
+        toml::to_string(&doc).map_err(anyhow::Error::from)?,
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(anyhow::Error::from)?;
 
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let exe = std::env::current_exe().map_err(anyhow::Error::from)?;
     let child = Command::new(exe)
         .arg("serve")
         .arg("--config")
@@ -215,11 +217,11 @@ pub fn run(config_path: &Path) -> Result<(), String> {
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()
-        .map_err(|e| format!("cannot start tokensaver serve: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("cannot start tokensaver serve: {e}"))?;
     let _guard = ChildGuard(child);
     if !wait_for_port(proxy, Duration::from_secs(15)) || !wait_for_port(api, Duration::from_secs(5))
     {
-        return Err("tokensaver serve did not start listening".into());
+        return Err(anyhow::anyhow!("tokensaver serve did not start listening"));
     }
 
     println!("tokensaver demo: proxy {proxy}, local provider {mock_url}\n");
@@ -318,7 +320,7 @@ pub fn run(config_path: &Path) -> Result<(), String> {
     let ledger: Value = ureq::get(&format!("http://{api}/ledger"))
         .set("authorization", &format!("Bearer {DEMO_KEY}"))
         .call()
-        .map_err(|e| format!("ledger: {e}"))?
+        .map_err(|e| anyhow::anyhow!("ledger: {e}"))?
         .into_string()
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())

@@ -113,12 +113,12 @@ pub fn repo_root(economics_dir: &Path) -> Option<PathBuf> {
 /// table (built-in and config), the downgrade map, and the limits that change what is stored
 /// or answered. Listeners, directories, upstreams and secrets are left out: they place the
 /// gate, they do not change its decisions. `Err` names a profile the config does not define.
-pub fn gate_policy(config: &Config, key: &TreatmentKeyDecl) -> Result<Value, String> {
+pub fn gate_policy(config: &Config, key: &TreatmentKeyDecl) -> anyhow::Result<Value> {
     let profile = match &key.profile {
         None => Value::Null,
         Some(name) => {
             let s = config.profiles.get(name).ok_or_else(|| {
-                format!(
+                anyhow::anyhow!(
                     "the treatment key's profile {name:?} is not a [profiles.{name}] of the config"
                 )
             })?;
@@ -145,7 +145,7 @@ pub fn gate_policy(config: &Config, key: &TreatmentKeyDecl) -> Result<Value, Str
 }
 
 /// BLAKE3 (hex) of [`gate_policy`]'s canonical JSON (keys sorted, compact).
-pub fn gate_policy_blake3(config: &Config, key: &TreatmentKeyDecl) -> Result<String, String> {
+pub fn gate_policy_blake3(config: &Config, key: &TreatmentKeyDecl) -> anyhow::Result<String> {
     let v = gate_policy(config, key)?;
     Ok(
         blake3::hash(tokensaver_mock_script::canonical_text(&v).as_bytes())

@@ -28,10 +28,11 @@ fn json_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-fn read_json<T: serde::de::DeserializeOwned>(p: &Path) -> Result<(T, Vec<u8>), String> {
-    let bytes = std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?;
+fn read_json<T: serde::de::DeserializeOwned>(p: &Path) -> anyhow::Result<(T, Vec<u8>)> {
+    let bytes = std::fs::read(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
     let de = &mut serde_json::Deserializer::from_slice(&bytes);
-    let v = serde_path_to_error::deserialize(de).map_err(|e| format!("{}: {e}", p.display()))?;
+    let v = serde_path_to_error::deserialize(de)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
     Ok((v, bytes))
 }
 
@@ -45,7 +46,7 @@ pub fn load(dir: &Path) -> Loaded {
                 out.methodology = Some(m);
                 out.methodology_blake3 = Some(blake3::hash(&bytes).to_hex().to_string());
             }
-            Err(e) => out.diagnostics.push(e),
+            Err(e) => out.diagnostics.push(e.to_string()),
         }
     }
     if let Ok(rd) = std::fs::read_dir(dir.join("tasks")) {
@@ -67,7 +68,7 @@ pub fn load(dir: &Path) -> Loaded {
                 (Ok((t, _)), Ok(digest)) => {
                     out.tasks.insert(id, (t, digest));
                 }
-                (Err(e), _) => out.diagnostics.push(e),
+                (Err(e), _) => out.diagnostics.push(e.to_string()),
                 (_, Err(e)) => out.diagnostics.push(format!("{}: {e}", d.display())),
             }
         }
@@ -87,7 +88,7 @@ pub fn load(dir: &Path) -> Loaded {
                 "evidence/{rel}: format {} is not this build's {EVIDENCE_FORMAT}; not read",
                 e.format
             )),
-            Err(e) => out.diagnostics.push(e),
+            Err(e) => out.diagnostics.push(e.to_string()),
         }
     }
     out.harness_blake3 = identity::repo_root(dir).and_then(|r| identity::harness_blake3(&r));
@@ -96,7 +97,7 @@ pub fn load(dir: &Path) -> Loaded {
 
 impl GateConfigInForce for Config {
     fn gate_policy_blake3(&self, key: &TreatmentKeyDecl) -> Result<String, String> {
-        identity::gate_policy_blake3(self, key)
+        identity::gate_policy_blake3(self, key).map_err(|e| e.to_string())
     }
 }
 

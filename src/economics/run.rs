@@ -105,12 +105,12 @@ fn plan_pairs(
     tasks: &BTreeMap<String, (TaskDecl, String)>,
     reps: u32,
     real: bool,
-) -> Result<Vec<Planned>, String> {
+) -> anyhow::Result<Vec<Planned>> {
     let mut overrides = BTreeMap::new();
     for s in &args.models {
         let (c, model) = s
             .split_once('=')
-            .ok_or_else(|| format!("--model {s}: expected CLIENT=MODEL"))?;
+            .ok_or_else(|| anyhow::anyhow!("--model {s}: expected CLIENT=MODEL"))?;
         overrides.insert(c.to_string(), model.to_string());
     }
     let profile = m.treatment_key.profile.as_deref();
@@ -121,7 +121,7 @@ fn plan_pairs(
                 continue;
             }
             let decl = m.clients.get(client).ok_or_else(|| {
-                format!(
+                anyhow::anyhow!(
                     "task {task} names client {client}, which methodology.json does not declare"
                 )
             })?;
@@ -137,7 +137,7 @@ fn plan_pairs(
             for rep in 1..=reps {
                 let n = out.len() + 1;
                 let (key, mut lines) = crate::auth::new_key(&format!("econ-{n}"), profile)
-                    .ok_or("cannot make a key for the treatment")?;
+                    .ok_or_else(|| anyhow::anyhow!("cannot make a key for the treatment"))?;
                 lines = lines
                     .lines()
                     .map(|l| l.split("   #").next().unwrap_or(l).trim_end().to_string())
@@ -169,11 +169,13 @@ fn plan_pairs(
             .iter()
             .any(|p| p.task == t && c.is_none_or(|c| p.client == c))
         {
-            return Err(format!("--only {o}: no declared task (and client) matches"));
+            return Err(anyhow::anyhow!(
+                "--only {o}: no declared task (and client) matches"
+            ));
         }
     }
     if out.is_empty() {
-        return Err("no pair selected".into());
+        return Err(anyhow::anyhow!("no pair selected"));
     }
     Ok(out)
 }
@@ -187,10 +189,11 @@ fn treatment_config(
     placeholder: &str,
     credential_env: &str,
     planned: &[Planned],
-) -> Result<String, String> {
-    let text = std::fs::read_to_string(base).map_err(|e| format!("{}: {e}", base.display()))?;
+) -> anyhow::Result<String> {
+    let text =
+        std::fs::read_to_string(base).map_err(|e| anyhow::anyhow!("{}: {e}", base.display()))?;
     let mut v: toml::Table =
-        toml::from_str(&text).map_err(|e| format!("{}: {e}", base.display()))?;
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", base.display()))?;
     for k in ["listen", "data", "upstreams", "keys", "client", "admin"] {
         v.remove(k);
     }
@@ -219,7 +222,7 @@ fn treatment_config(
         ups.insert(name.into(), toml::Value::Table(u));
     }
     v.insert("upstreams".into(), toml::Value::Table(ups));
-    let mut out = toml::to_string(&v).map_err(|e| e.to_string())?;
+    let mut out = toml::to_string(&v).map_err(anyhow::Error::from)?;
     for p in planned {
         out.push('\n');
         out.push_str(&p.key_lines);
@@ -396,27 +399,27 @@ fn python(args: &RunArgs) -> PathBuf {
     })
 }
 
-fn scratch_dir() -> Result<PathBuf, String> {
+fn scratch_dir() -> anyhow::Result<PathBuf> {
     let mut seed = [0u8; 6];
     rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut seed);
     let hex: String = seed.iter().map(|b| format!("{b:02x}")).collect();
     let d = std::env::temp_dir().join(format!("tokensaver-economics-{hex}"));
-    std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+    std::fs::create_dir_all(&d).map_err(|e| anyhow::anyhow!("{}: {e}", d.display()))?;
     Ok(d)
 }
 
 /// Record a new evidence file (see the module docs). Prints the file and the statement.
-pub fn run(args: &RunArgs) -> Result<(), String> {
+pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let loaded = super::load(&args.dir);
     let m = loaded.methodology.clone().ok_or_else(|| {
-        format!(
+        anyhow::anyhow!(
             "no methodology in {}: {:?}",
             args.dir.display(),
             loaded.diagnostics
         )
     })?;
     if !loaded.diagnostics.is_empty() {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "{} cannot be read: {}",
             args.dir.display(),
             loaded.diagnostics.join("; ")
@@ -426,15 +429,17 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
         .suites
         .iter()
         .find(|s| s.id == args.suite && s.kind == super::model::SuiteKind::Live)
-        .ok_or_else(|| format!("methodology.json declares no live suite {:?}", args.suite))?;
-    let config = Config::load(&args.config).map_err(|e| e.to_string())?;
+        .ok_or_else(|| {
+            anyhow::anyhow!("methodology.json declares no live suite {:?}", args.suite)
+        })?;
+    let config = Config::load(&args.config).map_err(anyhow::Error::from)?;
     let policy = identity::gate_policy_blake3(&config, &m.treatment_key)?;
     let real = args.upstream.is_some();
     let reps = args.reps.unwrap_or(decl.repetitions).max(1);
     let planned = plan_pairs(args, &m, &loaded.tasks, reps, real)?;
     let root = identity::repo_root(&args.dir).unwrap_or_else(|| PathBuf::from("."));
     let harness_blake3 = identity::harness_blake3(&root)
-        .ok_or_else(|| format!("the harness files are not under {}", root.display()))?;
+        .ok_or_else(|| anyhow::anyhow!("the harness files are not under {}", root.display()))?;
 
     let scratch = scratch_dir()?;
     let result = record(
@@ -482,7 +487,7 @@ fn record(
     scratch: &Path,
     real: bool,
     harness_blake3: &str,
-) -> Result<PathBuf, String> {
+) -> anyhow::Result<PathBuf> {
     // Five distinct ports: the gate's three listeners and the simulated providers' (one per
     // arm, so that the arms share no prompt cache).
     let [proxy, api, admin, mock_port, treatment_mock_port] = crate::demo::free_ports::<5>()?;
@@ -496,16 +501,16 @@ fn record(
         planned,
     )?;
     let gate_config =
-        Config::parse(&gate_toml).map_err(|e| format!("the treatment config: {e}"))?;
+        Config::parse(&gate_toml).map_err(|e| anyhow::anyhow!("the treatment config: {e}"))?;
     let generated = identity::gate_policy_blake3(&gate_config, &m.treatment_key)?;
     if generated != policy {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "the treatment config's policy ({generated}) is not the config's ({policy})"
         ));
     }
     let config_path = scratch.join("gate.toml");
-    std::fs::write(&config_path, gate_toml).map_err(|e| e.to_string())?;
-    let tasks_dir = std::fs::canonicalize(args.dir.join("tasks")).map_err(|e| e.to_string())?;
+    std::fs::write(&config_path, gate_toml).map_err(anyhow::Error::from)?;
+    let tasks_dir = std::fs::canonicalize(args.dir.join("tasks")).map_err(anyhow::Error::from)?;
     let mut credential = [0u8; 16];
     rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut credential);
     let credential: String = credential.iter().map(|b| format!("{b:02x}")).collect();
@@ -537,7 +542,7 @@ fn record(
         })
         .collect();
     let out_path = scratch.join("runs.json");
-    let bin = std::env::current_exe().map_err(|e| e.to_string())?;
+    let bin = std::env::current_exe().map_err(anyhow::Error::from)?;
     let plan = json!({
         "suite": decl.id, "scratch": scratch, "out": out_path, "bin": bin,
         "provider": provider,
@@ -548,25 +553,27 @@ fn record(
     let plan_path = scratch.join("plan.json");
     std::fs::write(
         &plan_path,
-        serde_json::to_vec_pretty(&plan).map_err(|e| e.to_string())?,
+        serde_json::to_vec_pretty(&plan).map_err(anyhow::Error::from)?,
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(anyhow::Error::from)?;
     let recorded_at = crate::now_ms();
     let status = Command::new(python(args))
         .arg(&args.harness)
         .arg(&plan_path)
         .status()
-        .map_err(|e| format!("cannot start the harness ({}): {e}", args.harness.display()))?;
+        .map_err(|e| {
+            anyhow::anyhow!("cannot start the harness ({}): {e}", args.harness.display())
+        })?;
     if !status.success() {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "the harness failed ({status}); its logs are in {}",
             scratch.display()
         ));
     }
     let out: HarnessOut = serde_json::from_slice(
-        &std::fs::read(&out_path).map_err(|e| format!("{}: {e}", out_path.display()))?,
+        &std::fs::read(&out_path).map_err(|e| anyhow::anyhow!("{}: {e}", out_path.display()))?,
     )
-    .map_err(|e| format!("the harness's output: {e}"))?;
+    .map_err(|e| anyhow::anyhow!("the harness's output: {e}"))?;
     let ev = evidence(
         m,
         decl,
@@ -581,7 +588,7 @@ fn record(
     );
     // Signed with the receipt key of the config's data dir, like the gate's receipts.
     let signer = crate::receipt::load_or_create(&config.data_dir)
-        .map_err(|e| format!("the receipt key: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("the receipt key: {e}"))?;
     write_evidence(&args.dir, &ev, &signer)
 }
 
@@ -690,8 +697,8 @@ fn write_evidence(
     dir: &Path,
     ev: &EvidenceFile,
     signer: &crate::receipt::ReceiptSigner,
-) -> Result<PathBuf, String> {
-    let mut text = serde_json::to_string_pretty(ev).map_err(|e| e.to_string())?;
+) -> anyhow::Result<PathBuf> {
+    let mut text = serde_json::to_string_pretty(ev).map_err(anyhow::Error::from)?;
     text.push('\n');
     let stamp: String = super::format_utc(ev.recorded_at_unix_ms)
         .chars()
@@ -699,17 +706,17 @@ fn write_evidence(
         .collect();
     let hash = blake3::hash(text.as_bytes()).to_hex();
     let folder = dir.join("evidence").join(&ev.suite);
-    std::fs::create_dir_all(&folder).map_err(|e| format!("{}: {e}", folder.display()))?;
+    std::fs::create_dir_all(&folder).map_err(|e| anyhow::anyhow!("{}: {e}", folder.display()))?;
     let path = folder.join(format!("{stamp}-{}.json", &hash[..8]));
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(&path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    std::io::Write::write_all(&mut f, text.as_bytes()).map_err(|e| e.to_string())?;
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    std::io::Write::write_all(&mut f, text.as_bytes()).map_err(anyhow::Error::from)?;
     let envelope = signer.sign_as(crate::receipt::DocumentKind::Evidence, text.as_bytes());
     let sig = path.with_extension("json.sig");
-    let signed = serde_json::to_string(&envelope).map_err(|e| e.to_string())? + "\n";
-    std::fs::write(&sig, signed).map_err(|e| format!("{}: {e}", sig.display()))?;
+    let signed = serde_json::to_string(&envelope).map_err(anyhow::Error::from)? + "\n";
+    std::fs::write(&sig, signed).map_err(|e| anyhow::anyhow!("{}: {e}", sig.display()))?;
     Ok(path)
 }

@@ -184,10 +184,10 @@ pub fn render(days: &[LedgerDay], total: &LedgerTotals) -> String {
     out
 }
 
-pub fn print(config: &Config, key: Option<&str>, sessions: bool) -> Result<(), String> {
+pub fn print(config: &Config, key: Option<&str>, sessions: bool) -> anyhow::Result<()> {
     if let Some(k) = key {
         if config.key(k).is_none() {
-            return Err("no key with this id in the config".into());
+            return Err(anyhow::anyhow!("no key with this id in the config"));
         }
     }
     if sessions {
@@ -202,12 +202,12 @@ pub fn print(config: &Config, key: Option<&str>, sessions: bool) -> Result<(), S
             let (runtime, fleet) = connect_fleet(config, fleet)?;
             runtime
                 .block_on(fleet.ledger(key, i64::MIN, i64::MAX))
-                .map_err(|e| e.to_string())?
+                .map_err(anyhow::Error::from)?
         }
         None => {
             let store = SqliteStore::open(&config.data_dir, config.commit_interval_ms)
-                .map_err(|e| e.to_string())?;
-            store.ledger(key, None, None).map_err(|e| e.to_string())?
+                .map_err(anyhow::Error::from)?;
+            store.ledger(key, None, None).map_err(anyhow::Error::from)?
         }
     };
     println!("ledger for {}", key.unwrap_or("the fleet"));
@@ -219,11 +219,11 @@ pub fn print(config: &Config, key: Option<&str>, sessions: bool) -> Result<(), S
 fn connect_fleet(
     config: &Config,
     fleet: &crate::config::FleetConfig,
-) -> Result<(tokio::runtime::Runtime, crate::gatekeeper::fleet::Fleet), String> {
+) -> anyhow::Result<(tokio::runtime::Runtime, crate::gatekeeper::fleet::Fleet)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(anyhow::Error::from)?;
     let fleet = runtime.block_on(crate::gatekeeper::fleet::Fleet::connect(
         fleet,
         crate::gatekeeper::fleet::FleetLimits::from_config(config),
@@ -236,7 +236,7 @@ fn connect_fleet(
 fn all_decisions(
     config: &Config,
     key: Option<&str>,
-) -> Result<Vec<crate::store::DecisionLine>, String> {
+) -> anyhow::Result<Vec<crate::store::DecisionLine>> {
     let query = crate::store::DecisionQuery {
         key_id: key.map(str::to_string),
         limit: crate::store::sqlite::MAX_DECISIONS_PAGE,
@@ -249,11 +249,11 @@ fn all_decisions(
         }
         None => {
             let store = SqliteStore::open(&config.data_dir, config.commit_interval_ms)
-                .map_err(|e| e.to_string())?;
+                .map_err(anyhow::Error::from)?;
             crate::store::read_pages(query, usize::MAX, |q| store.decisions(q))
         }
     }
-    .map_err(|e| e.to_string())?;
+    .map_err(anyhow::Error::from)?;
     Ok(lines)
 }
 

@@ -106,13 +106,13 @@ impl Attempt {
 
 impl RemoteGate {
     /// The gate's address is resolved here, once, like the providers' (`ProviderPeer`).
-    pub fn new(gate_url: &str, key: String) -> Result<Self, String> {
-        let origin = parse_origin(gate_url).map_err(|why| format!("the gate URL {why}"))?;
+    pub fn new(gate_url: &str, key: String) -> anyhow::Result<Self> {
+        let origin = parse_origin(gate_url).map_err(|why| anyhow::anyhow!("the gate URL {why}"))?;
         let addr = (origin.host.as_str(), origin.port)
             .to_socket_addrs()
             .ok()
             .and_then(|mut addrs| addrs.next())
-            .ok_or("the gate URL's host has no address")?;
+            .ok_or_else(|| anyhow::anyhow!("the gate URL's host has no address"))?;
         let mut peer = HttpPeer::new(addr, origin.tls, origin.host.clone());
         peer.options.connection_timeout = Some(Duration::from_secs(10));
         peer.options.read_timeout = Some(TIMEOUT);

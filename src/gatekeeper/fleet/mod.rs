@@ -296,11 +296,11 @@ fn un(n: i64) -> u64 {
 impl Fleet {
     /// Apply the migrations (one connection, under an advisory lock) and build the pool. The
     /// pool connects lazily, on the runtime of whichever task asks first.
-    pub async fn connect(config: &FleetConfig, limits: FleetLimits) -> Result<Fleet, String> {
+    pub async fn connect(config: &FleetConfig, limits: FleetLimits) -> anyhow::Result<Fleet> {
         let mut pg: tokio_postgres::Config = config
             .url
             .parse()
-            .map_err(|_| "store.url: not a PostgreSQL connection URL".to_string())?;
+            .map_err(|_| anyhow::anyhow!("store.url: not a PostgreSQL connection URL"))?;
         pg.connect_timeout(CONNECT_TIMEOUT);
         pg.application_name("tokensaver");
         migrate(&pg).await?;
@@ -319,7 +319,7 @@ impl Fleet {
             .recycle_timeout(Some(CONNECT_TIMEOUT))
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
-            .map_err(|_| "fleet database: cannot build the connection pool".to_string())?;
+            .map_err(|_| anyhow::anyhow!("fleet database: cannot build the connection pool"))?;
         Ok(Fleet {
             pool,
             statements: WindowStatements::new(&limits.windows),
@@ -1533,12 +1533,12 @@ fn counts_from(row: &tokio_postgres::Row) -> WindowCounts {
 
 /// Apply the migrations not yet recorded, in order, each in its own transaction, under a
 /// session advisory lock (instances starting together wait for the first).
-async fn migrate(pg: &tokio_postgres::Config) -> Result<(), String> {
-    let unreachable = |_| "fleet database: cannot connect".to_string();
+async fn migrate(pg: &tokio_postgres::Config) -> anyhow::Result<()> {
+    let unreachable = |_| anyhow::anyhow!("fleet database: cannot connect");
     let (mut client, connection) = pg.connect(NoTls).await.map_err(unreachable)?;
     let driver = tokio::spawn(connection);
     let result = async {
-        let failed = |_| "fleet database: migration failed".to_string();
+        let failed = |_| anyhow::anyhow!("fleet database: migration failed");
         client
             .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
             .await
