@@ -925,7 +925,13 @@ impl Gatekeeper {
         now_ms: u64,
         source: RecordSource,
     ) -> Result<UsageRow, RecordError> {
-        let (row, commit) = self.settle_usage(report, now_ms, source)?;
+        let (row, commit) = match self.settle_usage(report, now_ms, source) {
+            Ok(settled) => settled,
+            Err(Unsettled::Refused(e)) => return Err(e),
+            Err(Unsettled::NotReserved) => {
+                return Err(not_reserved(self.store.usage_recorded(&report.decision_id)))
+            }
+        };
         if let Some(event) = commit {
             self.store
                 .submit_and_wait(event)
@@ -942,7 +948,19 @@ impl Gatekeeper {
         now_ms: u64,
         source: RecordSource,
     ) -> Result<UsageRow, RecordError> {
-        let (row, commit) = self.settle_usage(report, now_ms, source)?;
+        let (row, commit) = match self.settle_usage(report, now_ms, source) {
+            Ok(settled) => settled,
+            Err(Unsettled::Refused(e)) => return Err(e),
+            // A caller's id that names no open reservation is read from SQLite on the
+            // blocking pool: a key sending unknown ids never holds a worker on the disk.
+            Err(Unsettled::NotReserved) => {
+                let (store, id) = (Arc::clone(&self.store), report.decision_id);
+                let recorded = tokio::task::spawn_blocking(move || store.usage_recorded(&id))
+                    .await
+                    .unwrap_or(Err(StoreError::Unavailable));
+                return Err(not_reserved(recorded));
+            }
+        };
         if let Some(event) = commit {
             self.store
                 .submit_acked(event)
@@ -960,7 +978,7 @@ impl Gatekeeper {
         report: &UsageReport,
         now_ms: u64,
         source: RecordSource,
-    ) -> Result<(UsageRow, Option<Event>), RecordError> {
+    ) -> Result<(UsageRow, Option<Event>), Unsettled> {
         let (key_id, decision_id, served_model) = (
             report.key_id.as_str(),
             &report.decision_id,
@@ -976,23 +994,19 @@ impl Gatekeeper {
                 if source == RecordSource::Digest
                     && !RecordBound::of(r.input_tokens, r.output_ceiling).admits_report(report)
                 {
-                    return Err(RecordError::ExceedsDecision);
+                    return Err(Unsettled::Refused(RecordError::ExceedsDecision));
                 }
                 st.reservations.remove(decision_id)
             }
             _ => None,
         };
         let Some(reservation) = reservation else {
-            drop(st);
-            return Err(match self.store.usage_recorded(decision_id) {
-                Ok(true) => RecordError::AlreadyRecorded,
-                _ => RecordError::UnknownDecision,
-            });
+            return Err(Unsettled::NotReserved);
         };
         if reservation.served_model != served_model {
             // A record must name the model the gate sent the call to; put the reservation back.
             st.reservations.insert(*decision_id, reservation);
-            return Err(RecordError::ModelMismatch);
+            return Err(Unsettled::Refused(RecordError::ModelMismatch));
         }
         let mut row = report.usage_row(
             now_ms,
@@ -1390,6 +1404,22 @@ impl Gatekeeper {
     pub fn tick(&self, now_ms: u64) {
         let mut st = lock(&self.state);
         self.expire(&mut st, now_ms);
+    }
+}
+
+/// Why a record settled nothing.
+enum Unsettled {
+    Refused(RecordError),
+    /// No open reservation of this key, wire form and reporter has the id: the store says
+    /// whether its usage was already recorded ([`not_reserved`]).
+    NotReserved,
+}
+
+/// A record whose decision holds no open reservation: already recorded, or unknown.
+fn not_reserved(recorded: Result<bool, StoreError>) -> RecordError {
+    match recorded {
+        Ok(true) => RecordError::AlreadyRecorded,
+        _ => RecordError::UnknownDecision,
     }
 }
 
