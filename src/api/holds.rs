@@ -38,13 +38,6 @@ impl<'a> HoldRoute<'a> {
             _ => None,
         }
     }
-
-    pub fn method(&self) -> http::Method {
-        match self {
-            HoldRoute::List => http::Method::GET,
-            HoldRoute::Approve(_) | HoldRoute::Deny(_) => http::Method::POST,
-        }
-    }
 }
 
 /// `GET /holds`: pending and approved-unused holds (no content: ids, reason, times, worst

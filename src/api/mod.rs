@@ -41,6 +41,7 @@ pub mod holds_client;
 pub use crate::api_http as http;
 pub mod ops;
 pub mod page;
+mod router;
 mod routes;
 pub mod server;
 

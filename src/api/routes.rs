@@ -7,12 +7,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use http::Method;
 use serde::Deserialize;
 use serde_json::json;
 
 use super::holds::{self, HoldRoute};
 use super::http::{ApiRequest, ApiResponse};
+use super::router::{Endpoint, Table};
 use crate::auth;
 use crate::config::{BudgetPeriod, KeyConfig, Prices};
 use crate::error::GateError;
@@ -32,8 +32,15 @@ pub enum Listener {
 
 pub struct Api {
     pub gatekeeper: Arc<Gatekeeper>,
+    routes: Routes,
     pub split_profile: crate::split_profile::SplitProfileService,
     pub page: Arc<super::page::Page>,
+}
+
+/// Each listener's route table.
+struct Routes {
+    api: Table,
+    admin: Table,
 }
 
 /// The most decisions `GET /ledger/sessions` groups in one answer.
@@ -106,6 +113,10 @@ impl Api {
     pub fn new(gatekeeper: Arc<Gatekeeper>) -> Self {
         Self {
             gatekeeper,
+            routes: Routes {
+                api: Table::api(),
+                admin: Table::admin(),
+            },
             split_profile: crate::split_profile::SplitProfileService::new(),
             page: Arc::new(super::page::Page::new()),
         }
@@ -149,133 +160,111 @@ impl Api {
     }
 
     async fn api(&self, req: &ApiRequest) -> ApiResponse {
-        let path = req.path.as_str();
-        let m = &req.method;
-        match path {
-            p if super::page::owns(p) => self.page(Listener::Api, req).await,
-            "/" => only(m, Method::GET, home),
-            "/spec" => only(m, Method::GET, || self.spec()),
-            "/stats" => only_async(m, Method::GET, self.stats()).await,
-            "/verify" => only(m, Method::POST, || self.verify(req)),
-            "/estimate" => only_async(m, Method::POST, self.estimate_route(req)).await,
-            "/gate" => {
-                only_async(
-                    m,
-                    Method::POST,
-                    self.keyed_async(req, |k| self.gate(req, k)),
-                )
-                .await
+        let Some(found) = self.routes.api.find(&req.path) else {
+            return not_found();
+        };
+        if !found.route.allows(&req.method) {
+            return method_not_allowed();
+        }
+        let id = found.params.get("id").unwrap_or_default();
+        match found.route.endpoint {
+            Endpoint::Page => self.page(Listener::Api, req).await,
+            Endpoint::Home => home(),
+            Endpoint::Spec => self.spec(),
+            Endpoint::Stats => self.stats().await,
+            Endpoint::Verify => self.verify(req),
+            Endpoint::Estimate => self.estimate_route(req).await,
+            Endpoint::Gate => self.keyed_async(req, |k| self.gate(req, k)).await,
+            Endpoint::Record => self.keyed_async(req, |k| self.record(req, k)).await,
+            Endpoint::Ledger => self.keyed_async(req, |k| self.ledger(req, k)).await,
+            Endpoint::Decisions => {
+                self.keyed_async(req, |k| self.decisions(req, Some(&k.id)))
+                    .await
             }
-            "/record" => {
-                only_async(
-                    m,
-                    Method::POST,
-                    self.keyed_async(req, |k| self.record(req, k)),
-                )
-                .await
+            Endpoint::Sessions => {
+                self.keyed_async(req, |k| self.sessions(req, Some(&k.id)))
+                    .await
             }
-            "/ledger" => {
-                only_async(
-                    m,
-                    Method::GET,
-                    self.keyed_async(req, |k| self.ledger(req, k)),
-                )
-                .await
-            }
-            "/ledger/decisions" => {
-                only_async(
-                    m,
-                    Method::GET,
-                    self.keyed_async(req, |k| self.decisions(req, Some(&k.id))),
-                )
-                .await
-            }
-            "/ledger/sessions" => {
-                only_async(
-                    m,
-                    Method::GET,
-                    self.keyed_async(req, |k| self.sessions(req, Some(&k.id))),
-                )
-                .await
-            }
-            "/budget" => {
-                only_async(m, Method::GET, self.keyed_async(req, |k| self.budget(k))).await
-            }
-            "/prices" => only(m, Method::GET, || {
-                self.keyed(req, |_, _| {
-                    ApiResponse::json(200, &self.gatekeeper.policy().prices)
-                })
+            Endpoint::Budget => self.keyed_async(req, |k| self.budget(k)).await,
+            Endpoint::Prices => self.keyed(req, |_, _| {
+                ApiResponse::json(200, &self.gatekeeper.policy().prices)
             }),
-            "/forget" => {
-                only_async(m, Method::POST, self.keyed_async(req, |k| self.forget(k))).await
-            }
-            _ => match HoldRoute::parse(path) {
-                Some(route) => only_async(m, route.method(), self.owner_holds(req, route)).await,
-                None => not_found(),
-            },
+            Endpoint::Forget => self.keyed_async(req, |k| self.forget(k)).await,
+            Endpoint::Holds => self.owner_holds(req, HoldRoute::List).await,
+            Endpoint::HoldApprove => self.owner_holds(req, HoldRoute::Approve(id)).await,
+            Endpoint::HoldDeny => self.owner_holds(req, HoldRoute::Deny(id)).await,
+            // The admin listener's own: not in the API listener's table.
+            Endpoint::Metrics
+            | Endpoint::SplitProfile
+            | Endpoint::PutPrices
+            | Endpoint::PutBudget
+            | Endpoint::Economics => not_found(),
         }
     }
 
+    /// The admin listener: the page, `/`, `/metrics` and split-profile (which checks the key
+    /// itself) are open; every other route, known or not, needs the admin key first.
     async fn admin(&self, req: &ApiRequest) -> ApiResponse {
-        let path = req.path.as_str();
-        if super::page::owns(path) {
-            return self.page(Listener::Admin, req).await;
-        }
-        if path == "/" {
-            return only(&req.method, Method::GET, home);
-        }
-        if path == "/metrics" {
-            return only(&req.method, Method::GET, || {
-                ApiResponse::text(
-                    200,
-                    "text/plain; version=0.0.4",
-                    self.gatekeeper.metrics.render(),
-                )
-            });
-        }
+        let found = self.routes.admin.find(&req.path);
         let admin = auth::is_admin(&self.gatekeeper.config, auth::presented_key(&req.headers));
-        if path.starts_with("/split-profile/") {
-            let signer = &self.gatekeeper.signer;
-            return self
-                .split_profile
-                .handle(req, admin, signer, now_ms())
-                .unwrap_or_else(not_found);
-        }
-        if !admin {
+        let open = found.as_ref().is_some_and(|f| {
+            matches!(
+                f.route.endpoint,
+                Endpoint::Page | Endpoint::Home | Endpoint::Metrics | Endpoint::SplitProfile
+            )
+        });
+        if !open && !admin {
             return ApiResponse::error(401, "admin_key_required", "this route needs the admin key");
         }
-        if path == "/prices" {
-            return only_async(&req.method, Method::PUT, self.put_prices(req)).await;
+        let Some(found) = found else {
+            return not_found();
+        };
+        if !found.route.allows(&req.method) {
+            return method_not_allowed();
         }
-        if let Some(key_id) = path.strip_prefix("/budget/") {
-            return only_async(&req.method, Method::PUT, self.put_budget(req, key_id)).await;
+        let param = |name| found.params.get(name).unwrap_or_default();
+        // The admin sees every key's, or one key's with `?key=ID`.
+        let key = || req.query_param("key").filter(|k| !k.is_empty());
+        match found.route.endpoint {
+            Endpoint::Page => self.page(Listener::Admin, req).await,
+            Endpoint::Home => home(),
+            Endpoint::Metrics => ApiResponse::text(
+                200,
+                "text/plain; version=0.0.4",
+                self.gatekeeper.metrics.render(),
+            ),
+            Endpoint::SplitProfile => self
+                .split_profile
+                .handle(req, admin, &self.gatekeeper.signer, now_ms())
+                .unwrap_or_else(not_found),
+            Endpoint::PutPrices => self.put_prices(req).await,
+            Endpoint::PutBudget => self.put_budget(req, param("key_id")).await,
+            Endpoint::Holds => {
+                holds::decide(&self.gatekeeper, req, HoldRoute::List, key(), now_ms()).await
+            }
+            Endpoint::HoldApprove => {
+                let route = HoldRoute::Approve(param("id"));
+                holds::decide(&self.gatekeeper, req, route, None, now_ms()).await
+            }
+            Endpoint::HoldDeny => {
+                let route = HoldRoute::Deny(param("id"));
+                holds::decide(&self.gatekeeper, req, route, None, now_ms()).await
+            }
+            Endpoint::Economics => self.economics(req).await,
+            Endpoint::Decisions => self.decisions(req, key()).await,
+            Endpoint::Sessions => self.sessions(req, key()).await,
+            // The API listener's own: not in the admin listener's table.
+            Endpoint::Spec
+            | Endpoint::Stats
+            | Endpoint::Verify
+            | Endpoint::Estimate
+            | Endpoint::Gate
+            | Endpoint::Record
+            | Endpoint::Ledger
+            | Endpoint::Budget
+            | Endpoint::Prices
+            | Endpoint::Forget => not_found(),
         }
-        if let Some(route) = HoldRoute::parse(path) {
-            // The admin sees every key's holds, or one key's with `?key=ID`.
-            let key = match route {
-                HoldRoute::List => req.query_param("key").filter(|k| !k.is_empty()),
-                _ => None,
-            };
-            return only_async(
-                &req.method,
-                route.method(),
-                holds::decide(&self.gatekeeper, req, route, key, now_ms()),
-            )
-            .await;
-        }
-        if path == "/economics" {
-            return only_async(&req.method, Method::GET, self.economics(req)).await;
-        }
-        if path == "/ledger/decisions" {
-            // Every key's decisions, or one key's with `?key=ID`.
-            let key_id = req.query_param("key").filter(|k| !k.is_empty());
-            return only_async(&req.method, Method::GET, self.decisions(req, key_id)).await;
-        }
-        if path == "/ledger/sessions" {
-            let key_id = req.query_param("key").filter(|k| !k.is_empty());
-            return only_async(&req.method, Method::GET, self.sessions(req, key_id)).await;
-        }
-        not_found()
     }
 
     fn keyed(
@@ -725,27 +714,6 @@ pub fn gate_answer(outcome: &GateOutcome) -> serde_json::Value {
         "decision": outcome.decision,
         "receipt": outcome.envelope,
     })
-}
-
-fn only(method: &Method, allowed: Method, f: impl FnOnce() -> ApiResponse) -> ApiResponse {
-    if *method == allowed {
-        f()
-    } else {
-        method_not_allowed()
-    }
-}
-
-/// [`only`] for a handler that awaits: the future is polled only when the method is allowed.
-async fn only_async(
-    method: &Method,
-    allowed: Method,
-    f: impl std::future::Future<Output = ApiResponse>,
-) -> ApiResponse {
-    if *method == allowed {
-        f.await
-    } else {
-        method_not_allowed()
-    }
 }
 
 fn valid_day(d: &str) -> bool {
