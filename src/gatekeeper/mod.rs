@@ -68,6 +68,15 @@ pub struct GateRequest<'a> {
 }
 
 impl<'a> GateRequest<'a> {
+    /// The request's prompt prefixes where the gate may place cache breakpoints: all of them
+    /// when the key's policy is `cache = "auto"`, none otherwise (SPEC §2.11b).
+    fn placeable_cache_points(&self) -> &'a [CachePoint] {
+        match self.key.cache {
+            CachePolicy::Auto => &self.shape.cache_points,
+            CachePolicy::Off => &[],
+        }
+    }
+
     /// The pure gate's input for this request (one place for the single node and the fleet).
     fn input(&self, held_usage: Option<Usage>) -> GateInput<'a> {
         GateInput {
@@ -347,10 +356,10 @@ impl State {
     }
 
     /// What this key's memory holds of the request's prompt prefixes.
-    fn cache_recall(&self, req: &GateRequest) -> Vec<PointMemory> {
+    fn cache_recall(&self, key: &KeyConfig, points: &[CachePoint]) -> Vec<PointMemory> {
         self.cache_memory
-            .get(req.key.id.as_str())
-            .map(|m| m.recall(&req.shape.cache_points))
+            .get(key.id.as_str())
+            .map(|m| m.recall(points))
             .unwrap_or_default()
     }
 
@@ -694,8 +703,8 @@ impl Gatekeeper {
         };
         let approval = st.approval_for(req.hold_id, &req.key.id, &req.shape.fingerprint, now_ms);
         let lease = st.lease_for(&req.key.id, now_ms).map(|l| l.hold_id.clone());
-        let caching = req.key.cache == CachePolicy::Auto && !req.shape.cache_points.is_empty();
-        let cache_memory = caching.then(|| st.cache_recall(req));
+        let placeable = req.placeable_cache_points();
+        let cache_memory = (!placeable.is_empty()).then(|| st.cache_recall(req.key, placeable));
         let seen = StateSeen {
             counts: st.windows.observe_step(
                 &req.key.id,
@@ -754,11 +763,12 @@ impl Gatekeeper {
         let shape = req.shape;
         let key_id = req.key.id.as_str();
         let booking = Booking::of(decision, body, decision_id, req);
-        if req.key.cache == CachePolicy::Auto && !shape.cache_points.is_empty() {
+        let placeable = req.placeable_cache_points();
+        if !placeable.is_empty() {
             st.cache_memory
                 .entry(key_id.to_string())
                 .or_default()
-                .remember(&shape.cache_points, &booking.cache_breakpoints, now_ms);
+                .remember(placeable, &booking.cache_breakpoints, now_ms);
         }
         // A SERVE buys nothing: it counts by its fingerprint, not as a repeated step
         // (`Windows::record_serve`), so a rerun of a session is no loop.

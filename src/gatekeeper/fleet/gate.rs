@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::spool::{Replayed, Spool};
 use super::{AdmitScope, Booking, Fleet, FleetError, HoldRefusal, KeyLimit, Observed, SettleError};
-use crate::config::{BudgetPeriod, CachePolicy};
+use crate::config::BudgetPeriod;
 use crate::gatekeeper::backing::{Backing, HoldList, SetBudgetError, Unavailable};
 use crate::gatekeeper::{
     decide_seen, lock, reopen, BudgetView, GateOutcome, GateRequest, Gatekeeper, HoldAction,
@@ -495,11 +495,7 @@ impl Gatekeeper {
             limit,
             wire: shape.wire_form(),
             named_hold: req.hold_id,
-            cache_points: if req.key.cache == CachePolicy::Auto {
-                &shape.cache_points
-            } else {
-                &[]
-            },
+            cache_points: req.placeable_cache_points(),
         }
     }
 
