@@ -1,12 +1,12 @@
 //! The route tables of the API and admin listeners: every path each serves, the method it
-//! takes, and what it names ([`Endpoint`]), found by `matchit` (axum's router). Built once; a
+//! takes, and what it names ([`ApiEndpoint`], [`AdminEndpoint`]), found by `matchit` (axum's router). Built once; a
 //! handler is then one exhaustive match on the endpoint (`routes.rs`).
 
 use http::Method;
 
-/// What a path of the API or admin listener names.
+/// What a path of the API listener names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
+pub enum ApiEndpoint {
     /// `GET /`: 303 to the ledger page.
     Home,
     /// `/page`, `/page/...`: the ledger page, which answers its own methods.
@@ -29,38 +29,69 @@ pub enum Endpoint {
     HoldApprove,
     /// `POST /holds/{id}/deny`
     HoldDeny,
+}
+
+/// What a path of the admin listener names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminEndpoint {
+    Home,
+    Page,
     Metrics,
     /// `/split-profile/...`: the split-profile service, which answers its own methods.
     SplitProfile,
-    /// `PUT /prices` (admin)
+    /// `PUT /prices`
     PutPrices,
-    /// `PUT /budget/{key_id}` (admin)
+    /// `PUT /budget/{key_id}`
     PutBudget,
+    Holds,
+    HoldApprove,
+    HoldDeny,
     Economics,
+    Decisions,
+    Sessions,
+}
+
+impl AdminEndpoint {
+    /// Open without the admin key: the page (it signs in itself), `/`, `/metrics`, and
+    /// split-profile (which checks the key itself).
+    pub fn is_open(self) -> bool {
+        matches!(
+            self,
+            AdminEndpoint::Page
+                | AdminEndpoint::Home
+                | AdminEndpoint::Metrics
+                | AdminEndpoint::SplitProfile
+        )
+    }
 }
 
 /// A route: the method it takes (`None`: its handler answers every method) and its endpoint.
 #[derive(Debug, Clone)]
-pub struct Route {
+pub struct Route<E> {
     pub method: Option<Method>,
-    pub endpoint: Endpoint,
+    pub endpoint: E,
 }
 
 /// A path the table knows: its route and the path's parameters (`id`, `key_id`).
-pub struct Found<'p> {
-    pub route: &'p Route,
+pub struct Found<'p, E> {
+    pub route: &'p Route<E>,
     pub params: matchit::Params<'p, 'p>,
 }
 
-pub struct Table {
-    router: matchit::Router<Route>,
+pub struct Table<E> {
+    router: matchit::Router<Route<E>>,
     /// Routes the router refused as conflicting: none (the unit test holds the tables to it).
     #[cfg_attr(not(test), allow(dead_code))]
     conflicts: usize,
 }
 
-impl Table {
-    fn of(routes: &[(&str, Option<Method>, Endpoint)]) -> Table {
+const ANY: Option<Method> = None;
+const GET: Option<Method> = Some(Method::GET);
+const POST: Option<Method> = Some(Method::POST);
+const PUT: Option<Method> = Some(Method::PUT);
+
+impl<E: Copy> Table<E> {
+    fn of(routes: &[(&str, Option<Method>, E)]) -> Table<E> {
         let mut router = matchit::Router::new();
         let mut conflicts = 0;
         for (path, method, endpoint) in routes {
@@ -76,60 +107,7 @@ impl Table {
         Table { router, conflicts }
     }
 
-    /// The API listener's routes (SPEC §3).
-    pub fn api() -> Table {
-        use Endpoint::*;
-        let (get, post) = (Some(Method::GET), Some(Method::POST));
-        Table::of(&[
-            ("/", get.clone(), Home),
-            ("/page", None, Page),
-            ("/page/", None, Page),
-            ("/page/{*rest}", None, Page),
-            ("/spec", get.clone(), Spec),
-            ("/stats", get.clone(), Stats),
-            ("/verify", post.clone(), Verify),
-            ("/estimate", post.clone(), Estimate),
-            ("/gate", post.clone(), Gate),
-            ("/record", post.clone(), Record),
-            ("/ledger", get.clone(), Ledger),
-            ("/ledger/decisions", get.clone(), Decisions),
-            ("/ledger/sessions", get.clone(), Sessions),
-            ("/budget", get.clone(), Budget),
-            ("/prices", get.clone(), Prices),
-            ("/forget", post.clone(), Forget),
-            ("/holds", get.clone(), Holds),
-            ("/holds/", get, Holds),
-            ("/holds/{id}/approve", post.clone(), HoldApprove),
-            ("/holds/{id}/deny", post, HoldDeny),
-        ])
-    }
-
-    /// The admin listener's routes (`/healthz` and `/readyz` are answered before these, by
-    /// the listener's shell).
-    pub fn admin() -> Table {
-        use Endpoint::*;
-        let (get, post, put) = (Some(Method::GET), Some(Method::POST), Some(Method::PUT));
-        Table::of(&[
-            ("/", get.clone(), Home),
-            ("/page", None, Page),
-            ("/page/", None, Page),
-            ("/page/{*rest}", None, Page),
-            ("/metrics", get.clone(), Metrics),
-            ("/split-profile/", None, SplitProfile),
-            ("/split-profile/{*rest}", None, SplitProfile),
-            ("/prices", put.clone(), PutPrices),
-            ("/budget/{key_id}", put, PutBudget),
-            ("/holds", get.clone(), Holds),
-            ("/holds/", get.clone(), Holds),
-            ("/holds/{id}/approve", post.clone(), HoldApprove),
-            ("/holds/{id}/deny", post, HoldDeny),
-            ("/economics", get.clone(), Economics),
-            ("/ledger/decisions", get.clone(), Decisions),
-            ("/ledger/sessions", get, Sessions),
-        ])
-    }
-
-    pub fn find<'p>(&'p self, path: &'p str) -> Option<Found<'p>> {
+    pub fn find<'p>(&'p self, path: &'p str) -> Option<Found<'p, E>> {
         let matched = self.router.at(path).ok()?;
         Some(Found {
             route: matched.value,
@@ -138,7 +116,62 @@ impl Table {
     }
 }
 
-impl Route {
+impl Table<ApiEndpoint> {
+    /// The API listener's routes (SPEC §3).
+    pub fn api() -> Self {
+        use ApiEndpoint::*;
+        Table::of(&[
+            ("/", GET, Home),
+            ("/page", ANY, Page),
+            ("/page/", ANY, Page),
+            ("/page/{*rest}", ANY, Page),
+            ("/spec", GET, Spec),
+            ("/stats", GET, Stats),
+            ("/verify", POST, Verify),
+            ("/estimate", POST, Estimate),
+            ("/gate", POST, Gate),
+            ("/record", POST, Record),
+            ("/ledger", GET, Ledger),
+            ("/ledger/decisions", GET, Decisions),
+            ("/ledger/sessions", GET, Sessions),
+            ("/budget", GET, Budget),
+            ("/prices", GET, Prices),
+            ("/forget", POST, Forget),
+            ("/holds", GET, Holds),
+            ("/holds/", GET, Holds),
+            ("/holds/{id}/approve", POST, HoldApprove),
+            ("/holds/{id}/deny", POST, HoldDeny),
+        ])
+    }
+}
+
+impl Table<AdminEndpoint> {
+    /// The admin listener's routes (`/healthz` and `/readyz` are answered before these, by
+    /// the listener's shell).
+    pub fn admin() -> Self {
+        use AdminEndpoint::*;
+        Table::of(&[
+            ("/", GET, Home),
+            ("/page", ANY, Page),
+            ("/page/", ANY, Page),
+            ("/page/{*rest}", ANY, Page),
+            ("/metrics", GET, Metrics),
+            ("/split-profile/", ANY, SplitProfile),
+            ("/split-profile/{*rest}", ANY, SplitProfile),
+            ("/prices", PUT, PutPrices),
+            ("/budget/{key_id}", PUT, PutBudget),
+            ("/holds", GET, Holds),
+            ("/holds/", GET, Holds),
+            ("/holds/{id}/approve", POST, HoldApprove),
+            ("/holds/{id}/deny", POST, HoldDeny),
+            ("/economics", GET, Economics),
+            ("/ledger/decisions", GET, Decisions),
+            ("/ledger/sessions", GET, Sessions),
+        ])
+    }
+}
+
+impl<E> Route<E> {
     /// Whether `method` may call it.
     pub fn allows(&self, method: &Method) -> bool {
         self.method.as_ref().is_none_or(|m| m == method)
@@ -153,27 +186,28 @@ mod tests {
     fn every_path_finds_its_endpoint_and_nothing_else_matches() {
         let (api, admin) = (Table::api(), Table::admin());
         assert_eq!((api.conflicts, admin.conflicts), (0, 0));
-        let at = |t: &Table, p: &str| t.find(p).map(|f| f.route.endpoint);
-        assert_eq!(at(&api, "/record"), Some(Endpoint::Record));
-        assert_eq!(at(&api, "/page/receipt"), Some(Endpoint::Page));
-        assert_eq!(at(&api, "/page"), Some(Endpoint::Page));
-        assert_eq!(at(&admin, "/page/"), Some(Endpoint::Page));
+        let at = |p: &str| api.find(p).map(|f| f.route.endpoint);
+        let at_admin = |p: &str| admin.find(p).map(|f| f.route.endpoint);
+        assert_eq!(at("/record"), Some(ApiEndpoint::Record));
+        assert_eq!(at("/page/receipt"), Some(ApiEndpoint::Page));
+        assert_eq!(at("/page"), Some(ApiEndpoint::Page));
+        assert_eq!(at_admin("/page/"), Some(AdminEndpoint::Page));
         let found = api.find("/holds/hold_ab12/approve").unwrap();
-        assert_eq!(found.route.endpoint, Endpoint::HoldApprove);
+        assert_eq!(found.route.endpoint, ApiEndpoint::HoldApprove);
         assert_eq!(found.params.get("id"), Some("hold_ab12"));
-        assert_eq!(at(&api, "/holds/x/y/approve"), None);
-        assert_eq!(at(&api, "/record/"), None);
+        assert_eq!(at("/holds/x/y/approve"), None);
+        assert_eq!(at("/record/"), None);
         assert_eq!(
-            at(&api, "/metrics"),
+            at("/metrics"),
             None,
             "an admin route is not on the API listener"
         );
-        assert_eq!(at(&admin, "/budget/k1"), Some(Endpoint::PutBudget));
+        assert_eq!(at_admin("/budget/k1"), Some(AdminEndpoint::PutBudget));
         assert_eq!(
-            at(&admin, "/split-profile/check"),
-            Some(Endpoint::SplitProfile)
+            at_admin("/split-profile/check"),
+            Some(AdminEndpoint::SplitProfile)
         );
-        assert_eq!(at(&admin, "/forget"), None);
+        assert_eq!(at_admin("/forget"), None);
         assert!(!api.find("/gate").unwrap().route.allows(&Method::GET));
         assert!(api.find("/page/x").unwrap().route.allows(&Method::POST));
     }

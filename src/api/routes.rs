@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::holds::{self, HoldRoute};
 use super::http::{ApiRequest, ApiResponse};
-use super::router::{Endpoint, Table};
+use super::router::{AdminEndpoint, ApiEndpoint, Table};
 use crate::auth;
 use crate::config::{BudgetPeriod, KeyConfig, Prices};
 use crate::error::GateError;
@@ -39,8 +39,8 @@ pub struct Api {
 
 /// Each listener's route table.
 struct Routes {
-    api: Table,
-    admin: Table,
+    api: Table<ApiEndpoint>,
+    admin: Table<AdminEndpoint>,
 }
 
 /// The most decisions `GET /ledger/sessions` groups in one answer.
@@ -168,37 +168,31 @@ impl Api {
         }
         let id = found.params.get("id").unwrap_or_default();
         match found.route.endpoint {
-            Endpoint::Page => self.page(Listener::Api, req).await,
-            Endpoint::Home => home(),
-            Endpoint::Spec => self.spec(),
-            Endpoint::Stats => self.stats().await,
-            Endpoint::Verify => self.verify(req),
-            Endpoint::Estimate => self.estimate_route(req).await,
-            Endpoint::Gate => self.keyed_async(req, |k| self.gate(req, k)).await,
-            Endpoint::Record => self.keyed_async(req, |k| self.record(req, k)).await,
-            Endpoint::Ledger => self.keyed_async(req, |k| self.ledger(req, k)).await,
-            Endpoint::Decisions => {
+            ApiEndpoint::Page => self.page(Listener::Api, req).await,
+            ApiEndpoint::Home => home(),
+            ApiEndpoint::Spec => self.spec(),
+            ApiEndpoint::Stats => self.stats().await,
+            ApiEndpoint::Verify => self.verify(req),
+            ApiEndpoint::Estimate => self.estimate_route(req).await,
+            ApiEndpoint::Gate => self.keyed_async(req, |k| self.gate(req, k)).await,
+            ApiEndpoint::Record => self.keyed_async(req, |k| self.record(req, k)).await,
+            ApiEndpoint::Ledger => self.keyed_async(req, |k| self.ledger(req, k)).await,
+            ApiEndpoint::Decisions => {
                 self.keyed_async(req, |k| self.decisions(req, Some(&k.id)))
                     .await
             }
-            Endpoint::Sessions => {
+            ApiEndpoint::Sessions => {
                 self.keyed_async(req, |k| self.sessions(req, Some(&k.id)))
                     .await
             }
-            Endpoint::Budget => self.keyed_async(req, |k| self.budget(k)).await,
-            Endpoint::Prices => self.keyed(req, |_, _| {
+            ApiEndpoint::Budget => self.keyed_async(req, |k| self.budget(k)).await,
+            ApiEndpoint::Prices => self.keyed(req, |_, _| {
                 ApiResponse::json(200, &self.gatekeeper.policy().prices)
             }),
-            Endpoint::Forget => self.keyed_async(req, |k| self.forget(k)).await,
-            Endpoint::Holds => self.owner_holds(req, HoldRoute::List).await,
-            Endpoint::HoldApprove => self.owner_holds(req, HoldRoute::Approve(id)).await,
-            Endpoint::HoldDeny => self.owner_holds(req, HoldRoute::Deny(id)).await,
-            // The admin listener's own: not in the API listener's table.
-            Endpoint::Metrics
-            | Endpoint::SplitProfile
-            | Endpoint::PutPrices
-            | Endpoint::PutBudget
-            | Endpoint::Economics => not_found(),
+            ApiEndpoint::Forget => self.keyed_async(req, |k| self.forget(k)).await,
+            ApiEndpoint::Holds => self.owner_holds(req, HoldRoute::List).await,
+            ApiEndpoint::HoldApprove => self.owner_holds(req, HoldRoute::Approve(id)).await,
+            ApiEndpoint::HoldDeny => self.owner_holds(req, HoldRoute::Deny(id)).await,
         }
     }
 
@@ -207,12 +201,7 @@ impl Api {
     async fn admin(&self, req: &ApiRequest) -> ApiResponse {
         let found = self.routes.admin.find(&req.path);
         let admin = auth::is_admin(&self.gatekeeper.config, auth::presented_key(&req.headers));
-        let open = found.as_ref().is_some_and(|f| {
-            matches!(
-                f.route.endpoint,
-                Endpoint::Page | Endpoint::Home | Endpoint::Metrics | Endpoint::SplitProfile
-            )
-        });
+        let open = found.as_ref().is_some_and(|f| f.route.endpoint.is_open());
         if !open && !admin {
             return ApiResponse::error(401, "admin_key_required", "this route needs the admin key");
         }
@@ -226,44 +215,33 @@ impl Api {
         // The admin sees every key's, or one key's with `?key=ID`.
         let key = || req.query_param("key").filter(|k| !k.is_empty());
         match found.route.endpoint {
-            Endpoint::Page => self.page(Listener::Admin, req).await,
-            Endpoint::Home => home(),
-            Endpoint::Metrics => ApiResponse::text(
+            AdminEndpoint::Page => self.page(Listener::Admin, req).await,
+            AdminEndpoint::Home => home(),
+            AdminEndpoint::Metrics => ApiResponse::text(
                 200,
                 "text/plain; version=0.0.4",
                 self.gatekeeper.metrics.render(),
             ),
-            Endpoint::SplitProfile => self
+            AdminEndpoint::SplitProfile => self
                 .split_profile
                 .handle(req, admin, &self.gatekeeper.signer, now_ms())
                 .unwrap_or_else(not_found),
-            Endpoint::PutPrices => self.put_prices(req).await,
-            Endpoint::PutBudget => self.put_budget(req, param("key_id")).await,
-            Endpoint::Holds => {
+            AdminEndpoint::PutPrices => self.put_prices(req).await,
+            AdminEndpoint::PutBudget => self.put_budget(req, param("key_id")).await,
+            AdminEndpoint::Holds => {
                 holds::decide(&self.gatekeeper, req, HoldRoute::List, key(), now_ms()).await
             }
-            Endpoint::HoldApprove => {
+            AdminEndpoint::HoldApprove => {
                 let route = HoldRoute::Approve(param("id"));
                 holds::decide(&self.gatekeeper, req, route, None, now_ms()).await
             }
-            Endpoint::HoldDeny => {
+            AdminEndpoint::HoldDeny => {
                 let route = HoldRoute::Deny(param("id"));
                 holds::decide(&self.gatekeeper, req, route, None, now_ms()).await
             }
-            Endpoint::Economics => self.economics(req).await,
-            Endpoint::Decisions => self.decisions(req, key()).await,
-            Endpoint::Sessions => self.sessions(req, key()).await,
-            // The API listener's own: not in the admin listener's table.
-            Endpoint::Spec
-            | Endpoint::Stats
-            | Endpoint::Verify
-            | Endpoint::Estimate
-            | Endpoint::Gate
-            | Endpoint::Record
-            | Endpoint::Ledger
-            | Endpoint::Budget
-            | Endpoint::Prices
-            | Endpoint::Forget => not_found(),
+            AdminEndpoint::Economics => self.economics(req).await,
+            AdminEndpoint::Decisions => self.decisions(req, key()).await,
+            AdminEndpoint::Sessions => self.sessions(req, key()).await,
         }
     }
 
