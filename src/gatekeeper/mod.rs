@@ -702,7 +702,9 @@ impl Gatekeeper {
             Mode::Estimate => req.now_ms,
         };
         let approval = st.approval_for(req.hold_id, &req.key.id, &req.shape.fingerprint, now_ms);
-        let lease = st.lease_for(&req.key.id, now_ms).map(|l| l.hold_id.clone());
+        let lease = st
+            .lease_for(&req.key.id, now_ms)
+            .map(|l| l.hold_id.as_str());
         let placeable = req.placeable_cache_points();
         let cache_memory = (!placeable.is_empty()).then(|| st.cache_recall(req.key, placeable));
         let seen = StateSeen {
@@ -716,7 +718,7 @@ impl Gatekeeper {
             budget: st.budget_state(&req.key.id, now_ms),
             held_usage: st.recorded_usage(req),
             approved_hold: approval.as_deref(),
-            lease: lease.as_deref(),
+            lease,
             cache_memory: cache_memory.as_deref(),
         };
         let decision = decide_seen(&policy, req, &seen, paced_ms, now_ms)?;
