@@ -723,8 +723,7 @@ impl Gatekeeper {
         };
         let decision = decide_seen(&policy, req, &seen, paced_ms, now_ms)?;
         drop(policy);
-        let body = decision.receipt_body();
-        let decision_id = crate::receipt::decision_id(&body);
+        let (body, decision_id) = decision.receipt();
         let signed = match mode {
             Mode::Commit => self.book(st, req, &decision, &body, decision_id, now_ms),
             Mode::Estimate => {

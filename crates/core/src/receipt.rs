@@ -113,16 +113,55 @@ impl Envelope {
     }
 }
 
-/// BLAKE3 of the exact signed body bytes: the id `/record` and the ledger use.
+/// The receipt body version from which a decision's id is time-ordered ([`DecisionId::of`]);
+/// bodies of version 1 are named by their hash alone ([`DecisionId::of_v1`]).
+pub const TIME_ORDERED_RECEIPT_V: u32 = 2;
+
+/// The id a receipt body names, by the body's version (`"v"`): from version 2 the time it was
+/// decided, then its hash ([`DecisionId::of`]); before, or for bytes that are no receipt
+/// body, the BLAKE3 hash of the bytes ([`DecisionId::of_v1`]). So an id read back from any
+/// receipt, old or new, is the id its decision was booked under.
 pub fn decision_id(body: &[u8]) -> DecisionId {
-    DecisionId(*blake3::hash(body).as_bytes())
+    /// The two members that say how a body is named (serde skips the rest).
+    #[derive(Deserialize)]
+    struct Named {
+        v: u32,
+        decided_at_ms: u64,
+    }
+    match serde_json::from_slice::<Named>(body) {
+        Ok(n) if n.v >= TIME_ORDERED_RECEIPT_V => DecisionId::of(n.decided_at_ms, body),
+        _ => DecisionId::of_v1(body),
+    }
 }
 
-/// A decision's id: the BLAKE3 hash of its receipt body. Shown, serialised and parsed as 64
-/// lowercase hex digits, the one spelling the gate has ever made, so that an id has one text
-/// form and a string key is never compared against a differently spelt twin.
+/// A decision's id: 32 bytes, shown, serialised and parsed as 64 lowercase hex digits, the one
+/// spelling the gate has ever made, so that an id has one text form and a string key is never
+/// compared against a differently spelt twin. Which bytes: [`decision_id`].
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DecisionId(pub [u8; 32]);
+
+/// How many leading bytes of a time-ordered id hold the decision time.
+const ID_TIME_BYTES: usize = 6;
+
+impl DecisionId {
+    /// A decision's id (receipt v2): the decision time in milliseconds since the epoch, 6 bytes
+    /// big-endian (enough until the year 10889; a later clock wraps, the hash still tells ids
+    /// apart), then the first 26 bytes of BLAKE3 of its receipt body. Ids sort by time, so the
+    /// ledger's unique index on them grows at its end instead of at a random page for every
+    /// row; 208 bits of hash keep distinct receipts apart.
+    pub fn of(decided_at_ms: u64, body: &[u8]) -> DecisionId {
+        let hash = blake3::hash(body);
+        let mut id = [0u8; 32];
+        id[..ID_TIME_BYTES].copy_from_slice(&decided_at_ms.to_be_bytes()[8 - ID_TIME_BYTES..]);
+        id[ID_TIME_BYTES..].copy_from_slice(&hash.as_bytes()[..32 - ID_TIME_BYTES]);
+        DecisionId(id)
+    }
+
+    /// The id of a receipt body of version 1: the BLAKE3 hash of the body.
+    pub fn of_v1(body: &[u8]) -> DecisionId {
+        DecisionId(*blake3::hash(body).as_bytes())
+    }
+}
 
 /// A decision id that is not 64 lowercase hex digits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -333,6 +372,25 @@ mod tests {
         let expected: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(hex, expected);
         assert_eq!(parse_hex32(&hex), Some(bytes));
+    }
+
+    #[test]
+    fn a_v2_receipt_names_its_decision_by_time_then_hash() {
+        let at = 1_790_000_123_456u64;
+        let body = format!(r#"{{"v":2,"verdict":"ALLOW","decided_at_ms":{at}}}"#);
+        let id = decision_id(body.as_bytes());
+        assert_eq!(id, DecisionId::of(at, body.as_bytes()));
+        assert_eq!(&id.0[..6], &at.to_be_bytes()[2..]);
+        assert_eq!(&id.0[6..], &blake3::hash(body.as_bytes()).as_bytes()[..26]);
+        // Later decisions sort after earlier ones, whatever their bodies.
+        let later = format!(r#"{{"v":2,"verdict":"BLOCK","decided_at_ms":{}}}"#, at + 1);
+        assert!(decision_id(later.as_bytes()) > id);
+        // A body of version 1 keeps the id it was booked under: its hash.
+        let v1 = format!(r#"{{"v":1,"verdict":"ALLOW","decided_at_ms":{at}}}"#);
+        assert_eq!(
+            decision_id(v1.as_bytes()).0,
+            *blake3::hash(v1.as_bytes()).as_bytes()
+        );
     }
 
     #[test]

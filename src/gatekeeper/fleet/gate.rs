@@ -131,8 +131,7 @@ impl Backing for Shared {
                     return (Admitted::Resent(opened), None);
                 }
                 let decision = gk.decide_observed(req, &seen);
-                let body = decision.receipt_body();
-                let decision_id = crate::receipt::decision_id(&body);
+                let (body, decision_id) = decision.receipt();
                 let booking = Booking::of(&decision, &body, decision_id, req);
                 (
                     Admitted::Decided(Box::new(decision), body, decision_id),
@@ -173,10 +172,10 @@ impl Backing for Shared {
             .await
             .map_err(|_| Unavailable)?;
         let decision = gk.decide_observed(req, &seen);
-        let body = decision.receipt_body();
+        let (body, decision_id) = decision.receipt();
         Ok(GateOutcome {
             envelope: gk.signer.sign(&body),
-            decision_id: crate::receipt::decision_id(&body),
+            decision_id,
             decision,
         })
     }

@@ -10,6 +10,7 @@ use super::score::{self, Signals};
 use super::windows::WindowCounts;
 use super::{Band, GateConfig, Saturation, Usage, Verdict};
 use crate::prices::Prices;
+use crate::receipt::DecisionId;
 use crate::request::{Hash, RequestShape};
 
 /// What the gate decides with besides the request: tunables, prices, the downgrade map.
@@ -161,10 +162,18 @@ impl Decision {
         }
     }
 
+    /// The canonical receipt body bytes (what gets signed), and the decision's id, which the
+    /// body's version decides (`receipt::decision_id`). Names no mode.
+    pub fn receipt(&self) -> (Vec<u8>, DecisionId) {
+        let body = self.receipt_body();
+        let id = DecisionId::of(self.decided_at_ms, &body);
+        (body, id)
+    }
+
     /// The canonical receipt body bytes (what gets signed). Names no mode.
     pub fn receipt_body(&self) -> Vec<u8> {
         let body = ReceiptBody {
-            v: 1,
+            v: crate::receipt::TIME_ORDERED_RECEIPT_V,
             verdict: self.verdict,
             reason: self.reason(),
             rule: self.rule,
