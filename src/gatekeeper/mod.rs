@@ -9,6 +9,7 @@ pub mod fleet;
 mod local;
 pub mod recent;
 pub mod report;
+mod reservations;
 #[cfg(test)]
 mod session_tests;
 #[cfg(test)]
@@ -36,6 +37,7 @@ use crate::store::{
 };
 pub use backing::{HoldList, SetBudgetError, Unavailable};
 use booking::Booking;
+use reservations::{Reservation, Reservations};
 use tokensaver_core::gate::cache::PointMemory;
 use tokensaver_core::gate::{
     decide_paced, decide_with, Approvals, BudgetState, Decision, GateInput, KeyState, Outcome,
@@ -212,28 +214,6 @@ impl KeyBudget {
     }
 }
 
-struct Reservation {
-    key_id: String,
-    fingerprint: Hash,
-    /// The model the decision sent the call to: usage is priced at this model, whatever a
-    /// digest client claims.
-    served_model: String,
-    wire: WireForm,
-    nano: u64,
-    /// The decision's output ceiling (tokens): bounds the charge of an incomplete answer.
-    output_ceiling: Option<u64>,
-    /// The decision's input worst case (tokens): with the output ceiling, what a digest
-    /// client's record may report at most ([`RecordBound`]).
-    input_tokens: u64,
-    expires_ms: u64,
-    reusable: bool,
-    /// The one party that may settle it.
-    recorded_by: RecordSource,
-    /// The gate placed prompt-cache breakpoints on the call: its usage row carries the
-    /// derived cache saving.
-    cache_placed: bool,
-}
-
 /// What the gate remembers of one key's prompt prefixes, for placing cache breakpoints: the
 /// newest [`CacheMemory::CAP`] prefixes (an LRU), each with when it was last sent and last
 /// given a breakpoint. Entries older than the cache's lifetime are read as absent.
@@ -294,7 +274,7 @@ struct State {
     /// hashes and times only.
     cache_memory: HashMap<String, CacheMemory>,
     budgets: HashMap<String, KeyBudget>,
-    reservations: HashMap<DecisionId, Reservation>,
+    reservations: Reservations,
     /// Pending and approved holds by id (used, expired and denied ones leave memory).
     holds: HashMap<String, OpenHold>,
     /// Key → fingerprint → the open hold for that request: how a re-send of a pending hold is
@@ -305,14 +285,9 @@ struct State {
     /// Recorded usage per key, then per (fingerprint, wire form): looked up per request
     /// without building an owned key, forgotten per key in one step.
     recorded: HashMap<String, HashMap<(Hash, WireForm), Usage>>,
-    /// Expiry sweeps every open reservation and hold; once a second is enough for TTLs of
-    /// minutes, and keeps the sweep off most requests.
-    next_sweep_ms: u64,
     /// Key → the time of its latest committed decision (the decision clock, see `gate`).
     last_decided_ms: HashMap<String, u64>,
 }
-
-const SWEEP_INTERVAL_MS: u64 = 1_000;
 
 impl State {
     /// SPEC §2.3: a re-send of a request whose hold is still pending gets the same CHALLENGE
@@ -369,15 +344,8 @@ impl State {
         Some(BudgetState {
             ceiling_nano: ceiling,
             spend_nano: b.spend_in_period(now_ms),
-            reserved_nano: self.reserved(key_id),
+            reserved_nano: self.reservations.reserved(key_id),
         })
-    }
-
-    fn reserved(&self, key_id: &str) -> u64 {
-        self.reservations
-            .values()
-            .filter(|r| r.key_id == key_id)
-            .fold(0u64, |sum, r| sum.saturating_add(r.nano))
     }
 
     fn add_spend(&mut self, key_id: &str, at_ms: u64, nano: u64) {
@@ -554,7 +522,7 @@ impl Gatekeeper {
         }
         for row in &snapshot.open_reservations {
             if let Some(fp) = row.fingerprint {
-                state.reservations.insert(
+                state.reservations.open(
                     row.decision_id,
                     Reservation {
                         key_id: row.key_id.clone(),
@@ -689,7 +657,6 @@ impl Gatekeeper {
         let started = std::time::Instant::now();
         let policy = self.policy.load();
         let mut st = lock(&self.state);
-        self.expire(&mut st, req.now_ms);
         if let Some(opened) = st.pending_resend(req) {
             drop(st);
             if mode == Mode::Commit {
@@ -824,7 +791,7 @@ impl Gatekeeper {
             events.push(Event::HoldOpened { hold, opening });
         }
         if let Some(r) = booking.reservation {
-            st.reservations.insert(
+            st.reservations.open(
                 decision_id,
                 Reservation {
                     key_id: key_id.to_string(),
@@ -877,20 +844,14 @@ impl Gatekeeper {
     }
 
     /// Charge reservations past their TTL at their worst case; expire holds (their worst case
-    /// counts as avoided).
+    /// counts as avoided). Off the request path: the background tick runs it every second
+    /// (`server.rs`), and the holds routes before they read. A decision does not wait for it:
+    /// an expired hold or lease is read as absent by its time, and a reservation past its TTL
+    /// and not yet charged (at most the tick's second, as when the request path swept once a
+    /// second) leaves the budget the same "left": reserved, where the charge makes it spent.
     fn expire(&self, st: &mut State, now_ms: u64) {
-        if now_ms < st.next_sweep_ms {
-            return;
-        }
-        st.next_sweep_ms = now_ms.saturating_add(SWEEP_INTERVAL_MS);
-        let expired: Vec<DecisionId> = st
-            .reservations
-            .iter()
-            .filter(|(_, r)| r.expires_ms <= now_ms)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in expired {
-            if let Some(r) = st.reservations.remove(&id) {
+        for id in st.reservations.expired(now_ms) {
+            if let Some(r) = st.reservations.close(&id) {
                 st.add_spend(&r.key_id, now_ms, r.nano);
                 self.store.submit(Event::ReservationExpired {
                     decision_id: id,
@@ -922,9 +883,9 @@ impl Gatekeeper {
     /// reservation it rebuilds from the decision row expires TTL after the decision.
     pub fn renew_reservation(&self, decision_id: &DecisionId, now_ms: u64) {
         let ttl_ms = self.config.reservation_ttl_ms;
-        if let Some(r) = lock(&self.state).reservations.get_mut(decision_id) {
-            r.expires_ms = r.expires_ms.max(now_ms.saturating_add(ttl_ms));
-        }
+        lock(&self.state)
+            .reservations
+            .renew(decision_id, now_ms.saturating_add(ttl_ms));
     }
 
     /// Settle a forwarded decision with what the provider reported and how its answer ended
@@ -1007,7 +968,7 @@ impl Gatekeeper {
                 {
                     return Err(Unsettled::Refused(RecordError::ExceedsDecision));
                 }
-                st.reservations.remove(decision_id)
+                st.reservations.close(decision_id)
             }
             _ => None,
         };
@@ -1016,7 +977,7 @@ impl Gatekeeper {
         };
         if reservation.served_model != served_model {
             // A record must name the model the gate sent the call to; put the reservation back.
-            st.reservations.insert(*decision_id, reservation);
+            st.reservations.open(*decision_id, reservation);
             return Err(Unsettled::Refused(RecordError::ModelMismatch));
         }
         let mut row = report.usage_row(
@@ -1234,7 +1195,7 @@ impl Gatekeeper {
         let st = lock(&self.state);
         let b = st.budgets.get(key_id);
         let spend = b.map(|b| b.spend_in_period(now_ms)).unwrap_or(0);
-        let reserved = st.reserved(key_id);
+        let reserved = st.reservations.reserved(key_id);
         let ceiling = b.and_then(|b| b.ceiling_nano);
         BudgetView {
             key_id: key_id.to_string(),
