@@ -817,39 +817,4 @@ pub fn notice(code: Option<&str>) -> Option<(&'static str, bool)> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn escaping_and_one_pass_templates() {
-        assert_eq!(
-            esc(r#"<a href="x">'&'</a>"#),
-            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
-        );
-        assert_eq!(
-            fill("a{{x}}b{{y}}c{{z}}", &[("x", "{{y}}"), ("y", "2")]),
-            "a{{y}}b2c{{z}}"
-        );
-        assert_eq!(fill("open {{x", &[("x", "1")]), "open {{x");
-    }
-
-    #[test]
-    fn numbers_and_times() {
-        assert_eq!(num(0), "0");
-        assert_eq!(num(999), "999");
-        assert_eq!(num(1000), "1,000");
-        assert_eq!(num(1_234_567), "1,234,567");
-        assert_eq!(usd(1_500), "$0.000001");
-        assert_eq!(usd(1_234_567_891_000), "$1,234.567891");
-        assert_eq!(clock(1_795_991_949_000), "22:39:09");
-        assert_eq!(datetime(1_795_991_949_000), "2026-11-29 22:39:09");
-    }
-
-    #[test]
-    fn notices_are_fixed_texts() {
-        assert!(notice(Some("approved")).is_some_and(|(_, ok)| ok));
-        assert!(notice(Some("owner_secret")).is_some_and(|(_, ok)| !ok));
-        assert_eq!(notice(Some("<script>")), None);
-        assert_eq!(notice(None), None);
-    }
-}
+mod tests;
