@@ -1,5 +1,6 @@
-//! Escaping for text written into HTML and SVG: the ledger page and the economics plot both
-//! write every caller-derived string through [`esc`], so neither keeps its own copy.
+//! Escaping for text written into HTML and SVG by hand: the economics plot writes every
+//! caller-derived string through [`esc`]. (The ledger page renders with maud's templates,
+//! which escape by construction.)
 
 /// Escape text for HTML/SVG text and attribute values (double- or single-quoted).
 pub fn esc(s: &str) -> String {

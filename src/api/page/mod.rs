@@ -30,6 +30,7 @@ mod svg;
 use std::sync::{Mutex, MutexGuard};
 
 use http::Method;
+use maud::Markup;
 
 use super::holds::HoldRoute;
 use super::http::{ApiRequest, ApiResponse};
@@ -78,9 +79,14 @@ fn secure(resp: ApiResponse) -> ApiResponse {
         .with_header("referrer-policy", "same-origin")
 }
 
-fn html(status: u16, body: String) -> ApiResponse {
-    secure(ApiResponse::text(status, "text/html; charset=utf-8", body))
-        .with_header("cache-control", "no-store")
+/// An HTML answer: markup built by the templates of `html.rs` (escaped by construction).
+fn html(status: u16, body: Markup) -> ApiResponse {
+    secure(ApiResponse::text(
+        status,
+        "text/html; charset=utf-8",
+        body.into_string(),
+    ))
+    .with_header("cache-control", "no-store")
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> ApiResponse {
@@ -130,7 +136,7 @@ impl Page {
             },
             "/page/panel" if get => match self.session(listener, req, now) {
                 Some(s) => self.panel(gk, req, &s, now),
-                None => html(401, "<p>Signed out: reload the page.</p>".into()),
+                None => html(401, html::signed_out()),
             },
             "/page/login" if post => self.login(listener, gk, req, now),
             "/page/logout" if post => self.logout(listener, req, now),

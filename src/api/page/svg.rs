@@ -1,14 +1,17 @@
 //! Plain SVG, rendered on the server (no charting library, no script): the verdicts over
 //! time as stacked bars, a key's spend against its budget, and an interval on a number line.
-//! Every text is escaped; colours are presentation attributes (the page's CSP forbids inline
-//! styles).
+//! Written as maud templates, like the page around them: every text and attribute value is
+//! escaped by construction, and each plot is returned as [`Markup`] so the page splices it in
+//! without escaping it twice. Colours are presentation attributes (the page's CSP forbids
+//! inline styles). Shapes are closed with an end tag (`<rect …></rect>`), not maud's void
+//! `<rect …>`: inside `<svg>` an HTML parser would nest unclosed shapes in one another.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
+
+use maud::{html, Markup};
 
 use crate::store::VerdictCount;
 use tokensaver_core::gate::Verdict;
-use tokensaver_core::html::esc;
 
 /// The colour of a verdict; its rules take lighter shades of it.
 pub fn verdict_colour(v: Verdict) -> (u8, u8, u8) {
@@ -121,89 +124,102 @@ const LEFT: f64 = 44.0;
 const RIGHT: f64 = 8.0;
 const TOP: f64 = 10.0;
 const BOTTOM: f64 = 26.0;
+const PLOT_W: f64 = W - LEFT - RIGHT;
+const PLOT_H: f64 = H - TOP - BOTTOM;
+const XMLNS: &str = "http://www.w3.org/2000/svg";
+
+/// A coordinate or a length, to a tenth of a unit.
+fn at(v: f64) -> String {
+    format!("{v:.1}")
+}
 
 /// The stacked bars. `label(bucket_start_ms)` names a bucket on the x axis and in tooltips;
 /// about eight buckets are labelled.
-pub fn stacked_bars(chart: &Chart, title: &str, label: impl Fn(u64) -> String) -> String {
-    let mut out = String::new();
-    let _ = write!(
-        out,
-        r#"<svg class="chart" viewBox="0 0 {W} {H}" role="img" aria-label="{}" xmlns="http://www.w3.org/2000/svg">"#,
-        esc(title)
-    );
-    let _ = write!(out, "<title>{}</title>", esc(title));
+pub fn stacked_bars(chart: &Chart, title: &str, label: impl Fn(u64) -> String) -> Markup {
     let max = (0..chart.buckets)
         .map(|i| chart.bucket_total(i))
         .max()
         .unwrap_or(0);
     let top = nice_ceiling(max);
-    let plot_w = W - LEFT - RIGHT;
-    let plot_h = H - TOP - BOTTOM;
-    // Grid and y labels: 0, half, top.
-    for (frac, value) in [(0.0, 0), (0.5, top / 2), (1.0, top)] {
-        if frac == 0.5 && top % 2 == 1 {
+    let n = chart.buckets.max(1);
+    let slot = PLOT_W / n as f64;
+    let every = n.div_ceil(8).max(1);
+    html! {
+        svg.chart viewBox=(format!("0 0 {W} {H}")) role="img" aria-label=(title) xmlns=(XMLNS) {
+            title { (title) }
+            (grid(top))
+            @for i in 0..chart.buckets {
+                @let name = label(chart.first_ms + chart.bucket_ms * i as u64);
+                (bucket_bars(chart, i, top, slot, &name))
+                @if i % every == 0 {
+                    @let x = LEFT + slot * (i as f64 + 0.5);
+                    text.axis x=(at(x)) y=(at(H - 8.0)) text-anchor="middle" { (name) }
+                }
+            }
+            @if chart.total() == 0 {
+                text.empty x=(at(LEFT + PLOT_W / 2.0)) y=(at(TOP + PLOT_H / 2.0))
+                    text-anchor="middle" {
+                    "no decisions in this range"
+                }
+            }
+        }
+    }
+}
+
+/// The grid lines and y labels: 0, half (when `top` halves evenly), top.
+fn grid(top: u64) -> Markup {
+    let half = top.is_multiple_of(2).then_some((0.5, top / 2));
+    let ticks = [Some((0.0, 0)), half, Some((1.0, top))]
+        .into_iter()
+        .flatten();
+    html! {
+        @for (frac, value) in ticks {
+            @let y = TOP + PLOT_H * (1.0 - frac);
+            line.grid x1=(LEFT) y1=(at(y)) x2=(at(W - RIGHT)) y2=(at(y))
+                stroke="#d0d4da" stroke-width="1" {}
+            text.axis x=(at(LEFT - 6.0)) y=(at(y + 4.0)) text-anchor="end" { (value) }
+        }
+    }
+}
+
+/// Bucket `i`'s bar: one rect per series with a count there, stacked from the x axis up in
+/// the series' order, each with its tooltip.
+fn bucket_bars(chart: &Chart, i: usize, top: u64, slot: f64, label: &str) -> Markup {
+    let bar_w = (slot * 0.8).max(1.0);
+    let x = LEFT + slot * i as f64 + (slot - bar_w) / 2.0;
+    let mut y = TOP + PLOT_H;
+    let mut parts = Vec::new();
+    for s in &chart.series {
+        let v = s.values.get(i).copied().unwrap_or(0);
+        if v == 0 {
             continue;
         }
-        let y = TOP + plot_h * (1.0 - frac);
-        let _ = write!(
-            out,
-            r##"<line class="grid" x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#d0d4da" stroke-width="1"/><text class="axis" x="{:.1}" y="{:.1}" text-anchor="end">{value}</text>"##,
-            W - RIGHT,
-            LEFT - 6.0,
-            y + 4.0
-        );
+        let h = PLOT_H * v as f64 / top as f64;
+        y -= h;
+        parts.push((s, v, y, h));
     }
-    let n = chart.buckets.max(1);
-    let slot = plot_w / n as f64;
-    let bar_w = (slot * 0.8).max(1.0);
-    let every = n.div_ceil(8).max(1);
-    for i in 0..chart.buckets {
-        let start = chart.first_ms + chart.bucket_ms * i as u64;
-        let x = LEFT + slot * i as f64 + (slot - bar_w) / 2.0;
-        let mut y = TOP + plot_h;
-        for s in &chart.series {
-            let v = s.values.get(i).copied().unwrap_or(0);
-            if v == 0 {
-                continue;
+    html! {
+        @for (s, v, y, h) in parts {
+            rect.bar x=(at(x)) y=(at(y)) width=(at(bar_w)) height=(at(h)) fill=(s.colour)
+                data-verdict=(s.verdict.as_str()) data-reason=(s.reason) data-count=(v) {
+                title { (label) " · " (s.verdict.as_str()) " " (s.reason) ": " (v) }
             }
-            let h = plot_h * v as f64 / top as f64;
-            y -= h;
-            let _ = write!(
-                out,
-                r#"<rect class="bar" x="{x:.1}" y="{y:.1}" width="{bar_w:.1}" height="{h:.1}" fill="{}" data-verdict="{}" data-reason="{}" data-count="{v}"><title>{} · {} {}: {v}</title></rect>"#,
-                s.colour,
-                s.verdict.as_str(),
-                esc(&s.reason),
-                esc(&label(start)),
-                s.verdict.as_str(),
-                esc(&s.reason)
-            );
-        }
-        if i % every == 0 {
-            let _ = write!(
-                out,
-                r#"<text class="axis" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-                LEFT + slot * (i as f64 + 0.5),
-                H - 8.0,
-                esc(&label(start))
-            );
         }
     }
-    if chart.total() == 0 {
-        let _ = write!(
-            out,
-            r#"<text class="empty" x="{:.1}" y="{:.1}" text-anchor="middle">no decisions in this range</text>"#,
-            LEFT + plot_w / 2.0,
-            TOP + plot_h / 2.0
-        );
+}
+
+/// A verdict's colour as a legend swatch (decorative: the legend names it in text).
+pub fn swatch(colour: &str) -> Markup {
+    html! {
+        svg width="10" height="10" aria-hidden="true" {
+            rect width="10" height="10" fill=(colour) {}
+        }
     }
-    out.push_str("</svg>");
-    out
 }
 
 /// A key's spend and reservations against its ceiling: spend solid, reserved lighter, the
 /// rest empty; past the ceiling the bar is full and marked.
-pub fn budget_bar(spend_nano: u64, reserved_nano: u64, ceiling_nano: u64) -> String {
+pub fn budget_bar(spend_nano: u64, reserved_nano: u64, ceiling_nano: u64) -> Markup {
     const BW: f64 = 220.0;
     const BH: f64 = 14.0;
     let frac = |v: u64| {
@@ -222,14 +238,23 @@ pub fn budget_bar(spend_nano: u64, reserved_nano: u64, ceiling_nano: u64) -> Str
         used as f64 * 100.0 / ceiling_nano as f64
     };
     let colour = if pct >= 90.0 { "#c62828" } else { "#1565c0" };
-    format!(
-        r##"<svg class="budget" viewBox="0 0 {BW} {BH}" width="{BW}" height="{BH}" role="img" aria-label="{pct:.1}% of the ceiling spent or reserved" xmlns="http://www.w3.org/2000/svg"><title>{pct:.1}% of the ceiling spent or reserved</title><rect x="0" y="0" width="{BW}" height="{BH}" fill="#eceff3" rx="3"/><rect x="0" y="0" width="{spend_w:.1}" height="{BH}" fill="{colour}" rx="3" data-part="spend"/><rect x="{spend_w:.1}" y="0" width="{reserved_w:.1}" height="{BH}" fill="{colour}" fill-opacity="0.35" data-part="reserved"/></svg>"##
-    )
+    let said = format!("{pct:.1}% of the ceiling spent or reserved");
+    html! {
+        svg.budget viewBox=(format!("0 0 {BW} {BH}")) width=(BW) height=(BH) role="img"
+            aria-label=(said) xmlns=(XMLNS) {
+            title { (said) }
+            rect x="0" y="0" width=(BW) height=(BH) fill="#eceff3" rx="3" {}
+            rect x="0" y="0" width=(at(spend_w)) height=(BH) fill=(colour) rx="3"
+                data-part="spend" {}
+            rect x=(at(spend_w)) y="0" width=(at(reserved_w)) height=(BH) fill=(colour)
+                fill-opacity="0.35" data-part="reserved" {}
+        }
+    }
 }
 
 /// A value and its interval on a number line that always shows zero; values are ratios,
 /// labelled as percentages.
-pub fn interval(value: Option<f64>, low: f64, high: f64) -> String {
+pub fn interval(value: Option<f64>, low: f64, high: f64) -> Markup {
     const IW: f64 = 420.0;
     const IH: f64 = 46.0;
     const PAD: f64 = 24.0;
@@ -239,33 +264,26 @@ pub fn interval(value: Option<f64>, low: f64, high: f64) -> String {
     let hi = high.max(value.map(finite).unwrap_or(high)).max(0.0);
     let span = (hi - lo).max(1e-9);
     let (lo, hi) = (lo - span * 0.1, hi + span * 0.1);
-    let x = |v: f64| PAD + (IW - 2.0 * PAD) * (v - lo) / (hi - lo);
+    let x = |v: f64| at(PAD + (IW - 2.0 * PAD) * (v - lo) / (hi - lo));
     let pct = |v: f64| format!("{:.1}%", v * 100.0);
-    let mut out = format!(
-        r##"<svg class="interval" viewBox="0 0 {IW} {IH}" role="img" aria-label="interval {} to {}" xmlns="http://www.w3.org/2000/svg"><line x1="{PAD}" y1="20" x2="{:.1}" y2="20" stroke="#d0d4da" stroke-width="1"/><line x1="{:.1}" y1="8" x2="{:.1}" y2="32" stroke="#6b7280" stroke-width="1" stroke-dasharray="3 2"/><text class="axis" x="{:.1}" y="43" text-anchor="middle">0</text><line x1="{:.1}" y1="20" x2="{:.1}" y2="20" stroke="#1565c0" stroke-width="4" data-part="interval"/><text class="axis" x="{:.1}" y="12" text-anchor="middle">{}</text><text class="axis" x="{:.1}" y="12" text-anchor="middle">{}</text>"##,
-        pct(low),
-        pct(high),
-        IW - PAD,
-        x(0.0),
-        x(0.0),
-        x(0.0),
-        x(low),
-        x(high),
-        x(low),
-        pct(low),
-        x(high),
-        pct(high),
-    );
-    if let Some(v) = value.filter(|v| v.is_finite()) {
-        let _ = write!(
-            out,
-            r##"<circle cx="{:.1}" cy="20" r="5" fill="#0d47a1" data-part="value"><title>{}</title></circle>"##,
-            x(v),
-            pct(v)
-        );
+    html! {
+        svg.interval viewBox=(format!("0 0 {IW} {IH}")) role="img"
+            aria-label=(format!("interval {} to {}", pct(low), pct(high))) xmlns=(XMLNS) {
+            line x1=(PAD) y1="20" x2=(at(IW - PAD)) y2="20" stroke="#d0d4da" stroke-width="1" {}
+            line x1=(x(0.0)) y1="8" x2=(x(0.0)) y2="32" stroke="#6b7280" stroke-width="1"
+                stroke-dasharray="3 2" {}
+            text.axis x=(x(0.0)) y="43" text-anchor="middle" { "0" }
+            line x1=(x(low)) y1="20" x2=(x(high)) y2="20" stroke="#1565c0" stroke-width="4"
+                data-part="interval" {}
+            text.axis x=(x(low)) y="12" text-anchor="middle" { (pct(low)) }
+            text.axis x=(x(high)) y="12" text-anchor="middle" { (pct(high)) }
+            @if let Some(v) = value.filter(|v| v.is_finite()) {
+                circle cx=(x(v)) cy="20" r="5" fill="#0d47a1" data-part="value" {
+                    title { (pct(v)) }
+                }
+            }
+        }
     }
-    out.push_str("</svg>");
-    out
 }
 
 #[cfg(test)]
@@ -339,7 +357,7 @@ mod tests {
             count(10, Verdict::Allow, "allow", 10),
         ];
         let chart = Chart::build(&counts, 0, 10, 2);
-        let svg = stacked_bars(&chart, "verdicts", |ms| format!("t{ms}"));
+        let svg = stacked_bars(&chart, "verdicts", |ms| format!("t{ms}")).into_string();
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"));
         assert_eq!(svg.matches("<rect class=\"bar\"").count(), 3);
         let heights = attr_values(&svg, "height");
@@ -359,10 +377,11 @@ mod tests {
     fn text_is_escaped_and_an_empty_chart_says_so() {
         let counts = [count(0, Verdict::Block, "<script>&\"", 1)];
         let chart = Chart::build(&counts, 0, 10, 1);
-        let svg = stacked_bars(&chart, "a <b> & \"c\"", |_| "<x>".into());
+        let svg = stacked_bars(&chart, "a <b> & \"c\"", |_| "<x>".into()).into_string();
         assert!(!svg.contains("<script>") && !svg.contains("<b>") && !svg.contains("<x>"));
         assert!(svg.contains("&lt;script&gt;&amp;&quot;"));
-        let empty = stacked_bars(&Chart::build(&[], 0, 10, 4), "none", |_| String::new());
+        let empty =
+            stacked_bars(&Chart::build(&[], 0, 10, 4), "none", |_| String::new()).into_string();
         assert!(empty.contains("no decisions in this range"));
         assert_eq!(empty.matches("<rect").count(), 0);
     }
@@ -387,31 +406,31 @@ mod tests {
 
     #[test]
     fn the_budget_bar_shows_spend_then_reserved_and_caps_at_the_ceiling() {
-        let svg = budget_bar(50, 25, 100);
+        let svg = budget_bar(50, 25, 100).into_string();
         let widths = attr_values(&svg, "width");
         // The svg, the background, spend, reserved.
         assert_eq!(widths[2], 110.0);
         assert_eq!(widths[3], 55.0);
         assert!(svg.contains("75.0% of the ceiling"));
-        let over = budget_bar(150, 10, 100);
+        let over = budget_bar(150, 10, 100).into_string();
         let widths = attr_values(&over, "width");
         assert_eq!((widths[2], widths[3]), (220.0, 0.0));
         assert!(over.contains("#c62828"), "past 90 % the bar turns red");
         assert!(
-            budget_bar(0, 0, 0).contains("100.0%"),
+            budget_bar(0, 0, 0).into_string().contains("100.0%"),
             "a zero ceiling is all used"
         );
     }
 
     #[test]
     fn the_interval_always_shows_zero_and_the_value() {
-        let svg = interval(Some(0.3), 0.2, 0.4);
+        let svg = interval(Some(0.3), 0.2, 0.4).into_string();
         assert!(svg.contains(">20.0%<") && svg.contains(">40.0%<") && svg.contains(">0<"));
         assert!(svg.contains("data-part=\"value\""));
         let xs = attr_values(&svg, "x1");
         // The zero line lies left of the interval.
         assert!(xs[1] < xs[2], "{xs:?}");
-        let none = interval(None, f64::NAN, f64::INFINITY);
+        let none = interval(None, f64::NAN, f64::INFINITY).into_string();
         assert!(!none.contains("data-part=\"value\""));
         assert!(!none.contains("NaN") && !none.contains("inf"));
     }
