@@ -22,7 +22,7 @@ use crate::config::parse_origin;
 /// Why no answer was read.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// No connection could be made (refused, unreachable, connect or TLS timeout).
+    /// No connection could be made (refused, unreachable, timed out, TLS refused).
     #[error("could not connect: {}", trimmed(.0))]
     Connect(Box<pingora::Error>),
     /// Connected, but writing the request or reading the answer failed or timed out.
@@ -35,7 +35,7 @@ pub enum ClientError {
     #[error("the answer is longer than {0} bytes")]
     TooLarge(usize),
     /// The whole exchange took longer than the caller waits ([`BlockingClient`]).
-    #[error("no answer within {} s", .0.as_secs())]
+    #[error("no answer within {0:?}")]
     TimedOut(Duration),
 }
 
@@ -221,7 +221,7 @@ pub struct Bounds {
     /// Making the TCP connection.
     pub connect: Duration,
     /// The longest the server may stay silent: each write of the request, each read of the
-    /// answer (and the TLS handshake).
+    /// answer.
     pub silence: Duration,
     /// A longer answer is refused ([`ClientError::TooLarge`]).
     pub max_answer_bytes: usize,
