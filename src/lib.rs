@@ -15,6 +15,7 @@ pub mod demo;
 pub mod economics;
 pub mod error;
 pub mod gatekeeper;
+pub mod http_client;
 pub mod lifecycle;
 pub mod logging;
 pub mod metrics;

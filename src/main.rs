@@ -219,10 +219,7 @@ impl AdminArgs {
             .admin_key
             .filter(|k| !k.trim().is_empty())
             .context("the admin key is needed: --admin-key KEY or TOKENSAVER_ADMIN_KEY")?;
-        Ok(tokensaver::api::holds_client::AdminClient::new(
-            config.admin_addr,
-            key.trim().to_string(),
-        ))
+        tokensaver::api::holds_client::AdminClient::new(config.admin_addr, key.trim().to_string())
     }
 }
 

@@ -164,7 +164,7 @@ fn check(h: &Harness, lines: &[Line], expected: &[(&str, u16, &str, Option<Strin
     let log = h.log();
     assert!(!log.contains(MARKER), "request content in the log:\n{log}");
     // Early answers are counted by status; every request by verdict.
-    let metrics = call(ureq::get(&h.admin_url("/metrics")), None).text();
+    let metrics = call(client::get(&h.admin_url("/metrics")), None).text();
     for status in [400, 401, 404, 413] {
         let line = format!("tokensaver_early_answers_total{{status=\"{status}\"}} 1");
         assert!(metrics.contains(&line), "{line} not in:\n{metrics}");

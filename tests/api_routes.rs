@@ -448,9 +448,8 @@ fn ledger_and_admin_budget_survive_restart() {
 #[test]
 fn the_root_redirects_to_the_page_on_both_listeners() {
     let h = Harness::default();
-    let no_follow = ureq::AgentBuilder::new().redirects(0).build();
     for url in [h.api_url("/"), h.admin_url("/")] {
-        let r = call(no_follow.get(&url), None);
+        let r = call(client::get(&url).no_redirects(), None);
         assert_eq!(r.status, 303, "{url}: {}", r.text());
         assert_eq!(r.header("location"), Some("/page/"), "{url}");
         let followed = get(&url, None);

@@ -1323,8 +1323,11 @@ fn hostile_input_never_crashes_never_echoes_and_leaves_the_server_healthy() {
 
     // Still healthy: alive, ready, and a normal request is served as usual.
     assert!(tokensaver::lifecycle::alive(pid), "the server crashed");
-    assert_eq!(call(ureq::get(&h.admin_url("/healthz")), None).status, 200);
-    let ready = call(ureq::get(&h.admin_url("/readyz")), None);
+    assert_eq!(
+        call(client::get(&h.admin_url("/healthz")), None).status,
+        200
+    );
+    let ready = call(client::get(&h.admin_url("/readyz")), None);
     assert_eq!(ready.status, 200, "{}", ready.text());
     let r = h.post(
         CHAT,

@@ -55,7 +55,7 @@ fn post_to(
     body: &serde_json::Value,
     headers: &[(&str, &str)],
 ) -> Resp {
-    let mut req = ureq::post(&format!("http://{addr}{path}"))
+    let mut req = client::post(&format!("http://{addr}{path}"))
         .set("authorization", &format!("Bearer {key}"))
         .set("content-type", "application/json");
     for (k, v) in headers {
@@ -222,7 +222,7 @@ fn the_central_gate_sees_no_text_and_decides_as_the_request_path() {
 
     // Receipts of the digest path verify at the gate.
     let r = call(
-        ureq::post(&h.api_url("/verify")),
+        client::post(&h.api_url("/verify")),
         Some(
             serde_json::to_string(&digest_answers[0].2)
                 .unwrap()

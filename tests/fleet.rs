@@ -368,13 +368,11 @@ fn budget_race_across_three_instances_admits_exactly_the_ceiling() {
                 let body = body(i).to_string();
                 std::thread::spawn(move || {
                     barrier.wait();
-                    let r = Resp::from(
-                        ureq::post(&url)
-                            .timeout(Duration::from_secs(30))
-                            .set("authorization", &format!("Bearer {bearer}"))
-                            .set("content-type", "application/json")
-                            .send_string(&body),
-                    );
+                    let r = client::post(&url)
+                        .timeout(Duration::from_secs(30))
+                        .set("authorization", &format!("Bearer {bearer}"))
+                        .set("content-type", "application/json")
+                        .send(body.as_bytes());
                     (r.status, r.verdict().map(str::to_string))
                 })
             })
@@ -515,7 +513,7 @@ fn runaway_rules_fire_across_instances_where_a_single_node_fires_them() {
     // `/estimate` on any instance sees the fleet's windows, as the single node sees its own.
     let estimate = |h: &Harness| {
         let r = call(
-            ureq::post(&h.api_url("/estimate"))
+            client::post(&h.api_url("/estimate"))
                 .set("authorization", &format!("Bearer {}", loop_key.bearer())),
             Some(same[0].to_string().as_bytes()),
         );
@@ -595,13 +593,11 @@ fn post_in_background(
     body: serde_json::Value,
 ) -> std::thread::JoinHandle<u16> {
     std::thread::spawn(move || {
-        Resp::from(
-            ureq::post(&url)
-                .timeout(Duration::from_secs(30))
-                .set("authorization", &format!("Bearer {bearer}"))
-                .send_string(&body.to_string()),
-        )
-        .status
+        client::post(&url)
+            .timeout(Duration::from_secs(30))
+            .set("authorization", &format!("Bearer {bearer}"))
+            .send(body.to_string().as_bytes())
+            .status
     })
 }
 
@@ -890,7 +886,7 @@ fn a_killed_instance_reservations_expire_and_are_charged_once() {
     );
     // Any instance lists the fleet's decisions with their settlements.
     let listed = call(
-        ureq::get(&fleet[0].api_url("/ledger/decisions"))
+        client::get(&fleet[0].api_url("/ledger/decisions"))
             .set("authorization", &format!("Bearer {bearer}")),
         None,
     );
@@ -952,7 +948,7 @@ fn holds_and_answers_are_shared_by_the_fleet() {
     assert_eq!(again.receipt(), first.receipt());
     // The hold is listed by a third instance.
     let listed = call(
-        ureq::get(&fleet[2].admin_url("/holds"))
+        client::get(&fleet[2].admin_url("/holds"))
             .set("authorization", &format!("Bearer {ADMIN_KEY}")),
         None,
     );
@@ -969,7 +965,7 @@ fn holds_and_answers_are_shared_by_the_fleet() {
             let hold = hold.clone();
             std::thread::spawn(move || {
                 call(
-                    ureq::post(&format!("{base}/holds/{hold}/approve"))
+                    client::post(&format!("{base}/holds/{hold}/approve"))
                         .set("authorization", &format!("Bearer {ADMIN_KEY}")),
                     Some(b""),
                 )
@@ -1040,7 +1036,7 @@ fn a_forget_through_one_instance_forgets_for_the_fleet() {
     assert_eq!(served.verdict(), Some("SERVE"), "{}", served.text());
     let ledger = |h: &Harness| {
         let r = call(
-            ureq::get(&h.api_url("/ledger")).set("authorization", &format!("Bearer {bearer}")),
+            client::get(&h.api_url("/ledger")).set("authorization", &format!("Bearer {bearer}")),
             None,
         );
         assert_eq!(r.status, 200, "{}", r.text());
@@ -1049,7 +1045,8 @@ fn a_forget_through_one_instance_forgets_for_the_fleet() {
     let before = ledger(&fleet[0]);
 
     let forgot = call(
-        ureq::post(&fleet[2].api_url("/forget")).set("authorization", &format!("Bearer {bearer}")),
+        client::post(&fleet[2].api_url("/forget"))
+            .set("authorization", &format!("Bearer {bearer}")),
         Some(b""),
     );
     assert_eq!(forgot.status, 200, "{}", forgot.text());
@@ -1093,7 +1090,7 @@ fn a_budget_set_through_one_instance_binds_the_fleet() {
     };
     assert_eq!(ask(&fleet[0], 0).status, 200, "no ceiling yet");
     let set = call(
-        ureq::put(&fleet[2].admin_url(&format!("/budget/{}", key.id)))
+        client::put(&fleet[2].admin_url(&format!("/budget/{}", key.id)))
             .set("authorization", &format!("Bearer {ADMIN_KEY}")),
         Some(br#"{"ceiling_micro_usd": 1, "period": "day"}"#),
     );
@@ -1102,7 +1099,7 @@ fn a_budget_set_through_one_instance_binds_the_fleet() {
     assert_eq!(refused.status, 402, "{}", refused.text());
     assert_eq!(refused.verdict(), Some("BLOCK"));
     let view = call(
-        ureq::get(&fleet[0].api_url("/budget")).set("authorization", &format!("Bearer {bearer}")),
+        client::get(&fleet[0].api_url("/budget")).set("authorization", &format!("Bearer {bearer}")),
         None,
     );
     assert_eq!(view.json()["ceiling_nano"], 1_000, "{}", view.text());
@@ -1128,7 +1125,7 @@ fn digest_mode_gates_and_records_on_any_instance() {
     .shape;
     let digest = serde_json::to_vec(&tokensaver::request::Digest::new(shape)).unwrap();
     let gate = call(
-        ureq::post(&fleet[0].api_url("/gate")).set("authorization", &format!("Bearer {bearer}")),
+        client::post(&fleet[0].api_url("/gate")).set("authorization", &format!("Bearer {bearer}")),
         Some(&digest),
     );
     assert_eq!(gate.status, 200, "{}", gate.text());
@@ -1147,7 +1144,7 @@ fn digest_mode_gates_and_records_on_any_instance() {
     .to_string();
     let post_record = |h: &Harness| {
         call(
-            ureq::post(&h.api_url("/record")).set("authorization", &format!("Bearer {bearer}")),
+            client::post(&h.api_url("/record")).set("authorization", &format!("Bearer {bearer}")),
             Some(record.as_bytes()),
         )
     };
@@ -1160,7 +1157,7 @@ fn digest_mode_gates_and_records_on_any_instance() {
     assert_eq!(second.json()["error"]["code"], "already_recorded");
     for h in &fleet {
         let view = call(
-            ureq::get(&h.api_url("/budget")).set("authorization", &format!("Bearer {bearer}")),
+            client::get(&h.api_url("/budget")).set("authorization", &format!("Bearer {bearer}")),
             None,
         );
         assert_eq!(view.json()["spend_nano"].as_u64(), Some(spend));
@@ -1303,7 +1300,7 @@ fn a_stored_response_is_bound_for_the_whole_fleet() {
     let path = format!("/v1/responses/{id}");
     let get = |h: &Harness, bearer: &str| {
         call(
-            ureq::get(&h.proxy_url(&path)).set("authorization", &format!("Bearer {bearer}")),
+            client::get(&h.proxy_url(&path)).set("authorization", &format!("Bearer {bearer}")),
             None,
         )
     };

@@ -194,7 +194,7 @@ fn usd(nano: u64) -> f64 {
 /// Straight to the provider, with the provider's credential.
 fn straight(h: &Harness, body: &str) -> Value {
     let r = call(
-        ureq::post(&format!("{}{MESSAGES}", h.mock.base_url()))
+        client::post(&format!("{}{MESSAGES}", h.mock.base_url()))
             .set("content-type", "application/json")
             .set("x-api-key", PROVIDER_CREDENTIAL)
             .set("anthropic-version", "2023-06-01"),
@@ -407,26 +407,28 @@ fn a_naive_agent_loop_costs_at_least_half_less_through_the_gate() {
 
 /// The ledger page (`/page/` on the API listener) as the key's holder sees it once signed in.
 fn page_of(h: &Harness, key: &str) -> String {
-    let agent = ureq::AgentBuilder::new().redirects(0).build();
     let base = h.api_url("");
     let base = base.trim_end_matches('/');
-    let signed = agent
-        .post(&format!("{base}/page/login"))
+    let signed = client::post(&format!("{base}/page/login"))
+        .no_redirects()
         .set("content-type", "application/x-www-form-urlencoded")
         .set("origin", base)
         .set("sec-fetch-site", "same-origin")
-        .send_string(&format!("key={key}"))
-        .unwrap();
-    assert_eq!(signed.status(), 303);
+        .send(format!("key={key}").as_bytes());
+    assert_eq!(signed.status, 303);
     let cookie = signed.header("set-cookie").unwrap();
     let cookie = cookie.split(';').next().unwrap().to_string();
-    agent
-        .get(&format!("{base}/page/"))
+    let page = client::get(&format!("{base}/page/"))
+        .no_redirects()
         .set("cookie", &cookie)
-        .call()
-        .unwrap()
-        .into_string()
-        .unwrap()
+        .call();
+    assert!(
+        page.status < 400 && page.transport_error.is_none(),
+        "{} {:?}",
+        page.status,
+        page.transport_error
+    );
+    page.text()
 }
 
 /// A one-off request: nothing seen before, so no breakpoint, no write premium; the same cost
@@ -533,7 +535,7 @@ fn in_digest_mode_the_central_gate_says_where_and_the_local_instance_applies() {
     let mut read = 0;
     for step in 1..=6 {
         let r = call(
-            ureq::post(&format!("http://{}{MESSAGES}", client.1))
+            client::post(&format!("http://{}{MESSAGES}", client.1))
                 .set("content-type", "application/json")
                 .set("x-api-key", KEY_A)
                 .set(HUMAN.0, HUMAN.1),

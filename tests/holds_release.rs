@@ -117,7 +117,7 @@ fn a_person_approves_at_the_terminal_and_the_same_request_passes_once() {
     .shape;
     let digest = serde_json::to_vec(&tokensaver::request::Digest::new(shape)).unwrap();
     let gate = call(
-        ureq::post(&h.api_url("/gate")).set("authorization", &format!("Bearer {KEY_A}")),
+        client::post(&h.api_url("/gate")).set("authorization", &format!("Bearer {KEY_A}")),
         Some(&digest),
     );
     assert_eq!(gate.status, 200, "{}", gate.text());
@@ -295,7 +295,8 @@ fn an_approval_with_attend_minutes_scores_the_key_as_attended() {
 fn a_key_sees_only_its_own_holds_and_its_owner_decides_them_on_the_api_listener() {
     let h = harness();
     let (_, hold) = held(&h, &agent_body("owner"));
-    let list = |auth: (&str, &str)| call(ureq::get(&h.api_url("/holds")).set(auth.0, auth.1), None);
+    let list =
+        |auth: (&str, &str)| call(client::get(&h.api_url("/holds")).set(auth.0, auth.1), None);
     let mine = list(("authorization", &format!("Bearer {KEY_A}")));
     assert_eq!(mine.status, 200, "{}", mine.text());
     let holds = mine.json()["holds"].clone();
@@ -313,21 +314,21 @@ fn a_key_sees_only_its_own_holds_and_its_owner_decides_them_on_the_api_listener(
         401
     );
     let admin_list = call(
-        ureq::get(&h.admin_url("/holds")).set("authorization", &format!("Bearer {KEY_A}")),
+        client::get(&h.admin_url("/holds")).set("authorization", &format!("Bearer {KEY_A}")),
         None,
     );
     assert_eq!(admin_list.status, 401);
 
     let decide = |action: &str, owner: &str, body: &[u8]| {
         call(
-            ureq::post(&h.api_url(&format!("/holds/{hold}/{action}")))
+            client::post(&h.api_url(&format!("/holds/{hold}/{action}")))
                 .set("x-tokensaver-owner", owner),
             Some(body),
         )
     };
     // The automation's own key cannot decide; a lease is bounded.
     let by_key = call(
-        ureq::post(&h.api_url(&format!("/holds/{hold}/deny")))
+        client::post(&h.api_url(&format!("/holds/{hold}/deny")))
             .set("authorization", &format!("Bearer {KEY_A}")),
         Some(b""),
     );

@@ -55,7 +55,7 @@ fn a_key_cannot_record_usage_for_a_call_the_proxy_forwarded() {
     let sent = body.clone();
     let call_in_flight = std::thread::spawn(move || {
         call(
-            ureq::post(&proxy)
+            client::post(&proxy)
                 .set("content-type", "application/json")
                 .set("authorization", &format!("Bearer {KEY_A}")),
             Some(sent.to_string().as_bytes()),
@@ -199,7 +199,7 @@ fn dense_text_reserves_what_it_can_be_billed_and_the_budget_holds() {
             b["system"] = json!(format!("call {i}"));
             std::thread::spawn(move || {
                 call(
-                    ureq::post(&url)
+                    client::post(&url)
                         .set("content-type", "application/json")
                         .set("x-api-key", KEY_A),
                     Some(b.to_string().as_bytes()),

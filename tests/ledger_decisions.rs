@@ -14,7 +14,7 @@ use tokensaver::request::{self, Digest, Route};
 
 fn post_json(url: &str, key: &str, body: &Value) -> Resp {
     call(
-        ureq::post(url)
+        client::post(url)
             .set("content-type", "application/json")
             .set("authorization", &format!("Bearer {key}")),
         Some(body.to_string().as_bytes()),
@@ -244,7 +244,7 @@ fn a_digest_client_reports_how_its_answer_ended() {
     let gate = |text: &str| {
         let body = chat("gpt-4o-mini", text, json!({"max_tokens": 100}));
         let r = call(
-            ureq::post(&h.api_url("/gate")).set("authorization", &format!("Bearer {KEY_A}")),
+            client::post(&h.api_url("/gate")).set("authorization", &format!("Bearer {KEY_A}")),
             Some(digest(&body).as_bytes()),
         );
         assert_eq!(r.status, 200, "{}", r.text());
@@ -327,7 +327,7 @@ fn the_price_table_says_what_providers_bill_and_spec_lists_it() {
         "output": 15_000_000, "max_output": 64_000,
         "cache_write_1h": 6_000_000, "web_search_per_1k": 10_000_000}});
     let r = call(
-        ureq::put(&h.admin_url("/prices"))
+        client::put(&h.admin_url("/prices"))
             .set("content-type", "application/json")
             .set("authorization", &format!("Bearer {ADMIN_KEY}")),
         Some(prices.to_string().as_bytes()),

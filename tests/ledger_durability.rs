@@ -96,7 +96,7 @@ fn sigkill_loses_no_acknowledged_usage_and_memory_comes_back() {
                         json!({"max_tokens": 40}),
                     );
                     let r = call(
-                        ureq::post(&proxy)
+                        client::post(&proxy)
                             .set("authorization", &format!("Bearer {KEY_A}"))
                             .set("x-tokensaver-human", "1"),
                         Some(body.to_string().as_bytes()),
@@ -167,7 +167,7 @@ fn fifty_concurrent_requests_never_overshoot_a_small_ceiling() {
                 );
                 barrier.wait();
                 let r = call(
-                    ureq::post(&proxy)
+                    client::post(&proxy)
                         .set("authorization", &format!("Bearer {KEY_A}"))
                         .set("x-tokensaver-human", "0"),
                     Some(body.to_string().as_bytes()),

@@ -14,25 +14,21 @@ use support::*;
 /// Planted in every prompt of the session: no page response may contain it.
 const MARKER: &str = "quokkamarker7f3a";
 
-fn agent() -> ureq::Agent {
-    ureq::AgentBuilder::new()
-        .redirects(0)
-        .timeout(Duration::from_secs(30))
-        .build()
-}
-
 fn get(url: &str, cookie: Option<&str>) -> Resp {
-    let mut r = agent().get(url);
+    let mut r = client::get(url)
+        .no_redirects()
+        .timeout(Duration::from_secs(30));
     if let Some(c) = cookie {
         r = r.set("cookie", c);
     }
-    Resp::from(r.call())
+    r.call()
 }
 
 /// A form post as a browser on `origin` sends it.
 fn post_form(url: &str, cookie: Option<&str>, origin: Option<&str>, form: &[(&str, &str)]) -> Resp {
-    let mut r = agent()
-        .post(url)
+    let mut r = client::post(url)
+        .no_redirects()
+        .timeout(Duration::from_secs(30))
         .set("content-type", "application/x-www-form-urlencoded");
     if let Some(c) = cookie {
         r = r.set("cookie", c);
@@ -56,7 +52,7 @@ fn post_form(url: &str, cookie: Option<&str>, origin: Option<&str>, form: &[(&st
         })
         .collect::<Vec<_>>()
         .join("&");
-    Resp::from(r.send_string(&body))
+    r.send(body.as_bytes())
 }
 
 fn origin(url_base: &str) -> String {

@@ -14,7 +14,7 @@ use support::*;
 fn a_stalled_store_write_does_not_stall_other_requests() {
     let h = Harness::default();
     // Warm up: the first requests open pools and load the card.
-    assert_eq!(call(ureq::get(&h.api_url("/spec")), None).status, 200);
+    assert_eq!(call(client::get(&h.api_url("/spec")), None).status, 200);
 
     // Stall the writer: hold SQLite's write lock from outside (as a slow or busy disk would);
     // its next commit waits up to its busy timeout (5 s).
@@ -28,7 +28,7 @@ fn a_stalled_store_write_does_not_stall_other_requests() {
             std::thread::spawn(move || {
                 let started = Instant::now();
                 let r = call(
-                    ureq::post(&url).set("authorization", &format!("Bearer {KEY_A}")),
+                    client::post(&url).set("authorization", &format!("Bearer {KEY_A}")),
                     Some(b""),
                 );
                 (r.status, started.elapsed())
@@ -43,14 +43,14 @@ fn a_stalled_store_write_does_not_stall_other_requests() {
         let r = f();
         (r, started.elapsed())
     };
-    let (spec, t_spec) = timed(&|| call(ureq::get(&h.api_url("/spec")), None));
+    let (spec, t_spec) = timed(&|| call(client::get(&h.api_url("/spec")), None));
     let (budget, t_budget) = timed(&|| {
         call(
-            ureq::get(&h.api_url("/budget")).set("authorization", &format!("Bearer {KEY_B}")),
+            client::get(&h.api_url("/budget")).set("authorization", &format!("Bearer {KEY_B}")),
             None,
         )
     });
-    let (health, t_health) = timed(&|| call(ureq::get(&h.admin_url("/healthz")), None));
+    let (health, t_health) = timed(&|| call(client::get(&h.admin_url("/healthz")), None));
     let (proxied, t_proxy) = timed(&|| {
         h.post(
             CHAT,

@@ -45,14 +45,12 @@ fn stream_in_background(h: &Harness, text: &str) -> std::thread::JoinHandle<(Res
     let url = h.proxy_url(MESSAGES);
     let body = anthropic("claude-sonnet-4-5", text, json!({"stream": true})).to_string();
     std::thread::spawn(move || {
-        let r = Resp::from(
-            ureq::post(&url)
-                .timeout(Duration::from_secs(60))
-                .set("x-api-key", KEY_A)
-                .set("x-tokensaver-human", "1")
-                .set("content-type", "application/json")
-                .send_bytes(body.as_bytes()),
-        );
+        let r = client::post(&url)
+            .timeout(Duration::from_secs(60))
+            .set("x-api-key", KEY_A)
+            .set("x-tokensaver-human", "1")
+            .set("content-type", "application/json")
+            .send(body.as_bytes());
         (r, Instant::now())
     })
 }
@@ -75,7 +73,7 @@ fn sigterm_lets_a_stream_in_flight_finish_then_commits_and_exits_0() {
         rust_log: "info",
         ..Opts::default()
     });
-    let ready = call(ureq::get(&h.admin_url("/readyz")), None);
+    let ready = call(client::get(&h.admin_url("/readyz")), None);
     assert_eq!(ready.status, 200, "{}", ready.text());
     assert_eq!(ready.json()["checks"]["store_writable"], true);
 
@@ -189,11 +187,11 @@ fn an_idle_server_exits_at_once_and_a_restart_finds_the_ledger_whole() {
 #[test]
 fn health_and_readiness_on_the_admin_listener_only() {
     let h = Harness::default();
-    let health = call(ureq::get(&h.admin_url("/healthz")), None);
+    let health = call(client::get(&h.admin_url("/healthz")), None);
     assert_eq!(health.status, 200);
     assert_eq!(health.json()["status"], "alive");
     assert_eq!(health.json()["pid"], h.pid().unwrap());
-    let ready = call(ureq::get(&h.admin_url("/readyz")), None);
+    let ready = call(client::get(&h.admin_url("/readyz")), None);
     assert_eq!(ready.status, 200, "{}", ready.text());
     let checks = &ready.json()["checks"];
     for check in ["store_writable", "signing_key", "upstreams_resolved"] {
@@ -202,9 +200,9 @@ fn health_and_readiness_on_the_admin_listener_only() {
     assert_eq!(checks["draining"], false);
     assert_eq!(ready.json()["upstreams"].as_array().unwrap().len(), 2);
     // Not on the API listener, and GET only.
-    assert_eq!(call(ureq::get(&h.api_url("/healthz")), None).status, 404);
+    assert_eq!(call(client::get(&h.api_url("/healthz")), None).status, 404);
     assert_eq!(
-        call(ureq::post(&h.admin_url("/readyz")), Some(b"")).status,
+        call(client::post(&h.admin_url("/readyz")), Some(b"")).status,
         405
     );
     // The CLI asks the same route.

@@ -33,7 +33,7 @@ fn every_decision_of_a_hammering_agent_is_in_the_ledger() {
         }
     });
     let ledger = call(
-        ureq::get(&h.api_url("/ledger")).set("authorization", &format!("Bearer {KEY_B}")),
+        client::get(&h.api_url("/ledger")).set("authorization", &format!("Bearer {KEY_B}")),
         None,
     );
     assert_eq!(ledger.status, 200, "{}", ledger.text());

@@ -48,7 +48,7 @@ impl Drop for Detached {
 
 /// One proxy request on a fresh connection (a client that pools would retry a connection
 /// the old process closed; this one must never need to).
-fn steady_request(agent: &ureq::Agent, h: &Harness, i: usize) -> Sent {
+fn steady_request(h: &Harness, i: usize) -> Sent {
     let key = if i.is_multiple_of(2) { KEY_A } else { KEY_B };
     let body = chat(
         "gpt-4o-mini",
@@ -56,14 +56,12 @@ fn steady_request(agent: &ureq::Agent, h: &Harness, i: usize) -> Sent {
         json!({}),
     )
     .to_string();
-    let r = Resp::from(
-        agent
-            .post(&h.proxy_url(CHAT))
-            .set("authorization", &format!("Bearer {key}"))
-            .set("x-tokensaver-human", "1")
-            .set("content-type", "application/json")
-            .send_bytes(body.as_bytes()),
-    );
+    let r = client::post(&h.proxy_url(CHAT))
+        .timeout(Duration::from_secs(30))
+        .set("authorization", &format!("Bearer {key}"))
+        .set("x-tokensaver-human", "1")
+        .set("content-type", "application/json")
+        .send(body.as_bytes());
     (r, body.into_bytes())
 }
 
@@ -90,17 +88,12 @@ fn a_new_binary_takes_over_without_dropping_a_request_or_the_long_stream() {
     let new_binary: PathBuf = dir.path().join("tokensaver-new");
     std::fs::copy(env!("CARGO_BIN_EXE_tokensaver"), &new_binary).unwrap();
 
-    let agent = ureq::AgentBuilder::new()
-        .max_idle_connections(0)
-        .timeout(Duration::from_secs(30))
-        .build();
     let stop = Arc::new(AtomicBool::new(false));
     let h = Arc::new(h);
 
     // The long stream: started on the old process, it must finish there.
     let long = {
         let h = h.clone();
-        let agent = agent.clone();
         std::thread::spawn(move || {
             let body = anthropic(
                 // No DOWNGRADE mapping: the provider answers the caller's own body.
@@ -109,14 +102,12 @@ fn a_new_binary_takes_over_without_dropping_a_request_or_the_long_stream() {
                 json!({"stream": true}),
             )
             .to_string();
-            let r = Resp::from(
-                agent
-                    .post(&h.proxy_url(MESSAGES))
-                    .set("x-api-key", KEY_A)
-                    .set("x-tokensaver-human", "1")
-                    .set("content-type", "application/json")
-                    .send_bytes(body.as_bytes()),
-            );
+            let r = client::post(&h.proxy_url(MESSAGES))
+                .timeout(Duration::from_secs(30))
+                .set("x-api-key", KEY_A)
+                .set("x-tokensaver-human", "1")
+                .set("content-type", "application/json")
+                .send(body.as_bytes());
             (r, body.into_bytes())
         })
     };
@@ -125,11 +116,11 @@ fn a_new_binary_takes_over_without_dropping_a_request_or_the_long_stream() {
     let results: Arc<Mutex<Vec<Sent>>> = Arc::default();
     let pids_seen: Arc<Mutex<BTreeSet<u64>>> = Arc::default();
     let steady = {
-        let (h, agent, stop, results) = (h.clone(), agent.clone(), stop.clone(), results.clone());
+        let (h, stop, results) = (h.clone(), stop.clone(), results.clone());
         std::thread::spawn(move || {
             let mut i = 0;
             while !stop.load(Ordering::Relaxed) {
-                let r = steady_request(&agent, &h, i);
+                let r = steady_request(&h, i);
                 results.lock().unwrap().push(r);
                 i += 1;
                 std::thread::sleep(Duration::from_millis(60));
@@ -137,11 +128,13 @@ fn a_new_binary_takes_over_without_dropping_a_request_or_the_long_stream() {
         })
     };
     let probes = {
-        let (h, agent, stop, pids) = (h.clone(), agent.clone(), stop.clone(), pids_seen.clone());
+        let (h, stop, pids) = (h.clone(), stop.clone(), pids_seen.clone());
         std::thread::spawn(move || {
             let mut failures = Vec::new();
             while !stop.load(Ordering::Relaxed) {
-                let r = Resp::from(agent.get(&h.admin_url("/healthz")).call());
+                let r = client::get(&h.admin_url("/healthz"))
+                    .timeout(Duration::from_secs(30))
+                    .call();
                 match (r.status, r.transport_error.as_ref()) {
                     (200, None) => {
                         pids.lock()

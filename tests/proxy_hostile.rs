@@ -232,7 +232,7 @@ fn secrets_and_hop_headers_never_reach_the_provider() {
     assert_eq!(created.status, 200, "{}", created.text());
     check("gated Responses call");
     let id = created.json()["id"].as_str().unwrap().to_string();
-    let mut get = ureq::get(&h.proxy_url(&format!("/v1/responses/{id}")))
+    let mut get = client::get(&h.proxy_url(&format!("/v1/responses/{id}")))
         .set("authorization", &format!("Bearer {KEY_A}"));
     for (n, v) in hostile {
         get = get.set(n, v);

@@ -164,7 +164,7 @@ fn stored_response_routes_and_count_tokens_pass_through_after_the_key_check() {
 
     let get = |path: &str, key: &str| {
         call(
-            ureq::get(&h.proxy_url(path)).set("authorization", &format!("Bearer {key}")),
+            client::get(&h.proxy_url(path)).set("authorization", &format!("Bearer {key}")),
             None,
         )
     };

@@ -157,13 +157,13 @@ fn approve_needs_admin_key_on_admin_listener() {
     let (h, _, _, hold) = held_call("Write a long essay.");
     // The automation's own key cannot approve.
     let r = call(
-        ureq::post(&h.admin_url(&format!("/holds/{hold}/approve")))
+        client::post(&h.admin_url(&format!("/holds/{hold}/approve")))
             .set("authorization", &format!("Bearer {KEY_A}")),
         Some(b""),
     );
     assert_eq!(r.status, 401);
     let r = call(
-        ureq::post(&h.api_url(&format!("/holds/{hold}/approve")))
+        client::post(&h.api_url(&format!("/holds/{hold}/approve")))
             .set("authorization", &format!("Bearer {ADMIN_KEY}")),
         Some(b""),
     );
@@ -211,7 +211,7 @@ fn block_budget_402_and_receipt_verifies() {
     assert_eq!(h.calls(CHAT), 0);
 
     let v = call(
-        ureq::post(&h.api_url("/verify")),
+        client::post(&h.api_url("/verify")),
         Some(r.envelope_json().as_bytes()),
     );
     assert_eq!(v.status, 200);
@@ -224,7 +224,7 @@ fn block_budget_402_and_receipt_verifies() {
     let other_env: serde_json::Value = serde_json::from_str(&other.envelope_json()).unwrap();
     env["body"] = other_env["body"].clone();
     let v = call(
-        ureq::post(&h.api_url("/verify")),
+        client::post(&h.api_url("/verify")),
         Some(env.to_string().as_bytes()),
     );
     assert_eq!(v.json()["valid"], false, "{}", v.text());
@@ -263,7 +263,7 @@ fn unknown_key_401_ungated_404_models_pass_through() {
     assert_eq!(h.mock.total_calls(), 0);
 
     let r = call(
-        ureq::get(&h.proxy_url("/v1/models")).set("authorization", &format!("Bearer {KEY_A}")),
+        client::get(&h.proxy_url("/v1/models")).set("authorization", &format!("Bearer {KEY_A}")),
         None,
     );
     assert_eq!(r.status, 200, "{}", r.text());
@@ -275,7 +275,7 @@ fn unknown_key_401_ungated_404_models_pass_through() {
         Some(format!("Bearer {PROVIDER_CREDENTIAL}").as_str())
     );
 
-    let r = call(ureq::get(&h.proxy_url("/v1/models")), None);
+    let r = call(client::get(&h.proxy_url("/v1/models")), None);
     assert_eq!(r.status, 401);
     assert_eq!(h.calls("/v1/models"), 1);
 }
@@ -307,7 +307,7 @@ fn the_keys_owner_approves_its_hold_on_the_api_listener() {
     let (h, body, _, hold) = held_call("Write a long report.");
     let approve = |owner: &str| {
         call(
-            ureq::post(&h.api_url(&format!("/holds/{hold}/approve")))
+            client::post(&h.api_url(&format!("/holds/{hold}/approve")))
                 .set("x-tokensaver-owner", owner),
             Some(b""),
         )

@@ -52,7 +52,7 @@ fn create(h: &Harness, key: &str, input: &str, extra: Value) -> String {
 
 fn stored_call(h: &Harness, method: &str, path: &str, key: &str) -> Resp {
     let req =
-        ureq::request(method, &h.proxy_url(path)).set("authorization", &format!("Bearer {key}"));
+        client::request(method, &h.proxy_url(path)).set("authorization", &format!("Bearer {key}"));
     if method == "POST" {
         call(req.set("content-type", "application/json"), Some(b"{}"))
     } else {

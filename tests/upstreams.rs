@@ -255,7 +255,7 @@ fn upstream_addresses_follow_dns() {
     // The record changes: the next calls go to the new address.
     std::fs::write(&hosts, "provider.test 127.0.0.3\n").unwrap();
     eventually("the new address in /readyz", || {
-        let r = call(ureq::get(&h.admin_url("/readyz")), None);
+        let r = call(client::get(&h.admin_url("/readyz")), None);
         r.json()["upstreams"][0]["addresses"] == json!([format!("127.0.0.3:{port}")])
     });
     ask(1);
@@ -264,7 +264,7 @@ fn upstream_addresses_follow_dns() {
     // Two addresses, one refusing: every call lands on the one that answers.
     std::fs::write(&hosts, "provider.test 127.0.0.4 127.0.0.3\n").unwrap();
     eventually("two addresses", || {
-        let r = call(ureq::get(&h.admin_url("/readyz")), None);
+        let r = call(client::get(&h.admin_url("/readyz")), None);
         r.json()["upstreams"][0]["addresses"]
             .as_array()
             .map(Vec::len)
@@ -283,7 +283,7 @@ fn upstream_addresses_follow_dns() {
     // Both providers answering: both are used.
     std::fs::write(&hosts, "provider.test 127.0.0.2 127.0.0.3\n").unwrap();
     eventually("both live addresses", || {
-        let r = call(ureq::get(&h.admin_url("/readyz")), None);
+        let r = call(client::get(&h.admin_url("/readyz")), None);
         r.json()["upstreams"][0]["addresses"]
             == json!([format!("127.0.0.2:{port}"), format!("127.0.0.3:{port}")])
     });
@@ -296,10 +296,10 @@ fn upstream_addresses_follow_dns() {
     // A host that stops resolving keeps its last addresses, marked stale.
     std::fs::write(&hosts, "provider.test not-an-address\n").unwrap();
     eventually("stale", || {
-        let r = call(ureq::get(&h.admin_url("/readyz")), None);
+        let r = call(client::get(&h.admin_url("/readyz")), None);
         r.json()["upstreams"][0]["stale"] == json!(true)
     });
-    let r = call(ureq::get(&h.admin_url("/readyz")), None);
+    let r = call(client::get(&h.admin_url("/readyz")), None);
     assert_eq!(r.status, 200, "{}", r.text());
     ask(10);
 }

@@ -327,7 +327,7 @@ fn real_provider_answers_replay_unchanged_and_settle_exactly() {
     settle();
 
     let r = call(
-        ureq::get(&h.api_url("/ledger/decisions?limit=1000"))
+        client::get(&h.api_url("/ledger/decisions?limit=1000"))
             .set("authorization", &format!("Bearer {KEY_A}")),
         None,
     );

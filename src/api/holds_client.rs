@@ -6,46 +6,49 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::http_client::{Answer, BlockingClient, ClientError, Request};
+
 /// Talks to one admin listener.
 pub struct AdminClient {
     addr: SocketAddr,
     admin_key: String,
-    agent: ureq::Agent,
+    client: BlockingClient,
 }
 
 impl AdminClient {
     /// `addr`: the configured admin listener; an unspecified address (`0.0.0.0`, `::`) is
     /// reached on loopback.
-    pub fn new(addr: SocketAddr, admin_key: String) -> Self {
+    pub fn new(addr: SocketAddr, admin_key: String) -> anyhow::Result<Self> {
         let addr = match addr.ip() {
             IpAddr::V4(ip) if ip.is_unspecified() => (Ipv4Addr::LOCALHOST, addr.port()).into(),
             IpAddr::V6(ip) if ip.is_unspecified() => (Ipv6Addr::LOCALHOST, addr.port()).into(),
             _ => addr,
         };
-        let agent = ureq::AgentBuilder::new()
-            .timeout(Duration::from_secs(10))
-            .build();
-        Self {
+        let client = BlockingClient::new(&format!("http://{addr}"), Duration::from_secs(10))?;
+        Ok(Self {
             addr,
             admin_key,
-            agent,
-        }
+            client,
+        })
     }
 
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+    fn bearer(&self) -> String {
+        format!("Bearer {}", self.admin_key)
     }
 
     /// Every key's pending and approved holds (or `key`'s), with the running leases.
     pub fn list(&self, key: Option<&str>) -> anyhow::Result<Value> {
-        let mut req = self
-            .agent
-            .get(&self.url("/holds"))
-            .set("authorization", &format!("Bearer {}", self.admin_key));
-        if let Some(k) = key {
-            req = req.query("key", k);
-        }
-        self.answer(req.call(), None)
+        let path = match key {
+            Some(k) => format!(
+                "/holds?{}",
+                form_urlencoded::Serializer::new(String::new())
+                    .append_pair("key", k)
+                    .finish()
+            ),
+            None => "/holds".to_string(),
+        };
+        let request = Request::get(path).header("authorization", self.bearer());
+        self.answer(self.client.send(&request), None)
     }
 
     pub fn approve(&self, hold_id: &str, attend_minutes: Option<u64>) -> anyhow::Result<Value> {
@@ -53,48 +56,44 @@ impl AdminClient {
             Some(m) => json!({"attend_minutes": m}).to_string(),
             None => String::new(),
         };
-        let req = self
-            .agent
-            .post(&self.url(&format!("/holds/{}/approve", path_segment(hold_id)?)))
-            .set("authorization", &format!("Bearer {}", self.admin_key))
-            .set("content-type", "application/json");
-        self.answer(req.send_string(&body), Some(hold_id))
+        let path = format!("/holds/{}/approve", path_segment(hold_id)?);
+        let request = Request::post(path, body)
+            .header("authorization", self.bearer())
+            .header("content-type", "application/json");
+        self.answer(self.client.send(&request), Some(hold_id))
     }
 
     pub fn deny(&self, hold_id: &str) -> anyhow::Result<Value> {
-        let req = self
-            .agent
-            .post(&self.url(&format!("/holds/{}/deny", path_segment(hold_id)?)))
-            .set("authorization", &format!("Bearer {}", self.admin_key));
-        self.answer(req.send_string(""), Some(hold_id))
+        let path = format!("/holds/{}/deny", path_segment(hold_id)?);
+        let request = Request::post(path, "").header("authorization", self.bearer());
+        self.answer(self.client.send(&request), Some(hold_id))
     }
 
     fn answer(
         &self,
-        resp: Result<ureq::Response, ureq::Error>,
+        sent: Result<Answer, ClientError>,
         hold_id: Option<&str>,
     ) -> anyhow::Result<Value> {
         let addr = self.addr;
-        match resp {
-            Ok(r) => {
-                let text = r.into_string().map_err(|_| {
-                    anyhow::anyhow!("the admin listener at {addr} sent an unreadable answer")
-                })?;
-                serde_json::from_str(&text).map_err(|_| {
-                    anyhow::anyhow!("the admin listener at {addr} sent an answer that is not JSON")
-                })
-            }
-            Err(ureq::Error::Status(status, r)) => {
-                let code = r
-                    .into_string()
+        match sent {
+            Ok(answer) if answer.is_error() => {
+                let code = serde_json::from_slice::<Value>(&answer.body)
                     .ok()
-                    .and_then(|t| serde_json::from_str::<Value>(&t).ok())
                     .and_then(|v| v["error"]["code"].as_str().map(str::to_string))
                     .unwrap_or_default();
                 Err(anyhow::Error::msg(status_error(
-                    status, &code, hold_id, addr,
+                    answer.status,
+                    &code,
+                    hold_id,
+                    addr,
                 )))
             }
+            Ok(answer) => serde_json::from_slice(&answer.body).map_err(|_| {
+                anyhow::anyhow!("the admin listener at {addr} sent an answer that is not JSON")
+            }),
+            Err(ClientError::TooLarge(_)) => Err(anyhow::anyhow!(
+                "the admin listener at {addr} sent an unreadable answer"
+            )),
             Err(_) => Err(anyhow::anyhow!(
                 "no tokensaver answers on the admin listener {addr} (the config's [listen] \
                  admin): is `tokensaver serve` running with this config? (A digest-mode client \

@@ -19,6 +19,7 @@ use serde_json::json;
 
 use super::http::{ApiRequest, ApiResponse};
 use crate::gatekeeper::Gatekeeper;
+use crate::http_client::{BlockingClient, Request};
 use crate::lifecycle;
 
 /// How long the store's writer may take to acknowledge a readiness probe.
@@ -114,18 +115,14 @@ impl Ops {
 /// `tokensaver health`: ask the admin listener at `admin` for `/healthz` (or `/readyz`), for up
 /// to `wait_secs`; the answer's body, or why there is none.
 pub fn ask(admin: std::net::SocketAddr, ready: bool, wait_secs: u64) -> anyhow::Result<String> {
-    let url = format!(
-        "http://{admin}/{}",
-        if ready { "readyz" } else { "healthz" }
-    );
+    let path = if ready { "/readyz" } else { "/healthz" };
+    let url = format!("http://{admin}{path}");
+    let client = BlockingClient::new(&format!("http://{admin}"), Duration::from_secs(5))?;
     let deadline = std::time::Instant::now() + Duration::from_secs(wait_secs);
     loop {
-        let answer = match ureq::get(&url).timeout(Duration::from_secs(5)).call() {
-            Ok(r) => Ok(r.into_string().unwrap_or_default()),
-            Err(ureq::Error::Status(code, r)) => Err(anyhow::anyhow!(
-                "{code}: {}",
-                r.into_string().unwrap_or_default()
-            )),
+        let answer = match client.send(&Request::get(path)) {
+            Ok(a) if a.is_error() => Err(anyhow::anyhow!("{}: {}", a.status, text(&a.body))),
+            Ok(a) => Ok(text(&a.body)),
             Err(e) => Err(anyhow::anyhow!("no answer from {url}: {e}")),
         };
         match answer {
@@ -134,6 +131,11 @@ pub fn ask(admin: std::net::SocketAddr, ready: bool, wait_secs: u64) -> anyhow::
             Err(_) => std::thread::sleep(Duration::from_millis(200)),
         }
     }
+}
+
+/// A body as text; nothing if it is not UTF-8 (the probes answer JSON).
+fn text(body: &[u8]) -> String {
+    String::from_utf8(body.to_vec()).unwrap_or_default()
 }
 
 fn probe_write(dir: PathBuf) -> bool {

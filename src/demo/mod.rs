@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::http_client::{BlockingClient, Request};
+
 /// The example config's demo key (its hash is in `config/tokensaver.toml`).
 pub const DEMO_KEY: &str = "tsk_demo_0123456789abcdef0123456789abcdef0123456789abcdef";
 /// The credential the demo provider expects: the proxy must swap it in for the caller's key.
@@ -72,7 +74,7 @@ pub fn wait_for_port(addr: SocketAddr, timeout: Duration) -> bool {
     false
 }
 
-/// One scripted request: its label, body, URL and extra headers.
+/// One scripted request: its label, body, path on the proxy and extra headers.
 type Step<'a> = (String, Value, &'a str, Vec<(&'a str, &'a str)>);
 
 struct ChildGuard(Child);
@@ -92,34 +94,36 @@ struct Seen {
     findings: Vec<String>,
 }
 
-fn post(url: &str, body: &Value, headers: &[(&str, &str)]) -> anyhow::Result<Seen> {
-    let mut req = ureq::post(url)
-        .timeout(Duration::from_secs(30))
-        .set("authorization", &format!("Bearer {DEMO_KEY}"))
-        .set("content-type", "application/json");
+/// How long the demo waits for one answer from its local servers.
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn post(
+    proxy: &BlockingClient,
+    path: &str,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> anyhow::Result<Seen> {
+    let mut request = Request::post(path, body.to_string())
+        .header("authorization", format!("Bearer {DEMO_KEY}"))
+        .header("content-type", "application/json");
     for (k, v) in headers {
-        req = req.set(k, v);
+        request = request.header(k, *v);
     }
-    let resp = match req.send_string(&body.to_string()) {
-        Ok(r) => r,
-        Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => return Err(anyhow::anyhow!("request failed: {e}")),
-    };
-    let status = resp.status();
-    let verdict = resp
-        .header("x-tokensaver-verdict")
-        .unwrap_or("-")
-        .to_string();
-    let receipt = resp
+    let answer = proxy
+        .send(&request)
+        .map_err(|e| anyhow::anyhow!("request failed: {e}"))?;
+    let receipt = answer
         .header("x-tokensaver-receipt")
         .and_then(|h| crate::receipt::Envelope::from_header_value(h).ok())
         .and_then(|e| e.body_bytes().ok())
         .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
         .unwrap_or(Value::Null);
-    let _ = resp.into_string();
     Ok(Seen {
-        status,
-        verdict,
+        status: answer.status,
+        verdict: answer
+            .header("x-tokensaver-verdict")
+            .unwrap_or("-")
+            .to_string(),
         reason: receipt["reason"].as_str().unwrap_or("-").to_string(),
         findings: receipt["findings"]
             .as_array()
@@ -134,17 +138,30 @@ fn post(url: &str, body: &Value, headers: &[(&str, &str)]) -> anyhow::Result<See
 
 /// Requests the mock provider received, over every path (its `GET /__mock/calls`).
 fn provider_calls(mock_url: &str) -> anyhow::Result<u64> {
-    let text = ureq::get(&format!("{mock_url}/__mock/calls"))
-        .timeout(Duration::from_secs(10))
-        .call()
-        .map_err(|_| anyhow::anyhow!("the local provider did not answer /__mock/calls"))?
-        .into_string()
-        .map_err(|e| anyhow::anyhow!("the local provider's /__mock/calls: {}", e.kind()))?;
-    let calls: Value = serde_json::from_str(&text)
+    let mock = BlockingClient::new(mock_url, Duration::from_secs(10))?;
+    let answer = mock
+        .send(&Request::get("/__mock/calls"))
+        .ok()
+        .filter(|a| !a.is_error())
+        .ok_or_else(|| anyhow::anyhow!("the local provider did not answer /__mock/calls"))?;
+    let calls: Value = serde_json::from_slice(&answer.body)
         .map_err(|_| anyhow::anyhow!("the local provider's /__mock/calls is not JSON"))?;
     Ok(calls
         .as_object()
         .map_or(0, |m| m.values().filter_map(Value::as_u64).sum()))
+}
+
+/// The demo key's ledger (`GET /ledger` on the API listener); null if it is not JSON.
+fn ledger(api: SocketAddr) -> anyhow::Result<Value> {
+    let client = BlockingClient::new(&format!("http://{api}"), TIMEOUT)?;
+    let request = Request::get("/ledger").header("authorization", format!("Bearer {DEMO_KEY}"));
+    let answer = client
+        .send(&request)
+        .map_err(|e| anyhow::anyhow!("ledger: {e}"))?;
+    if answer.is_error() {
+        return Err(anyhow::anyhow!("ledger: HTTP {}", answer.status));
+    }
+    Ok(serde_json::from_slice(&answer.body).unwrap_or(Value::Null))
 }
 
 fn chat(model: &str, text: &str, extra: Value) -> Value {
@@ -225,8 +242,9 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
     }
 
     println!("tokensaver demo: proxy {proxy}, local provider {mock_url}\n");
-    let chat_url = format!("http://{proxy}/v1/chat/completions");
-    let messages_url = format!("http://{proxy}/v1/messages");
+    let proxy_client = BlockingClient::new(&format!("http://{proxy}"), TIMEOUT)?;
+    let chat_path = "/v1/chat/completions";
+    let messages_path = "/v1/messages";
     let reproducible = chat(
         "gpt-4o",
         "Summarise the release notes for version 4.2 in three bullet points.",
@@ -240,19 +258,19 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
                 "Draft a friendly greeting for new users.",
                 json!({"temperature": 0.7, "max_tokens": 1500}),
             ),
-            &chat_url,
+            chat_path,
             vec![],
         ),
         (
             "a temperature-0 call".into(),
             reproducible.clone(),
-            &chat_url,
+            chat_path,
             vec![],
         ),
         (
             "the same temperature-0 call again".into(),
             reproducible,
-            &chat_url,
+            chat_path,
             vec![],
         ),
     ];
@@ -264,7 +282,7 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
                 "Try again: fix the failing test.",
                 json!({"temperature": 1, "max_tokens": 1200}),
             ),
-            &chat_url,
+            chat_path,
             vec![],
         ));
     }
@@ -275,19 +293,19 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
             "Write the whole book.",
             json!({"max_tokens": 200_000}),
         ),
-        &chat_url,
+        chat_path,
         vec![],
     ));
     steps.push((
         "a small call, a person attending".into(),
         chat("gpt-4o", "Capital of France?", json!({"max_tokens": 50})),
-        &chat_url,
+        chat_path,
         vec![("x-tokensaver-human", "1")],
     ));
     steps.push((
         "an Anthropic call".into(),
         json!({"model": "claude-sonnet-4-5", "max_tokens": 2000, "system": "You are terse.", "messages": [{"role": "user", "content": "Name three prime numbers."}]}),
-        &messages_url,
+        messages_path,
         vec![("anthropic-version", "2023-06-01")],
     ));
 
@@ -295,8 +313,8 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
         "{:<3} {:<40} {:>6}  {:<10} {:<28} findings",
         "#", "step", "status", "verdict", "reason"
     );
-    for (i, (name, body, url, headers)) in steps.iter().enumerate() {
-        let seen = post(url, body, headers)?;
+    for (i, (name, body, path, headers)) in steps.iter().enumerate() {
+        let seen = post(&proxy_client, path, body, headers)?;
         println!(
             "{:<3} {:<40} {:>6}  {:<10} {:<28} {}",
             i + 1,
@@ -317,14 +335,7 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
         steps.len()
     );
 
-    let ledger: Value = ureq::get(&format!("http://{api}/ledger"))
-        .set("authorization", &format!("Bearer {DEMO_KEY}"))
-        .call()
-        .map_err(|e| anyhow::anyhow!("ledger: {e}"))?
-        .into_string()
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or(Value::Null);
+    let ledger = ledger(api)?;
     let total = &ledger["total"];
     let nano = total["spend_nano"].as_u64().unwrap_or(0);
     println!(

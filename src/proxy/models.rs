@@ -14,6 +14,7 @@ use pingora::Result;
 use serde_json::{json, Value};
 
 use super::respond;
+use crate::http_client::{exchange, ClientError};
 use crate::upstreams::{ProviderPeer, Upstreams};
 use tokensaver_core::request::Provider;
 
@@ -84,37 +85,20 @@ async fn fetch(
     }
     upstream.set_credential(&mut header).ok()?;
     for peer in upstream.candidates() {
-        let Ok((mut session, _)) = connector.get_http_session(peer).await else {
-            continue;
+        // A list is a small, quick answer: its own timeouts, not the forwarded calls'.
+        let mut peer = peer.clone();
+        peer.options.read_timeout = Some(LIST_TIMEOUT);
+        peer.options.write_timeout = Some(LIST_TIMEOUT);
+        let answer = match exchange(connector, &peer, &header, None, LIST_CAP).await {
+            Ok(answer) => answer,
+            // This address does not take connections: the next one may.
+            Err(ClientError::Connect(_)) => continue,
+            Err(_) => return None,
         };
-        session.set_read_timeout(Some(LIST_TIMEOUT));
-        session.set_write_timeout(Some(LIST_TIMEOUT));
-        let answered = async {
-            session
-                .write_request_header(Box::new(header.clone()))
-                .await?;
-            session.finish_request_body().await?;
-            session.read_response_header().await?;
-            let mut body = Vec::new();
-            while let Some(chunk) = session.read_response_body().await? {
-                body.extend_from_slice(&chunk);
-                if body.len() > LIST_CAP {
-                    return pingora::Error::e_explain(
-                        pingora::ErrorType::ReadError,
-                        "model list too large",
-                    );
-                }
-            }
-            Ok::<_, Box<pingora::Error>>(body)
-        }
-        .await;
-        let status = session.response_header().map(|h| h.status.as_u16());
-        session.shutdown().await;
-        let body = answered.ok()?;
-        if status != Some(200) {
+        if answer.status != 200 {
             return None;
         }
-        let mut parsed: Value = serde_json::from_slice(&body).ok()?;
+        let mut parsed: Value = serde_json::from_slice(&answer.body).ok()?;
         return match parsed.get_mut("data").map(Value::take) {
             Some(Value::Array(list)) => Some(list),
             _ => None,

@@ -4,20 +4,16 @@
 //! (counts and keyed hashes), `POST /record` carries the decision id, wire form, served model,
 //! completeness and the four usage parts. Answers are kept in this instance's own store.
 
-use std::net::ToSocketAddrs;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use pingora::connectors::http::Connector;
-use pingora::http::RequestHeader;
-use pingora::upstreams::peer::HttpPeer;
+use bytes::Bytes;
 use serde::Deserialize;
 
-use crate::config::parse_origin;
 use crate::gatekeeper::settlement::RecordBody;
 use crate::gatekeeper::UsageReport;
+use crate::http_client::{Bounds, ClientError, HttpClient, OriginError, Request};
 use crate::receipt::{DecisionId, Envelope};
 use tokensaver_core::gate::Verdict;
 use tokensaver_core::request::Digest;
@@ -28,18 +24,16 @@ const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 /// (`[gate.steps]`: the pace window plus its slack, 150 s by default, at most 240 s; SPEC
 /// §2.3).
 const TIMEOUT: Duration = Duration::from_secs(270);
-/// Pooled connections to the gate are dropped after this long idle.
-const IDLE: Duration = Duration::from_secs(60);
 
-/// The central gate's client: pingora's own connector (async, pooled), so digest mode adds
-/// no second HTTP stack beside the proxy's.
+/// The central gate's client: on the one HTTP client (pingora's connector, async, pooled), so
+/// digest mode adds no second HTTP stack beside the proxy's.
 #[derive(Clone)]
 pub struct RemoteGate {
     pub gate_url: String,
     /// The tokensaver key: authenticates with the gate and keys the fingerprints.
     pub key: String,
     /// Shared by every clone (one per forwarded request): the peer and its connection pool.
-    link: Arc<Link>,
+    client: Arc<HttpClient>,
     /// The hold TTL the central gate last stated with a CHALLENGE (0: not yet stated), for
     /// this instance's 409 message. One gate, one configuration: the last value is its value.
     hold_ttl_ms: Arc<AtomicU64>,
@@ -51,13 +45,6 @@ impl std::fmt::Debug for RemoteGate {
             .field("gate_url", &self.gate_url)
             .finish_non_exhaustive()
     }
-}
-
-struct Link {
-    peer: HttpPeer,
-    /// The `Host` header.
-    authority: String,
-    connector: Connector,
 }
 
 /// What the central gate answered.
@@ -89,17 +76,15 @@ pub enum RemoteError {
     Malformed,
 }
 
-/// One exchange's failure: retry it on a new connection, or give up.
-enum Attempt {
-    Retry,
-    Failed(RemoteError),
-}
-
-impl Attempt {
-    fn error(self) -> RemoteError {
-        match self {
-            Attempt::Retry => RemoteError::Unreachable,
-            Attempt::Failed(e) => e,
+/// Every failure to get an answer is the gate being unreachable, except a request this
+/// client could not write and an answer too long to be the gate's.
+impl From<ClientError> for RemoteError {
+    fn from(e: ClientError) -> Self {
+        match e {
+            ClientError::Connect(_) | ClientError::Exchange(_) | ClientError::TimedOut(_) => {
+                RemoteError::Unreachable
+            }
+            ClientError::InvalidRequest(_) | ClientError::TooLarge(_) => RemoteError::Malformed,
         }
     }
 }
@@ -107,25 +92,19 @@ impl Attempt {
 impl RemoteGate {
     /// The gate's address is resolved here, once, like the providers' (`ProviderPeer`).
     pub fn new(gate_url: &str, key: String) -> anyhow::Result<Self> {
-        let origin = parse_origin(gate_url).map_err(|why| anyhow::anyhow!("the gate URL {why}"))?;
-        let addr = (origin.host.as_str(), origin.port)
-            .to_socket_addrs()
-            .ok()
-            .and_then(|mut addrs| addrs.next())
-            .ok_or_else(|| anyhow::anyhow!("the gate URL's host has no address"))?;
-        let mut peer = HttpPeer::new(addr, origin.tls, origin.host.clone());
-        peer.options.connection_timeout = Some(Duration::from_secs(10));
-        peer.options.read_timeout = Some(TIMEOUT);
-        peer.options.write_timeout = Some(TIMEOUT);
-        peer.options.idle_timeout = Some(IDLE);
+        let bounds = Bounds {
+            connect: Duration::from_secs(10),
+            silence: TIMEOUT,
+            max_answer_bytes: MAX_ANSWER_BYTES,
+        };
+        let client = HttpClient::new(gate_url, bounds).map_err(|e| match e {
+            OriginError::NotAnOrigin(why) => anyhow::anyhow!("the gate URL {why}"),
+            OriginError::NoAddress => anyhow::anyhow!("the gate URL's host has no address"),
+        })?;
         Ok(Self {
             gate_url: gate_url.trim_end_matches('/').to_string(),
             key,
-            link: Arc::new(Link {
-                peer,
-                authority: origin.authority,
-                connector: Connector::new(None),
-            }),
+            client: Arc::new(client),
             hold_ttl_ms: Arc::new(AtomicU64::new(0)),
         })
     }
@@ -135,76 +114,17 @@ impl RemoteGate {
         Some(self.hold_ttl_ms.load(Ordering::Relaxed)).filter(|&ms| ms > 0)
     }
 
-    /// One POST. A pooled connection the gate had already closed is retried once on a new
-    /// one, by pingora's own rule (`RetryType::ReusedOnly`: the request cannot have reached
-    /// the gate); nothing else is retried.
+    /// One POST of a JSON body with this instance's key; the answer's body, if the gate
+    /// accepted the request.
     async fn post(&self, path: &'static str, body: Vec<u8>) -> Result<Bytes, RemoteError> {
-        let body = Bytes::from(body);
-        match self.exchange(path, body.clone()).await {
-            Err(Attempt::Retry) => self.exchange(path, body).await.map_err(Attempt::error),
-            other => other.map_err(Attempt::error),
+        let request = Request::post(path, body)
+            .header("authorization", format!("Bearer {}", self.key))
+            .header("content-type", "application/json");
+        let answer = self.client.send(&request).await?;
+        if answer.is_error() {
+            return Err(RemoteError::Refused(answer.status));
         }
-    }
-
-    async fn exchange(&self, path: &'static str, body: Bytes) -> Result<Bytes, Attempt> {
-        let link = &*self.link;
-        let (mut session, reused) = link
-            .connector
-            .get_http_session(&link.peer)
-            .await
-            .map_err(|_| Attempt::Failed(RemoteError::Unreachable))?;
-        let failed = |mut e: Box<pingora::Error>| {
-            e.retry.decide_reuse(reused);
-            if e.retry() {
-                Attempt::Retry
-            } else {
-                Attempt::Failed(RemoteError::Unreachable)
-            }
-        };
-        let mut req = RequestHeader::build("POST", path.as_bytes(), None)
-            .map_err(|_| Attempt::Failed(RemoteError::Malformed))?;
-        let headers = [
-            ("host", link.authority.clone()),
-            ("authorization", format!("Bearer {}", self.key)),
-            ("content-type", "application/json".to_string()),
-            ("content-length", body.len().to_string()),
-        ];
-        for (name, value) in headers {
-            req.insert_header(name, value)
-                .map_err(|_| Attempt::Failed(RemoteError::Malformed))?;
-        }
-        session
-            .write_request_header(Box::new(req))
-            .await
-            .map_err(failed)?;
-        session
-            .write_request_body(body, true)
-            .await
-            .map_err(failed)?;
-        session.finish_request_body().await.map_err(failed)?;
-        session.read_response_header().await.map_err(failed)?;
-        let status = session
-            .response_header()
-            .map(|h| h.status.as_u16())
-            .ok_or(Attempt::Failed(RemoteError::Malformed))?;
-        let mut answer = BytesMut::new();
-        while let Some(chunk) = session
-            .read_response_body()
-            .await
-            .map_err(|_| Attempt::Failed(RemoteError::Unreachable))?
-        {
-            if answer.len() + chunk.len() > MAX_ANSWER_BYTES {
-                return Err(Attempt::Failed(RemoteError::Malformed));
-            }
-            answer.extend_from_slice(&chunk);
-        }
-        link.connector
-            .release_http_session(session, &link.peer, Some(IDLE))
-            .await;
-        if status >= 400 {
-            return Err(Attempt::Failed(RemoteError::Refused(status)));
-        }
-        Ok(answer.freeze())
+        Ok(answer.body)
     }
 
     /// `POST /gate` with the digest.

@@ -2,6 +2,8 @@
 //! real `tokensaver serve` binary started against it (killed on drop).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod client;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -255,10 +257,11 @@ impl Harness {
                 "tokensaver serve did not listen on {addr}"
             );
         }
-        let healthy = ureq::get(&self.admin_url("/healthz"))
+        let healthy = client::get(&self.admin_url("/healthz"))
             .timeout(Duration::from_secs(5))
             .call()
-            .is_ok_and(|r| r.status() == 200);
+            .status
+            == 200;
         let running = self
             .child
             .as_mut()
@@ -341,7 +344,7 @@ impl Harness {
         body: &[u8],
         headers: &[(&str, &str)],
     ) -> Resp {
-        let mut req = ureq::post(&self.proxy_url(path))
+        let mut req = client::post(&self.proxy_url(path))
             .timeout(Duration::from_secs(30))
             .set("content-type", "application/json");
         if let Some(k) = key {
@@ -350,13 +353,13 @@ impl Harness {
         for (k, v) in headers {
             req = req.set(k, v);
         }
-        Resp::from(req.send_bytes(body))
+        req.send(body)
     }
 
     /// The key's ledger (`GET /ledger`).
     pub fn ledger(&self, key: &str) -> Value {
         let r = call(
-            ureq::get(&self.api_url("/ledger")).set("authorization", &format!("Bearer {key}")),
+            client::get(&self.api_url("/ledger")).set("authorization", &format!("Bearer {key}")),
             None,
         );
         assert_eq!(r.status, 200, "ledger: {}", r.text());
@@ -365,7 +368,7 @@ impl Harness {
 
     pub fn approve(&self, hold_id: &str) -> Resp {
         call(
-            ureq::post(&self.admin_url(&format!("/holds/{hold_id}/approve")))
+            client::post(&self.admin_url(&format!("/holds/{hold_id}/approve")))
                 .set("authorization", &format!("Bearer {ADMIN_KEY}")),
             Some(b""),
         )
@@ -393,35 +396,6 @@ pub struct Resp {
 }
 
 impl Resp {
-    pub fn from(r: Result<ureq::Response, ureq::Error>) -> Resp {
-        let resp = match r {
-            Ok(r) => r,
-            Err(ureq::Error::Status(_, r)) => r,
-            Err(e) => {
-                return Resp {
-                    status: 0,
-                    headers: vec![],
-                    body: vec![],
-                    transport_error: Some(e.to_string()),
-                }
-            }
-        };
-        let status = resp.status();
-        let headers = resp
-            .headers_names()
-            .into_iter()
-            .filter_map(|n| resp.header(&n).map(|v| (n.clone(), v.to_string())))
-            .collect();
-        let mut body = Vec::new();
-        let err = std::io::Read::read_to_end(&mut resp.into_reader(), &mut body).err();
-        Resp {
-            status,
-            headers,
-            body,
-            transport_error: err.map(|e| e.to_string()),
-        }
-    }
-
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -471,7 +445,7 @@ pub fn send_signal(pid: u32, sig: &str) {
 /// Send a request with an optional body.
 /// `GET url` with a tokensaver or admin key as a bearer token (or none).
 pub fn keyed_get(url: &str, key: Option<&str>) -> Resp {
-    let mut r = ureq::get(url);
+    let mut r = client::get(url);
     if let Some(k) = key {
         r = r.set("authorization", &format!("Bearer {k}"));
     }
@@ -480,19 +454,19 @@ pub fn keyed_get(url: &str, key: Option<&str>) -> Resp {
 
 /// A JSON request to `url` with a tokensaver or admin key as a bearer token (or none).
 pub fn keyed_send(method: &str, url: &str, key: Option<&str>, body: &[u8]) -> Resp {
-    let mut r = ureq::request(method, url).set("content-type", "application/json");
+    let mut r = client::request(method, url).set("content-type", "application/json");
     if let Some(k) = key {
         r = r.set("authorization", &format!("Bearer {k}"));
     }
     call(r, Some(body))
 }
 
-pub fn call(req: ureq::Request, body: Option<&[u8]>) -> Resp {
+pub fn call(req: client::Req, body: Option<&[u8]>) -> Resp {
     let req = req.timeout(Duration::from_secs(30));
-    Resp::from(match body {
-        Some(b) => req.send_bytes(b),
+    match body {
+        Some(b) => req.send(b),
         None => req.call(),
-    })
+    }
 }
 
 pub fn chat(model: &str, text: &str, extra: Value) -> Value {
