@@ -690,7 +690,7 @@ pub fn gate_answer(outcome: &GateOutcome) -> serde_json::Value {
         // provider (SPEC §2.11b): indices into the digest's `cache_points`.
         "cache_breakpoints": outcome.decision.cache_breakpoints,
         "decision": outcome.decision,
-        "receipt": outcome.envelope,
+        "receipt": *outcome.envelope,
     })
 }
 

@@ -95,7 +95,8 @@ impl<'a> GateRequest<'a> {
 #[derive(Debug, Clone)]
 pub struct GateOutcome {
     pub decision: Decision,
-    pub envelope: Envelope,
+    /// Shared with the ledger page's recent receipts: kept there without a copy.
+    pub envelope: Arc<Envelope>,
     pub decision_id: DecisionId,
 }
 
@@ -700,9 +701,9 @@ impl Gatekeeper {
         };
         // Signing is the slowest step of a decision and needs no shared state: it runs after
         // the state lock is released, so concurrent requests do not queue behind it.
-        let envelope = signed.unwrap_or_else(|| self.signer.sign(&body));
+        let envelope = signed.unwrap_or_else(|| Arc::new(self.signer.sign(&body)));
         if mode == Mode::Commit {
-            lock(&self.recent).push(decision_id, &req.key.id, &envelope);
+            lock(&self.recent).push(decision_id, &req.key.id, Arc::clone(&envelope));
         }
         self.metrics
             .decision_seconds
@@ -727,7 +728,7 @@ impl Gatekeeper {
         body: &[u8],
         decision_id: DecisionId,
         now_ms: u64,
-    ) -> Option<Envelope> {
+    ) -> Option<Arc<Envelope>> {
         let shape = req.shape;
         let key_id = req.key.id.as_str();
         let booking = Booking::of(decision, body, decision_id, req);
@@ -778,7 +779,7 @@ impl Gatekeeper {
             };
             let outcome = GateOutcome {
                 decision: decision.clone(),
-                envelope: self.signer.sign(body),
+                envelope: Arc::new(self.signer.sign(body)),
                 decision_id,
             };
             signed = Some(outcome.envelope.clone());
@@ -1457,7 +1458,7 @@ fn reopen(signer: &ReceiptSigner, opening: &HoldOpening) -> Option<Arc<GateOutco
     }
     Some(Arc::new(GateOutcome {
         decision,
-        envelope: signer.sign(&opening.receipt),
+        envelope: Arc::new(signer.sign(&opening.receipt)),
         decision_id: crate::receipt::decision_id(&opening.receipt),
     }))
 }

@@ -4,6 +4,7 @@
 //! restart (the page says so for older rows).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use crate::receipt::{DecisionId, Envelope};
 
@@ -13,12 +14,13 @@ pub const RECENT_RECEIPTS: usize = 1024;
 #[derive(Default)]
 pub struct RecentReceipts {
     order: VecDeque<DecisionId>,
-    by_id: HashMap<DecisionId, (String, Envelope)>,
+    /// The envelope is the one the decision's answer carries, shared, not copied.
+    by_id: HashMap<DecisionId, (String, Arc<Envelope>)>,
 }
 
 impl RecentReceipts {
     /// Keep a committed decision's receipt; the oldest leaves when the ring is full.
-    pub fn push(&mut self, decision_id: DecisionId, key_id: &str, envelope: &Envelope) {
+    pub fn push(&mut self, decision_id: DecisionId, key_id: &str, envelope: Arc<Envelope>) {
         if self.by_id.contains_key(&decision_id) {
             return;
         }
@@ -29,14 +31,16 @@ impl RecentReceipts {
         }
         self.order.push_back(decision_id);
         self.by_id
-            .insert(decision_id, (key_id.to_string(), envelope.clone()));
+            .insert(decision_id, (key_id.to_string(), envelope));
     }
 
     /// The receipt of `decision_id`, if it is still kept and belongs to `key_id` (`None`:
     /// any key, the admin).
     pub fn get(&self, decision_id: &DecisionId, key_id: Option<&str>) -> Option<Envelope> {
         let (owner, envelope) = self.by_id.get(decision_id)?;
-        key_id.is_none_or(|k| k == owner).then(|| envelope.clone())
+        key_id
+            .is_none_or(|k| k == owner)
+            .then(|| Envelope::clone(envelope))
     }
 }
 
@@ -62,7 +66,7 @@ mod tests {
     fn bounded_and_scoped_by_key() {
         let mut r = RecentReceipts::default();
         for n in 0..RECENT_RECEIPTS + 3 {
-            r.push(id(n), if n % 2 == 0 { "a" } else { "b" }, &env(n));
+            r.push(id(n), if n % 2 == 0 { "a" } else { "b" }, Arc::new(env(n)));
         }
         assert_eq!(r.order.len(), RECENT_RECEIPTS);
         assert!(r.get(&id(0), None).is_none(), "the oldest left");

@@ -402,8 +402,8 @@ impl Forward<'_> {
         strip: bool,
     ) -> Outcome {
         let mut outcome = Outcome::not_sent();
-        let (mut upstream, peer) = match self.send_until_answered(header, body, &mut outcome).await
-        {
+        let sent = self.send_until_answered(session, header, body, &mut outcome);
+        let (mut upstream, peer) = match sent.await {
             Ok(answered) => answered,
             Err(err) => return outcome.refused(err),
         };
@@ -430,21 +430,35 @@ impl Forward<'_> {
     /// does (`remote.rs`); nothing else is retried.
     async fn send_until_answered(
         &self,
+        session: &Session,
         header: RequestHeader,
         body: Bytes,
         outcome: &mut Outcome,
     ) -> std::result::Result<(HttpSession, &HttpPeer), GateError> {
+        // The header built for the request goes with the first attempt; a later one (rare: a
+        // stale pooled connection, the upstream's next address) gets a header built afresh,
+        // so the usual request pays for no copy of a header it sends once.
+        let mut built = Some(header);
+        let mut header_for_attempt = || match built.take() {
+            Some(header) => Ok(header),
+            None => self.upstream_header(session, body.len()).map_err(|_| {
+                bad_gateway(
+                    "upstream_write",
+                    "could not send the request to the provider",
+                )
+            }),
+        };
         let mut unreachable = None;
         // A connect that fails reached nobody: the upstream's next address is tried.
         for peer in self.provider.candidates() {
             let tried = match self
-                .attempt(peer, header.clone(), body.clone(), outcome)
+                .attempt(peer, header_for_attempt()?, body.clone(), outcome)
                 .await
             {
                 Err(Attempt::StaleConnection) => {
                     outcome.ending = Ending::NotSent;
                     let fresh = fresh_connection_peer(peer);
-                    self.attempt(&fresh, header.clone(), body.clone(), outcome)
+                    self.attempt(&fresh, header_for_attempt()?, body.clone(), outcome)
                         .await
                 }
                 other => other,

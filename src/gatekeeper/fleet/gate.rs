@@ -148,8 +148,8 @@ impl Backing for Shared {
             Admitted::Decided(decision, body, decision_id) => (*decision, body, decision_id),
         };
         gk.count(&decision);
-        let envelope = gk.signer.sign(&body);
-        lock(&gk.recent).push(decision_id, key_id, &envelope);
+        let envelope = Arc::new(gk.signer.sign(&body));
+        lock(&gk.recent).push(decision_id, key_id, Arc::clone(&envelope));
         gk.metrics
             .decision_seconds
             .observe(started.elapsed().as_secs_f64());
@@ -174,7 +174,7 @@ impl Backing for Shared {
         let decision = gk.decide_observed(req, &seen);
         let (body, decision_id) = decision.receipt();
         Ok(GateOutcome {
-            envelope: gk.signer.sign(&body),
+            envelope: Arc::new(gk.signer.sign(&body)),
             decision_id,
             decision,
         })
