@@ -30,7 +30,7 @@ const PAIRS_PER_COMMIT: usize = 128;
 const ROUNDS: usize = 7;
 const ROUND_PAIRS: u64 = 5_000;
 
-/// Distinct random-looking 32-byte ids, as `receipt::decision_id` makes them.
+/// Distinct random-looking 32 bytes (the fingerprints, and what a decision id is made from).
 fn hashed(tag: &str, i: u64) -> [u8; 32] {
     *blake3::hash(format!("{tag}{i}").as_bytes()).as_bytes()
 }
@@ -38,7 +38,7 @@ fn hashed(tag: &str, i: u64) -> [u8; 32] {
 /// Request `i`'s decision row, as an ALLOW.
 fn decision(i: u64) -> DecisionRow {
     DecisionRow {
-        decision_id: DecisionId(hashed("decision", i)),
+        decision_id: DecisionId::of(NOW_MS + i, &hashed("decision", i)),
         key_id: format!("tsk_load_{:05}", i % KEYS),
         fingerprint: Some(Hash(hashed("fingerprint", i))),
         verdict: Verdict::Allow,
@@ -54,9 +54,9 @@ fn decision(i: u64) -> DecisionRow {
         worst_case_tokens_avoided: 0,
         findings_tokens: 0,
         hold_id: None,
-        step_fingerprint: None,
+        step_fingerprint: Some(Hash(hashed("step", i))),
         recorded_by: Default::default(),
-        session: None,
+        session: Some(Hash(hashed("session", i % KEYS))),
         paced_ms: 0,
     }
 }
