@@ -133,7 +133,7 @@ fn main() {
             };
             // What the proxy does per gated request: look the answer up, then decide.
             let answer_key = AnswerKey {
-                key_id: key_id.clone(),
+                key_id: key.id.clone(),
                 fingerprint: shape.fingerprint,
                 wire: shape.wire_form(),
             };

@@ -3,6 +3,8 @@
 //! the secret exist: one stored by the gate (authentication), one used only to key the
 //! request fingerprints — so the gate's store alone cannot test a fingerprint against a guess.
 
+use std::sync::Arc;
+
 use rand::RngCore;
 use subtle::ConstantTimeEq;
 
@@ -57,7 +59,7 @@ fn ct_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
 /// An authenticated caller: its key config and the fingerprint key derived from its secret.
 #[derive(Debug, Clone)]
 pub struct Caller {
-    pub key_id: String,
+    pub key_id: Arc<str>,
     pub fingerprint_key: [u8; 32],
 }
 

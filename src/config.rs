@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Deserialize;
 
@@ -431,7 +432,8 @@ pub struct Budget {
 
 #[derive(Debug, Clone)]
 pub struct KeyConfig {
-    pub id: String,
+    /// Shared, not copied: the request path hands it on several times per request.
+    pub id: Arc<str>,
     pub secret_hash: [u8; 32],
     pub budget: Option<Budget>,
     pub human_default: bool,
@@ -629,7 +631,7 @@ impl Config {
                     "must be 1-64 characters of a-z, A-Z, 0-9 or '-'",
                 ));
             }
-            if keys.iter().any(|k: &KeyConfig| k.id == key.id) {
+            if keys.iter().any(|k: &KeyConfig| *k.id == *key.id) {
                 return Err(field(format!("keys[{i}].id"), "duplicate key id"));
             }
             let profile = match key.profile {
@@ -655,7 +657,7 @@ impl Config {
                     .as_deref()
                     .map(|h| parse_hash(&format!("keys[{i}].owner_secret_hash"), h))
                     .transpose()?,
-                id: key.id,
+                id: Arc::from(key.id),
                 budget,
                 human_default: key.human,
                 profile,
@@ -709,7 +711,7 @@ impl Config {
         let key_index = keys
             .iter()
             .enumerate()
-            .map(|(i, k)| (k.id.clone(), i))
+            .map(|(i, k)| (k.id.to_string(), i))
             .collect();
         Ok(Config {
             key_index,
@@ -1009,7 +1011,7 @@ impl Config {
                     tools: spend.tools,
                     ..self.gate.saturation.clone()
                 };
-                Some((key.id.clone(), saturation))
+                Some((key.id.to_string(), saturation))
             })
             .collect();
         Policy {

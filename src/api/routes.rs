@@ -510,7 +510,7 @@ impl Api {
         ApiResponse::json(
             200,
             &json!({
-                "key_id": key.id,
+                "key_id": &*key.id,
                 "budget": budget,
                 "days": days,
                 "total": total,

@@ -82,7 +82,7 @@ impl<'a> GateRequest<'a> {
     /// The pure gate's input for this request (one place for the single node and the fleet).
     fn input(&self, held_usage: Option<Usage>) -> GateInput<'a> {
         GateInput {
-            key_id: self.key.id.as_str(),
+            key_id: &self.key.id,
             shape: self.shape,
             human: self.human.unwrap_or(self.key.human_default),
             held: self.held,
@@ -326,7 +326,7 @@ impl State {
     fn recorded_usage(&self, req: &GateRequest) -> Option<Usage> {
         let wire = req.shape.wire_form();
         self.recorded
-            .get(req.key.id.as_str())
+            .get(&*req.key.id)
             .and_then(|by_request| by_request.get(&(req.shape.fingerprint, wire)))
             .copied()
     }
@@ -334,7 +334,7 @@ impl State {
     /// What this key's memory holds of the request's prompt prefixes.
     fn cache_recall(&self, key: &KeyConfig, points: &[CachePoint]) -> Vec<PointMemory> {
         self.cache_memory
-            .get(key.id.as_str())
+            .get(&*key.id)
             .map(|m| m.recall(points))
             .unwrap_or_default()
     }
@@ -485,7 +485,7 @@ impl Gatekeeper {
         };
         for key in &config.keys {
             state.budgets.insert(
-                key.id.clone(),
+                key.id.to_string(),
                 KeyBudget {
                     ceiling_nano: key.budget.map(|b| b.ceiling_nano),
                     period: key.budget.map(|b| b.period).unwrap_or_default(),
@@ -526,7 +526,7 @@ impl Gatekeeper {
                 state.reservations.open(
                     row.decision_id,
                     Reservation {
-                        key_id: row.key_id.clone(),
+                        key_id: Arc::from(row.key_id.as_str()),
                         fingerprint: fp,
                         served_model: row
                             .model_served
@@ -703,7 +703,8 @@ impl Gatekeeper {
         // the state lock is released, so concurrent requests do not queue behind it.
         let envelope = signed.unwrap_or_else(|| Arc::new(self.signer.sign(&body)));
         if mode == Mode::Commit {
-            lock(&self.recent).push(decision_id, &req.key.id, Arc::clone(&envelope));
+            let key_id = Arc::clone(&req.key.id);
+            lock(&self.recent).push(decision_id, key_id, Arc::clone(&envelope));
         }
         self.metrics
             .decision_seconds
@@ -730,7 +731,7 @@ impl Gatekeeper {
         now_ms: u64,
     ) -> Option<Arc<Envelope>> {
         let shape = req.shape;
-        let key_id = req.key.id.as_str();
+        let key_id = &*req.key.id;
         let booking = Booking::of(decision, body, decision_id, req);
         let placeable = req.placeable_cache_points();
         if !placeable.is_empty() {
@@ -795,7 +796,7 @@ impl Gatekeeper {
             st.reservations.open(
                 decision_id,
                 Reservation {
-                    key_id: key_id.to_string(),
+                    key_id: Arc::clone(&req.key.id),
                     fingerprint: r.fingerprint,
                     served_model: r.served_model,
                     wire: r.wire,
@@ -856,7 +857,7 @@ impl Gatekeeper {
                 st.add_spend(&r.key_id, now_ms, r.nano);
                 self.store.submit(Event::ReservationExpired {
                     decision_id: id,
-                    key_id: r.key_id,
+                    key_id: r.key_id.to_string(),
                     at_ms: now_ms,
                     charged_nano: r.nano,
                 });
@@ -963,7 +964,7 @@ impl Gatekeeper {
         // A decision is settled only by the party its reservation names: a key can never
         // record usage for a call the proxy forwarded for it (SPEC §3, `POST /record`).
         let reservation = match st.reservations.get(decision_id) {
-            Some(r) if r.key_id == key_id && r.wire == wire && r.recorded_by == source => {
+            Some(r) if &*r.key_id == key_id && r.wire == wire && r.recorded_by == source => {
                 if source == RecordSource::Digest
                     && !RecordBound::of(r.input_tokens, r.output_ceiling).admits_report(report)
                 {

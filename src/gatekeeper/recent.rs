@@ -15,12 +15,12 @@ pub const RECENT_RECEIPTS: usize = 1024;
 pub struct RecentReceipts {
     order: VecDeque<DecisionId>,
     /// The envelope is the one the decision's answer carries, shared, not copied.
-    by_id: HashMap<DecisionId, (String, Arc<Envelope>)>,
+    by_id: HashMap<DecisionId, (Arc<str>, Arc<Envelope>)>,
 }
 
 impl RecentReceipts {
     /// Keep a committed decision's receipt; the oldest leaves when the ring is full.
-    pub fn push(&mut self, decision_id: DecisionId, key_id: &str, envelope: Arc<Envelope>) {
+    pub fn push(&mut self, decision_id: DecisionId, key_id: Arc<str>, envelope: Arc<Envelope>) {
         if self.by_id.contains_key(&decision_id) {
             return;
         }
@@ -30,8 +30,7 @@ impl RecentReceipts {
             }
         }
         self.order.push_back(decision_id);
-        self.by_id
-            .insert(decision_id, (key_id.to_string(), envelope));
+        self.by_id.insert(decision_id, (key_id, envelope));
     }
 
     /// The receipt of `decision_id`, if it is still kept and belongs to `key_id` (`None`:
@@ -39,7 +38,7 @@ impl RecentReceipts {
     pub fn get(&self, decision_id: &DecisionId, key_id: Option<&str>) -> Option<Envelope> {
         let (owner, envelope) = self.by_id.get(decision_id)?;
         key_id
-            .is_none_or(|k| k == owner)
+            .is_none_or(|k| k == &**owner)
             .then(|| Envelope::clone(envelope))
     }
 }
@@ -66,7 +65,8 @@ mod tests {
     fn bounded_and_scoped_by_key() {
         let mut r = RecentReceipts::default();
         for n in 0..RECENT_RECEIPTS + 3 {
-            r.push(id(n), if n % 2 == 0 { "a" } else { "b" }, Arc::new(env(n)));
+            let key = Arc::from(if n % 2 == 0 { "a" } else { "b" });
+            r.push(id(n), key, Arc::new(env(n)));
         }
         assert_eq!(r.order.len(), RECENT_RECEIPTS);
         assert!(r.get(&id(0), None).is_none(), "the oldest left");

@@ -8,6 +8,7 @@
 //! other key's decisions at will.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::receipt::DecisionId;
 use tokensaver_core::request::{Hash, WireForm};
@@ -15,7 +16,7 @@ use tokensaver_core::request::{Hash, WireForm};
 use super::RecordSource;
 
 pub(super) struct Reservation {
-    pub key_id: String,
+    pub key_id: Arc<str>,
     pub fingerprint: Hash,
     /// The model the decision sent the call to: usage is priced at this model, whatever a
     /// digest client claims.
@@ -40,7 +41,7 @@ pub(super) struct Reservation {
 pub(super) struct Reservations {
     by_id: HashMap<DecisionId, Reservation>,
     /// Key → its open reservations' total; a key with none has no entry.
-    by_key: HashMap<String, KeyTotal>,
+    by_key: HashMap<Arc<str>, KeyTotal>,
 }
 
 /// Exact (`u128`: no sum of `u64`s overflows it), so closing a reservation subtracts exactly
@@ -98,11 +99,11 @@ impl Reservations {
     }
 
     fn subtract(&mut self, r: &Reservation) {
-        if let Some(total) = self.by_key.get_mut(r.key_id.as_str()) {
+        if let Some(total) = self.by_key.get_mut(&*r.key_id) {
             total.nano -= u128::from(r.nano);
             total.open -= 1;
             if total.open == 0 {
-                self.by_key.remove(r.key_id.as_str());
+                self.by_key.remove(&*r.key_id);
             }
         }
     }
@@ -114,7 +115,7 @@ mod tests {
 
     fn reservation(key: &str, nano: u64) -> Reservation {
         Reservation {
-            key_id: key.to_owned(),
+            key_id: Arc::from(key),
             fingerprint: Hash([0; 32]),
             served_model: "m".to_owned(),
             wire: WireForm::Json,
@@ -141,7 +142,7 @@ mod tests {
         let scan = |rs: &Reservations, key: &str| {
             rs.by_id
                 .values()
-                .filter(|r| r.key_id == key)
+                .filter(|r| &*r.key_id == key)
                 .fold(0u64, |sum, r| sum.saturating_add(r.nano))
         };
         rs.open(id(1), reservation("a", 5));

@@ -7,6 +7,7 @@
 //! server's log format (`--log-format text|json`: key=value, or one JSON object a line) and
 //! its filter (`RUST_LOG=tokensaver::access=off` silences it; `[log] access = false` too).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::receipt::DecisionId;
@@ -17,7 +18,7 @@ pub struct Access {
     pub started: Instant,
     /// The gated route or pass-through it took (a closed vocabulary).
     pub route: &'static str,
-    pub key_id: Option<String>,
+    pub key_id: Option<Arc<str>>,
     pub model_requested: Option<String>,
     pub model_served: Option<String>,
     pub upstream: Option<String>,
@@ -92,15 +93,14 @@ impl Access {
         if !write {
             return;
         }
-        let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
         let ms = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{v:.3}"));
         tracing::info!(
             target: "tokensaver::access",
             route = self.route,
-            key = %dash(&self.key_id),
-            model_requested = %dash(&self.model_requested),
-            model_served = %dash(&self.model_served),
-            upstream = %dash(&self.upstream),
+            key = %or_dash(self.key_id.as_deref()),
+            model_requested = %or_dash(self.model_requested.as_deref()),
+            model_served = %or_dash(self.model_served.as_deref()),
+            upstream = %or_dash(self.upstream.as_deref()),
             verdict,
             rule = self.rule.unwrap_or("-"),
             status = status.unwrap_or(0),
@@ -120,4 +120,9 @@ impl Default for Access {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// A value of the access line, or `-` where there is none.
+fn or_dash(v: Option<&str>) -> &str {
+    v.unwrap_or("-")
 }

@@ -83,7 +83,7 @@ impl GateProxy {
 
     /// The key a pass-through request comes with: one of this gate's keys, or in digest mode
     /// the key this instance was given (the one its bindings are made for).
-    fn passthrough_key(&self, presented: Option<&str>) -> Option<String> {
+    fn passthrough_key(&self, presented: Option<&str>) -> Option<Arc<str>> {
         match &self.remote {
             Some(remote) => remote_caller(remote, presented).ok().map(|c| c.key_id),
             None => auth::authenticate(self.config(), presented)
@@ -255,7 +255,7 @@ enum Identity<'c> {
 struct Gated<'c> {
     route: Route,
     identity: Identity<'c>,
-    key_id: String,
+    key_id: Arc<str>,
     body: Bytes,
     parsed: request::ParsedRequest,
     human: Option<bool>,
@@ -351,10 +351,10 @@ impl GateProxy {
         // the context the provider bills again (`RequestShape::chained_input_tokens`).
         if let Some(previous) = parsed.previous_response_id.as_deref() {
             match self.registry.owner(&self.gatekeeper, previous).await {
-                Ok(Some((owner, Some(context)))) if owner == caller.key_id => {
+                Ok(Some((owner, Some(context)))) if *owner == *caller.key_id => {
                     parsed.shape.chained_input_tokens = context;
                 }
-                Ok(Some((owner, None))) if owner == caller.key_id => {
+                Ok(Some((owner, None))) if *owner == *caller.key_id => {
                     return Ok(Err(responses::context_unknown()));
                 }
                 Ok(_) => return Ok(Err(responses::not_found())),
@@ -586,7 +586,7 @@ impl GateProxy {
                 .record(
                     &self.gatekeeper,
                     crate::gatekeeper::UsageReport {
-                        key_id: g.key_id.clone(),
+                        key_id: g.key_id.to_string(),
                         decision_id: receipt.decision_id,
                         usage: None,
                         served_model,
@@ -663,7 +663,7 @@ fn remote_caller(
         .filter(|_| matches)
         .ok_or(auth::AuthError::Invalid)?;
     Ok(auth::Caller {
-        key_id: parsed.id.to_string(),
+        key_id: Arc::from(parsed.id),
         fingerprint_key: auth::fingerprint_key(parsed.secret),
     })
 }
@@ -761,11 +761,11 @@ impl ProxyHttp for GateProxy {
             // A stored Responses object passes only for the key that created it.
             if let Some((id, tail)) = stored_response(&path) {
                 match self.registry.owner(&self.gatekeeper, id).await {
-                    Ok(Some((owner, _))) if owner == key_id => {
+                    Ok(Some((owner, _))) if *owner == *key_id => {
                         if matches!((method.as_str(), tail), ("GET", "") | ("POST", "cancel")) {
                             ctx.stored_read = Some(StoredRead {
                                 id: id.to_string(),
-                                key_id: key_id.clone(),
+                                key_id: key_id.to_string(),
                                 status: 0,
                                 body: Vec::new(),
                                 overflow: false,

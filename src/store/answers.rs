@@ -11,7 +11,7 @@ use tokensaver_core::request::{Hash, WireForm};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct AnswerKey {
-    pub key_id: String,
+    pub key_id: Arc<str>,
     pub fingerprint: Hash,
     pub wire: WireForm,
 }
@@ -78,7 +78,7 @@ impl AnswerStore {
         let doomed: Vec<AnswerKey> = self
             .lru
             .iter()
-            .filter(|(k, _)| k.key_id == key_id)
+            .filter(|(k, _)| &*k.key_id == key_id)
             .map(|(k, _)| k.clone())
             .collect();
         for k in &doomed {

@@ -187,7 +187,7 @@ impl Page {
             Scope::Admin
         } else {
             match auth::authenticate(&gk.config, Some(key)) {
-                Ok((k, _)) => Scope::Key(k.id.clone()),
+                Ok((k, _)) => Scope::Key(k.id.to_string()),
                 Err(_) => return html(401, html::login(listener, Some("Invalid key."))),
             }
         };

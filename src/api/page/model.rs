@@ -212,7 +212,7 @@ pub fn read(gatekeeper: &Gatekeeper, req: Request<'_>) -> Result<View, StoreErro
     for key in config
         .keys
         .iter()
-        .filter(|k| key_filter.is_none_or(|id| id == k.id))
+        .filter(|k| key_filter.is_none_or(|id| id == &*k.id))
     {
         let (days, total) = gatekeeper.ledger(Some(&key.id), None, None)?;
         let today_totals = days
@@ -221,7 +221,7 @@ pub fn read(gatekeeper: &Gatekeeper, req: Request<'_>) -> Result<View, StoreErro
             .map(|d| d.totals)
             .unwrap_or_default();
         keys.push(KeyLine {
-            key_id: key.id.clone(),
+            key_id: key.id.to_string(),
             budget: gatekeeper.budget_view(&key.id, req.now_ms),
             today: today_totals,
             total,

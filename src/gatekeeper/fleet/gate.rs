@@ -114,7 +114,6 @@ impl Backing for Shared {
         req: &GateRequest<'_>,
     ) -> Result<GateOutcome, Unavailable> {
         let started = std::time::Instant::now();
-        let key_id = req.key.id.as_str();
         let admitted = self
             .fleet
             .admit(gk.admit_scope(req), |seen| {
@@ -149,7 +148,8 @@ impl Backing for Shared {
         };
         gk.count(&decision);
         let envelope = Arc::new(gk.signer.sign(&body));
-        lock(&gk.recent).push(decision_id, key_id, Arc::clone(&envelope));
+        let key = Arc::clone(&req.key.id);
+        lock(&gk.recent).push(decision_id, key, Arc::clone(&envelope));
         gk.metrics
             .decision_seconds
             .observe(started.elapsed().as_secs_f64());
@@ -485,9 +485,9 @@ impl Gatekeeper {
     /// budget as this instance's config (or a `PUT /budget` it has seen) states it.
     fn admit_scope<'r>(&self, req: &'r GateRequest<'r>) -> AdmitScope<'r> {
         let shape = req.shape;
-        let limit = self.local_limit(req.key.id.as_str());
+        let limit = self.local_limit(&req.key.id);
         AdmitScope {
-            key_id: req.key.id.as_str(),
+            key_id: &req.key.id,
             fingerprint: &shape.fingerprint,
             step: &shape.step_fingerprint,
             model: &shape.model,
