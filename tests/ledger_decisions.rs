@@ -226,6 +226,35 @@ fn pages_follow_time_and_bad_queries_are_refused() {
     assert_eq!(get(&h.api_url("/ledger/decisions"), None).status, 401);
 }
 
+/// A decision's id begins with its decision time (milliseconds, 12 hex digits), so ids sort as
+/// the decisions were made: the ledger's unique index on them grows at its end (docs/storage.md).
+#[test]
+fn decision_ids_begin_with_the_decision_time() {
+    let h = Harness::default();
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        let r = h.post(
+            CHAT,
+            KEY_A,
+            &chat("gpt-4o-mini", &format!("ordered question {i}"), json!({})),
+            &[HUMAN],
+        );
+        assert_eq!(r.status, 200);
+        ids.push(receipt_decision_id(&r));
+    }
+    settle();
+    let page = decisions(&h, "");
+    let lines = page["decisions"].as_array().unwrap();
+    assert_eq!(lines.len(), 4, "{page}");
+    for l in lines {
+        let id = l["decision_id"].as_str().unwrap();
+        let at = l["decided_at_ms"].as_u64().unwrap();
+        assert_eq!(u64::from_str_radix(&id[..12], 16).unwrap(), at, "{l}");
+    }
+    // In the order the requests were sent, each id sorts after the one before.
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+}
+
 fn digest(body: &Value) -> String {
     let parsed = request::parse(
         Route::OpenAiChat,
