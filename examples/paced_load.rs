@@ -4,9 +4,18 @@
 //! omission, as wrk2 or `oha -q` with latency correction). Every request is an ALLOW-path
 //! request of `gen.py`'s load: its own marker (own fingerprint), keys round-robin.
 //!
+//! A lane that cannot answer at RATE is reported as such, never as a huge p99: its backlog
+//! grows with the run's length, so its percentiles measure the run, not the server. The run
+//! therefore ends GRACE after the last request was due, whatever is still queued or in flight;
+//! those requests are `late` and count as infinitely slow in the percentiles (printed `inf`
+//! when they reach them), and the verdict is `behind` when any request was late or the lane
+//! answered at less than 98 % of RATE (its backlog was still draining at the schedule's end).
+//!
 //! usage: paced_load URL LOAD_DIR RATE SECONDS CONNECTIONS TAG (TAG keeps markers unique
 //! across runs, so no run repeats an earlier request)
-//! prints: `sent ok non2xx errors p50_ms p99_ms max_ms`
+//! prints: `sent ok non2xx errors late achieved_rps p50_ms p99_ms max_ms verdict`, and on
+//! stderr what the generator itself did: how late its pacer released requests, how long a due
+//! request waited for a free connection, connections opened, its own CPU time.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -20,6 +29,15 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Mutex};
 
+/// How long after the last request was due the run waits for answers before it gives up on
+/// the rest. A lane that keeps up answers within milliseconds of the schedule's end.
+const GRACE: Duration = Duration::from_secs(2);
+/// A connect that takes longer (a full accept queue drops SYNs; the kernel retries for up to
+/// two minutes) counts as an error instead of parking a connection's worker.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Answers per second below this share of RATE: the lane fell behind.
+const KEPT_UP: f64 = 0.98;
+
 struct Load {
     authority: String,
     path: String,
@@ -29,12 +47,26 @@ struct Load {
     tag: String,
 }
 
+/// One request of the schedule: its index and when it was due.
+struct Due {
+    i: u64,
+    at: Instant,
+}
+
 #[derive(Default)]
 struct Tally {
+    /// From the due time to the end of the answer, answered requests only.
     latencies_us: Vec<u64>,
+    /// From the due time to the moment a connection took the request: the pacer's lateness
+    /// plus the time every connection was busy.
+    waits_us: Vec<u64>,
     non2xx: u64,
     errors: u64,
+    connects: u64,
+    last_done: Option<Instant>,
 }
+
+type Sender = http1::SendRequest<Full<Bytes>>;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -59,104 +91,118 @@ fn main() {
     let rate: f64 = rate.parse().expect("RATE");
     let total = (rate * seconds.parse::<f64>().expect("SECONDS")) as u64;
     let conns: usize = conns.parse().expect("CONNECTIONS");
-    // One runtime thread: the generator must not take both cores from the server it measures.
+    // One runtime thread for the connections: the generator must not take both cores from
+    // the server it measures.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let tally = runtime.block_on(run(load, rate, total, conns));
-    let mut l = tally.latencies_us;
-    l.sort_unstable();
-    let pct = |p: f64| {
-        l.get(((l.len() as f64 * p).ceil() as usize).saturating_sub(1))
-            .map_or(0.0, |&us| us as f64 / 1000.0)
-    };
-    println!(
-        "{} {} {} {} {:.3} {:.3} {:.3}",
-        total,
-        l.len() as u64 - tally.non2xx,
-        tally.non2xx,
-        tally.errors,
-        pct(0.50),
-        pct(0.99),
-        pct(1.0)
-    );
+    let (start, tally) = runtime.block_on(run(load, rate, total, conns));
+    // Tasks still waiting on the server are dropped with the runtime.
+    drop(runtime);
+    report(rate, total, start, &tally);
 }
 
-async fn run(load: Arc<Load>, rate: f64, total: u64, conns: usize) -> Tally {
-    let (tx, rx) = mpsc::channel::<(u64, Instant)>(total.max(1) as usize);
-    let rx = Arc::new(Mutex::new(rx));
-    let tally = Arc::new(Mutex::new(Tally::default()));
-    let mut workers = Vec::new();
+async fn run(load: Arc<Load>, rate: f64, total: u64, conns: usize) -> (Instant, Tally) {
+    let tally = Arc::new(std::sync::Mutex::new(Tally::default()));
+    // Connections are opened before the clock starts, so the first requests do not wait for
+    // 32 handshakes; a worker whose connection fails opens another.
+    let mut opened = Vec::new();
     for _ in 0..conns {
-        let (load, rx, tally) = (load.clone(), rx.clone(), tally.clone());
-        workers.push(tokio::spawn(async move { worker(load, rx, tally).await }));
+        opened.push(connect(&load).await);
     }
-    // The schedule: request i is due at start + i / rate, sent or not.
+    tally.lock().unwrap().connects = opened.iter().flatten().count() as u64;
+    let (tx, rx) = mpsc::unbounded_channel::<Due>();
+    // One queue for all connections: a request goes to whichever connection is free, so a
+    // slow answer delays only its own request, never the ones behind it.
+    let rx = Arc::new(Mutex::new(rx));
+    let workers: Vec<_> = opened
+        .into_iter()
+        .map(|sender| {
+            let (load, rx, tally) = (load.clone(), rx.clone(), tally.clone());
+            tokio::spawn(worker(load, rx, tally, sender))
+        })
+        .collect();
     let start = Instant::now();
     let period = Duration::from_secs_f64(1.0 / rate);
-    for i in 0..total {
-        let due = start + period.mul_f64(i as f64);
-        tokio::time::sleep_until(due.into()).await;
-        if tx.send((i, due)).await.is_err() {
-            break;
+    let deadline = start + period.mul_f64(total.saturating_sub(1) as f64) + GRACE;
+    // The schedule: request i is due at start + i / rate, sent or not. The pacer is a plain
+    // thread because tokio's timer has a resolution of 1 ms: a request released up to 1 ms
+    // late would add that to every latency. A sleeping thread wakes within ~0.1 ms.
+    let pacer = std::thread::spawn(move || {
+        for i in 0..total {
+            let at = start + period.mul_f64(i as f64);
+            if let Some(ahead) = at.checked_duration_since(Instant::now()) {
+                std::thread::sleep(ahead);
+            }
+            if tx.send(Due { i, at }).is_err() {
+                break;
+            }
         }
-    }
-    drop(tx);
-    for w in workers {
-        let _ = w.await;
-    }
-    Arc::try_unwrap(tally).ok().unwrap().into_inner()
+    });
+    let all = async {
+        for w in workers {
+            let _ = w.await;
+        }
+    };
+    // A lane that fell behind would keep the run going until its backlog drained (once,
+    // 214 s for a 10 s run): stop at the deadline and count what was not answered.
+    let _ = tokio::time::timeout_at(deadline.into(), all).await;
+    let _ = pacer.join();
+    let tally = std::mem::take(&mut *tally.lock().unwrap());
+    (start, tally)
 }
 
-async fn connect(load: &Load) -> Option<http1::SendRequest<Full<Bytes>>> {
-    let stream = TcpStream::connect(&load.authority).await.ok()?;
-    stream.set_nodelay(true).ok()?;
-    let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.ok()?;
-    tokio::spawn(conn);
-    Some(sender)
+async fn connect(load: &Load) -> Option<Sender> {
+    let open = async {
+        let stream = TcpStream::connect(&load.authority).await.ok()?;
+        stream.set_nodelay(true).ok()?;
+        let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.ok()?;
+        tokio::spawn(conn);
+        Some(sender)
+    };
+    tokio::time::timeout(CONNECT_TIMEOUT, open)
+        .await
+        .ok()
+        .flatten()
 }
 
 async fn worker(
     load: Arc<Load>,
-    rx: Arc<Mutex<mpsc::Receiver<(u64, Instant)>>>,
-    tally: Arc<Mutex<Tally>>,
+    rx: Arc<Mutex<mpsc::UnboundedReceiver<Due>>>,
+    tally: Arc<std::sync::Mutex<Tally>>,
+    mut sender: Option<Sender>,
 ) {
-    let mut sender = None;
     loop {
-        let Some((i, due)) = rx.lock().await.recv().await else {
+        let next = rx.lock().await.recv().await;
+        let Some(Due { i, at }) = next else {
             return;
         };
+        let waited = at.elapsed();
+        // hyper refuses a request on a connection that is not ready yet, or closed: wait for
+        // it, and replace a closed one.
+        if let Some(s) = sender.as_mut() {
+            if s.ready().await.is_err() {
+                sender = None;
+            }
+        }
         if sender.is_none() {
             sender = connect(&load).await;
-        }
-        let Some(s) = sender.as_mut() else {
-            tally.lock().await.errors += 1;
-            continue;
-        };
-        let body = format!("{}{}-{i}{}", load.prefix, load.tag, load.suffix);
-        let key = &load.keys[i as usize % load.keys.len()];
-        let req = hyper::Request::post(&load.path)
-            .header("host", &load.authority)
-            .header("authorization", key)
-            .header("content-type", "application/json")
-            .header("x-tokensaver-human", "true")
-            .body(Full::new(Bytes::from(body)))
-            .unwrap();
-        let outcome = match s.send_request(req).await {
-            Ok(resp) => {
-                let status = resp.status();
-                match resp.into_body().collect().await {
-                    Ok(_) => Some(status.is_success()),
-                    Err(_) => None,
-                }
+            if sender.is_some() {
+                tally.lock().unwrap().connects += 1;
             }
-            Err(_) => None,
+        }
+        let outcome = match sender.as_mut() {
+            Some(s) => send(&load, s, i).await,
+            None => None,
         };
-        let mut t = tally.lock().await;
+        let done = Instant::now();
+        let mut t = tally.lock().unwrap();
+        t.last_done = Some(done);
         match outcome {
             Some(ok) => {
-                t.latencies_us.push(due.elapsed().as_micros() as u64);
+                t.latencies_us.push((done - at).as_micros() as u64);
+                t.waits_us.push(waited.as_micros() as u64);
                 if !ok {
                     t.non2xx += 1;
                 }
@@ -167,4 +213,90 @@ async fn worker(
             }
         }
     }
+}
+
+/// Some(2xx?) once the whole answer is read; None on a connection error.
+async fn send(load: &Load, sender: &mut Sender, i: u64) -> Option<bool> {
+    let body = format!("{}{}-{i}{}", load.prefix, load.tag, load.suffix);
+    let key = &load.keys[i as usize % load.keys.len()];
+    let req = hyper::Request::post(&load.path)
+        .header("host", &load.authority)
+        .header("authorization", key)
+        .header("content-type", "application/json")
+        .header("x-tokensaver-human", "true")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let resp = sender.send_request(req).await.ok()?;
+    let status = resp.status();
+    resp.into_body().collect().await.ok()?;
+    Some(status.is_success())
+}
+
+fn report(rate: f64, total: u64, start: Instant, tally: &Tally) {
+    let answered = tally.latencies_us.len() as u64;
+    let late = total - answered - tally.errors;
+    // Late requests are slower than any answer: they sort after every latency.
+    let mut l = tally.latencies_us.clone();
+    l.sort_unstable();
+    let n = answered + late;
+    let pct = |p: f64| -> String {
+        let rank = ((n as f64 * p).ceil() as usize).saturating_sub(1);
+        match l.get(rank) {
+            Some(&us) => format!("{:.3}", us as f64 / 1000.0),
+            None if n > 0 => "inf".to_owned(),
+            None => "0".to_owned(),
+        }
+    };
+    let achieved = match tally.last_done {
+        Some(t) if t > start => (answered + tally.errors) as f64 / (t - start).as_secs_f64(),
+        _ => 0.0,
+    };
+    let verdict = if late > 0 || achieved < rate * KEPT_UP {
+        "behind"
+    } else {
+        "ok"
+    };
+    println!(
+        "{} {} {} {} {} {:.0} {} {} {} {}",
+        total,
+        answered - tally.non2xx,
+        tally.non2xx,
+        tally.errors,
+        late,
+        achieved,
+        pct(0.50),
+        pct(0.99),
+        pct(1.0),
+        verdict
+    );
+    let mut w = tally.waits_us.clone();
+    w.sort_unstable();
+    let wait = |p: f64| {
+        w.get(((w.len() as f64 * p).ceil() as usize).saturating_sub(1))
+            .map_or(0.0, |&us| us as f64 / 1000.0)
+    };
+    eprintln!(
+        "generator: due → taken by a connection p50 {:.3} p99 {:.3} max {:.3} ms; {} connections \
+         opened; CPU {}",
+        wait(0.5),
+        wait(0.99),
+        wait(1.0),
+        tally.connects,
+        own_cpu().map_or("?".to_owned(), |s| format!(
+            "{:.2} s ({:.0} us/request)",
+            s,
+            s * 1e6 / total.max(1) as f64
+        )),
+    );
+}
+
+/// This process's CPU time (user + system) in seconds, from /proc (Linux; clock ticks of
+/// 10 ms).
+fn own_cpu() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
 }
