@@ -8,8 +8,14 @@
 //! grows with the run's length, so its percentiles measure the run, not the server. The run
 //! therefore ends GRACE after the last request was due, whatever is still queued or in flight;
 //! those requests are `late` and count as infinitely slow in the percentiles (printed `inf`
-//! when they reach them), and the verdict is `behind` when any request was late or the lane
-//! answered at less than 98 % of RATE (its backlog was still draining at the schedule's end).
+//! when they reach them). The verdict, the line's last field:
+//! - `behind` when any request was late, or the lane answered at less than 99 % of RATE (at
+//!   the schedule's end a backlog was still draining, for more than 1 % of the run), or the
+//!   median request waited more than 1 ms for a free connection (all CONNECTIONS were busy
+//!   most of the time: a queue that a longer run would only grow; a lane that keeps up takes a
+//!   due request within ~0.1 ms);
+//! - `errors` when it kept up but some requests failed (connection refused, reset, ...);
+//! - `ok` otherwise: only then do its percentiles measure the server.
 //!
 //! usage: paced_load URL LOAD_DIR RATE SECONDS CONNECTIONS TAG (TAG keeps markers unique
 //! across runs, so no run repeats an earlier request)
@@ -36,7 +42,9 @@ const GRACE: Duration = Duration::from_secs(2);
 /// two minutes) counts as an error instead of parking a connection's worker.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Answers per second below this share of RATE: the lane fell behind.
-const KEPT_UP: f64 = 0.98;
+const KEPT_UP: f64 = 0.99;
+/// A median wait for a free connection above this: the lane fell behind.
+const MEDIAN_WAIT: Duration = Duration::from_millis(1);
 
 struct Load {
     authority: String,
@@ -235,24 +243,27 @@ async fn send(load: &Load, sender: &mut Sender, i: u64) -> Option<bool> {
 fn report(rate: f64, total: u64, start: Instant, tally: &Tally) {
     let answered = tally.latencies_us.len() as u64;
     let late = total - answered - tally.errors;
-    // Late requests are slower than any answer: they sort after every latency.
     let mut l = tally.latencies_us.clone();
     l.sort_unstable();
-    let n = answered + late;
-    let pct = |p: f64| -> String {
-        let rank = ((n as f64 * p).ceil() as usize).saturating_sub(1);
-        match l.get(rank) {
-            Some(&us) => format!("{:.3}", us as f64 / 1000.0),
-            None if n > 0 => "inf".to_owned(),
-            None => "0".to_owned(),
-        }
+    let mut w = tally.waits_us.clone();
+    w.sort_unstable();
+    // Late requests are slower than any answer: they rank after every latency.
+    let n = (answered + late) as usize;
+    let latency = |p: f64| match (at_rank(&l, n, p), n) {
+        (Some(us), _) => format!("{:.3}", us as f64 / 1000.0),
+        (None, 0) => "0".to_owned(),
+        (None, _) => "inf".to_owned(),
     };
+    let wait_ms = |p: f64| at_rank(&w, w.len(), p).map_or(0.0, |us| us as f64 / 1000.0);
     let achieved = match tally.last_done {
         Some(t) if t > start => (answered + tally.errors) as f64 / (t - start).as_secs_f64(),
         _ => 0.0,
     };
-    let verdict = if late > 0 || achieved < rate * KEPT_UP {
+    let queued = wait_ms(0.5) > MEDIAN_WAIT.as_secs_f64() * 1000.0;
+    let verdict = if late > 0 || achieved < rate * KEPT_UP || queued {
         "behind"
+    } else if tally.errors > 0 {
+        "errors"
     } else {
         "ok"
     };
@@ -264,23 +275,17 @@ fn report(rate: f64, total: u64, start: Instant, tally: &Tally) {
         tally.errors,
         late,
         achieved,
-        pct(0.50),
-        pct(0.99),
-        pct(1.0),
+        latency(0.50),
+        latency(0.99),
+        latency(1.0),
         verdict
     );
-    let mut w = tally.waits_us.clone();
-    w.sort_unstable();
-    let wait = |p: f64| {
-        w.get(((w.len() as f64 * p).ceil() as usize).saturating_sub(1))
-            .map_or(0.0, |&us| us as f64 / 1000.0)
-    };
     eprintln!(
         "generator: due → taken by a connection p50 {:.3} p99 {:.3} max {:.3} ms; {} connections \
          opened; CPU {}",
-        wait(0.5),
-        wait(0.99),
-        wait(1.0),
+        wait_ms(0.5),
+        wait_ms(0.99),
+        wait_ms(1.0),
         tally.connects,
         own_cpu().map_or("?".to_owned(), |s| format!(
             "{:.2} s ({:.0} us/request)",
@@ -288,6 +293,14 @@ fn report(rate: f64, total: u64, start: Instant, tally: &Tally) {
             s * 1e6 / total.max(1) as f64
         )),
     );
+}
+
+/// The value of rank ⌈n·p⌉ in `sorted`, of `n` values in all (None: a rank past the values
+/// held, i.e. a late request).
+fn at_rank(sorted: &[u64], n: usize, p: f64) -> Option<u64> {
+    sorted
+        .get(((n as f64 * p).ceil() as usize).saturating_sub(1))
+        .copied()
 }
 
 /// This process's CPU time (user + system) in seconds, from /proc (Linux; clock ticks of
