@@ -20,8 +20,9 @@
 //! usage: paced_load URL LOAD_DIR RATE SECONDS CONNECTIONS TAG (TAG keeps markers unique
 //! across runs, so no run repeats an earlier request)
 //! prints: `sent ok non2xx errors late achieved_rps p50_ms p99_ms max_ms verdict`, and on
-//! stderr what the generator itself did: how late its pacer released requests, how long a due
-//! request waited for a free connection, connections opened, its own CPU time.
+//! stderr what the generator itself did: how long a due request waited for a free connection,
+//! connections opened, its own CPU time. `PACED_TRACE=FILE` also writes one line per answered
+//! request, `due_s latency_us wait_us`: whether slow answers come alone or in bursts (a stall).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -61,13 +62,19 @@ struct Due {
     at: Instant,
 }
 
-#[derive(Default)]
-struct Tally {
-    /// From the due time to the end of the answer, answered requests only.
-    latencies_us: Vec<u64>,
+/// An answered request.
+struct Answer {
+    i: u64,
+    /// From the due time to the end of the answer.
+    latency_us: u64,
     /// From the due time to the moment a connection took the request: the pacer's lateness
     /// plus the time every connection was busy.
-    waits_us: Vec<u64>,
+    wait_us: u64,
+}
+
+#[derive(Default)]
+struct Tally {
+    answers: Vec<Answer>,
     non2xx: u64,
     errors: u64,
     connects: u64,
@@ -209,8 +216,11 @@ async fn worker(
         t.last_done = Some(done);
         match outcome {
             Some(ok) => {
-                t.latencies_us.push((done - at).as_micros() as u64);
-                t.waits_us.push(waited.as_micros() as u64);
+                t.answers.push(Answer {
+                    i,
+                    latency_us: (done - at).as_micros() as u64,
+                    wait_us: waited.as_micros() as u64,
+                });
                 if !ok {
                     t.non2xx += 1;
                 }
@@ -241,11 +251,21 @@ async fn send(load: &Load, sender: &mut Sender, i: u64) -> Option<bool> {
 }
 
 fn report(rate: f64, total: u64, start: Instant, tally: &Tally) {
-    let answered = tally.latencies_us.len() as u64;
+    if let Some(path) = std::env::var_os("PACED_TRACE").filter(|p| !p.is_empty()) {
+        let lines: String = tally
+            .answers
+            .iter()
+            .map(|a| format!("{:.4} {} {}\n", a.i as f64 / rate, a.latency_us, a.wait_us))
+            .collect();
+        if let Err(e) = std::fs::write(&path, lines) {
+            eprintln!("PACED_TRACE {}: {e}", path.to_string_lossy());
+        }
+    }
+    let answered = tally.answers.len() as u64;
     let late = total - answered - tally.errors;
-    let mut l = tally.latencies_us.clone();
+    let mut l: Vec<u64> = tally.answers.iter().map(|a| a.latency_us).collect();
     l.sort_unstable();
-    let mut w = tally.waits_us.clone();
+    let mut w: Vec<u64> = tally.answers.iter().map(|a| a.wait_us).collect();
     w.sort_unstable();
     // Late requests are slower than any answer: they rank after every latency.
     let n = (answered + late) as usize;

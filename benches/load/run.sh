@@ -217,7 +217,9 @@ for rate in $PACED_RATES; do
     name=${target%%:*}; port=${target##*:}
     pid=$TS_PID; case $name in direct) pid=$MOCK_PID ;; passthrough) pid=$PT_PID ;; esac
     srv0=$(cpu_ticks $pid) mock0=$(cpu_ticks $MOCK_PID) ours0=$(ours_ticks) all0=$(all_ticks) t0=$(date +%s%N)
-    line=$("$PACED" "http://127.0.0.1:$port/v1/chat/completions" "$WORK" "$rate" "$PACED_SECS" "$CONNS" "paced$rate$name" 2>"$WORK/paced-$rate-$name.txt")
+    line=$(PACED_TRACE="$WORK/trace-$rate-$name.txt" "$PACED" "http://127.0.0.1:$port/v1/chat/completions" \
+      "$WORK" "$rate" "$PACED_SECS" "$CONNS" "paced$rate$name" 2>"$WORK/paced-$rate-$name.txt") \
+      || { echo "paced_load failed:"; cat "$WORK/paced-$rate-$name.txt"; exit 1; }
     srv1=$(cpu_ticks $pid) mock1=$(cpu_ticks $MOCK_PID) ours1=$(ours_ticks) all1=$(all_ticks) t1=$(date +%s%N)
     # The generator prints its own CPU time ("CPU 1.23 s") on stderr.
     gen=$(awk '{for (i = 1; i < NF; i++) if ($i == "CPU") print $(i + 1)}' "$WORK/paced-$rate-$name.txt")
@@ -228,7 +230,8 @@ for rate in $PACED_RATES; do
     printf '%-12s %5s %6s %6s %6s %4s %5s %6s %8s %8s %8s %7s %s\n' "$name" "$rate" $line "$cpu" | tee -a "$WORK/paced.txt"
   done
 done
-echo "   (the generator's own figures per run, e.g. how long a due request waited for a free connection: $WORK/paced-*.txt)"
+echo "   (the generator's own figures per run, e.g. how long a due request waited for a free connection: $WORK/paced-*.txt;"
+echo "    each answer's due time, latency and wait: $WORK/trace-*.txt)"
 awk '
   NR > 1 { k = $1 " " $2; p50[k] = $9; p99[k] = $10; v[k] = $12; if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } }
   END {
