@@ -548,7 +548,7 @@ pub struct ProviderOptions {
     /// but the fixed rule of the `cached` models.
     pub prompt_cache: bool,
     /// Cache entries kept over all partitions (default 200 000); past it the soonest to
-    /// expire are dropped.
+    /// expire are dropped, down to 90 % of it.
     pub max_cache_entries: usize,
 }
 
