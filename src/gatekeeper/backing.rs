@@ -252,6 +252,8 @@ impl Gatekeeper {
 
     /// The periodic work without a request (a background tick).
     pub async fn tick_all(&self, now_ms: u64) {
+        // Renewals first: an answer still being relayed is never charged at its worst case.
+        self.renew_relays(now_ms).await;
         on_home!(self, home => home.tick(self, now_ms).await)
     }
 }

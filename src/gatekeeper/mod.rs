@@ -8,6 +8,7 @@ mod booking;
 pub mod fleet;
 mod local;
 pub mod recent;
+mod relays;
 pub mod report;
 mod reservations;
 #[cfg(test)]
@@ -37,6 +38,7 @@ use crate::store::{
 };
 pub use backing::{HoldList, SetBudgetError, Unavailable};
 use booking::Booking;
+pub use relays::Relaying;
 use reservations::{Reservation, Reservations};
 use tokensaver_core::gate::cache::PointMemory;
 use tokensaver_core::gate::{
@@ -455,6 +457,8 @@ pub struct Gatekeeper {
     pub metrics: Metrics,
     /// The latest committed decisions' receipts, for the ledger page.
     recent: Mutex<recent::RecentReceipts>,
+    /// The answers being relayed now: the tick keeps their reservations live ([`relays`]).
+    relays: relays::Relays,
     /// Where the windows, budgets, holds, answers and the ledger live: this process, or a
     /// fleet's PostgreSQL ([`backing`]).
     home: Home,
@@ -577,6 +581,7 @@ impl Gatekeeper {
             store,
             metrics: Metrics::new(),
             recent: Mutex::new(recent::RecentReceipts::default()),
+            relays: relays::Relays::default(),
             home: Home::Local(local::Local),
         })
     }

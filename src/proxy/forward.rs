@@ -301,17 +301,14 @@ impl Forward<'_> {
             }
         };
         let sent_at = std::time::Instant::now();
-        let mut outcome = match self.recorder {
-            Recorder::Local => {
-                tokio::select! {
-                    outcome = self.exchange(session, header, body, strip) => outcome,
-                    never = self.keep_reservation_live() => match never {},
-                }
-            }
-            // The reservation lives on the central gate, which has no renewal route: a digest
-            // answer relayed for longer than its TTL is charged there at its worst case.
-            Recorder::Remote(_) => self.exchange(session, header, body, strip).await,
-        };
+        // While the answer is relayed (a silent wait for the provider's header, a pause in a
+        // stream), this gate's tick keeps its reservation live. A digest client's reservation
+        // lives on the central gate, which has no renewal route: an answer relayed for longer
+        // than its TTL is charged there at its worst case.
+        let relaying = matches!(self.recorder, Recorder::Local)
+            .then(|| self.gatekeeper.relaying(self.decision_id, now_ms()));
+        let mut outcome = self.exchange(session, header, body, strip).await;
+        drop(relaying);
         self.access.upstream_ms = Some(sent_at.elapsed().as_secs_f64() * 1000.0);
         self.access.upstream_status = (outcome.status != 0).then_some(outcome.status);
         self.access.ttfb_ms = outcome
@@ -376,19 +373,6 @@ impl Forward<'_> {
                 // a broken answer, never a complete-looking one.
                 pingora::Error::e_explain(ErrorType::ReadError, "upstream answer broke off")
             }
-        }
-    }
-
-    /// Renew the decision's reservation every [`renewal_interval`] for as long as this future
-    /// is polled: beside the exchange, so a silent wait (a slow provider's header, a pause in a
-    /// stream) keeps it live as well as a busy stream, and no chunk pays for a clock read.
-    async fn keep_reservation_live(&self) -> std::convert::Infallible {
-        let every = renewal_interval(self.gatekeeper.config.reservation_ttl_ms);
-        let mut due = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-        due.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            due.tick().await;
-            self.gatekeeper.renew(&self.decision_id, now_ms()).await;
         }
     }
 
@@ -870,12 +854,6 @@ fn closed_before_answering(e: &pingora::Error) -> bool {
         && e.context
             .as_ref()
             .is_some_and(|c| c.as_str().ends_with("bytes already read: 0"))
-}
-
-/// A reservation is renewed three times per TTL: two renewals may be late or fail before the
-/// reservation of an answer still being relayed expires.
-fn renewal_interval(reservation_ttl_ms: u64) -> std::time::Duration {
-    std::time::Duration::from_millis((reservation_ttl_ms / 3).max(1))
 }
 
 fn bad_gateway(code: &'static str, message: &'static str) -> GateError {
