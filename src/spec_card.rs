@@ -149,6 +149,7 @@ pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value
             "kinds": ["receipt", "split_profile_report", "evidence", "probe"],
             "unscoped": "an envelope without a kind was signed before the domains: /verify proves the key signed it, not which kind it is",
         },
+        "decision_id": "64 lowercase hex digits: for a receipt body of version 2, the decision time (decided_at_ms, 6 bytes big-endian) then the first 26 bytes of the BLAKE3 of the exact signed body, so ids sort by time; for a version-1 body, the BLAKE3 of the body. POST /record, GET /ledger/decisions?after= and the ledger take it",
         "pricing": pricing(policy),
         "routes": {
             "gated": ["POST /v1/chat/completions", "POST /v1/responses", "POST /v1/messages"],
