@@ -96,8 +96,11 @@ pub fn load(dir: &Path) -> Loaded {
 }
 
 impl GateConfigInForce for Config {
-    fn gate_policy_blake3(&self, key: &TreatmentKeyDecl) -> Result<String, String> {
-        identity::gate_policy_blake3(self, key).map_err(|e| e.to_string())
+    fn gate_policy_blake3(
+        &self,
+        key: &TreatmentKeyDecl,
+    ) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(identity::gate_policy_blake3(self, key)?)
     }
 }
 

@@ -67,7 +67,12 @@ pub struct Loaded {
 /// The gate config in force, as far as freshness needs it: the BLAKE3 of the policy it applies
 /// to the treatment key (the server implements it for its `Config`).
 pub trait GateConfigInForce {
-    fn gate_policy_blake3(&self, key: &TreatmentKeyDecl) -> Result<String, String>;
+    /// The error is the implementor's own (the server's, with its context): this crate only
+    /// says it, in the reasons evidence is stale.
+    fn gate_policy_blake3(
+        &self,
+        key: &TreatmentKeyDecl,
+    ) -> Result<String, Box<dyn std::error::Error + Send + Sync>>;
 }
 
 /// What a summary compares evidence with: a build, and the gate config in force (the

@@ -554,23 +554,58 @@ pub struct ProviderOptions {
 
 /// The task scripts of every `<dir>/<id>/task.json` (its `script` field; the other fields are
 /// the economics harness's), by directory name.
-pub fn load_task_scripts(dir: &std::path::Path) -> Result<BTreeMap<String, TaskScript>, String> {
+pub fn load_task_scripts(
+    dir: &std::path::Path,
+) -> Result<BTreeMap<String, TaskScript>, OptionsError> {
     let mut out = BTreeMap::new();
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let unreadable = |path: &std::path::Path| {
+        let path = path.to_path_buf();
+        move |source| OptionsError::Unreadable { path, source }
+    };
+    let entries = std::fs::read_dir(dir).map_err(unreadable(dir))?;
     for entry in entries.filter_map(Result::ok) {
         let path = entry.path().join("task.json");
         if !path.is_file() {
             continue;
         }
-        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let v: Value =
-            serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-        let script: TaskScript =
-            serde_json::from_value(v.get("script").cloned().unwrap_or(Value::Null))
-                .map_err(|e| format!("{}: script: {e}", path.display()))?;
+        let bytes = std::fs::read(&path).map_err(unreadable(&path))?;
+        let invalid = |source| OptionsError::Invalid {
+            path: path.clone(),
+            source,
+        };
+        let v: Value = serde_json::from_slice(&bytes).map_err(invalid)?;
+        let script: TaskScript = serde_json::from_value(
+            v.get("script").cloned().unwrap_or(Value::Null),
+        )
+        .map_err(|source| OptionsError::InvalidScript {
+            path: path.clone(),
+            source,
+        })?;
         out.insert(entry.file_name().to_string_lossy().into_owned(), script);
     }
     Ok(out)
+}
+
+/// Why the mock's options could not be made (its binary's flags, its task scripts).
+#[derive(Debug, thiserror::Error)]
+pub enum OptionsError {
+    #[error("--usage {0}: expected chars or cl100k")]
+    UnknownUsage(String),
+    #[error("{}: {source}", path.display())]
+    Unreadable {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Invalid {
+        path: std::path::PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{}: script: {source}", path.display())]
+    InvalidScript {
+        path: std::path::PathBuf,
+        source: serde_json::Error,
+    },
 }
 
 /// How the mock counts the usage it reports.
@@ -588,11 +623,11 @@ pub enum UsageCounting {
 impl ProviderOptions {
     /// The default options with usage counting `usage` (`chars` or `cl100k`) and the task
     /// scripts under `tasks` (the `tokensaver-mock-provider` binary's flags).
-    pub fn scripted(usage: &str, tasks: Option<&std::path::Path>) -> Result<Self, String> {
+    pub fn scripted(usage: &str, tasks: Option<&std::path::Path>) -> Result<Self, OptionsError> {
         let usage = match usage {
             "chars" => UsageCounting::Chars,
             "cl100k" => UsageCounting::Cl100k,
-            other => return Err(format!("--usage {other}: expected chars or cl100k")),
+            other => return Err(OptionsError::UnknownUsage(other.to_string())),
         };
         let tasks = match tasks {
             Some(dir) => load_task_scripts(dir)?,

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use tokensaver_mock_provider::{serve_listener, ProviderOptions};
+use tokensaver_mock_provider::{serve_listener, OptionsError, ProviderOptions};
 
 /// Run the deterministic local provider (tests, demo and benchmarks).
 #[derive(Parser)]
@@ -31,7 +31,20 @@ struct Args {
     no_prompt_cache: bool,
 }
 
-fn run(args: Args) -> Result<(), String> {
+/// Why the mock provider stopped, as its one line on stderr says.
+#[derive(Debug, thiserror::Error)]
+enum Stopped {
+    #[error(transparent)]
+    Options(#[from] OptionsError),
+    #[error("cannot start the runtime: {0}")]
+    Runtime(std::io::ErrorKind),
+    #[error("cannot listen on {0}: {1}")]
+    Listen(SocketAddr, std::io::ErrorKind),
+    #[error("serving: {0}")]
+    Serving(std::io::ErrorKind),
+}
+
+fn run(args: Args) -> Result<(), Stopped> {
     let opts = ProviderOptions {
         expected_credential: args.expected_credential,
         prompt_cache: !args.no_prompt_cache,
@@ -40,15 +53,15 @@ fn run(args: Args) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the runtime: {}", e.kind()))?;
+        .map_err(|e| Stopped::Runtime(e.kind()))?;
     runtime.block_on(async {
         let listener = tokensaver_mock_provider::bind(args.listen)
-            .map_err(|e| format!("cannot listen on {}: {}", args.listen, e.kind()))?;
+            .map_err(|e| Stopped::Listen(args.listen, e.kind()))?;
         let bound = listener.local_addr().unwrap_or(args.listen);
         eprintln!("mock provider listening on http://{bound}");
         serve_listener(listener, opts)
             .await
-            .map_err(|e| format!("serving: {}", e.kind()))
+            .map_err(|e| Stopped::Serving(e.kind()))
     })
 }
 
