@@ -160,15 +160,7 @@ fn each_decision_is_listed_with_its_settlement_and_never_its_content() {
 #[test]
 fn pages_follow_time_and_bad_queries_are_refused() {
     let h = Harness::default();
-    for i in 0..5 {
-        let r = h.post(
-            CHAT,
-            KEY_A,
-            &chat("gpt-4o-mini", &format!("question number {i}"), json!({})),
-            &[HUMAN],
-        );
-        assert_eq!(r.status, 200);
-    }
+    ask_attended(&h, "question number", 5);
     settle();
     let mut seen = Vec::new();
     let mut after = String::new();
@@ -231,17 +223,10 @@ fn pages_follow_time_and_bad_queries_are_refused() {
 #[test]
 fn decision_ids_begin_with_the_decision_time() {
     let h = Harness::default();
-    let mut ids = Vec::new();
-    for i in 0..4 {
-        let r = h.post(
-            CHAT,
-            KEY_A,
-            &chat("gpt-4o-mini", &format!("ordered question {i}"), json!({})),
-            &[HUMAN],
-        );
-        assert_eq!(r.status, 200);
-        ids.push(receipt_decision_id(&r));
-    }
+    let ids: Vec<_> = ask_attended(&h, "ordered question", 4)
+        .iter()
+        .map(receipt_decision_id)
+        .collect();
     settle();
     let page = decisions(&h, "");
     let lines = page["decisions"].as_array().unwrap();
@@ -253,6 +238,22 @@ fn decision_ids_begin_with_the_decision_time() {
     }
     // In the order the requests were sent, each id sorts after the one before.
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+}
+
+/// `n` distinct attended chat calls as key A (`"{prefix} {i}"`), each answered 200.
+fn ask_attended(h: &Harness, prefix: &str, n: usize) -> Vec<Resp> {
+    (0..n)
+        .map(|i| {
+            let r = h.post(
+                CHAT,
+                KEY_A,
+                &chat("gpt-4o-mini", &format!("{prefix} {i}"), json!({})),
+                &[HUMAN],
+            );
+            assert_eq!(r.status, 200);
+            r
+        })
+        .collect()
 }
 
 fn digest(body: &Value) -> String {
