@@ -322,6 +322,13 @@ const MIGRATIONS: &[&str] = &[
         context_tokens INTEGER
     ) WITHOUT ROWID;
     "#,
+    // 11: no index by session. No query used it — a session's decisions are listed within
+    // one key, whose (key, time) index the planner takes (`a_session_listing_reads_by_key_and_time`)
+    // — while every decision row paid for it: an entry at a random place, one more page
+    // written to the WAL at each commit (docs/performance.md).
+    r#"
+    DROP INDEX IF EXISTS decisions_by_session;
+    "#,
 ];
 
 macro_rules! decision_columns {
@@ -342,6 +349,44 @@ const INSERT_DECISION: &str = concat!(
     ", open) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
      ?18, ?19, ?20, ?21)"
 );
+/// Who a decisions query reads: the key `?1`, or every key (`?1` is NULL).
+fn key_clause(by_key: bool) -> &'static str {
+    if by_key {
+        "d.key_id = ?1"
+    } else {
+        "?1 IS NULL"
+    }
+}
+
+/// The page query of `GET /ledger/decisions` (one key's, or every key's): decisions with
+/// their usage and expiry charge, optionally of one session, in (time, row) order after the
+/// cursor.
+fn decisions_sql(by_key: bool) -> String {
+    let key_clause = key_clause(by_key);
+    format!(
+        "SELECT d.decision_id, d.key_id, d.decided_at_ms, d.verdict, d.reason, \
+         d.model_requested, d.model_served, d.wire, d.hold_id, d.reserved_nano, \
+         d.tokens_not_bought, d.worst_case_tokens_avoided, \
+         COALESCE(u1.id, u2.id), COALESCE(u1.at_ms, u2.at_ms), \
+         COALESCE(u1.complete, u2.complete), COALESCE(u1.ending, u2.ending), \
+         COALESCE(u1.basis, u2.basis), COALESCE(u1.input, u2.input), \
+         COALESCE(u1.cache_write, u2.cache_write), \
+         COALESCE(u1.cache_write_1h, u2.cache_write_1h), \
+         COALESCE(u1.cache_read, u2.cache_read), COALESCE(u1.output, u2.output), \
+         COALESCE(u1.web_search_requests, u2.web_search_requests), \
+         COALESCE(u1.spend_nano, u2.spend_nano), e.at_ms, e.charged_nano, \
+         COALESCE(u1.cache_saving_nano, u2.cache_saving_nano), \
+         d.session, d.paced_ms, d.step_fingerprint \
+         FROM decisions AS d \
+         LEFT JOIN usage AS u1 ON u1.decision = d.id \
+         LEFT JOIN usage AS u2 ON u2.decision IS NULL AND u2.decision_id = d.decision_id \
+         LEFT JOIN reservation_expiries AS e ON e.decision_id = d.decision_id \
+         WHERE {key_clause} AND d.decided_at_ms >= ?2 AND d.decided_at_ms < ?3 \
+         AND (d.decided_at_ms, d.id) > (?4, ?5) AND (?7 IS NULL OR d.session = ?7) \
+         ORDER BY d.decided_at_ms, d.id LIMIT ?6"
+    )
+}
+
 /// Whether decision `d` is settled: it has a usage row (stored after it, or before it) or an
 /// expiry charge.
 macro_rules! settled {
@@ -897,11 +942,7 @@ impl Store for SqliteStore {
     }
 
     fn decisions(&self, q: &DecisionQuery) -> Result<DecisionPage, StoreError> {
-        let key_clause = if q.key_id.is_some() {
-            "d.key_id = ?1"
-        } else {
-            "?1 IS NULL"
-        };
+        let key_clause = key_clause(q.key_id.is_some());
         let limit = q.limit.clamp(1, MAX_DECISIONS_PAGE);
         self.read(|tx| {
             // The cursor: the (time, row) of the decision the previous page ended with, which
@@ -924,28 +965,7 @@ impl Store for SqliteStore {
                         .ok_or(StoreError::UnknownCursor)?
                 }
             };
-            let sql = format!(
-                "SELECT d.decision_id, d.key_id, d.decided_at_ms, d.verdict, d.reason, \
-                 d.model_requested, d.model_served, d.wire, d.hold_id, d.reserved_nano, \
-                 d.tokens_not_bought, d.worst_case_tokens_avoided, \
-                 COALESCE(u1.id, u2.id), COALESCE(u1.at_ms, u2.at_ms), \
-                 COALESCE(u1.complete, u2.complete), COALESCE(u1.ending, u2.ending), \
-                 COALESCE(u1.basis, u2.basis), COALESCE(u1.input, u2.input), \
-                 COALESCE(u1.cache_write, u2.cache_write), \
-                 COALESCE(u1.cache_write_1h, u2.cache_write_1h), \
-                 COALESCE(u1.cache_read, u2.cache_read), COALESCE(u1.output, u2.output), \
-                 COALESCE(u1.web_search_requests, u2.web_search_requests), \
-                 COALESCE(u1.spend_nano, u2.spend_nano), e.at_ms, e.charged_nano, \
-                 COALESCE(u1.cache_saving_nano, u2.cache_saving_nano), \
-                 d.session, d.paced_ms, d.step_fingerprint \
-                 FROM decisions AS d \
-                 LEFT JOIN usage AS u1 ON u1.decision = d.id \
-                 LEFT JOIN usage AS u2 ON u2.decision IS NULL AND u2.decision_id = d.decision_id \
-                 LEFT JOIN reservation_expiries AS e ON e.decision_id = d.decision_id \
-                 WHERE {key_clause} AND d.decided_at_ms >= ?2 AND d.decided_at_ms < ?3 \
-                 AND (d.decided_at_ms, d.id) > (?4, ?5) AND (?7 IS NULL OR d.session = ?7) \
-                 ORDER BY d.decided_at_ms, d.id LIMIT ?6"
-            );
+            let sql = decisions_sql(q.key_id.is_some());
             let from = q.from_ms.map(to_i64).unwrap_or(i64::MIN);
             let to = q.to_ms.map(to_i64).unwrap_or(i64::MAX);
             let mut stmt = tx.prepare_cached(&sql).map_err(sql_error)?;
@@ -1915,11 +1935,6 @@ mod tests {
         }
     }
 
-    /// A database written by schema version 1 opens, and keeps every guarantee: ids read back
-    /// as written, one usage per decision, open reservations rebuilt. (Its fourth id was a
-    /// non-hex text, kept as text by migration 2; a typed `DecisionId` cannot name one, and the
-    /// gate never made one, so it is a hex id like the others. Legacy text rows of hex digits
-    /// are read by `sql_types`, tested there.)
     /// Backpressure: a burst far past the queue's bound waits for room, and every event of it
     /// is committed.
     #[test]
@@ -1936,6 +1951,52 @@ mod tests {
         }
     }
 
+    /// The decisions page, with or without a session, is read through a time index (the key's
+    /// when it names one), never by scanning the table: migration 11 dropped the session index
+    /// because no query needs it.
+    #[test]
+    fn a_session_listing_reads_by_key_and_time() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(SqliteStore::open(dir.path(), 5).unwrap());
+        let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        let indexes: Vec<String> = conn
+            .prepare(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'decisions'",
+            )
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            !indexes.iter().any(|i| i == "decisions_by_session"),
+            "{indexes:?}"
+        );
+        for (by_key, index) in [(true, "decisions_key_time"), (false, "decisions_time")] {
+            for session in [None, Some(vec![7u8; 32])] {
+                let key = by_key.then_some("a");
+                let plan: Vec<String> = conn
+                    .prepare(&format!("EXPLAIN QUERY PLAN {}", decisions_sql(by_key)))
+                    .unwrap()
+                    .query_map(params![key, 0, 1, 0, 0, 10, session], |r| r.get(3))
+                    .unwrap()
+                    .collect::<Result<_, _>>()
+                    .unwrap();
+                let decisions = plan.iter().find(|l| l.contains(" d ")).unwrap();
+                assert!(
+                    decisions.starts_with("SEARCH d USING INDEX") && decisions.contains(index),
+                    "by key {by_key}, session {}: {plan:?}",
+                    session.is_some()
+                );
+            }
+        }
+    }
+
+    /// A database written by schema version 1 opens, and keeps every guarantee: ids read back
+    /// as written, one usage per decision, open reservations rebuilt. (Its fourth id was a
+    /// non-hex text, kept as text by migration 2; a typed `DecisionId` cannot name one, and the
+    /// gate never made one, so it is a hex id like the others. Legacy text rows of hex digits
+    /// are read by `sql_types`, tested there.)
     #[test]
     fn a_version_1_database_migrates() {
         let dir = tempfile::tempdir().unwrap();
