@@ -143,7 +143,12 @@ fn main() {
             let s = t.elapsed();
             let t = Instant::now();
             std::hint::black_box(fleet.stored_answer(&answer_key).await);
-            std::hint::black_box(fleet.admit(&req).await.expect("fleet admission"));
+            std::hint::black_box(
+                fleet
+                    .admit(&req, tokensaver::gatekeeper::Holding::staying(0))
+                    .await
+                    .expect("fleet admission"),
+            );
             let f = t.elapsed();
             // The first requests warm the connections and the statement caches.
             if i >= 100 {

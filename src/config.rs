@@ -303,6 +303,12 @@ struct RawKey {
     /// Prompt caching placed by the gate (SPEC §2.11b): `"auto"` (default) or `"off"`.
     #[serde(default)]
     cache: CachePolicy,
+    /// The key's own provider credentials, by upstream name: the environment variable that
+    /// holds each. Its calls to that upstream carry it instead of the upstream's: a provider's
+    /// prompt cache is shared by everything behind one credential, so a key (or the keys of a
+    /// team, naming one variable) with its own is out of every other key's cache.
+    #[serde(default)]
+    credential_env: BTreeMap<String, String>,
 }
 
 /// Whether the gate adds prompt-cache breakpoints to a key's unmarked requests. `auto` is the
@@ -358,6 +364,13 @@ struct RawLimits {
     upstream_timeout_secs: u64,
     #[serde(default = "default_commit_interval")]
     commit_interval_ms: u64,
+    /// Repeated steps one key may have held in the gate at once (SPEC §2.3); past it a step
+    /// is refused as a loop, as a gate that cannot hold it would.
+    #[serde(default = "default_max_paced_per_key")]
+    max_paced_per_key: usize,
+    /// Bytes of held requests' bodies in all, every key together.
+    #[serde(default = "default_max_paced_bytes")]
+    max_paced_bytes: usize,
 }
 
 impl Default for RawLimits {
@@ -369,8 +382,19 @@ impl Default for RawLimits {
             reservation_ttl_secs: default_reservation_ttl(),
             upstream_timeout_secs: default_upstream_timeout(),
             commit_interval_ms: default_commit_interval(),
+            max_paced_per_key: default_max_paced_per_key(),
+            max_paced_bytes: default_max_paced_bytes(),
         }
     }
+}
+
+/// A key's agents each repeat one step at a time: sixteen sessions stuck at once is far past
+/// what one key runs, and bounds what a key that can never spend parks.
+fn default_max_paced_per_key() -> usize {
+    16
+}
+fn default_max_paced_bytes() -> usize {
+    256 * 1024 * 1024
 }
 
 fn default_body_cap() -> usize {
@@ -441,6 +465,8 @@ pub struct KeyConfig {
     /// The scoring profile's name and its spend saturation points.
     pub profile: Option<(String, SpendSaturation)>,
     pub cache: CachePolicy,
+    /// Upstream name → the environment variable of this key's own credential for it.
+    pub credential_env: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone)]
@@ -549,6 +575,9 @@ pub struct Config {
     pub reservation_ttl_ms: u64,
     pub upstream_timeout_secs: u64,
     pub commit_interval_ms: u64,
+    /// `[limits] max_paced_per_key`, `max_paced_bytes`: what the gate holds at once.
+    pub max_paced_per_key: usize,
+    pub max_paced_bytes: usize,
     pub client: Option<ClientConfig>,
     /// `[server] grace_period_secs`: the drain's grace period.
     pub grace_period_secs: u64,
@@ -662,7 +691,24 @@ impl Config {
                 human_default: key.human,
                 profile,
                 cache: key.cache,
+                credential_env: key.credential_env,
             });
+        }
+        for (i, key) in keys.iter().enumerate() {
+            for (upstream, var) in &key.credential_env {
+                if !upstreams.iter().any(|u| &u.name == upstream) {
+                    return Err(field(
+                        format!("keys[{i}].credential_env.{upstream}"),
+                        "names no [upstreams.NAME] table",
+                    ));
+                }
+                if var.is_empty() {
+                    return Err(field(
+                        format!("keys[{i}].credential_env.{upstream}"),
+                        "must name an environment variable",
+                    ));
+                }
+            }
         }
 
         // The built-in table first; the config's entries replace it model by model.
@@ -737,6 +783,8 @@ impl Config {
             reservation_ttl_ms: raw.limits.reservation_ttl_secs.saturating_mul(1000),
             upstream_timeout_secs: raw.limits.upstream_timeout_secs.max(1),
             commit_interval_ms: raw.limits.commit_interval_ms.max(1),
+            max_paced_per_key: raw.limits.max_paced_per_key,
+            max_paced_bytes: raw.limits.max_paced_bytes,
             client,
             grace_period_secs: raw.server.grace_period_secs,
             log_format: raw.log.format,

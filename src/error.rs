@@ -46,6 +46,17 @@ pub enum GateError {
     UnknownResponse,
     /// A chained Responses call whose previous response's usage the gate has not seen (409).
     ChainedContextUnknown,
+    /// A Responses call that names a `conversation`: provider-side state the gate cannot bind
+    /// to a key (400).
+    ConversationNotGated,
+    /// A request path with dot segments, encoded separators or a backslash: what the gate
+    /// checks must be what a normalising server behind it would read (400).
+    InvalidPath,
+    /// An HTTP/1.1 request without `Host` (RFC 9112 §3.2: 400).
+    MissingHost,
+    /// A body labelled with a `Content-Encoding` the gate does not read: it would price other
+    /// bytes than the provider reads (415).
+    UnsupportedEncoding,
     /// A CHALLENGE (409): the hold, its reason, and how long it waits.
     Held {
         reason: &'static str,
@@ -145,7 +156,12 @@ impl GateError {
     pub fn status(&self) -> u16 {
         match self {
             GateError::BodyTooLarge => 413,
-            GateError::BodyUnreadable | GateError::BadRequest { .. } => 400,
+            GateError::BodyUnreadable
+            | GateError::BadRequest { .. }
+            | GateError::ConversationNotGated
+            | GateError::InvalidPath
+            | GateError::MissingHost => 400,
+            GateError::UnsupportedEncoding => 415,
             GateError::InvalidKey(_) => 401,
             GateError::MethodNotAllowed => 405,
             GateError::NotGated
@@ -171,7 +187,11 @@ impl GateError {
             | GateError::BadRequest { .. }
             | GateError::MethodNotAllowed
             | GateError::UnknownResponse
-            | GateError::ChainedContextUnknown => "invalid_request_error",
+            | GateError::ChainedContextUnknown
+            | GateError::ConversationNotGated
+            | GateError::InvalidPath
+            | GateError::MissingHost
+            | GateError::UnsupportedEncoding => "invalid_request_error",
             GateError::InvalidKey(_) => "authentication_error",
             GateError::NotGated | GateError::UnknownRoute | GateError::UnknownModel { .. } => {
                 "not_found_error"
@@ -202,6 +222,10 @@ impl GateError {
             GateError::UnknownModel { .. } => "unknown_model",
             GateError::UnknownResponse => "unknown_response",
             GateError::ChainedContextUnknown => "chained_context_unknown",
+            GateError::ConversationNotGated => "conversation_not_gated",
+            GateError::InvalidPath => "invalid_path",
+            GateError::MissingHost => "missing_host",
+            GateError::UnsupportedEncoding => "unsupported_content_encoding",
             GateError::Held { reason, .. } | GateError::Blocked { reason, .. } => reason,
             GateError::Unpriced { .. } => "unpriced_model",
             GateError::FleetUnavailable => "fleet_store_unavailable",
@@ -238,6 +262,17 @@ impl GateError {
             GateError::ChainedContextUnknown => {
                 "previous_response_id names a response whose usage the gate has not seen: read it \
                  once it is complete (GET /v1/responses/{id}), then send the call again"
+            }
+            GateError::ConversationNotGated => {
+                "conversation is provider-side state this gate cannot bind to a key, so a call \
+                 that names one is not forwarded; send the history (input) or previous_response_id"
+            }
+            GateError::InvalidPath => {
+                "the request path has dot segments, encoded separators or a backslash"
+            }
+            GateError::MissingHost => "an HTTP/1.1 request must carry a Host header",
+            GateError::UnsupportedEncoding => {
+                "the request body's Content-Encoding is not read by this gate: send it unencoded"
             }
             GateError::Held {
                 hold_id, ttl_ms, ..

@@ -21,6 +21,11 @@ pub struct Metrics {
     pub paced: IntCounter,
     pub paced_seconds: Counter,
     pub paced_waiting: IntGauge,
+    /// Held requests whose caller left before the window admitted them: never decided.
+    pub paced_abandoned: IntCounter,
+    /// Repeated steps the gate could not hold (a cap on held requests reached): refused as a
+    /// loop, as a gate that cannot hold refuses them.
+    pub paced_refused: IntCounter,
     /// Every request on the proxy listener, from its header to its last byte, by verdict
     /// (`none`: answered before any decision, a pass-through, or an early refusal).
     pub request_seconds: HistogramVec,
@@ -92,6 +97,22 @@ impl Metrics {
             "Repeated steps held in the gate now",
         )
         .expect("valid metric");
+        let paced_abandoned = IntCounter::new(
+            "tokensaver_paced_abandoned_total",
+            "Held requests whose caller left before they were decided (nothing bought)",
+        )
+        .expect("valid metric");
+        let paced_refused = IntCounter::new(
+            "tokensaver_paced_refused_total",
+            "Repeated steps refused because the caps on held requests were reached",
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(paced_abandoned.clone()))
+            .expect("unique metric");
+        registry
+            .register(Box::new(paced_refused.clone()))
+            .expect("unique metric");
         registry
             .register(Box::new(paced.clone()))
             .expect("unique metric");
@@ -146,6 +167,8 @@ impl Metrics {
             paced,
             paced_seconds,
             paced_waiting,
+            paced_abandoned,
+            paced_refused,
             request_seconds,
             early_answers,
         }

@@ -247,20 +247,12 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     let api = Arc::new(Api::new(gatekeeper.clone()));
     let mut api_service = Service::new(
         "tokensaver api".into(),
-        ApiApp {
-            api: api.clone(),
-            listener: Listener::Api,
-            ops: None,
-        },
+        ApiApp::new(api.clone(), Listener::Api, None),
     );
     api_service.add_tcp(&api_addr.to_string());
     let mut admin_service = Service::new(
         "tokensaver admin".into(),
-        ApiApp {
-            api,
-            listener: Listener::Admin,
-            ops: Some(ops),
-        },
+        ApiApp::new(api, Listener::Admin, Some(ops)),
     );
     admin_service.add_tcp(&admin_addr.to_string());
 

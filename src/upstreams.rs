@@ -20,7 +20,8 @@ use pingora::http::RequestHeader;
 use pingora::prelude::HttpPeer;
 use pingora::Result;
 
-use crate::config::{CredentialHeader, Upstream};
+use crate::config::{CredentialHeader, KeyConfig, Upstream};
+use std::collections::HashMap;
 use tokensaver_core::request::{Provider, Route};
 
 /// Read on every resolution before the system's resolver: lines of `host address…` (as a hosts
@@ -31,6 +32,8 @@ pub const HOSTS_FILE_ENV: &str = "TOKENSAVER_HOSTS_FILE";
 pub struct UpstreamPeer {
     pub config: Upstream,
     credential: Option<String>,
+    /// Key id → that key's own credential for this upstream (`[[keys]] credential_env`).
+    key_credentials: HashMap<String, String>,
     timeout: Duration,
     resolved: RwLock<Resolved>,
     next: AtomicUsize,
@@ -71,12 +74,15 @@ impl ProviderPeer {
         self.peers.len().saturating_sub(1)
     }
 
-    /// Put the provider credential where this provider expects it.
-    pub fn set_credential(&self, header: &mut RequestHeader) -> Result<()> {
+    /// Put the provider credential where this provider expects it: the calling key's own, if
+    /// it has one for this upstream, else the upstream's (`None`: a call made for no key, such
+    /// as the model list).
+    pub fn set_credential(&self, header: &mut RequestHeader, key_id: Option<&str>) -> Result<()> {
         for name in ["authorization", "x-api-key", "api-key"] {
             header.remove_header(name);
         }
-        if let Some(cred) = &self.upstream.credential {
+        let own = key_id.and_then(|k| self.upstream.key_credentials.get(k));
+        if let Some(cred) = own.or(self.upstream.credential.as_ref()) {
             match self.upstream.config.credential_header {
                 CredentialHeader::Bearer => {
                     header.insert_header("authorization", format!("Bearer {cred}"))?
@@ -126,17 +132,37 @@ impl ProviderPeer {
 }
 
 impl UpstreamPeer {
-    fn start(config: &Upstream, timeout: Duration) -> std::io::Result<UpstreamPeer> {
+    fn start(
+        config: &Upstream,
+        keys: &[KeyConfig],
+        timeout: Duration,
+    ) -> std::io::Result<UpstreamPeer> {
         let addresses = resolve(&config.host, config.port)?;
         let credential = config
             .credential_env
             .as_deref()
             .and_then(|name| std::env::var(name).ok())
             .filter(|v| !v.is_empty());
+        // A key bound to its own credential never falls back to the shared one: an unset
+        // variable stops the start.
+        let mut key_credentials = HashMap::new();
+        for key in keys {
+            if let Some(var) = key.credential_env.get(&config.name) {
+                let value = std::env::var(var).ok().filter(|v| !v.is_empty());
+                let Some(value) = value else {
+                    return Err(std::io::Error::other(format!(
+                        "key {} names {var} for upstream {}, and it is not set",
+                        key.id, config.name
+                    )));
+                };
+                key_credentials.insert(key.id.to_string(), value);
+            }
+        }
         let peers = http_peers(config, timeout, &addresses);
         Ok(UpstreamPeer {
             config: config.clone(),
             credential,
+            key_credentials,
             timeout,
             resolved: RwLock::new(Resolved {
                 addresses,
@@ -223,10 +249,14 @@ pub struct Upstreams {
 impl Upstreams {
     /// Resolve every upstream (an error names none of them: the caller says which config
     /// failed) and start re-resolving them in the background.
-    pub fn start(configs: &[Upstream], timeout: Duration) -> std::io::Result<Upstreams> {
+    pub fn start(
+        configs: &[Upstream],
+        keys: &[KeyConfig],
+        timeout: Duration,
+    ) -> std::io::Result<Upstreams> {
         let all = configs
             .iter()
-            .map(|c| UpstreamPeer::start(c, timeout).map(Arc::new))
+            .map(|c| UpstreamPeer::start(c, keys, timeout).map(Arc::new))
             .collect::<std::io::Result<Vec<_>>>()?;
         for upstream in &all {
             refresh_in_background(Arc::downgrade(upstream));
@@ -266,6 +296,14 @@ impl Upstreams {
         of_api()
             .find(|u| u.config.models.is_none())
             .or_else(|| of_api().next())
+            .and_then(|u| u.choose())
+    }
+
+    /// The upstream named `name` on `api` (where a stored response was created).
+    pub fn by_name(&self, api: Provider, name: &str) -> Option<ProviderPeer> {
+        self.all
+            .iter()
+            .find(|u| u.config.api == api && u.config.name == name)
             .and_then(|u| u.choose())
     }
 

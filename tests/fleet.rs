@@ -1242,6 +1242,7 @@ fn the_conditional_reservation_refuses_an_overshoot_and_rolls_back() {
             used_hold: None,
             new_hold: None,
             cache_breakpoints: Vec::new(),
+            sent_prefixes: true,
         };
         // 600 fits under 1 000; another 600 does not, whatever the decision said.
         let first = fleet

@@ -40,6 +40,11 @@ struct Checks {
 
 impl Ops {
     /// The answer for `/healthz` or `/readyz`, or `None` for any other path.
+    /// The paths answered here, before the route table (open: they report on the process).
+    pub fn serves(path: &str) -> bool {
+        matches!(path, "/healthz" | "/readyz")
+    }
+
     pub async fn route(&self, req: &ApiRequest) -> Option<ApiResponse> {
         let ready = match req.path.as_str() {
             "/healthz" => false,

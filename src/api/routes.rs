@@ -18,7 +18,7 @@ use crate::config::{BudgetPeriod, KeyConfig, Prices};
 use crate::error::GateError;
 use crate::gatekeeper::settlement::{RecordBody, RecordBodyError};
 use crate::gatekeeper::{
-    GateOutcome, GateRequest, Gatekeeper, RecordError, RecordSource, SetBudgetError,
+    AdmitError, GateOutcome, GateRequest, Gatekeeper, RecordError, RecordSource, SetBudgetError,
 };
 use crate::now_ms;
 use crate::receipt::DecisionId;
@@ -51,7 +51,20 @@ const DEFAULT_DECISIONS_PAGE: usize = 100;
 /// Bodies of the API's own routes are small; provider bodies (estimate) follow the proxy's cap.
 const SMALL_BODY_CAP: usize = 1024 * 1024;
 /// The split-profile criteria cap submissions at 262,144 bytes; a little room for the refusal.
+/// Also `/verify`'s: a receipt's envelope is a few KiB, a signed split-profile report less than
+/// its submission.
 const ADMIN_BODY_CAP: usize = 512 * 1024;
+/// The page's forms and the routes that take no body.
+const FORM_BODY_CAP: usize = 64 * 1024;
+
+/// What the listener does with a request before reading its body ([`Api::admission`]).
+pub enum Admission {
+    /// Read up to `cap` bytes; `public`: no credential was checked for it (its read counts
+    /// against the listener's public reads at once).
+    Read { cap: usize, public: bool },
+    /// Answer now, the body unread.
+    Answer(ApiResponse),
+}
 
 fn method_not_allowed() -> ApiResponse {
     ApiResponse::error(
@@ -122,16 +135,105 @@ impl Api {
         }
     }
 
-    pub fn body_cap(&self, listener: Listener) -> usize {
+    /// What a request may send before anything of its body is read, from its line and headers
+    /// alone: a route that needs a key (or the admin key) refuses one without it at once, so a
+    /// keyless caller can make the listener hold no more than a public route's small body; an
+    /// unknown route is answered unread.
+    pub fn admission(
+        &self,
+        listener: Listener,
+        method: &http::Method,
+        path: &str,
+        headers: &http::HeaderMap,
+    ) -> Admission {
+        let presented = auth::presented_key(headers);
+        let keyed = |cap: usize| match auth::authenticate(&self.gatekeeper.config, presented) {
+            Ok(_) => Admission::Read { cap, public: false },
+            Err(e) => Admission::Answer(GateError::from(e).into()),
+        };
         match listener {
-            Listener::Api => self.gatekeeper.config.max_body_bytes.max(SMALL_BODY_CAP),
-            Listener::Admin => ADMIN_BODY_CAP,
+            Listener::Api => {
+                let Some(found) = self.routes.api.find(path) else {
+                    return Admission::Answer(not_found());
+                };
+                if !found.route.allows(method) {
+                    return Admission::Answer(method_not_allowed());
+                }
+                match found.route.endpoint {
+                    ApiEndpoint::Estimate | ApiEndpoint::Gate => {
+                        keyed(self.gatekeeper.config.max_body_bytes.max(SMALL_BODY_CAP))
+                    }
+                    ApiEndpoint::Record
+                    | ApiEndpoint::Ledger
+                    | ApiEndpoint::Decisions
+                    | ApiEndpoint::Sessions
+                    | ApiEndpoint::Budget
+                    | ApiEndpoint::Prices
+                    | ApiEndpoint::Forget => keyed(SMALL_BODY_CAP),
+                    // The key or its owner's secret (`owner_holds` checks which).
+                    ApiEndpoint::Holds | ApiEndpoint::HoldApprove | ApiEndpoint::HoldDeny => {
+                        if presented.is_none() && !headers.contains_key("x-tokensaver-owner") {
+                            Admission::Answer(GateError::from(auth::AuthError::Missing).into())
+                        } else {
+                            Admission::Read {
+                                cap: FORM_BODY_CAP,
+                                public: true,
+                            }
+                        }
+                    }
+                    ApiEndpoint::Verify => Admission::Read {
+                        cap: ADMIN_BODY_CAP,
+                        public: true,
+                    },
+                    ApiEndpoint::Page
+                    | ApiEndpoint::Home
+                    | ApiEndpoint::Spec
+                    | ApiEndpoint::Stats => Admission::Read {
+                        cap: FORM_BODY_CAP,
+                        public: true,
+                    },
+                }
+            }
+            Listener::Admin => {
+                let found = self.routes.admin.find(path);
+                let open = found.as_ref().is_some_and(|f| f.route.endpoint.is_open());
+                if !open && !auth::is_admin(&self.gatekeeper.config, presented) {
+                    return Admission::Answer(ApiResponse::error(
+                        401,
+                        "admin_key_required",
+                        "this route needs the admin key",
+                    ));
+                }
+                match found.map(|f| f.route.endpoint) {
+                    Some(AdminEndpoint::SplitProfile) => Admission::Read {
+                        cap: ADMIN_BODY_CAP,
+                        public: true,
+                    },
+                    Some(AdminEndpoint::Page | AdminEndpoint::Home | AdminEndpoint::Metrics) => {
+                        Admission::Read {
+                            cap: FORM_BODY_CAP,
+                            public: true,
+                        }
+                    }
+                    _ => Admission::Read {
+                        cap: ADMIN_BODY_CAP,
+                        public: false,
+                    },
+                }
+            }
         }
     }
 
-    pub async fn handle(&self, listener: Listener, req: &ApiRequest) -> ApiResponse {
+    /// Answer a request. `gone` ends when its caller has closed the connection: `POST /gate`
+    /// does not decide a digest whose caller left while it was held (SPEC §2.3).
+    pub async fn handle(
+        &self,
+        listener: Listener,
+        req: &ApiRequest,
+        gone: crate::gatekeeper::CallerGone<'_>,
+    ) -> ApiResponse {
         match listener {
-            Listener::Api => self.api(req).await,
+            Listener::Api => self.api(req, gone).await,
             Listener::Admin => self.admin(req).await,
         }
     }
@@ -159,7 +261,7 @@ impl Api {
             .map_err(|e| GateError::from(e).into())
     }
 
-    async fn api(&self, req: &ApiRequest) -> ApiResponse {
+    async fn api(&self, req: &ApiRequest, gone: crate::gatekeeper::CallerGone<'_>) -> ApiResponse {
         let Some(found) = self.routes.api.find(&req.path) else {
             return not_found();
         };
@@ -174,7 +276,7 @@ impl Api {
             ApiEndpoint::Stats => self.stats().await,
             ApiEndpoint::Verify => self.verify(req),
             ApiEndpoint::Estimate => self.estimate_route(req).await,
-            ApiEndpoint::Gate => self.keyed_async(req, |k| self.gate(req, k)).await,
+            ApiEndpoint::Gate => self.keyed_async(req, |k| self.gate(req, k, gone)).await,
             ApiEndpoint::Record => self.keyed_async(req, |k| self.record(req, k)).await,
             ApiEndpoint::Ledger => self.keyed_async(req, |k| self.ledger(req, k)).await,
             ApiEndpoint::Decisions => {
@@ -404,14 +506,33 @@ impl Api {
     /// `POST /gate`: decided by this gate (a repeated step may be held until its window
     /// admits it, as in the proxy: SPEC §2.3), or against the fleet's database, with a 503 and
     /// `Retry-After` when it cannot be reached (the client forwards nothing).
-    async fn gate(&self, req: &ApiRequest, key: &KeyConfig) -> ApiResponse {
+    async fn gate(
+        &self,
+        req: &ApiRequest,
+        key: &KeyConfig,
+        gone: crate::gatekeeper::CallerGone<'_>,
+    ) -> ApiResponse {
         let digest = match parse_digest(req) {
             Ok(digest) => digest,
             Err(resp) => return resp,
         };
-        match self.gatekeeper.admit(&digest_request(&digest, key)).await {
+        let holding = crate::gatekeeper::Holding {
+            bytes: req.body.len(),
+            gone,
+        };
+        match self
+            .gatekeeper
+            .admit(&digest_request(&digest, key), holding)
+            .await
+        {
             Ok(outcome) => self.gate_response(&outcome),
-            Err(_) => fleet_unavailable(),
+            // Nobody reads this answer: nothing was decided for the digest client that left.
+            Err(AdmitError::CallerGone) => ApiResponse::error(
+                499,
+                "caller_gone",
+                "the caller left while its request was held",
+            ),
+            Err(AdmitError::Unavailable(_)) => fleet_unavailable(),
         }
     }
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use super::{
     BudgetView, GateOutcome, GateRequest, Gatekeeper, HoldAction, HoldDecided, HoldError, HoldView,
-    Home, LeaseView, RecordError, RecordSource, UsageReport,
+    Holding, Home, LeaseView, RecordError, RecordSource, UsageReport,
 };
 use crate::config::BudgetPeriod;
 use crate::receipt::DecisionId;
@@ -27,6 +27,17 @@ use crate::store::{
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the gate's shared store is unreachable")]
 pub struct Unavailable;
+
+/// Why a request that could be held got no decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AdmitError {
+    /// The gate's state could not be read or written: fail closed, nothing forwarded.
+    #[error(transparent)]
+    Unavailable(#[from] Unavailable),
+    /// The caller left while its request was held: nothing was decided, reserved or charged.
+    #[error("the caller left while its request was held")]
+    CallerGone,
+}
 
 /// Why a budget could not be set: the shared store did not answer, or this node's did not.
 #[derive(Debug, thiserror::Error)]
@@ -52,7 +63,8 @@ pub(super) trait Backing {
         &self,
         gk: &Gatekeeper,
         req: &GateRequest<'_>,
-    ) -> Result<GateOutcome, Unavailable>;
+        holding: Holding<'_>,
+    ) -> Result<GateOutcome, AdmitError>;
     /// The decision the request would get now; nothing is counted or booked.
     async fn estimate(
         &self,
@@ -152,10 +164,14 @@ macro_rules! on_home {
 
 impl Gatekeeper {
     /// Decide and book a request whose caller can hold it: a repeated step its pace window
-    /// does not admit yet waits (SPEC §2.3). `Err`: the state could not be read, nothing was
+    /// does not admit yet waits (SPEC §2.3), unless its caller leaves. `Err`: nothing was
     /// decided; the caller forwards nothing.
-    pub async fn admit(&self, req: &GateRequest<'_>) -> Result<GateOutcome, Unavailable> {
-        on_home!(self, home => home.admit(self, req).await)
+    pub async fn admit(
+        &self,
+        req: &GateRequest<'_>,
+        holding: Holding<'_>,
+    ) -> Result<GateOutcome, AdmitError> {
+        on_home!(self, home => home.admit(self, req, holding).await)
     }
 
     /// `POST /estimate`: the decision the request would get now; nothing moves.

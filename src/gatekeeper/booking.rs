@@ -21,6 +21,9 @@ pub struct Booking {
     /// The scope's cache points that got a breakpoint (indices): every point of the scope is
     /// remembered as sent now, these as placed now.
     pub cache_breakpoints: Vec<u16>,
+    /// The call went to the provider (ALLOW, DOWNGRADE): only then were its prefixes sent, and
+    /// only then are they remembered (SPEC §2.11b: a refused or served request is not "seen").
+    pub sent_prefixes: bool,
 }
 
 pub struct NewReservation {
@@ -90,6 +93,7 @@ impl Booking {
             used_hold: decision.approved_hold.clone(),
             new_hold,
             cache_breakpoints: decision.cache_breakpoints.clone(),
+            sent_prefixes: decision.verdict.forwards(),
         }
     }
 }

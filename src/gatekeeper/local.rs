@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use super::backing::{Backing, HoldList, SetBudgetError, Unavailable};
+use super::backing::{AdmitError, Backing, HoldList, SetBudgetError, Unavailable};
 use super::{
-    BudgetView, GateOutcome, GateRequest, Gatekeeper, HoldAction, HoldDecided, HoldError, Mode,
+    BudgetView, GateOutcome, GateRequest, Gatekeeper, HoldAction, HoldDecided, HoldError, Holding,
     RecordError, RecordSource, UsageReport,
 };
 use crate::config::BudgetPeriod;
@@ -24,8 +24,11 @@ impl Backing for Local {
         &self,
         gk: &Gatekeeper,
         req: &GateRequest<'_>,
-    ) -> Result<GateOutcome, Unavailable> {
-        Ok(gk.gate_paced(req).await)
+        holding: Holding<'_>,
+    ) -> Result<GateOutcome, AdmitError> {
+        gk.gate_paced(req, holding)
+            .await
+            .ok_or(AdmitError::CallerGone)
     }
 
     async fn estimate(
@@ -33,7 +36,7 @@ impl Backing for Local {
         gk: &Gatekeeper,
         req: &GateRequest<'_>,
     ) -> Result<GateOutcome, Unavailable> {
-        Ok(gk.gate(req, Mode::Estimate))
+        Ok(gk.estimate_paced(req))
     }
 
     async fn settle(

@@ -36,7 +36,7 @@ use crate::store::{
     period_start, DecisionListing, DecisionPage, DecisionQuery, Event, HoldOpening, HoldRow,
     HoldState, LeaseRow, LedgerDay, LedgerTotals, Store, StoreError, UsageRow, VerdictCount,
 };
-pub use backing::{HoldList, SetBudgetError, Unavailable};
+pub use backing::{AdmitError, HoldList, SetBudgetError, Unavailable};
 use booking::Booking;
 pub use relays::Relaying;
 use reservations::{Reservation, Reservations};
@@ -288,8 +288,9 @@ struct State {
     /// Recorded usage per key, then per (fingerprint, wire form): looked up per request
     /// without building an owned key, forgotten per key in one step.
     recorded: HashMap<String, HashMap<(Hash, WireForm), Usage>>,
-    /// Key → the time of its latest committed decision (the decision clock, see `gate`).
-    last_decided_ms: HashMap<String, u64>,
+    /// Key → the time of its latest committed decision and how many it made in that
+    /// millisecond before (the decision clock, see [`State::decision_clock`]).
+    last_decided: HashMap<String, (u64, u32)>,
 }
 
 impl State {
@@ -307,19 +308,25 @@ impl State {
             .and_then(|h| h.opened.clone())
     }
 
-    /// The decision clock is strictly increasing per key: two decisions of one key never share
-    /// a millisecond, so their receipts — and the decision ids derived from them — differ. (An
-    /// agent hammering one request, every signal saturated, once got two byte-identical BLOCK
-    /// receipts in one millisecond, and the ledger kept only one.)
-    fn decision_clock(&mut self, key_id: &str, now_ms: u64) -> u64 {
-        match self.last_decided_ms.get_mut(key_id) {
+    /// The decision clock: the time passed in (never behind the key's latest decision, when a
+    /// clock steps back), and the decision's place among the key's decisions in that
+    /// millisecond. Two decisions of one key never share a receipt — an agent hammering one
+    /// request, every signal saturated, once got two byte-identical BLOCK receipts in one
+    /// millisecond — yet the time stays the wall clock's: a key that floods never moves its
+    /// own budget day, windows or expiries ahead of the time its spend is booked at.
+    fn decision_clock(&mut self, key_id: &str, now_ms: u64) -> (u64, u32) {
+        match self.last_decided.get_mut(key_id) {
             Some(last) => {
-                *last = now_ms.max(last.saturating_add(1));
+                *last = if now_ms > last.0 {
+                    (now_ms, 0)
+                } else {
+                    (last.0, last.1.saturating_add(1))
+                };
                 *last
             }
             None => {
-                self.last_decided_ms.insert(key_id.to_string(), now_ms);
-                now_ms
+                self.last_decided.insert(key_id.to_string(), (now_ms, 0));
+                (now_ms, 0)
             }
         }
     }
@@ -459,6 +466,8 @@ pub struct Gatekeeper {
     recent: Mutex<recent::RecentReceipts>,
     /// The answers being relayed now: the tick keeps their reservations live ([`relays`]).
     relays: relays::Relays,
+    /// The repeated steps held now ([`Gatekeeper::gate_paced`]).
+    paced: Mutex<PacedLoad>,
     /// Where the windows, budgets, holds, answers and the ledger live: this process, or a
     /// fleet's PostgreSQL ([`backing`]).
     home: Home,
@@ -582,6 +591,7 @@ impl Gatekeeper {
             metrics: Metrics::new(),
             recent: Mutex::new(recent::RecentReceipts::default()),
             relays: relays::Relays::default(),
+            paced: Mutex::new(PacedLoad::default()),
             home: Home::Local(local::Local),
         })
     }
@@ -618,15 +628,39 @@ impl Gatekeeper {
         }
     }
 
+    /// `POST /estimate` on this process's state: the decision the proxy would reach for the
+    /// request now — a repeated step its pace window does not admit yet is decided as of the
+    /// time the window admits it, with the wait in `paced_ms` (SPEC §2.3), as the proxy would
+    /// hold and then decide it. Nothing is counted or booked.
+    pub fn estimate_paced(&self, req: &GateRequest) -> GateOutcome {
+        let mut at = GateRequest { ..*req };
+        // Nothing moves between the two readings, so the second is a decision (a third is a
+        // guard against a window that never admits it: then the unpaced decision).
+        for _ in 0..2 {
+            let paced_ms = at.now_ms.saturating_sub(req.now_ms);
+            match self.gate_step(&at, Mode::Estimate, Some(paced_ms)) {
+                Ok(outcome) => return outcome,
+                Err(until_ms) => at.now_ms = until_ms.max(at.now_ms + 1),
+            }
+        }
+        self.gate(req, Mode::Estimate)
+    }
+
     /// Decide and book a request whose caller can hold it (the proxy, `POST /gate`): a
     /// repeated step its pace window does not admit yet waits here — an async sleep, no
     /// worker thread — and is decided afresh when the window admits it (SPEC §2.3; at most
-    /// `[gate.steps]`'s cap in all). Nothing counts it while it waits. (A fleet does not pace:
-    /// a repeated step there is a loop.)
-    pub async fn gate_paced(&self, req: &GateRequest<'_>) -> GateOutcome {
+    /// `[gate.steps]`'s cap in all). Nothing counts it while it waits, and a caller that leaves
+    /// while it waits is never decided (`None`): nothing is bought, reserved or charged for it.
+    /// Past `[limits] max_paced_per_key` held steps of its key, or `max_paced_bytes` held in
+    /// all, a step is refused as a loop, as a gate that cannot hold it refuses it.
+    pub async fn gate_paced(
+        &self,
+        req: &GateRequest<'_>,
+        mut holding: Holding<'_>,
+    ) -> Option<GateOutcome> {
         let started_ms = req.now_ms;
         let mut now_ms = req.now_ms;
-        let mut waiting = None;
+        let mut held: Option<PacedGuard<'_>> = None;
         loop {
             let at = GateRequest { now_ms, ..*req };
             let paced_ms = now_ms.saturating_sub(started_ms);
@@ -636,12 +670,26 @@ impl Gatekeeper {
                         self.metrics.paced.inc();
                         self.metrics.paced_seconds.inc_by(paced_ms as f64 / 1_000.0);
                     }
-                    return outcome;
+                    return Some(outcome);
                 }
                 Err(until_ms) => {
-                    waiting.get_or_insert_with(|| PacedGuard::new(&self.metrics));
+                    if held.is_none() {
+                        match PacedGuard::take(self, &req.key.id, holding.bytes) {
+                            Some(guard) => held = Some(guard),
+                            None => {
+                                self.metrics.paced_refused.inc();
+                                return Some(self.gate(&at, Mode::Commit));
+                            }
+                        }
+                    }
                     let wait = until_ms.saturating_sub(now_ms).max(1);
-                    tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+                    tokio::select! {
+                        () = tokio::time::sleep(std::time::Duration::from_millis(wait)) => {}
+                        () = &mut holding.gone => {
+                            self.metrics.paced_abandoned.inc();
+                            return None;
+                        }
+                    }
                     // The wall clock, as the proxy reads it; never behind the time waited for.
                     now_ms = crate::now_ms().max(until_ms);
                 }
@@ -670,9 +718,9 @@ impl Gatekeeper {
             }
             return Ok((*opened).clone());
         }
-        let now_ms = match mode {
+        let (now_ms, seq) = match mode {
             Mode::Commit => st.decision_clock(&req.key.id, req.now_ms),
-            Mode::Estimate => req.now_ms,
+            Mode::Estimate => (req.now_ms, 0),
         };
         let approval = st.approval_for(req.hold_id, &req.key.id, &req.shape.fingerprint, now_ms);
         let lease = st
@@ -694,7 +742,8 @@ impl Gatekeeper {
             lease,
             cache_memory: cache_memory.as_deref(),
         };
-        let decision = decide_seen(&policy, req, &seen, paced_ms, now_ms)?;
+        let mut decision = decide_seen(&policy, req, &seen, paced_ms, now_ms)?;
+        decision.seq = seq;
         drop(policy);
         let (body, decision_id) = decision.receipt();
         let signed = match mode {
@@ -739,7 +788,9 @@ impl Gatekeeper {
         let key_id = &*req.key.id;
         let booking = Booking::of(decision, body, decision_id, req);
         let placeable = req.placeable_cache_points();
-        if !placeable.is_empty() {
+        // Only a forwarded call sent its prefixes to the provider (SPEC §2.11b: a refused or
+        // served request is not "seen"); a prefix that was only ever refused earns no write.
+        if !placeable.is_empty() && booking.sent_prefixes {
             st.cache_memory
                 .entry(key_id.to_string())
                 .or_default()
@@ -1474,18 +1525,74 @@ fn fingerprint_prefix(fingerprint: Option<&Hash>) -> String {
     fingerprint.map(|f| f.hex_prefix(16)).unwrap_or_default()
 }
 
-/// Counts a request in `tokensaver_paced_waiting` while it is held.
-struct PacedGuard<'m>(&'m Metrics);
+/// What a caller that can hold its request lends the gate while it is held: the bytes it keeps
+/// (its body), and a future that ends when the caller has gone (its connection closed).
+pub struct Holding<'g> {
+    pub bytes: usize,
+    pub gone: CallerGone<'g>,
+}
 
-impl<'m> PacedGuard<'m> {
-    fn new(metrics: &'m Metrics) -> Self {
-        metrics.paced_waiting.inc();
-        Self(metrics)
+/// Ends when a held request's caller has gone.
+pub type CallerGone<'g> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'g>>;
+
+impl Holding<'_> {
+    /// A caller that never goes (tests, and callers with no connection to watch).
+    pub fn staying(bytes: usize) -> Holding<'static> {
+        Holding {
+            bytes,
+            gone: Box::pin(std::future::pending()),
+        }
+    }
+}
+
+/// The requests held now: per key, and their bytes in all (`[limits] max_paced_*`).
+#[derive(Default)]
+struct PacedLoad {
+    per_key: HashMap<Arc<str>, usize>,
+    bytes: usize,
+}
+
+/// A request held in the gate: counted in `tokensaver_paced_waiting` and in the caps until it
+/// is decided or its caller goes.
+struct PacedGuard<'g> {
+    gk: &'g Gatekeeper,
+    key_id: Arc<str>,
+    bytes: usize,
+}
+
+impl<'g> PacedGuard<'g> {
+    /// Hold one more request of `key_id`, unless a cap is reached.
+    fn take(gk: &'g Gatekeeper, key_id: &Arc<str>, bytes: usize) -> Option<Self> {
+        let mut load = lock(&gk.paced);
+        let of_key = load.per_key.get(key_id).copied().unwrap_or(0);
+        if of_key >= gk.config.max_paced_per_key
+            || load.bytes.saturating_add(bytes) > gk.config.max_paced_bytes
+        {
+            return None;
+        }
+        load.per_key.insert(Arc::clone(key_id), of_key + 1);
+        load.bytes = load.bytes.saturating_add(bytes);
+        drop(load);
+        gk.metrics.paced_waiting.inc();
+        Some(Self {
+            gk,
+            key_id: Arc::clone(key_id),
+            bytes,
+        })
     }
 }
 
 impl Drop for PacedGuard<'_> {
     fn drop(&mut self) {
-        self.0.paced_waiting.dec();
+        let mut load = lock(&self.gk.paced);
+        load.bytes = load.bytes.saturating_sub(self.bytes);
+        if let Some(n) = load.per_key.get_mut(&self.key_id) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                load.per_key.remove(&self.key_id);
+            }
+        }
+        drop(load);
+        self.gk.metrics.paced_waiting.dec();
     }
 }

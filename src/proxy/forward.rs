@@ -26,7 +26,7 @@ use crate::store::answers::{AnswerKey, StoredAnswer};
 use crate::store::Ending;
 use tokensaver_core::gate::Billed;
 use tokensaver_core::request::edit::{self, Edit};
-use tokensaver_core::request::{CacheSite, Route, WireForm};
+use tokensaver_core::request::{self, CacheSite, Hash, Route, WireForm};
 
 /// The one list of request headers that never go to the provider, on a gated call and on a
 /// pass-through route alike (docs/routes-and-security.md, "Security"), beside every `x-tokensaver-*` header
@@ -115,6 +115,8 @@ pub(super) struct Forward<'a> {
     pub registry: &'a Registry,
     pub recorder: Recorder,
     pub key_id: &'a str,
+    /// The caller's fingerprint key: a stored response's answer identity is keyed with it.
+    pub fingerprint_key: &'a [u8; 32],
     pub decision_id: DecisionId,
     pub served_model: &'a str,
     pub original: Bytes,
@@ -195,6 +197,21 @@ impl Outcome {
 }
 
 impl Forward<'_> {
+    /// What the registry keeps of a response this call created: its key, the upstream it
+    /// lives on, and what is known of it so far.
+    fn created(
+        &self,
+        context_tokens: Option<u64>,
+        answer: Option<Hash>,
+    ) -> super::responses::Owned {
+        super::responses::Owned {
+            key_id: self.key_id.to_string(),
+            context_tokens,
+            upstream: Some(self.provider.name().to_string()),
+            answer,
+        }
+    }
+
     /// The body to send upstream: the caller's exact bytes unless the gate must change it
     /// (DOWNGRADE's model; the usage chunk asked for on the caller's behalf; the prompt-cache
     /// breakpoints the gate placed, SPEC §2.11b).
@@ -266,7 +283,8 @@ impl Forward<'_> {
         header.insert_header("host", self.provider.host_header.as_str())?;
         header.insert_header("content-length", len.to_string())?;
         header.insert_header("accept-encoding", "identity")?;
-        self.provider.set_credential(&mut header)?;
+        self.provider
+            .set_credential(&mut header, Some(self.key_id))?;
         Ok(header)
     }
 
@@ -578,11 +596,14 @@ impl Forward<'_> {
             }
         }
         // A JSON answer passes with its length; a stream is chunked downstream, since it may be
-        // re-framed (a stripped usage chunk).
+        // re-framed (a stripped usage chunk) — except to an HTTP/1.0 client, which knows no
+        // chunked coding (RFC 9112 §6.1): its answer ends when the connection closes.
+        let http10 = session.req_header().version == http::Version::HTTP_10;
         match resp.headers.get("content-length").filter(|_| !is_sse) {
             Some(len) => {
                 let _ = down.insert_header("content-length", len.clone());
             }
+            None if http10 => session.set_keepalive(None),
             None => {
                 let _ = down.insert_header("transfer-encoding", "chunked");
             }
@@ -630,7 +651,7 @@ impl Forward<'_> {
                     if let (true, false, Some(id)) = (binds, bound_id, reading.response_id()) {
                         bound_id = true;
                         self.registry
-                            .bind(self.gatekeeper, id, self.key_id, None, now_ms())
+                            .bind(self.gatekeeper, id, self.created(None, None), now_ms())
                             .await;
                     }
                     if !out.is_empty()
@@ -666,11 +687,15 @@ impl Forward<'_> {
         outcome.usage = usage;
         outcome.ending = ending_of(success, body_done, end, usage);
         if binds {
-            let (id, context) =
+            let seen =
                 super::responses::seen_in_answer(reading.tap.as_ref(), &reading.json_body, end);
-            if let Some(id) = id {
+            if let Some(id) = &seen.id {
+                let answer = seen.output.as_deref().and_then(|output| {
+                    request::answer_identity_of(output.as_bytes(), self.fingerprint_key)
+                });
+                let created = self.created(seen.context_tokens, answer);
                 self.registry
-                    .bind(self.gatekeeper, &id, self.key_id, context, now_ms())
+                    .bind(self.gatekeeper, id, created, now_ms())
                     .await;
             }
         }

@@ -29,7 +29,7 @@ use pingora::{Error, ErrorType, Result};
 use crate::auth;
 use crate::config::{Config, KeyConfig};
 use crate::error::GateError;
-use crate::gatekeeper::{GateRequest, Gatekeeper, RecordSource};
+use crate::gatekeeper::{AdmitError, GateRequest, Gatekeeper, RecordSource};
 use crate::now_ms;
 use crate::receipt::DecisionId;
 use crate::store::answers::{AnswerKey, StoredAnswer};
@@ -67,7 +67,7 @@ impl GateProxy {
     pub fn new(gatekeeper: Arc<Gatekeeper>, remote: Option<RemoteGate>) -> std::io::Result<Self> {
         let config = gatekeeper.config.clone();
         let timeout = Duration::from_secs(config.upstream_timeout_secs);
-        let upstreams = Arc::new(Upstreams::start(&config.upstreams, timeout)?);
+        let upstreams = Arc::new(Upstreams::start(&config.upstreams, &config.keys, timeout)?);
         Ok(Self {
             gatekeeper,
             connector: Connector::new(None),
@@ -192,6 +192,31 @@ async fn read_body(session: &mut Session, cap: usize) -> std::result::Result<Byt
         })
 }
 
+/// Ends when the client has closed its connection (its request body is read whole, so any
+/// end of the stream now is the client going; bytes of a pipelined request are kept).
+use crate::gatekeeper::CallerGone as Gone;
+
+fn caller_gone(session: &mut Session) -> Gone<'_> {
+    Box::pin(async move {
+        // `Ok` only for body bytes, which a request read whole no longer has; pingora pends
+        // on pipelined bytes and errs on a close.
+        while let Ok(Some(_)) = session.as_downstream_mut().read_body_or_idle(true).await {}
+    })
+}
+
+/// Why a gated request got no decision to enforce.
+enum Refusal {
+    /// The caller left while the request was held: nothing to answer.
+    CallerGone,
+    Error(GateError),
+}
+
+impl From<GateError> for Refusal {
+    fn from(e: GateError) -> Self {
+        Refusal::Error(e)
+    }
+}
+
 /// A decision as the proxy enforces it, whichever gate made it (local, or central in digest
 /// mode): what to do, and the receipt that goes with it.
 struct Decided {
@@ -256,6 +281,8 @@ struct Gated<'c> {
     route: Route,
     identity: Identity<'c>,
     key_id: Arc<str>,
+    /// The caller's fingerprint key (a stored response's answer identity is keyed with it).
+    fingerprint_key: [u8; 32],
     body: Bytes,
     parsed: request::ParsedRequest,
     human: Option<bool>,
@@ -281,9 +308,20 @@ impl GateProxy {
                 return respond_error(session, Some(route), &err, &[]).await;
             }
         };
-        match self.decide(&gated, access).await {
+        // While the gate holds the request (a paced step, or the central gate's answer), a
+        // client that closes its connection is watched for: its request is then never decided.
+        let decided = {
+            let gone = caller_gone(session);
+            self.decide(&gated, access, gone).await
+        };
+        match decided {
             Ok(decided) => self.enforce(session, gated, decided, access).await,
-            Err(err) => {
+            Err(Refusal::CallerGone) => {
+                access.rule = Some("caller_gone");
+                // Nobody is there to answer: the connection is closed, nothing was decided.
+                Error::e_explain(ErrorType::ConnectionClosed, "the caller left while held")
+            }
+            Err(Refusal::Error(err)) => {
                 access.rule = Some(err.code());
                 respond_error(session, Some(route), &err, &[]).await
             }
@@ -312,6 +350,18 @@ impl GateProxy {
             }
             Err(e) => return Ok(Err(GateError::InvalidKey(e))),
         };
+        // The gate prices the bytes it reads, so it reads what the provider would: a body in
+        // a coding it does not decode is refused, never priced as plain and forwarded labelled.
+        let coded = session
+            .req_header()
+            .headers
+            .get_all(http::header::CONTENT_ENCODING)
+            .iter()
+            .any(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
+        if coded {
+            session.set_keepalive(None);
+            return Ok(Err(GateError::UnsupportedEncoding));
+        }
         if crate::body::expects_continue(session.as_downstream_mut()) {
             // The gate reads the body before anything goes upstream, so it answers the
             // client's `Expect` itself, once (curl otherwise waits a second before sending);
@@ -347,15 +397,28 @@ impl GateProxy {
         if !self.upstreams.takes(route.provider(), &parsed.shape.model) {
             return Ok(Err(GateError::unknown_model(&parsed.shape.model)));
         }
+        // A conversation is provider-side state the gate cannot bind to a key (it creates none:
+        // `/v1/conversations` is not gated), so a call that names one is refused.
+        if route == Route::OpenAiResponses && parsed.names_conversation {
+            return Ok(Err(responses::conversation_not_gated()));
+        }
         // A chained Responses call continues only a response this key created, and reserves
-        // the context the provider bills again (`RequestShape::chained_input_tokens`).
+        // the context the provider bills again (`RequestShape::chained_input_tokens`). Its step
+        // names the answer it continues (SPEC §2.1), never the response id.
         if let Some(previous) = parsed.previous_response_id.as_deref() {
             match self.registry.owner(&self.gatekeeper, previous).await {
-                Ok(Some((owner, Some(context)))) if *owner == *caller.key_id => {
+                Ok(Some(owned)) if *owned.key_id == *caller.key_id => {
+                    let Some(context) = owned.context_tokens else {
+                        return Ok(Err(responses::context_unknown()));
+                    };
                     parsed.shape.chained_input_tokens = context;
-                }
-                Ok(Some((owner, None))) if *owner == *caller.key_id => {
-                    return Ok(Err(responses::context_unknown()));
+                    if let Some(answer) = owned.answer {
+                        if let Some(step) =
+                            request::chained_step(&body, &caller.fingerprint_key, &answer)
+                        {
+                            parsed.shape.step_fingerprint = step;
+                        }
+                    }
                 }
                 Ok(_) => return Ok(Err(responses::not_found())),
                 Err(responses::Unavailable) => return Ok(Err(GateError::fleet_unavailable())),
@@ -378,6 +441,7 @@ impl GateProxy {
             route,
             identity,
             key_id: caller.key_id,
+            fingerprint_key: caller.fingerprint_key,
             body,
             parsed,
             human,
@@ -393,7 +457,8 @@ impl GateProxy {
         &self,
         g: &Gated<'_>,
         access: &mut access::Access,
-    ) -> std::result::Result<Decided, GateError> {
+        gone: Gone<'_>,
+    ) -> std::result::Result<Decided, Refusal> {
         let shape = &g.parsed.shape;
         match g.identity {
             Identity::Local(key) => {
@@ -407,11 +472,17 @@ impl GateProxy {
                     recorded_by: RecordSource::Proxy,
                 };
                 // A repeated step may be held here until its window admits it (SPEC §2.3).
-                let outcome = self
-                    .gatekeeper
-                    .admit(&request)
-                    .await
-                    .map_err(|_| GateError::fleet_unavailable())?;
+                let holding = crate::gatekeeper::Holding {
+                    bytes: g.body.len(),
+                    gone,
+                };
+                let outcome = match self.gatekeeper.admit(&request, holding).await {
+                    Ok(outcome) => outcome,
+                    Err(AdmitError::CallerGone) => return Err(Refusal::CallerGone),
+                    Err(AdmitError::Unavailable(_)) => {
+                        return Err(GateError::fleet_unavailable().into())
+                    }
+                };
                 let d = &outcome.decision;
                 let terms = Terms {
                     verdict: d.verdict,
@@ -439,7 +510,13 @@ impl GateProxy {
                 if g.stored.is_some() {
                     digest.held.push(shape.wire_form());
                 }
-                let r = remote.gate(&digest).await.map_err(GateError::from)?;
+                // The central gate may hold the request too: a caller that leaves meanwhile is
+                // not waited for (the exchange is dropped, and the central gate sees its caller
+                // gone in turn).
+                let r = tokio::select! {
+                    r = remote.gate(&digest) => r.map_err(GateError::from)?,
+                    () = gone => return Err(Refusal::CallerGone),
+                };
                 let terms = Terms {
                     verdict: r.verdict,
                     status: r.status,
@@ -606,6 +683,7 @@ impl GateProxy {
             registry: &self.registry,
             recorder,
             key_id: &g.key_id,
+            fingerprint_key: &g.fingerprint_key,
             decision_id: receipt.decision_id,
             served_model: &served_model,
             original: g.body,
@@ -668,6 +746,29 @@ fn remote_caller(
     })
 }
 
+/// What every request on the proxy listener must be before it is routed:
+/// - HTTP/1.1 carries `Host` (RFC 9112 §3.2: a server answers 400 without it);
+/// - its path reads the same to the gate as to any server behind it: no `.` or `..` segment,
+///   no percent-encoded dot, slash or backslash, no backslash. A front or an origin that
+///   normalises paths would otherwise read `/v1/models/x/../../responses/{id}` — a model read the
+///   gate passes — as another key's stored response.
+fn well_formed(header: &RequestHeader) -> std::result::Result<(), GateError> {
+    if header.version == http::Version::HTTP_11 && !header.headers.contains_key(http::header::HOST)
+    {
+        return Err(GateError::MissingHost);
+    }
+    let path = header.uri.path();
+    let dot_segment = path
+        .split('/')
+        .any(|segment| segment == "." || segment == "..");
+    let lower = path.to_ascii_lowercase();
+    let encoded = ["%2e", "%2f", "%5c"].iter().any(|e| lower.contains(e));
+    if dot_segment || encoded || path.contains('\\') {
+        return Err(GateError::InvalidPath);
+    }
+    Ok(())
+}
+
 /// `/v1/responses/{id}` and `/v1/responses/{id}/{tail}`: the stored object's id and the tail.
 fn stored_response(path: &str) -> Option<(&str, &str)> {
     let rest = path.strip_prefix("/v1/responses/")?;
@@ -714,6 +815,12 @@ impl ProxyHttp for GateProxy {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        if let Err(err) = well_formed(session.req_header()) {
+            ctx.access.rule = Some(err.code());
+            session.set_keepalive(None);
+            respond_error(session, None, &err, &[]).await?;
+            return Ok(true);
+        }
         let method = session.req_header().method.clone();
         let path = session.req_header().uri.path().to_string();
         if let Some(route) = Route::from_path(&path) {
@@ -751,7 +858,7 @@ impl ProxyHttp for GateProxy {
         } else {
             not_billable(&method, &path).map(|provider| self.upstreams.default_of(provider))
         };
-        if let Some(provider) = passthrough {
+        if let Some(mut provider) = passthrough {
             let presented = auth::presented_key(&session.req_header().headers);
             let Some(key_id) = self.passthrough_key(presented) else {
                 let err = GateError::InvalidKey(auth::AuthError::Invalid);
@@ -761,7 +868,11 @@ impl ProxyHttp for GateProxy {
             // A stored Responses object passes only for the key that created it.
             if let Some((id, tail)) = stored_response(&path) {
                 match self.registry.owner(&self.gatekeeper, id).await {
-                    Ok(Some((owner, _))) if *owner == *key_id => {
+                    Ok(Some(owned)) if *owned.key_id == *key_id => {
+                        // Read back where it was created, with that upstream's credential.
+                        if let Some(created_on) = owned.upstream.as_deref() {
+                            provider = self.upstreams.by_name(Provider::OpenAi, created_on);
+                        }
                         if matches!((method.as_str(), tail), ("GET", "") | ("POST", "cancel")) {
                             ctx.stored_read = Some(StoredRead {
                                 id: id.to_string(),
@@ -860,16 +971,23 @@ impl ProxyHttp for GateProxy {
             return;
         };
         if seen.id == read.id && seen.context_tokens.is_some() {
+            let known = responses::Owned {
+                key_id: read.key_id,
+                context_tokens: seen.context_tokens,
+                upstream: ctx.passthrough.as_ref().map(|p| p.name().to_string()),
+                answer: None,
+            };
             self.registry
-                .bind(
-                    &self.gatekeeper,
-                    &read.id,
-                    &read.key_id,
-                    seen.context_tokens,
-                    now_ms(),
-                )
+                .bind(&self.gatekeeper, &read.id, known, now_ms())
                 .await;
         }
+    }
+
+    /// What an error line says of the request: its method and the route it took, never its
+    /// target or headers (pingora's default quotes the whole request-target, which is the
+    /// caller's to fill: a keyless caller could write the log at will).
+    fn request_summary(&self, session: &Session, ctx: &Ctx) -> String {
+        format!("{} {}", session.req_header().method, ctx.access.route)
     }
 
     async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
@@ -909,7 +1027,7 @@ impl ProxyHttp for GateProxy {
         if let Some(p) = &ctx.passthrough {
             forward::strip_passthrough_headers(upstream)?;
             upstream.insert_header("host", p.host_header.as_str())?;
-            p.set_credential(upstream)?;
+            p.set_credential(upstream, ctx.access.key_id.as_deref())?;
             let sent = upstream.uri.path_and_query().map_or("/", |p| p.as_str());
             let path = p.path(None, sent, "");
             if path != sent {

@@ -83,7 +83,7 @@ async fn fetch(
             .insert_header("anthropic-version", "2023-06-01")
             .ok()?;
     }
-    upstream.set_credential(&mut header).ok()?;
+    upstream.set_credential(&mut header, None).ok()?;
     for peer in upstream.candidates() {
         // A list is a small, quick answer: its own timeouts, not the forwarded calls'.
         let mut peer = peer.clone();

@@ -23,6 +23,7 @@ use super::usage::{response_seen, AnswerEnd, SseTap};
 use crate::error::GateError;
 use crate::gatekeeper::Gatekeeper;
 use crate::store::ResponseBinding;
+use tokensaver_core::request::Hash;
 
 /// Bindings per memory generation; the older generation is dropped when the newer fills up
 /// (by then its bindings have long been committed and are read from the store).
@@ -42,28 +43,43 @@ pub fn not_found() -> GateError {
     GateError::UnknownResponse
 }
 
+/// What a relayed `POST /v1/responses` answer says of the stored object.
+pub(super) struct AnswerSeen {
+    pub id: Option<String>,
+    pub context_tokens: Option<u64>,
+    /// The JSON text of its output items, when the answer finished.
+    pub output: Option<String>,
+}
+
 /// What a relayed `POST /v1/responses` answer, read to its end, says of the stored object:
-/// its id (a stream's first event that carries one, or the JSON answer's top-level `id`) and
-/// the context the provider billed for it (input plus output tokens of the terminal event or
-/// of the JSON answer; `None` for a background response still queued, or a stream that broke
-/// off before its terminal event).
-pub(super) fn seen_in_answer(
-    tap: Option<&SseTap>,
-    json_body: &[u8],
-    end: AnswerEnd,
-) -> (Option<String>, Option<u64>) {
+/// its id (a stream's first event that carries one, or the JSON answer's top-level `id`), the
+/// context the provider billed for it (input plus output tokens of the terminal event or of
+/// the JSON answer; `None` for a background response still queued, or a stream that broke off
+/// before its terminal event), and its output items.
+pub(super) fn seen_in_answer(tap: Option<&SseTap>, json_body: &[u8], end: AnswerEnd) -> AnswerSeen {
     match tap {
         Some(t) => {
             let finished = matches!(end, AnswerEnd::Finished | AnswerEnd::Failed);
-            let context = t
-                .usage()
-                .filter(|_| finished)
-                .map(|billed| billed.usage.total());
-            (t.response_id().map(str::to_string), context)
+            AnswerSeen {
+                id: t.response_id().map(str::to_string),
+                context_tokens: t
+                    .usage()
+                    .filter(|_| finished)
+                    .map(|billed| billed.usage.total()),
+                output: t.response_output().map(str::to_string),
+            }
         }
         None => match response_seen(json_body) {
-            Some(seen) => (Some(seen.id), seen.context_tokens),
-            None => (None, None),
+            Some(seen) => AnswerSeen {
+                id: Some(seen.id),
+                context_tokens: seen.context_tokens,
+                output: seen.output,
+            },
+            None => AnswerSeen {
+                id: None,
+                context_tokens: None,
+                output: None,
+            },
         },
     }
 }
@@ -74,34 +90,48 @@ pub fn context_unknown() -> GateError {
     GateError::ChainedContextUnknown
 }
 
+/// A Responses call naming a `conversation`: refused (the gate binds no conversation to a key).
+pub fn conversation_not_gated() -> GateError {
+    GateError::ConversationNotGated
+}
+
 /// The registry lookup could not be made (the fleet's database is unreachable): fail closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Unavailable;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Entry {
-    key_id: String,
-    context_tokens: Option<u64>,
+/// What the registry knows of a stored response: who created it, through which upstream, the
+/// context billed for it and its answer's identity (the last two once known).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Owned {
+    pub key_id: String,
+    pub context_tokens: Option<u64>,
+    /// The named upstream it was created on (`None`: the shape's default).
+    pub upstream: Option<String>,
+    /// Its answer's identity (`request::answer_identity_of`), keyed with its key's secret.
+    pub answer: Option<Hash>,
 }
 
 #[derive(Default)]
 struct Generations {
-    current: HashMap<String, Entry>,
-    previous: HashMap<String, Entry>,
+    current: HashMap<String, Owned>,
+    previous: HashMap<String, Owned>,
 }
 
 impl Generations {
-    fn get(&self, id: &str) -> Option<&Entry> {
+    fn get(&self, id: &str) -> Option<&Owned> {
         self.current.get(id).or_else(|| self.previous.get(id))
     }
 
-    /// Keep `entry` for `id` unless another key holds it; returns what is kept.
-    fn put(&mut self, id: &str, entry: Entry) -> Entry {
+    /// Keep `entry` for `id` unless another key holds it; returns what is kept. The upstream
+    /// is the first one seen; a figure, once known, is kept.
+    fn put(&mut self, id: &str, entry: Owned) -> Owned {
         let kept = match self.get(id) {
             Some(known) if known.key_id != entry.key_id => known.clone(),
-            Some(known) => Entry {
+            Some(known) => Owned {
                 key_id: entry.key_id,
                 context_tokens: entry.context_tokens.or(known.context_tokens),
+                upstream: known.upstream.clone().or(entry.upstream),
+                answer: entry.answer.or(known.answer),
             },
             None => entry,
         };
@@ -123,35 +153,25 @@ fn lock(m: &Mutex<Generations>) -> MutexGuard<'_, Generations> {
 }
 
 impl Registry {
-    /// Bind `id` to `key_id` (the first key keeps it), with the context figure when known.
-    /// In a fleet this returns once PostgreSQL has the binding (or could not take it: the id
-    /// then fails closed on the other instances, and after a restart).
-    pub async fn bind(
-        &self,
-        gatekeeper: &Gatekeeper,
-        id: &str,
-        key_id: &str,
-        context_tokens: Option<u64>,
-        now_ms: u64,
-    ) {
+    /// Bind `id` to its creator (the first key keeps it), with what is known of it. In a fleet
+    /// this returns once PostgreSQL has the binding (or could not take it: the id then fails
+    /// closed on the other instances, and after a restart).
+    pub async fn bind(&self, gatekeeper: &Gatekeeper, id: &str, created: Owned, now_ms: u64) {
         if !valid_response_id(id) {
             return;
         }
-        let kept = lock(&self.recent).put(
-            id,
-            Entry {
-                key_id: key_id.to_string(),
-                context_tokens,
-            },
-        );
+        let key_id = created.key_id.clone();
+        let kept = lock(&self.recent).put(id, created);
         if kept.key_id != key_id {
             return;
         }
         let binding = ResponseBinding {
             response_id: id.to_string(),
-            key_id: key_id.to_string(),
+            key_id,
             created_ms: now_ms,
-            context_tokens,
+            context_tokens: kept.context_tokens,
+            upstream: kept.upstream,
+            answer: kept.answer,
         };
         // Awaited: the id reaches the client only once the binding is committed, so a crash
         // after it cannot leave the caller a response its key no longer owns.
@@ -160,13 +180,13 @@ impl Registry {
         }
     }
 
-    /// Which key created `id`, and the context billed for it: `Ok(None)` when the gate never
-    /// saw it created (or the id is not one it would bind).
+    /// What the gate knows of `id`: `Ok(None)` when it never saw it created (or the id is not
+    /// one it would bind).
     pub async fn owner(
         &self,
         gatekeeper: &Gatekeeper,
         id: &str,
-    ) -> Result<Option<(String, Option<u64>)>, Unavailable> {
+    ) -> Result<Option<Owned>, Unavailable> {
         if !valid_response_id(id) {
             return Ok(None);
         }
@@ -175,7 +195,7 @@ impl Registry {
             // An owner never changes; a context figure, once known, neither. A state no other
             // process writes holds no binding this process has not seen, so memory is current.
             Some(e) if e.context_tokens.is_some() || !gatekeeper.shared() => {
-                return Ok(Some((e.key_id.clone(), e.context_tokens)));
+                return Ok(Some(e.clone()));
             }
             _ => {}
         }
@@ -184,16 +204,18 @@ impl Registry {
             .await
             .map_err(|_| Unavailable)?;
         let Some(b) = read else {
-            return Ok(cached.map(|e| (e.key_id, e.context_tokens)));
+            return Ok(cached);
         };
         let kept = lock(&self.recent).put(
             id,
-            Entry {
+            Owned {
                 key_id: b.key_id,
                 context_tokens: b.context_tokens,
+                upstream: b.upstream,
+                answer: b.answer,
             },
         );
-        Ok(Some((kept.key_id, kept.context_tokens)))
+        Ok(Some(kept))
     }
 }
 
@@ -201,10 +223,11 @@ impl Registry {
 mod tests {
     use super::*;
 
-    fn entry(key: &str, context: Option<u64>) -> Entry {
-        Entry {
+    fn entry(key: &str, context: Option<u64>) -> Owned {
+        Owned {
             key_id: key.into(),
             context_tokens: context,
+            ..Owned::default()
         }
     }
 

@@ -286,6 +286,10 @@ struct ResponsesAnswer<'a> {
     /// The stored object's id (the response registry binds it to the caller's key).
     #[serde(borrow)]
     id: Option<Cow<'a, str>>,
+    /// Its output items, unread: the answer's identity is taken over them
+    /// (`request::answer_identity_of`).
+    #[serde(borrow)]
+    output: Option<&'a serde_json::value::RawValue>,
 }
 
 impl ResponsesAnswer<'_> {
@@ -308,14 +312,22 @@ impl ResponsesAnswer<'_> {
 pub struct ResponseSeen {
     pub id: String,
     pub context_tokens: Option<u64>,
+    /// The JSON text of its `output` array, once the response is done (never for one still
+    /// queued or in progress).
+    pub output: Option<String>,
 }
 
 /// The Responses object of a JSON body (an answer to `POST /v1/responses`, `GET` or `cancel`).
 pub fn response_seen(body: &[u8]) -> Option<ResponseSeen> {
     let answer = serde_json::from_slice::<ResponsesAnswer>(body).ok()?;
+    let done = !matches!(answer.status.as_deref(), Some("queued" | "in_progress"));
     Some(ResponseSeen {
         id: answer.id.as_deref()?.to_string(),
         context_tokens: answer.context_tokens(),
+        output: answer
+            .output
+            .filter(|_| done)
+            .map(|raw| raw.get().to_string()),
     })
 }
 
@@ -379,6 +391,8 @@ pub struct SseTap {
     end: AnswerEnd,
     /// Responses: the id of the stored object, from the first event that carries it.
     response_id: Option<String>,
+    /// Responses: the terminal event's `output` array, as its JSON text.
+    response_output: Option<String>,
 }
 
 impl SseTap {
@@ -392,7 +406,13 @@ impl SseTap {
             snapshot: None,
             end: AnswerEnd::Open,
             response_id: None,
+            response_output: None,
         }
+    }
+
+    /// Responses: the output items of the terminal event, as their JSON text.
+    pub fn response_output(&self) -> Option<&str> {
+        self.response_output.as_deref()
     }
 
     /// Responses: the stored object's id, once an event has carried it (`response.created`).
@@ -554,12 +574,13 @@ impl SseTap {
             }
             _ => return,
         };
-        if let Some(u) = event
-            .response
-            .and_then(|r| r.usage)
-            .and_then(|u| u.billed())
-        {
-            self.usage = Some(u);
+        if let Some(response) = event.response {
+            if end == AnswerEnd::Finished {
+                self.response_output = response.output.map(|raw| raw.get().to_string());
+            }
+            if let Some(u) = response.usage.and_then(|u| u.billed()) {
+                self.usage = Some(u);
+            }
         }
         self.mark(end);
     }

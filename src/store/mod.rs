@@ -378,6 +378,12 @@ pub struct ResponseBinding {
     /// continues it is billed again); `None` until the gate has seen them (a background
     /// response, an answer that broke off).
     pub context_tokens: Option<u64>,
+    /// The named upstream that created it: reads, deletes and cancels go back to it. `None`
+    /// for a binding written before upstreams were kept (the API shape's default then).
+    pub upstream: Option<String>,
+    /// The identity of its answer (a keyed hash of its tool calls, or of its text when it
+    /// called none): what the step of a call continuing it names (SPEC §2.1). No content.
+    pub answer: Option<Hash>,
 }
 
 /// What the gate rebuilds its memory from at start.

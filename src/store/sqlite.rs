@@ -329,6 +329,13 @@ const MIGRATIONS: &[&str] = &[
     r#"
     DROP INDEX IF EXISTS decisions_by_session;
     "#,
+    // 12: a stored Responses object is read back from the upstream that created it, and a call
+    // continuing it is judged by the answer it continues (a keyed hash: no content). NULL in
+    // rows written before.
+    r#"
+    ALTER TABLE responses ADD COLUMN upstream TEXT;
+    ALTER TABLE responses ADD COLUMN answer BLOB;
+    "#,
 ];
 
 macro_rules! decision_columns {
@@ -912,7 +919,8 @@ impl Store for SqliteStore {
     fn response_binding(&self, response_id: &str) -> Result<Option<ResponseBinding>, StoreError> {
         self.read(|tx| {
             tx.prepare_cached(
-                "SELECT key_id, created_ms, context_tokens FROM responses WHERE response_id = ?1",
+                "SELECT key_id, created_ms, context_tokens, upstream, answer FROM responses \
+                 WHERE response_id = ?1",
             )
             .and_then(|mut s| {
                 s.query_row([response_id], |r| {
@@ -921,6 +929,8 @@ impl Store for SqliteStore {
                         key_id: r.get(0)?,
                         created_ms: get_u64(r, 1)?,
                         context_tokens: r.get::<_, Option<i64>>(2)?.map(to_u64),
+                        upstream: r.get(3)?,
+                        answer: r.get(4)?,
                     })
                 })
                 .optional()
@@ -1535,9 +1545,12 @@ fn apply(conn: &Connection, event: &Event, pairs: &mut Pairs) -> rusqlite::Resul
         Event::ResponseBound(b) => {
             // The first key keeps the id; the same key may fill in the context figure.
             conn.prepare_cached(
-                "INSERT INTO responses (response_id, key_id, created_ms, context_tokens) \
-                 VALUES (?1, ?2, ?3, ?4) ON CONFLICT (response_id) DO UPDATE SET \
-                 context_tokens = coalesce(excluded.context_tokens, responses.context_tokens) \
+                "INSERT INTO responses (response_id, key_id, created_ms, context_tokens, \
+                 upstream, answer) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+                 ON CONFLICT (response_id) DO UPDATE SET \
+                 context_tokens = coalesce(excluded.context_tokens, responses.context_tokens), \
+                 upstream = coalesce(responses.upstream, excluded.upstream), \
+                 answer = coalesce(excluded.answer, responses.answer) \
                  WHERE responses.key_id = excluded.key_id",
             )?
             .execute(params![
@@ -1545,6 +1558,8 @@ fn apply(conn: &Connection, event: &Event, pairs: &mut Pairs) -> rusqlite::Resul
                 b.key_id,
                 to_i64(b.created_ms),
                 b.context_tokens.map(to_i64),
+                b.upstream,
+                b.answer,
             ])?;
         }
         Event::Forget { key_id } => {
@@ -2160,6 +2175,8 @@ mod tests {
                 key_id: key.to_owned(),
                 created_ms: T0,
                 context_tokens: context,
+                upstream: None,
+                answer: None,
             })
         };
         {

@@ -65,8 +65,11 @@ pub struct Opts {
     /// How the mock counts the usage it reports (cl100k: every token of the body, as a
     /// provider's tokenizer would).
     pub usage: UsageCounting,
-    /// `[upstreams.*]` tables written instead of the two default ones (both at the mock).
+    /// `[upstreams.*]` tables written instead of the two default ones (both at the mock);
+    /// `{mock}` in them stands for the harness's mock provider's base URL.
     pub upstreams_toml: Option<String>,
+    /// Lines added to key beta's `[[keys]]` table.
+    pub key_b_extra: String,
     /// Extra environment of the server.
     pub env: Vec<(String, String)>,
 }
@@ -88,6 +91,7 @@ impl Default for Opts {
             serve_args: Vec::new(),
             usage: UsageCounting::Chars,
             upstreams_toml: None,
+            key_b_extra: String::new(),
             env: Vec::new(),
         }
     }
@@ -177,7 +181,7 @@ impl Harness {
             ));
         }
         if let Some(tables) = &o.upstreams_toml {
-            c.push_str(tables);
+            c.push_str(&tables.replace("{mock}", &self.mock.base_url()));
             c.push('\n');
         }
         c.push_str(&format!("[admin]\nkey_hash = \"{ADMIN_HASH}\"\n\n"));
@@ -192,6 +196,9 @@ impl Harness {
             ),
         );
         c.push_str(&key_block("beta", SECRET_B, o.budget_b));
+        // Key tables run until the next header: these lines belong to beta.
+        let c_len = c.len() - 1;
+        c.insert_str(c_len, &o.key_b_extra);
         for m in MODELS {
             c.push_str(&format!(
                 "[prices.\"{m}\"]\ninput = 2_500_000\ncache_write = 2_500_000\ncache_read = 1_250_000\noutput = 10_000_000\nmax_output = 16_384\n\n"

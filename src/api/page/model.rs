@@ -169,14 +169,25 @@ fn recent_sessions(
     key_filter: Option<&str>,
     now_ms: u64,
 ) -> Result<Vec<crate::gatekeeper::report::SessionSummary>, StoreError> {
+    // The newest decisions of the day, not the oldest: another key's flood must not push the
+    // sessions running now off the page. The newest `SESSION_DECISIONS` give the time to read
+    // from; the page reads forward from there.
+    let day_ago = now_ms.saturating_sub(86_400_000);
+    let newest = gatekeeper.latest_decisions(key_filter, None, SESSION_DECISIONS)?;
+    let from_ms = match newest.last() {
+        Some(oldest) if newest.len() >= SESSION_DECISIONS => oldest.row.decided_at_ms.max(day_ago),
+        _ => day_ago,
+    };
     let query = crate::store::DecisionQuery {
         key_id: key_filter.map(str::to_string),
-        from_ms: Some(now_ms.saturating_sub(86_400_000)),
+        from_ms: Some(from_ms),
         limit: crate::store::sqlite::MAX_DECISIONS_PAGE,
         ..Default::default()
     };
+    // Decisions that share the oldest one's millisecond, and those made since, come too:
+    // twice the count bounds them.
     let (lines, _) =
-        crate::store::read_pages(query, SESSION_DECISIONS, |q| gatekeeper.decisions(q))?;
+        crate::store::read_pages(query, 2 * SESSION_DECISIONS, |q| gatekeeper.decisions(q))?;
     let mut sessions = crate::gatekeeper::report::sessions_of(&lines);
     sessions.truncate(SESSIONS);
     Ok(sessions)

@@ -11,10 +11,11 @@ use std::sync::Arc;
 use super::spool::{Replayed, Spool};
 use super::{AdmitScope, Booking, Fleet, FleetError, HoldRefusal, KeyLimit, Observed, SettleError};
 use crate::config::BudgetPeriod;
-use crate::gatekeeper::backing::{Backing, HoldList, SetBudgetError, Unavailable};
+use crate::gatekeeper::backing::{AdmitError, Backing, HoldList, SetBudgetError, Unavailable};
 use crate::gatekeeper::{
     decide_seen, lock, reopen, BudgetView, GateOutcome, GateRequest, Gatekeeper, HoldAction,
-    HoldDecided, HoldError, HoldView, LeaseView, RecordError, RecordSource, StateSeen, UsageReport,
+    HoldDecided, HoldError, HoldView, Holding, LeaseView, RecordError, RecordSource, StateSeen,
+    UsageReport,
 };
 use crate::receipt::DecisionId;
 use crate::store::answers::{AnswerKey, StoredAnswer};
@@ -112,7 +113,8 @@ impl Backing for Shared {
         &self,
         gk: &Gatekeeper,
         req: &GateRequest<'_>,
-    ) -> Result<GateOutcome, Unavailable> {
+        _holding: Holding<'_>,
+    ) -> Result<GateOutcome, AdmitError> {
         let started = std::time::Instant::now();
         let admitted = self
             .fleet
@@ -516,7 +518,10 @@ impl Gatekeeper {
         };
         let policy = self.policy.load();
         match decide_seen(&policy, req, &state, None, seen.now_ms) {
-            Ok(decision) => decision,
+            Ok(mut decision) => {
+                decision.seq = seen.seq;
+                decision
+            }
             Err(_) => unreachable!("without `paced_ms` the pure gate never paces"),
         }
     }

@@ -60,6 +60,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
         6,
         include_str!("../../../migrations/pg/0006_fleet_cache.sql"),
     ),
+    (7, include_str!("../../../migrations/pg/0007_hostile2.sql")),
 ];
 
 /// Taken while migrating, so instances starting together apply each migration once.
@@ -155,8 +156,10 @@ impl From<deadpool_postgres::PoolError> for SettleError {
 /// What an admission reads under the key's lock, for the decision.
 #[derive(Debug, Clone)]
 pub struct Observed {
-    /// The decision time: the database's clock, strictly increasing per key.
+    /// The decision time: the database's clock, never behind the key's latest decision.
     pub now_ms: u64,
+    /// The decision's place among the key's decisions in that millisecond (`Decision::seq`).
+    pub seq: u32,
     pub counts: WindowCounts,
     /// `None` when the key has no ceiling.
     pub budget: Option<BudgetState>,
@@ -375,15 +378,19 @@ impl Fleet {
         // moves its decision clock, read after the lock is granted.
         let lock = tx
             .prepare_cached(&format!(
-                "INSERT INTO fleet_keys AS k (key_id, last_decided_ms) VALUES ($1, {DB_NOW_MS}) \
+                "INSERT INTO fleet_keys AS k (key_id, last_decided_ms, last_seq) \
+                 VALUES ($1, {DB_NOW_MS}, 0) \
                  ON CONFLICT (key_id) DO UPDATE \
-                 SET last_decided_ms = GREATEST({DB_NOW_MS}, k.last_decided_ms + 1) \
-                 RETURNING last_decided_ms, budget_set, ceiling_nano, period"
+                 SET last_seq = CASE WHEN excluded.last_decided_ms > k.last_decided_ms THEN 0 \
+                                     ELSE k.last_seq + 1 END, \
+                     last_decided_ms = GREATEST(excluded.last_decided_ms, k.last_decided_ms) \
+                 RETURNING last_decided_ms, budget_set, ceiling_nano, period, last_seq"
             ))
             .await?;
         let locked = tx.query_one(&lock, &[&key_id]).await?;
         let now: i64 = locked.get(0);
         let now_ms = un(now);
+        let seq = u32::try_from(locked.get::<_, i32>("last_seq")).unwrap_or(u32::MAX);
         let limit = shared_limit(&locked, 1).unwrap_or(limit);
         let since = db(period_start(limit.period, now_ms));
         let read = tx.prepare_cached(&self.statements.admit_read).await?;
@@ -430,6 +437,7 @@ impl Fleet {
         let cache_memory = cache_memory(&tx, key_id, request.cache_points).await?;
         let (out, booking) = decide(Observed {
             now_ms,
+            seq,
             counts,
             budget,
             pending,
@@ -477,7 +485,7 @@ impl Fleet {
             )
             .await?;
         }
-        if !request.cache_points.is_empty() {
+        if !request.cache_points.is_empty() && booking.sent_prefixes {
             remember_cache_points(&tx, key_id, request.cache_points, &booking, now).await?;
         }
         let row = &booking.row;
@@ -874,9 +882,11 @@ impl Fleet {
             let stmt = client
                 .prepare_cached(
                     "INSERT INTO fleet_responses (response_id, key_id, created_ms, \
-                     context_tokens) VALUES ($1, $2, $3, $4) \
+                     context_tokens, upstream, answer) VALUES ($1, $2, $3, $4, $5, $6) \
                      ON CONFLICT (response_id) DO UPDATE SET context_tokens = \
-                     coalesce(EXCLUDED.context_tokens, fleet_responses.context_tokens) \
+                     coalesce(EXCLUDED.context_tokens, fleet_responses.context_tokens), \
+                     upstream = coalesce(fleet_responses.upstream, EXCLUDED.upstream), \
+                     answer = coalesce(EXCLUDED.answer, fleet_responses.answer) \
                      WHERE fleet_responses.key_id = EXCLUDED.key_id",
                 )
                 .await?;
@@ -888,6 +898,8 @@ impl Fleet {
                         &b.key_id,
                         &db(b.created_ms),
                         &b.context_tokens.map(db),
+                        &b.upstream,
+                        &b.answer,
                     ],
                 )
                 .await?;
@@ -905,8 +917,8 @@ impl Fleet {
             let client = self.pool.get().await?;
             let stmt = client
                 .prepare_cached(
-                    "SELECT key_id, created_ms, context_tokens FROM fleet_responses \
-                     WHERE response_id = $1",
+                    "SELECT key_id, created_ms, context_tokens, upstream, answer \
+                     FROM fleet_responses WHERE response_id = $1",
                 )
                 .await?;
             let row = client.query_opt(&stmt, &[&response_id]).await?;
@@ -915,6 +927,8 @@ impl Fleet {
                 key_id: r.get(0),
                 created_ms: un(r.get(1)),
                 context_tokens: r.get::<_, Option<i64>>(2).map(un),
+                upstream: r.get(3),
+                answer: r.get(4),
             }))
         };
         within(CALL_TIMEOUT, read).await
@@ -1157,6 +1171,7 @@ impl Fleet {
             .await?;
         Ok(Observed {
             now_ms: un(now),
+            seq: 0,
             counts: counts_from(&found),
             budget: limit.ceiling_nano.map(|ceiling| BudgetState {
                 ceiling_nano: ceiling,

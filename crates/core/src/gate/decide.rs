@@ -107,6 +107,15 @@ pub struct Decision {
     /// its window admitted it, SPEC §2.3). Absent when it was not held.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paced_ms: Option<u64>,
+    /// How many earlier decisions of this key share `decided_at_ms` (0: none). The decision
+    /// time is the clock passed in, never pushed ahead of it; this keeps two receipts of one key
+    /// in one millisecond apart, and so their decision ids.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub seq: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// What the gate does with a request when it can hold one: decide it, or hold it until
@@ -148,6 +157,9 @@ struct ReceiptBody<'a> {
     cache_breakpoints_added: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     paced_ms: Option<u64>,
+    /// Absent for the first decision of a key in its millisecond.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seq: Option<u32>,
 }
 
 impl Decision {
@@ -194,6 +206,7 @@ impl Decision {
             attending_lease: self.attending_lease.as_deref(),
             cache_breakpoints_added: Some(self.cache_breakpoints.len()).filter(|n| *n > 0),
             paced_ms: self.paced_ms,
+            seq: Some(self.seq).filter(|n| *n > 0),
         };
         serde_json::to_vec(&body).unwrap_or_default()
     }
@@ -358,6 +371,7 @@ fn decide_inner(
         attending_lease: None,
         cache_breakpoints: Vec::new(),
         paced_ms: None,
+        seq: 0,
     };
     let avoided = if input.held { Some(0) } else { worst.tokens() };
 
@@ -382,6 +396,11 @@ fn decide_inner(
                 return Ok(block(decision, Some(Rule::RunawayStep), None, avoided));
             }
             rules::StepCheck::PaceUntil(until) => {
+                // A call the budget refuses now is refused now: holding it would only park a
+                // request (and its body) that the same rules refuse when the wait ends.
+                if let Some(refusal) = budget_refusal(budget, &worst, input) {
+                    return Ok(refusal.apply(decision, avoided));
+                }
                 let rule = if input.human {
                     Rule::RunawayLoop
                 } else {
@@ -403,20 +422,8 @@ fn decide_inner(
         }
     }
     // 3. Budget rules.
-    if let Some(b) = budget {
-        if b.exhausted() {
-            return Ok(block(decision, Some(Rule::BudgetExhausted), None, avoided));
-        }
-        // A person's approval lets a bounded worst case past the budget left; an unbounded
-        // one (a model with no price) it cannot: nobody can approve a spend nobody can bound.
-        let approved_past_budget = input.approved_hold && worst.cost_nano.is_some();
-        if !approved_past_budget && rules::exceeds_remaining(b, &worst) {
-            return Ok(if input.human {
-                challenge(decision, Some(Rule::ExceedsRemainingBudget), None)
-            } else {
-                block(decision, Some(Rule::ExceedsRemainingBudget), None, avoided)
-            });
-        }
+    if let Some(refusal) = budget_refusal(budget, &worst, input) {
+        return Ok(refusal.apply(decision, avoided));
     }
     // 4. The score bands.
     if !input.approved_hold {
@@ -435,6 +442,44 @@ fn decide_inner(
         decision.model_served = Some(shape.model.clone());
     }
     Ok(decision)
+}
+
+/// What the budget rules say of a call (SPEC §2.2, step 3): `budget_exhausted` BLOCKs;
+/// `exceeds_remaining_budget` CHALLENGEs when a person attends and BLOCKs when not.
+struct BudgetRefusal {
+    rule: Rule,
+    hold_for_a_person: bool,
+}
+
+impl BudgetRefusal {
+    fn apply(self, decision: Decision, avoided: Option<u64>) -> Decision {
+        if self.hold_for_a_person {
+            challenge(decision, Some(self.rule), None)
+        } else {
+            block(decision, Some(self.rule), None, avoided)
+        }
+    }
+}
+
+fn budget_refusal(
+    budget: Option<&BudgetState>,
+    worst: &WorstCase,
+    input: &GateInput,
+) -> Option<BudgetRefusal> {
+    let b = budget?;
+    if b.exhausted() {
+        return Some(BudgetRefusal {
+            rule: Rule::BudgetExhausted,
+            hold_for_a_person: false,
+        });
+    }
+    // A person's approval lets a bounded worst case past the budget left; an unbounded one (a
+    // model with no price) it cannot: nobody can approve a spend nobody can bound.
+    let approved_past_budget = input.approved_hold && worst.cost_nano.is_some();
+    (!approved_past_budget && rules::exceeds_remaining(b, worst)).then_some(BudgetRefusal {
+        rule: Rule::ExceedsRemainingBudget,
+        hold_for_a_person: input.human,
+    })
 }
 
 fn block(

@@ -5,15 +5,18 @@ use serde::{Deserialize, Serialize};
 
 use super::RequestShape;
 
-/// v3: the step fingerprint is taken over normalised tool results (step domain v3,
-/// normalisation 1; SPEC §2.1). v2 added the step fingerprint (and the Responses route).
-pub const DIGEST_VERSION: u32 = 3;
+/// v4: the step fingerprint of a turn without a tool call names the assistant text it answers,
+/// a chained Responses call's step names the calls of the response it continues, and ANSI
+/// escapes are removed before the rest of the normalisation (step domain v4, normalisation 2;
+/// SPEC §2.1). v3 normalised tool results; v2 added the step fingerprint (and the Responses
+/// route).
+pub const DIGEST_VERSION: u32 = 4;
 /// Versions this build knows and no longer reads: their step fingerprint was computed
 /// without the normalisation, so a stuck agent whose tool prints a clock would not repeat
 /// its step, and the gate would decide otherwise than on the request itself. A digest is the
 /// local instance's own computation, so the fix is to update it; a refusal says so, rather
 /// than a gate quietly deciding on a weaker identity.
-const OUTDATED_VERSIONS: [u32; 2] = [1, 2];
+const OUTDATED_VERSIONS: [u32; 3] = [1, 2, 3];
 
 /// The wire form of an answer: a JSON body or a server-sent-event stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -56,9 +59,9 @@ pub enum DigestError {
     #[error("digest version is missing or not supported (this build reads v{current})", current = DIGEST_VERSION)]
     UnknownVersion,
     #[error(
-        "digest v{version} is no longer read: its step fingerprint predates the normalisation of \
-         tool results (SPEC 2.1). This build reads v{current}: update the tokensaver that computed \
-         it (`tokensaver digest`, or the local instance in digest mode)",
+        "digest v{version} is no longer read: its step fingerprint was computed by earlier rules \
+         (SPEC 2.1). This build reads v{current}: update the tokensaver that computed it \
+         (`tokensaver digest`, or the local instance in digest mode)",
         current = DIGEST_VERSION
     )]
     Outdated { version: u32 },
@@ -83,7 +86,12 @@ impl Digest {
         match serde_json::from_slice::<Digest>(bytes) {
             // The step fingerprint is required (absent reads as the zero hash).
             Ok(digest) if digest.v == DIGEST_VERSION => {
-                if digest.request.step_fingerprint == super::Hash::default() {
+                // The model is kept in windows, receipts and ledger rows: bounded as in a body.
+                if digest.request.step_fingerprint == super::Hash::default()
+                    || digest.request.model.is_empty()
+                    || digest.request.model.len() > super::MAX_MODEL_BYTES
+                    || digest.hold_id.as_ref().is_some_and(|h| h.len() > 64)
+                {
                     Err(DigestError::Schema)
                 } else {
                     Ok(digest)
@@ -168,10 +176,10 @@ mod tests {
         let bytes = serde_json::to_vec(&digest).unwrap();
         assert_eq!(Digest::parse(&bytes), Ok(digest.clone()));
 
-        let mut v4: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-        v4["v"] = 4.into();
+        let mut v5: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        v5["v"] = 5.into();
         assert_eq!(
-            Digest::parse(&serde_json::to_vec(&v4).unwrap()),
+            Digest::parse(&serde_json::to_vec(&v5).unwrap()),
             Err(DigestError::UnknownVersion)
         );
         // The step fingerprint is required.
@@ -184,9 +192,9 @@ mod tests {
             Digest::parse(&serde_json::to_vec(&no_step).unwrap()),
             Err(DigestError::Schema)
         );
-        // v1 and v2 (a step fingerprint without the normalisation, or none) are refused by
-        // name, whole or not, with the version this build reads.
-        for version in [1u32, 2] {
+        // v1 to v3 (a step fingerprint by earlier rules, or none) are refused by name, whole
+        // or not, with the version this build reads.
+        for version in [1u32, 2, 3] {
             for mut old in [no_step.clone(), serde_json::from_slice(&bytes).unwrap()] {
                 old["v"] = version.into();
                 let refused = Digest::parse(&serde_json::to_vec(&old).unwrap());
@@ -203,9 +211,13 @@ mod tests {
             (&b"nope"[..], DigestError::NotJson),
             (b"[1]", DigestError::UnknownVersion),
             (br#"{"v":"3","request":{}}"#, DigestError::UnknownVersion),
-            (br#"{"v":4,"other":true}"#, DigestError::UnknownVersion),
-            (br#"{"v":3,"request":{}}"#, DigestError::Schema),
-            (br#"{"v":3,"request":{},"extra":1}"#, DigestError::Schema),
+            (br#"{"v":5,"other":true}"#, DigestError::UnknownVersion),
+            (br#"{"v":4,"request":{}}"#, DigestError::Schema),
+            (br#"{"v":4,"request":{},"extra":1}"#, DigestError::Schema),
+            (
+                br#"{"v":3,"request":{}}"#,
+                DigestError::Outdated { version: 3 },
+            ),
             (
                 br#"{"v":2,"request":{}}"#,
                 DigestError::Outdated { version: 2 },

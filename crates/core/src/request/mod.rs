@@ -377,6 +377,8 @@ pub enum ShapeError {
     Tool { index: usize, problem: &'static str },
     #[error("field `{0}` is written more than once at the top level of the body")]
     RepeatedField(&'static str),
+    #[error("field `{field}` is longer than {max} bytes")]
+    TooLong { field: &'static str, max: usize },
 }
 
 impl ShapeError {
@@ -393,6 +395,7 @@ impl ShapeError {
             ShapeError::Item { .. } => "invalid_input_item",
             ShapeError::Tool { .. } => "invalid_tool",
             ShapeError::RepeatedField(_) => "repeated_field",
+            ShapeError::TooLong { .. } => "field_too_long",
         }
     }
 }
@@ -413,6 +416,8 @@ pub struct ParsedRequest {
     /// OpenAI Responses `previous_response_id`, when it is a string: the stored response
     /// this call continues (the proxy checks that the caller's key created it).
     pub previous_response_id: Option<String>,
+    /// OpenAI Responses: the body names a `conversation` (not `null`).
+    pub names_conversation: bool,
     /// Where each of the shape's `cache_points` puts its breakpoint in the body, index for
     /// index: the offsets the proxy edits when the gate places caching (SPEC §2.11b). Body
     /// layout, not shape: it never enters a digest.
@@ -457,12 +462,43 @@ fn parse_with(
             .unwrap_or(false),
         has_stream_options: stream_options.is_some(),
         model_span: model_span(&body, bytes),
-        previous_response_id: match (route, body.get("previous_response_id")) {
-            (Route::OpenAiResponses, Some(Json::String(id))) => Some(id.to_cow().into_owned()),
-            _ => None,
-        },
+        previous_response_id: previous_response_id(route, &body)?,
+        names_conversation: route == Route::OpenAiResponses
+            && !matches!(body.get("conversation"), None | Some(Json::Null)),
         cache_sites,
     })
+}
+
+/// A Responses call's `previous_response_id`: a string, or absent (`null` reads as absent). Any
+/// other type is refused: a provider that reads an object's or array's id would otherwise
+/// continue a response whose owner the gate never checked.
+fn previous_response_id(route: Route, body: &Object) -> Result<Option<String>, ShapeError> {
+    if route != Route::OpenAiResponses {
+        return Ok(None);
+    }
+    match body.get("previous_response_id") {
+        Some(Json::String(id)) => Ok(Some(id.to_cow().into_owned())),
+        None | Some(Json::Null) => Ok(None),
+        Some(_) => Err(ShapeError::WrongType {
+            field: "previous_response_id",
+            expected: "a string",
+        }),
+    }
+}
+
+/// The step of a Responses call that continues a stored response whose answer identity is
+/// `previous` ([`answer_identity_of`]); `None` when the body is no such call (its step is the
+/// one [`parse`] gave).
+pub fn chained_step(bytes: &[u8], key: &[u8; 32], previous: &Hash) -> Option<Hash> {
+    let body = parse_object(bytes).ok()?;
+    step::chained_step(&body, key, previous)
+}
+
+/// The identity of a Responses answer (the JSON text of its `output` array), as the step of a
+/// call that continues it names it: its tool calls, or its text ([`step`]).
+pub fn answer_identity_of(output: &[u8], key: &[u8; 32]) -> Option<Hash> {
+    let output = json::parse(output).ok()?;
+    Some(step::answer_identity(&output, key))
 }
 
 /// The byte range of the top-level `model` string in `bytes`, quotes included (see
@@ -596,6 +632,13 @@ fn named_field(field: &str) -> &'static str {
         .unwrap_or("(a top-level field)")
 }
 
+fn model_too_long() -> ShapeError {
+    ShapeError::TooLong {
+        field: "model",
+        max: MAX_MODEL_BYTES,
+    }
+}
+
 struct Common {
     model: String,
     temperature: Option<f64>,
@@ -604,9 +647,24 @@ struct Common {
     stream: bool,
 }
 
+/// The longest model name the gate takes, in bytes. Provider model ids, Azure deployment names
+/// and OpenRouter-style `vendor/model:variant` names are far shorter; a name is kept in the
+/// key's model window, the recent receipts and every ledger row, so it has a bound.
+pub const MAX_MODEL_BYTES: usize = 256;
+
 fn common_fields(body: &Object) -> Result<Common, ShapeError> {
     let model = match body.get("model") {
-        Some(Json::String(m)) if m.chars() > 0 => m.to_cow().into_owned(),
+        Some(Json::String(m)) if m.raw().len() > MAX_MODEL_BYTES * 6 => {
+            // Even fully escaped, no name within the bound is this long: refused unread.
+            return Err(model_too_long());
+        }
+        Some(Json::String(m)) if m.chars() > 0 => {
+            let model = m.to_cow().into_owned();
+            if model.len() > MAX_MODEL_BYTES {
+                return Err(model_too_long());
+            }
+            model
+        }
         Some(Json::String(_)) | None => return Err(ShapeError::Missing("model")),
         Some(_) => {
             return Err(ShapeError::WrongType {

@@ -29,7 +29,7 @@ use std::borrow::Cow;
 
 /// The version of the rules below. Moving it moves the step domain tag (a compile-time check
 /// in `step.rs`), so step fingerprints of two rule sets are never compared.
-pub const NORMALISATION_VERSION: u32 = 1;
+pub const NORMALISATION_VERSION: u32 = 2;
 
 /// Each kind of noise, as `(kind, what it replaces)`: the text written in its place, and the
 /// rule. Listed by `/spec`.
@@ -78,7 +78,8 @@ pub const RULES: &[(&str, &str)] = &[
     (
         "",
         "ANSI escape sequences (CSI `ESC [ … final`, OSC `ESC ] … BEL`, two- and three-byte \
-         escapes): removed",
+         escapes): removed first, and the rules above read the text as if they had never been \
+         there (a clock right after `ESC[2m`, as `tracing`, pytest and cargo print it, is a clock)",
     ),
     (
         "<envelope>",
@@ -180,8 +181,43 @@ const UNITS: &[(&str, bool)] = &[
     ("s", false),
 ];
 
-/// The text with its noise replaced (borrowed when there was none).
+/// The text with its noise replaced (borrowed when there was none). Colour codes go first: a
+/// value an escape ends right before (`ESC[2m09:59:43`) would otherwise not begin a word.
 pub fn normalise(text: &str) -> Cow<'_, str> {
+    if !text.as_bytes().contains(&0x1b) {
+        return scan(text);
+    }
+    let plain = without_escapes(text);
+    Cow::Owned(scan(&plain).into_owned())
+}
+
+/// The text without its ANSI escape sequences (each ends at an ASCII byte, or where the next
+/// character starts, so the rest stays whole UTF-8).
+fn without_escapes(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut from = 0;
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == 0x1b {
+            out.push_str(text.get(from..i).unwrap_or_default());
+            let escape = i;
+            i = ansi_end(b, i);
+            // A sequence cut short by a multi-byte character ends before it.
+            while i > escape + 1 && i < b.len() && !text.is_char_boundary(i) {
+                i -= 1;
+            }
+            from = i;
+        } else {
+            i += 1;
+        }
+    }
+    out.push_str(text.get(from..).unwrap_or_default());
+    out
+}
+
+/// The rules over text without escapes.
+fn scan(text: &str) -> Cow<'_, str> {
     let b = text.as_bytes();
     let mut out = Out::new(text);
     let mut i = 0;
@@ -206,11 +242,6 @@ pub fn normalise(text: &str) -> Cow<'_, str> {
             b'\n' => {
                 line_start = true;
                 i += 1;
-            }
-            0x1b => {
-                let end = ansi_end(b, i);
-                out.put(i, end, "");
-                i = end;
             }
             b'/' if !is_path(prev(b, i)) => match tmp_root(b, i).and_then(|r| tmp_path(b, r)) {
                 Some(kept) => {
@@ -1059,6 +1090,31 @@ mod tests {
         ] {
             assert_eq!(n(text), expected, "{text:?}");
         }
+    }
+
+    #[test]
+    fn a_value_right_after_a_colour_code_is_normalised() {
+        // `tracing`, pytest and cargo dim a timestamp: ESC[2m before it, ESC[0m after.
+        for (text, expected) in [
+            (
+                "\u{1b}[2m2026-12-02T09:59:43.123Z\u{1b}[0m INFO ok",
+                "<time> INFO ok",
+            ),
+            ("\u{1b}[2m09:59:43\u{1b}[0m done", "<time> done"),
+            ("took \u{1b}[1m0.034s\u{1b}[0m", "took <duration>"),
+            ("\u{1b}[32mpid 4242\u{1b}[0m", "pid <pid>"),
+            ("\u{1b}[2mChunk ID: 9f8e7d\u{1b}[0m", "Chunk ID: <envelope>"),
+            // Progress after a colour code stays.
+            ("\u{1b}[32m3 of 10 done\u{1b}[0m", "3 of 10 done"),
+            // A lone escape before a multi-byte character never splits it.
+            ("\u{1b}é ok", "é ok"),
+        ] {
+            assert_eq!(n(text), expected, "{text:?}");
+        }
+        assert_eq!(
+            n("\u{1b}[2m2026-12-02T09:59:43Z\u{1b}[0m"),
+            n("\u{1b}[2m2026-12-03T11:00:00Z\u{1b}[0m")
+        );
     }
 
     #[test]

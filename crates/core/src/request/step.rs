@@ -5,7 +5,12 @@
 //! differ; its step fingerprints do not. The step input is the route, model, system and
 //! tools, then the tail from the newest assistant turn on: that turn's tool calls (names and
 //! arguments — not its text or thinking, which vary) and every turn after it (tool results,
-//! user turns). Ids that the provider or the client generate per call, and cache hints, are
+//! user turns). A turn without a tool call is named by its text instead: a person who answers
+//! two different assistant texts with the same word ("continue") takes two steps, not one.
+//! A Responses call that continues a stored response (`previous_response_id`, no model item
+//! in its input) has its newest assistant turn on the provider's side: its step names that
+//! response's [answer identity](answer_identity), which the proxy reads off the answer it
+//! relayed, and never the response id (a new one at every step). Ids that the provider or the client generate per call, and cache hints, are
 //! left out of the tail: they differ between two identical steps. The tool results in the
 //! tail are [normalised](super::normalise): a clock, a duration, an id or the client's own
 //! envelope in a command's output reads as its kind, so a stuck agent whose tool prints one
@@ -19,10 +24,14 @@ use super::json::{write_compact, write_object_without, write_without_keys, Json,
 use super::normalise::{normalise, NORMALISATION_VERSION};
 use super::{Hash, Route};
 
-/// v3: tool results normalised (normalisation 1). v2 hashed them as sent.
-const STEP_DOMAIN: &[u8] = b"tokensaver step v3\0";
+/// v4: a turn without a tool call named by its text, chained Responses calls by the answer they
+/// continue, normalisation 2 (colour codes removed first). v3: tool results normalised
+/// (normalisation 1). v2 hashed them as sent.
+const STEP_DOMAIN: &[u8] = b"tokensaver step v4\0";
 /// The normalisation the step domain stands for: a new normalisation is a new step identity.
-const STEP_NORMALISATION: u32 = 1;
+const STEP_NORMALISATION: u32 = 2;
+/// The domain of an answer's identity (a stored response's calls or text).
+const ANSWER_DOMAIN: &[u8] = b"tokensaver answer v1\0";
 const _: () = assert!(
     NORMALISATION_VERSION == STEP_NORMALISATION,
     "the normalisation moved: move STEP_DOMAIN (and the digest version) with it"
@@ -40,8 +49,52 @@ pub(super) const VOLATILE: &[&str] = &[
 ];
 
 /// The step fingerprint, or `None` when the request has no assistant turn (it is then the
-/// fingerprint itself).
+/// fingerprint itself). A chained Responses call is read with its predecessor's answer
+/// unknown ([`chained_step`] names it).
 pub(super) fn step_fingerprint(route: Route, body: &Object, key: &[u8; 32]) -> Option<Hash> {
+    step_with(route, body, key, None)
+}
+
+/// The step of a Responses call that continues a stored response, given the identity of that
+/// response's answer ([`answer_identity`]): `None` when the call is no such continuation.
+pub fn chained_step(body: &Object, key: &[u8; 32], previous: &Hash) -> Option<Hash> {
+    chained(body)?;
+    step_with(Route::OpenAiResponses, body, key, Some(previous))
+}
+
+/// The identity of a model answer as the step of the call after it names it: the answer's
+/// tool calls (each `*_call` item without per-call ids and status) or, with none, its message
+/// text — keyed like every step. `output` is a Responses answer's `output` array.
+pub fn answer_identity(output: &Json, key: &[u8; 32]) -> Hash {
+    let items = match output {
+        Json::Array(items) => items.as_slice(),
+        _ => &[],
+    };
+    let mut buf = Vec::with_capacity(256);
+    buf.extend_from_slice(ANSWER_DOMAIN);
+    let calls: Vec<&Json> = items.iter().filter(|item| is_call(item)).collect();
+    let text: Vec<&Json> = items
+        .iter()
+        .filter(|item| is_assistant_message(item))
+        .filter_map(|item| item.get("content"))
+        .collect();
+    write_answer(
+        &mut buf,
+        &calls,
+        |buf, call| write_without_keys(buf, call, VOLATILE),
+        &text,
+    );
+    keyed_in_place(key, &mut buf)
+}
+
+/// Whether a Responses call continues a stored response with nothing of the model's in its
+/// input: the assistant turn its step needs is the stored response's answer.
+fn chained(body: &Object) -> Option<()> {
+    let continues = matches!(body.get("previous_response_id"), Some(Json::String(_)));
+    (continues && !items(body, "input").iter().any(model_item)).then_some(())
+}
+
+fn step_with(route: Route, body: &Object, key: &[u8; 32], previous: Option<&Hash>) -> Option<Hash> {
     // A typical step (system, tools, the tail) fits the padded size of one block.
     let mut buf = Vec::with_capacity(PAD_TO);
     buf.extend_from_slice(STEP_DOMAIN);
@@ -54,7 +107,7 @@ pub(super) fn step_fingerprint(route: Route, body: &Object, key: &[u8; 32]) -> O
     let found = match route {
         Route::OpenAiChat => chat(&mut buf, body),
         Route::AnthropicMessages => anthropic(&mut buf, body),
-        Route::OpenAiResponses => responses(&mut buf, body),
+        Route::OpenAiResponses => responses(&mut buf, body, previous),
     };
     if !found {
         return None;
@@ -77,12 +130,11 @@ fn string_field<'b>(value: &'b Json, field: &str) -> Option<std::borrow::Cow<'b,
         .map(|s| s.to_cow())
 }
 
-/// Writes `tools, [calls], [after]` after the system part has been written.
+/// Writes `tools, answer, [after]` after the system part has been written.
 fn tools_calls_after<'b>(
     buf: &mut Vec<u8>,
     body: &Object,
-    calls: impl Iterator<Item = &'b Json<'b>>,
-    write_call: impl Fn(&mut Vec<u8>, &Json),
+    answer: impl FnOnce(&mut Vec<u8>),
     after: impl Iterator<Item = &'b Json<'b>>,
 ) {
     write_without_keys(
@@ -91,19 +143,44 @@ fn tools_calls_after<'b>(
         &["cache_control"],
     );
     buf.push(b',');
-    buf.push(b'[');
-    for (i, call) in calls.enumerate() {
-        if i > 0 {
-            buf.push(b',');
-        }
-        write_call(buf, call);
-    }
-    buf.extend_from_slice(b"],[");
+    answer(buf);
+    buf.extend_from_slice(b",[");
     for (i, turn) in after.enumerate() {
         if i > 0 {
             buf.push(b',');
         }
         write_tail(buf, turn);
+    }
+    buf.push(b']');
+}
+
+/// The newest assistant turn as a step names it: `[calls…]` when it called tools (names and
+/// arguments, never its text or thinking, which vary while an agent is stuck), else
+/// `{"text":[…]}`, its text parts as sent without per-call ids (SPEC §2.3: a turn without a
+/// tool call is a step only together with the assistant text it answers).
+fn write_answer(
+    buf: &mut Vec<u8>,
+    calls: &[&Json],
+    write_call: impl Fn(&mut Vec<u8>, &Json),
+    text: &[&Json],
+) {
+    if calls.is_empty() {
+        buf.extend_from_slice(br#"{"text":["#);
+        for (i, part) in text.iter().enumerate() {
+            if i > 0 {
+                buf.push(b',');
+            }
+            write_without_keys(buf, part, VOLATILE);
+        }
+        buf.extend_from_slice(b"]}");
+        return;
+    }
+    buf.push(b'[');
+    for (i, call) in calls.iter().enumerate() {
+        if i > 0 {
+            buf.push(b',');
+        }
+        write_call(buf, call);
     }
     buf.push(b']');
 }
@@ -244,23 +321,25 @@ fn chat(buf: &mut Vec<u8>, body: &Object) -> bool {
         _ => &[],
     };
     let legacy = assistant.get("function_call").into_iter();
+    let calls: Vec<&Json> = calls.iter().chain(legacy).collect();
+    let text: Vec<&Json> = assistant.get("content").into_iter().collect();
+    let write_call = |buf: &mut Vec<u8>, call: &Json| {
+        // `{function: {name, arguments}}`, `{custom: {name, input}}`, or a legacy
+        // `function_call` that is itself `{name, arguments}`.
+        let inner = call
+            .get("function")
+            .or_else(|| call.get("custom"))
+            .unwrap_or(call);
+        write_call_pair(
+            buf,
+            inner.get("name"),
+            inner.get("arguments").or_else(|| inner.get("input")),
+        )
+    };
     tools_calls_after(
         buf,
         body,
-        calls.iter().chain(legacy),
-        |buf, call| {
-            // `{function: {name, arguments}}`, `{custom: {name, input}}`, or a legacy
-            // `function_call` that is itself `{name, arguments}`.
-            let inner = call
-                .get("function")
-                .or_else(|| call.get("custom"))
-                .unwrap_or(call);
-            write_call_pair(
-                buf,
-                inner.get("name"),
-                inner.get("arguments").or_else(|| inner.get("input")),
-            )
-        },
+        |buf| write_answer(buf, &calls, write_call, &text),
         messages[last + 1..].iter().filter(|m| !is_system(m)),
     );
     true
@@ -277,17 +356,36 @@ fn anthropic(buf: &mut Vec<u8>, body: &Object) -> bool {
         Some(Json::Array(blocks)) => blocks.as_slice(),
         _ => &[],
     };
-    let calls = blocks.iter().filter(|b| {
-        matches!(
-            string_field(b, "type").as_deref(),
-            Some("tool_use" | "server_tool_use")
-        )
-    });
+    let calls: Vec<&Json> = blocks
+        .iter()
+        .filter(|b| {
+            matches!(
+                string_field(b, "type").as_deref(),
+                Some("tool_use" | "server_tool_use")
+            )
+        })
+        .collect();
+    // A text answer is its `text` blocks (thinking is signed and varies); a plain string
+    // content is the text itself.
+    let text: Vec<&Json> = match messages[last].get("content") {
+        Some(Json::Array(blocks)) => blocks
+            .iter()
+            .filter(|b| string_field(b, "type").as_deref() == Some("text"))
+            .filter_map(|b| b.get("text"))
+            .collect(),
+        other => other.into_iter().collect(),
+    };
     tools_calls_after(
         buf,
         body,
-        calls,
-        |buf, call| write_call_pair(buf, call.get("name"), call.get("input")),
+        |buf| {
+            write_answer(
+                buf,
+                &calls,
+                |buf, call| write_call_pair(buf, call.get("name"), call.get("input")),
+                &text,
+            )
+        },
         messages[last + 1..].iter(),
     );
     true
@@ -308,17 +406,21 @@ fn model_item(item: &Json) -> bool {
     }
 }
 
-fn responses(buf: &mut Vec<u8>, body: &Object) -> bool {
-    let input = items(body, "input");
-    let Some(last) = input.iter().rposition(model_item) else {
-        return false;
-    };
-    // One answer may be several items (reasoning, calls, a message): the turn is the run of
-    // model items that ends at the newest one.
-    let first = input[..last]
-        .iter()
-        .rposition(|item| !model_item(item))
-        .map_or(0, |i| i + 1);
+fn is_call(item: &Json) -> bool {
+    string_field(item, "type")
+        .as_deref()
+        .is_some_and(|kind| kind.ends_with("_call"))
+}
+
+fn is_assistant_message(item: &Json) -> bool {
+    matches!(
+        string_field(item, "type").as_deref(),
+        Some("message") | None
+    ) && role_is(item, &["assistant"])
+}
+
+/// `[instructions, system items…]`: a Responses call's system part.
+fn responses_system(buf: &mut Vec<u8>, body: &Object, input: &[Json]) {
     buf.push(b'[');
     write_compact(buf, body.get("instructions").unwrap_or(&Json::Null));
     // System and developer items whole (a message's content, Codex's `additional_tools`).
@@ -327,16 +429,63 @@ fn responses(buf: &mut Vec<u8>, body: &Object) -> bool {
         write_without_keys(buf, item, VOLATILE);
     }
     buf.extend_from_slice(b"],");
-    let calls = input[first..=last].iter().filter(|item| {
-        string_field(item, "type")
-            .as_deref()
-            .is_some_and(|kind| kind.ends_with("_call"))
-    });
+}
+
+fn responses(buf: &mut Vec<u8>, body: &Object, previous: Option<&Hash>) -> bool {
+    let input = items(body, "input");
+    let Some(last) = input.iter().rposition(model_item) else {
+        if chained(body).is_none() {
+            return false;
+        }
+        // The turn it answers is the stored response's: its identity when the proxy knows
+        // it, else `null` (never the response id, which is new at every step).
+        responses_system(buf, body, input);
+        tools_calls_after(
+            buf,
+            body,
+            |buf| match previous {
+                Some(answer) => {
+                    buf.extend_from_slice(br#"{"previous":""#);
+                    buf.extend_from_slice(answer.to_hex().as_bytes());
+                    buf.extend_from_slice(br#""}"#);
+                }
+                None => buf.extend_from_slice(br#"{"previous":null}"#),
+            },
+            // `input` as a string is the one user turn it stands for.
+            match body.get("input") {
+                Some(text @ Json::String(_)) => std::slice::from_ref(text),
+                _ => input,
+            }
+            .iter()
+            .filter(|item| !is_system(item)),
+        );
+        return true;
+    };
+    // One answer may be several items (reasoning, calls, a message): the turn is the run of
+    // model items that ends at the newest one.
+    let first = input[..last]
+        .iter()
+        .rposition(|item| !model_item(item))
+        .map_or(0, |i| i + 1);
+    responses_system(buf, body, input);
+    let turn = &input[first..=last];
+    let calls: Vec<&Json> = turn.iter().filter(|item| is_call(item)).collect();
+    let text: Vec<&Json> = turn
+        .iter()
+        .filter(|item| is_assistant_message(item))
+        .filter_map(|item| item.get("content"))
+        .collect();
     tools_calls_after(
         buf,
         body,
-        calls,
-        |buf, call| write_without_keys(buf, call, VOLATILE),
+        |buf| {
+            write_answer(
+                buf,
+                &calls,
+                |buf, call| write_without_keys(buf, call, VOLATILE),
+                &text,
+            )
+        },
         input[last + 1..].iter().filter(|item| !is_system(item)),
     );
     true
@@ -384,6 +533,108 @@ mod tests {
         // Progress: a different tool result is a different step.
         let c = shape(Route::OpenAiChat, &chat_loop(5, "other"));
         assert_ne!(b.step_fingerprint, c.step_fingerprint);
+    }
+
+    /// A turn without a tool call is named by its text (SPEC §2.3): the same word answering two
+    /// different assistant texts is two steps; the same word answering the same text is one.
+    #[test]
+    fn a_turn_without_a_tool_call_is_a_step_with_the_text_it_answers() {
+        let chat_turn = |text: &str| {
+            shape(
+                Route::OpenAiChat,
+                &format!(
+                    r#"{{"model":"m","messages":[{{"role":"user","content":"go"}},{{"role":"assistant","content":"{text}"}},{{"role":"user","content":"continue"}}]}}"#
+                ),
+            )
+            .step_fingerprint
+        };
+        assert_ne!(chat_turn("part one"), chat_turn("part two"));
+        assert_eq!(chat_turn("part one"), chat_turn("part one"));
+        let anthropic_turn = |text: &str, thinking: &str| {
+            shape(
+                Route::AnthropicMessages,
+                &format!(
+                    r#"{{"model":"c","max_tokens":5,"messages":[{{"role":"user","content":"go"}},{{"role":"assistant","content":[{{"type":"thinking","thinking":"{thinking}","signature":"s"}},{{"type":"text","text":"{text}"}}]}},{{"role":"user","content":"continue"}}]}}"#
+                ),
+            )
+            .step_fingerprint
+        };
+        assert_ne!(anthropic_turn("a", "t"), anthropic_turn("b", "t"));
+        // Thinking varies and is not the answer.
+        assert_eq!(anthropic_turn("a", "t1"), anthropic_turn("a", "t2"));
+        let responses_turn = |text: &str| {
+            shape(
+                Route::OpenAiResponses,
+                &format!(
+                    r#"{{"model":"m","input":[{{"role":"user","content":"go"}},{{"type":"message","role":"assistant","id":"msg_1","content":[{{"type":"output_text","text":"{text}"}}]}},{{"role":"user","content":"continue"}}]}}"#
+                ),
+            )
+            .step_fingerprint
+        };
+        assert_ne!(responses_turn("a"), responses_turn("b"));
+        // A tool call still names the step, whatever text came with it.
+        let with_call = |text: &str| {
+            shape(
+                Route::OpenAiChat,
+                &format!(
+                    r#"{{"model":"m","messages":[{{"role":"user","content":"go"}},{{"role":"assistant","content":"{text}","tool_calls":[{{"id":"c1","type":"function","function":{{"name":"sh","arguments":"{{}}"}}}}]}},{{"role":"tool","tool_call_id":"c1","content":"ok"}}]}}"#
+                ),
+            )
+            .step_fingerprint
+        };
+        assert_eq!(with_call("thinking aloud 1"), with_call("thinking aloud 2"));
+    }
+
+    /// A chained Responses call's step names the answer it continues, never the response id;
+    /// `input` as a string is its user turn.
+    #[test]
+    fn a_chained_call_is_a_step_of_the_answer_it_continues() {
+        let chained = |previous: &str, output: &str| {
+            format!(
+                r#"{{"model":"m","previous_response_id":"{previous}","input":[{{"type":"function_call_output","call_id":"call_{previous}","output":"{output}"}}]}}"#
+            )
+        };
+        let a = shape(Route::OpenAiResponses, &chained("resp_1", "same"));
+        let b = shape(Route::OpenAiResponses, &chained("resp_2", "same"));
+        assert_ne!(a.fingerprint, b.fingerprint);
+        assert_eq!(a.step_fingerprint, b.step_fingerprint, "the id is not the step");
+        let call = |args: &str| {
+            crate::request::answer_identity_of(
+                format!(
+                    r#"[{{"type":"function_call","id":"fc_9","call_id":"call_9","name":"sh","arguments":"{args}","status":"completed"}}]"#
+                )
+                .as_bytes(),
+                &KEY,
+            )
+            .unwrap()
+        };
+        let (ls, make) = (call("ls"), call("make"));
+        assert_ne!(ls, make);
+        let step = |body: &str, answer: &Hash| {
+            crate::request::chained_step(body.as_bytes(), &KEY, answer).unwrap()
+        };
+        let body_a = chained("resp_1", "same");
+        let body_b = chained("resp_2", "same");
+        assert_eq!(step(&body_a, &ls), step(&body_b, &ls));
+        assert_ne!(step(&body_a, &ls), step(&body_a, &make));
+        assert_ne!(step(&body_a, &ls), step(&chained("resp_1", "other"), &ls));
+        // Ids and status of the answer's items are not its identity.
+        let renamed = crate::request::answer_identity_of(
+            br#"[{"type":"function_call","id":"fc_1","call_id":"call_1","name":"sh","arguments":"ls","status":"in_progress"}]"#,
+            &KEY,
+        )
+        .unwrap();
+        assert_eq!(renamed, ls);
+        let text = |input: &str| {
+            shape(
+                Route::OpenAiResponses,
+                &format!(r#"{{"model":"m","previous_response_id":"resp_1","input":"{input}"}}"#),
+            )
+            .step_fingerprint
+        };
+        assert_ne!(text("yes"), text("no"));
+        // A body that is no continuation has no chained step.
+        assert!(crate::request::chained_step(br#"{"model":"m","input":"hi"}"#, &KEY, &ls).is_none());
     }
 
     #[test]
