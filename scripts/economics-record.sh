@@ -18,8 +18,8 @@ text = Path("config/tokensaver.toml").read_text()
 edits = [('dir = "../data"', 'dir = "../../data"'),
          ('economics = "../corpus/economics"', 'economics = "."')]
 # Every window of the gate, the example's length ÷ COMPRESSION.
-for name, secs in [("pace_window_secs", "120"), ("pace_slack_secs", "30"),
-                   ("runaway_window_secs", "1_800"), ("loop_secs", "120"),
+for name, secs in [("pace_window_secs", "120"), ("max_hold_secs", "240"),
+                   ("runaway_after_secs", "5_400"), ("loop_secs", "120"),
                    ("burst_secs", "60"), ("grind_secs", "3_600")]:
     n = int(secs.replace("_", ""))
     assert n % COMPRESSION == 0, name

@@ -6,12 +6,13 @@ use serde_json::{json, Value};
 
 use crate::config::Config;
 use crate::receipt::PublicKeyInfo;
-use tokensaver_core::gate::{rules, FindingCode, Policy, Verdict};
+use tokensaver_core::gate::{rules, schedule, FindingCode, Policy, Verdict};
 
 pub const CARD_VERSION: &str = "2.3.0";
 
 pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value {
     let w = &policy.gate.weights;
+    let st = policy.gate.steps;
     let s = &policy.gate.saturation;
     let b = &policy.gate.bands;
     let d = &policy.gate.downgrade;
@@ -37,11 +38,11 @@ pub fn render(config: &Config, policy: &Policy, keys: &[PublicKeyInfo]) -> Value
                     "runaway_loop": format!("the same request {} times in {} seconds (the same fingerprint, or the same step fingerprint: an agent repeating the same tool call and getting the same result)", rules::LOOP_LIMIT, policy.gate.windows.loop_secs),
                     "runaway_loop_unattended": format!("the same request {} times in {} seconds with no human declared", rules::LOOP_UNATTENDED_LIMIT, policy.gate.windows.loop_secs),
                     "runaway_burst": format!("{} requests from one key in {} seconds", rules::BURST_LIMIT, policy.gate.windows.burst_secs),
-                    "runaway_step": format!("the same step (same step fingerprint, another history) decided {} times within {} seconds ([gate.steps] runaway_repeats, runaway_window_secs): a stuck agent, however it is paced", policy.gate.steps.runaway_repeats, policy.gate.steps.runaway_window_secs),
+                    "runaway_step": format!("a run of one step (the same step fingerprint, another history, no other step of its session between) that has gone on for {} seconds ([gate.steps] runaway_after_secs): a stuck agent, however it is paced", st.runaway_after_secs),
                 },
                 "literal_repeats_and_repeated_steps": {
                     "literal": "the same fingerprint: the loop rules above, absolute (a retry storm is BLOCKed at once)",
-                    "repeated_step": format!("the same step fingerprint with another history (an agent polling, or stuck): where the loop rules would refuse it, the proxy and POST /gate hold it instead — no bytes are sent to the client, no worker thread is used — until at most {} unattended / {} attended identical steps have been decided in the last {} s, then decide it afresh; a wait that would hold it past {} s in all is BLOCKed as a loop. The receipt and the ledger row carry paced_ms. A fleet instance does not pace: there a repeated step is refused as a loop.", rules::STEP_PACE_UNATTENDED, rules::STEP_PACE_ATTENDED, policy.gate.steps.pace_window_secs, policy.gate.steps.max_pace_ms() / 1_000),
+                    "repeated_step": format!("the same step fingerprint with another history (an agent polling, or stuck): where the loop rules would refuse it, the proxy and POST /gate hold it instead — no bytes are sent to the client, no worker thread is used — on a schedule: at most {} unattended / {} attended identical steps decided in any {} s; past those, each further step of the run waits after the one before {} s, then {} s, then {} s (max_hold_secs) each time; a run ends when its session makes another step or after a silence of {} s; no single hold exceeds {} s, and a wait that would is BLOCKed as a loop; a run {} s old is stopped (runaway_step). Unattended, a caller that asks again at once buys at most {} calls before it is stopped ({} attended), one per {} s after its first minutes; a caller that leaves while held is never decided. The receipt and the ledger row carry paced_ms. A fleet paces exactly as one node: the runs live in its database.", rules::STEP_PACE_UNATTENDED, rules::STEP_PACE_ATTENDED, st.pace_window_secs, schedule::gap_ms(&st, rules::STEP_PACE_UNATTENDED, false) / 1_000, schedule::gap_ms(&st, rules::STEP_PACE_UNATTENDED + 1, false) / 1_000, st.max_hold_secs, st.max_hold_secs, st.max_hold_secs, st.runaway_after_secs, schedule::most_calls(&st, false), schedule::most_calls(&st, true), st.max_hold_secs),
                     "serve": "a SERVE buys nothing: it counts by its fingerprint but not as a step, so a temperature-0 rerun of a session is answered from store, not stopped",
                 },
             },

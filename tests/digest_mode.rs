@@ -351,10 +351,11 @@ fn polling(steps: usize) -> serde_json::Value {
 
 #[test]
 fn a_repeated_step_is_paced_by_the_central_gate_as_in_request_mode() {
-    // The central gate's step windows scaled down: pace in 2 s, stop the 5th repeat.
+    // The central gate's step windows scaled down: pace in 2 s, stop a run 4 s old (the 5th
+    // repeat).
     let h = Harness::start(Opts {
-        extra_config: "\n[gate.steps]\npace_window_secs = 2\npace_slack_secs = 2\n\
-                       runaway_repeats = 5\nrunaway_window_secs = 60\n"
+        extra_config: "\n[gate.steps]\npace_window_secs = 2\nmax_hold_secs = 4\n\
+                            runaway_after_secs = 4\n"
             .into(),
         ..Opts::default()
     });

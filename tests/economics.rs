@@ -859,8 +859,8 @@ fn the_recording_config_is_the_example_with_every_window_shortened_30_times() {
         &mut w.burst_secs,
         &mut w.grind_secs,
         &mut st.pace_window_secs,
-        &mut st.pace_slack_secs,
-        &mut st.runaway_window_secs,
+        &mut st.max_hold_secs,
+        &mut st.runaway_after_secs,
     ] {
         assert_eq!(*secs % 30, 0);
         *secs /= 30;

@@ -220,6 +220,7 @@ fn windows_agree(url: &str, lengths: tokensaver::gate::WindowLengths, compressio
                 hold_ttl_ms: 900_000,
                 answer_store_bytes: 1 << 20,
                 windows: lengths,
+                steps: Default::default(),
             },
         )
         .await
@@ -1185,6 +1186,7 @@ fn the_conditional_reservation_refuses_an_overshoot_and_rolls_back() {
                 hold_ttl_ms: 900_000,
                 answer_store_bytes: 1 << 20,
                 windows: Default::default(),
+                steps: Default::default(),
             },
         )
         .await
@@ -1203,6 +1205,7 @@ fn the_conditional_reservation_refuses_an_overshoot_and_rolls_back() {
             wire: WireForm::Json,
             named_hold: None,
             cache_points: &[],
+            session: &fp,
         };
         let booking = |id: &str, nano: u64| Booking {
             row: DecisionRow {

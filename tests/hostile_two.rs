@@ -17,8 +17,8 @@ use tokensaver::request::{self, Digest, Route};
 const RESPONSES: &str = "/v1/responses";
 
 /// Windows scaled down: a step is paced to 3 (unattended) per 2 s, held at most 4 s.
-const SCALED_STEPS: &str = "\n[gate.steps]\npace_window_secs = 2\npace_slack_secs = 2\n\
-                            runaway_repeats = 8\nrunaway_window_secs = 60\n";
+const SCALED_STEPS: &str = "\n[gate.steps]\npace_window_secs = 2\nmax_hold_secs = 4\n\
+                            runaway_after_secs = 60\n";
 
 fn scaled(extra_limits: &str, budget_a: Option<u64>) -> Harness {
     Harness::start(Opts {

@@ -274,10 +274,11 @@ fn stuck_agent(steps: usize, result: &str) -> Value {
 
 #[test]
 fn a_stuck_agent_is_paced_then_stopped_and_a_progressing_one_is_not() {
-    // The step windows scaled down: pace in 2 s, stop the 5th repeat within 60 s.
+    // The step windows scaled down: pace in 2 s, hold at most 4 s, stop a run 4 s old (which
+    // the 5th repeat would be: the 4th waits 2 s for the window, the 5th 2 s more).
     let h = Harness::start(Opts {
-        extra_config: "\n[gate.steps]\npace_window_secs = 2\npace_slack_secs = 2\n\
-                       runaway_repeats = 5\nrunaway_window_secs = 60\n"
+        extra_config: "\n[gate.steps]\npace_window_secs = 2\nmax_hold_secs = 4\n\
+                            runaway_after_secs = 4\n"
             .into(),
         ..Opts::default()
     });
@@ -309,7 +310,7 @@ fn a_stuck_agent_is_paced_then_stopped_and_a_progressing_one_is_not() {
         "{}",
         fourth.envelope_json()
     );
-    // The 5th repeat within 60 s is a runaway, however it is paced.
+    // The 5th repeat would be decided 4 s into the run: a runaway, however it is paced.
     let fifth = h.post(
         CHAT,
         KEY_A,

@@ -69,9 +69,10 @@ fn a_rerun_of_a_finished_session_completes_served_and_a_retry_storm_is_stopped()
     assert_eq!(h.calls(CHAT), 12);
 }
 
-/// Windows scaled down for a test (the defaults are 120 s / 30 s / 30 in 1,800 s).
-const SCALED_STEPS: &str = "\n[gate.steps]\npace_window_secs = 2\npace_slack_secs = 2\n\
-                            runaway_repeats = 8\nrunaway_window_secs = 60\n";
+/// Windows scaled down for a test (the defaults: a 120 s window, holds up to 240 s, a run
+/// stopped at 90 minutes): 3 steps per 2 s, then gaps of 1, 2 and 4 s, stopped at 10 s.
+const SCALED_STEPS: &str = "\n[gate.steps]\npace_window_secs = 2\nmax_hold_secs = 4\n\
+                            runaway_after_secs = 10\n";
 
 fn scaled() -> Harness {
     Harness::start(Opts {
@@ -108,10 +109,11 @@ fn a_job_polled_past_the_loop_limit_is_paced_not_stopped_and_the_task_completes(
         paced.push(r.receipt()["paced_ms"].as_u64().unwrap_or(0));
     }
     assert_eq!(h.calls(CHAT), polls + 2, "every call reached the provider");
-    // Calls 1..=6 are the 1st..6th identical step: the 4th waited until the 1st was 2 s old
-    // (by then the 2nd and 3rd were too: the 5th and 6th needed no wait).
+    // Calls 1..=6 are the 1st..6th identical step: the 4th waited until the 1st was 2 s old,
+    // the 5th and 6th the schedule's growing gaps after it.
     assert_eq!(&paced[..4], &[0, 0, 0, 0], "{paced:?}");
     assert!(paced[4] >= 1_500, "{paced:?}");
+    assert!(paced[5] >= 1_500 && paced[6] >= 3_500, "{paced:?}");
     assert_eq!(paced[7], 0, "a new step is not held: {paced:?}");
     // At most 3 identical steps reached the provider in any 2 s (the scaled window), as
     // the provider saw them arrive.
@@ -154,9 +156,10 @@ fn a_stuck_agent_is_paced_then_stopped_by_runaway_step() {
     assert_eq!(r.status, 429, "{}", r.text());
     assert_eq!(r.receipt()["rule"], "runaway_step");
     assert_eq!(r.header("x-should-retry"), Some("false"));
-    // The 8th identical step within 60 s is refused: 7 reached the provider, paced.
-    assert_eq!(verdicts.len(), 8, "{verdicts:?}");
-    assert_eq!(h.calls(CHAT), 7);
+    // Three at once, then 2 s, 2 s and 4 s apart: the 7th would be decided 12 s into the run,
+    // past its 10 s bound, and is refused at once: 6 reached the provider, paced.
+    assert_eq!(verdicts.len(), 7, "{verdicts:?}");
+    assert_eq!(h.calls(CHAT), 6);
     let steps = received_ms(&h, CHAT);
     for w in steps.windows(4) {
         assert!(
@@ -167,8 +170,8 @@ fn a_stuck_agent_is_paced_then_stopped_by_runaway_step() {
     let sessions = keyed_get(&h.api_url("/ledger/sessions"), Some(KEY_A)).json();
     let s = &sessions["sessions"][0];
     assert_eq!(s["ended_by"], "runaway_step", "{sessions}");
-    assert_eq!(s["calls"], 8, "{sessions}");
-    assert_eq!(s["steps_repeated"], 7, "{sessions}");
+    assert_eq!(s["calls"], 7, "{sessions}");
+    assert_eq!(s["steps_repeated"], 6, "{sessions}");
     assert!(s["paced_ms"].as_u64().unwrap() > 0, "{sessions}");
     // The decisions of that session alone, where it stopped.
     let id = s["session"].as_str().unwrap();
@@ -178,8 +181,8 @@ fn a_stuck_agent_is_paced_then_stopped_by_runaway_step() {
     )
     .json();
     let decisions = page["decisions"].as_array().unwrap();
-    assert_eq!(decisions.len(), 8);
-    assert_eq!(decisions[7]["reason"], "runaway_step");
+    assert_eq!(decisions.len(), 7);
+    assert_eq!(decisions[6]["reason"], "runaway_step");
     assert!(decisions.iter().all(|d| d["session"] == id));
     let bad = keyed_get(&h.api_url("/ledger/decisions?session=nothex"), Some(KEY_A));
     assert_eq!(bad.status, 400);

@@ -26,9 +26,7 @@ impl Backing for Local {
         req: &GateRequest<'_>,
         holding: Holding<'_>,
     ) -> Result<GateOutcome, AdmitError> {
-        gk.gate_paced(req, holding)
-            .await
-            .ok_or(AdmitError::CallerGone)
+        gk.gate_paced(req, holding).await
     }
 
     async fn estimate(

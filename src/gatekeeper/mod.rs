@@ -518,20 +518,26 @@ impl Gatekeeper {
         for row in &snapshot.recent_decisions {
             if let Some(fp) = row.fingerprint {
                 let step = row.step_fingerprint.unwrap_or(fp);
-                // As `gate` counted it: a SERVE in every window but the step windows.
-                let record = if row.verdict == Verdict::Serve {
-                    Windows::record_serve
+                // As `gate` counted it: a SERVE in every window but the step windows and runs.
+                if row.verdict == Verdict::Serve {
+                    state.windows.record_serve(
+                        &row.key_id,
+                        &fp,
+                        &step,
+                        &row.model_requested,
+                        row.decided_at_ms,
+                    );
                 } else {
-                    Windows::record_step
-                };
-                record(
-                    &mut state.windows,
-                    &row.key_id,
-                    &fp,
-                    &step,
-                    &row.model_requested,
-                    row.decided_at_ms,
-                );
+                    state.windows.record_session(
+                        &row.key_id,
+                        &fp,
+                        &step,
+                        row.session.as_ref(),
+                        &row.model_requested,
+                        row.decided_at_ms,
+                        row.decided_at_ms.saturating_sub(row.paced_ms),
+                    );
+                }
             }
         }
         for row in &snapshot.open_reservations {
@@ -656,42 +662,81 @@ impl Gatekeeper {
     pub async fn gate_paced(
         &self,
         req: &GateRequest<'_>,
+        holding: Holding<'_>,
+    ) -> Result<GateOutcome, AdmitError> {
+        self.hold_until_decided(req, holding, |hold| {
+            let at = GateRequest {
+                now_ms: hold.now_ms,
+                ..*req
+            };
+            let attempt = match self.gate_step(&at, Mode::Commit, hold.paced_ms) {
+                Ok(outcome) => Attempt::Decided(Box::new(outcome)),
+                Err(until_ms) => Attempt::Pace {
+                    until_ms,
+                    now_ms: hold.now_ms,
+                },
+            };
+            std::future::ready(Ok(attempt))
+        })
+        .await
+    }
+
+    /// Decide a request that may be held, in either home: `attempt` decides it as of a time,
+    /// or says until when to hold it (nothing counted or booked). Between attempts the
+    /// request waits here — an async sleep, no worker thread — counted in the caps, while its
+    /// caller's connection is watched: a caller that leaves is never decided. When the caps
+    /// are reached, the attempt is told the caller cannot hold it (a repeated step is then
+    /// refused as a loop).
+    pub(super) async fn hold_until_decided<F, Fut>(
+        &self,
+        req: &GateRequest<'_>,
         mut holding: Holding<'_>,
-    ) -> Option<GateOutcome> {
-        let started_ms = req.now_ms;
+        mut attempt: F,
+    ) -> Result<GateOutcome, AdmitError>
+    where
+        F: FnMut(HeldFor) -> Fut,
+        Fut: std::future::Future<Output = Result<Attempt, Unavailable>>,
+    {
+        let started = std::time::Instant::now();
         let mut now_ms = req.now_ms;
+        let mut paced_ms = Some(0);
         let mut held: Option<PacedGuard<'_>> = None;
         loop {
-            let at = GateRequest { now_ms, ..*req };
-            let paced_ms = now_ms.saturating_sub(started_ms);
-            match self.gate_step(&at, Mode::Commit, Some(paced_ms)) {
-                Ok(outcome) => {
-                    if paced_ms > 0 {
+            match attempt(HeldFor { now_ms, paced_ms }).await? {
+                Attempt::Decided(outcome) => {
+                    let outcome = *outcome;
+                    if let Some(paced) = paced_ms.filter(|&p| p > 0) {
                         self.metrics.paced.inc();
-                        self.metrics.paced_seconds.inc_by(paced_ms as f64 / 1_000.0);
+                        self.metrics.paced_seconds.inc_by(paced as f64 / 1_000.0);
                     }
-                    return Some(outcome);
+                    return Ok(outcome);
                 }
-                Err(until_ms) => {
+                Attempt::Pace {
+                    until_ms,
+                    now_ms: read_at,
+                } => {
                     if held.is_none() {
                         match PacedGuard::take(self, &req.key.id, holding.bytes) {
                             Some(guard) => held = Some(guard),
                             None => {
                                 self.metrics.paced_refused.inc();
-                                return Some(self.gate(&at, Mode::Commit));
+                                paced_ms = None;
+                                continue;
                             }
                         }
                     }
-                    let wait = until_ms.saturating_sub(now_ms).max(1);
+                    let wait = until_ms.saturating_sub(read_at).max(1);
                     tokio::select! {
                         () = tokio::time::sleep(std::time::Duration::from_millis(wait)) => {}
                         () = &mut holding.gone => {
                             self.metrics.paced_abandoned.inc();
-                            return None;
+                            return Err(AdmitError::CallerGone);
                         }
                     }
                     // The wall clock, as the proxy reads it; never behind the time waited for.
-                    now_ms = crate::now_ms().max(until_ms);
+                    now_ms = crate::now_ms().max(now_ms.saturating_add(wait));
+                    let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                    paced_ms = Some(elapsed.max(now_ms.saturating_sub(req.now_ms)));
                 }
             }
         }
@@ -729,10 +774,11 @@ impl Gatekeeper {
         let placeable = req.placeable_cache_points();
         let cache_memory = (!placeable.is_empty()).then(|| st.cache_recall(req.key, placeable));
         let seen = StateSeen {
-            counts: st.windows.observe_step(
+            counts: st.windows.observe_session(
                 &req.key.id,
                 &req.shape.fingerprint,
                 &req.shape.step_fingerprint,
+                Some(&req.shape.session),
                 &req.shape.model,
                 now_ms,
             ),
@@ -798,19 +844,27 @@ impl Gatekeeper {
         }
         // A SERVE buys nothing: it counts by its fingerprint, not as a repeated step
         // (`Windows::record_serve`), so a rerun of a session is no loop.
-        let record = if decision.verdict == Verdict::Serve {
-            Windows::record_serve
+        if decision.verdict == Verdict::Serve {
+            st.windows.record_serve(
+                key_id,
+                &shape.fingerprint,
+                &shape.step_fingerprint,
+                &shape.model,
+                now_ms,
+            );
         } else {
-            Windows::record_step
-        };
-        record(
-            &mut st.windows,
-            key_id,
-            &shape.fingerprint,
-            &shape.step_fingerprint,
-            &shape.model,
-            now_ms,
-        );
+            // The step's run is judged from when the request arrived, before any hold.
+            let arrival = now_ms.saturating_sub(decision.paced_ms.unwrap_or(0));
+            st.windows.record_session(
+                key_id,
+                &shape.fingerprint,
+                &shape.step_fingerprint,
+                Some(&shape.session),
+                &shape.model,
+                now_ms,
+                arrival,
+            );
+        }
         let mut events = Vec::new();
         // An approval is used up only by the request it released; one that a runaway rule or
         // `budget_exhausted` refused (or a SERVE answered) stays for the next identical
@@ -1523,6 +1577,24 @@ fn reopen(signer: &ReceiptSigner, opening: &HoldOpening) -> Option<Arc<GateOutco
 /// The first 16 hex digits of a fingerprint (`GET /holds`); empty once forgotten.
 fn fingerprint_prefix(fingerprint: Option<&Hash>) -> String {
     fingerprint.map(|f| f.hex_prefix(16)).unwrap_or_default()
+}
+
+/// One attempt at deciding a request that may be held ([`Gatekeeper::hold_until_decided`]).
+pub(super) enum Attempt {
+    Decided(Box<GateOutcome>),
+    /// Not yet: attempt again at `until_ms`; `now_ms` is the clock this attempt decided by.
+    Pace {
+        until_ms: u64,
+        now_ms: u64,
+    },
+}
+
+/// What an attempt decides with: the time (this process's clock; a fleet reads its
+/// database's), and how long the request has been held (`None`: it cannot be held).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct HeldFor {
+    pub now_ms: u64,
+    pub paced_ms: Option<u64>,
 }
 
 /// What a caller that can hold its request lends the gate while it is held: the bytes it keeps

@@ -21,9 +21,8 @@ use tokensaver_core::request::Digest;
 /// A decision or record answer is a few hundred bytes; anything near this is not the gate.
 const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 /// Longer than the longest the central gate holds a repeated step before it answers
-/// (`[gate.steps]`: the pace window plus its slack, 150 s by default, at most 240 s; SPEC
-/// §2.3).
-const TIMEOUT: Duration = Duration::from_secs(270);
+/// (`[gate.steps] max_hold_secs`: 240 s by default, at most 280 s; SPEC §2.3).
+const TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The central gate's client: on the one HTTP client (pingora's connector, async, pooled), so
 /// digest mode adds no second HTTP stack beside the proxy's.

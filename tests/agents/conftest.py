@@ -49,18 +49,17 @@ CODEX_TOOLS_MODEL = "gpt-5.5"
 SDK_MODEL = "gpt-5.6-luna"
 
 # The keys every test gate has: (id, human default, budget in micro-USD, profile).
-# The step windows scaled down for the tests (the defaults: a 120 s pace window, 30 s slack,
-# the 30th repeat within 1,800 s stopped). The score's loop signal keeps its 120 s window, so
-# the scaled stop comes at the 5th repeat, before the signal saturates (5 in 120 s): a job is
-# polled 4 times here (the 4th paced when unattended), 6 and more under the defaults
-# (`crates/core/src/gate/decide.rs`, `pacing::the_defaults_*`).
+# The step windows scaled down for the tests (the defaults: a 120 s pace window, holds of at
+# most 240 s, a run of one step stopped at 90 minutes; crates/core/src/gate/schedule.rs): 3
+# identical steps in any 2 s, then gaps of 2, 4 and 8 s, a run stopped once 24 s old. A client
+# that asks again at once buys MOST_CALLS calls before the stop (fewer when it thinks between
+# steps); a poll of a job shorter than 24 s completes.
 PACE_WINDOW_MS = 2_000
-RUNAWAY_REPEATS = 5
+MOST_CALLS = 7
 STEPS = f"""[gate.steps]
 pace_window_secs = {PACE_WINDOW_MS // 1000}
-pace_slack_secs = 2
-runaway_repeats = {RUNAWAY_REPEATS}
-runaway_window_secs = 120"""
+max_hold_secs = 8
+runaway_after_secs = 24"""
 
 KEYS = [
     ("agent", False, 100_000_000, "agent"),  # an unattended agent, $100 a day
@@ -274,6 +273,13 @@ def assert_paced(calls: list[dict], admits: int) -> None:
     for i in range(len(times) - admits):
         span = times[i + admits] - times[i]
         assert span >= PACE_WINDOW_MS - 100, f"{admits + 1} identical steps in {span} ms: {times}"
+
+
+def assert_run_stopped(calls: list[dict], slack: int = 0) -> None:
+    """A stuck session's calls: its first call, then one repeated step paced and stopped: more
+    than the window admits at once, no more than the schedule lets a client buy (`slack`: calls
+    a client slips in that make one step differ)."""
+    assert 4 <= len(calls) <= 1 + MOST_CALLS + slack, f"{len(calls)} calls"
 
 
 def assert_polled_job_completed(gate, run, key: str) -> None:

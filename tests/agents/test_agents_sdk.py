@@ -3,7 +3,7 @@ and on chat completions, against the built-in provider."""
 
 import pytest
 
-from conftest import assert_polled_job_completed, RUNAWAY_REPEATS, assert_paced, loop_rules, score_verdicts
+from conftest import assert_polled_job_completed, assert_paced, assert_run_stopped, loop_rules, score_verdicts
 
 APIS = ["responses", "chat"]
 PATHS = {"responses": "/v1/responses", "chat": "/v1/chat/completions"}
@@ -56,7 +56,7 @@ def test_a_runaway_is_paced_then_stopped_and_shown_not_retried(gate, api):
     assert run.stdout.startswith("RateLimitError"), run.output
     assert "runaway" in run.stdout
     calls = gate.provider_calls()
-    assert len(calls) == RUNAWAY_REPEATS
+    assert_run_stopped(calls)
     assert_paced(calls[1:], 3)
     assert loop_rules(gate.verdicts()) == {"runaway_step": 1}
     assert not score_verdicts(gate.verdicts())
@@ -66,7 +66,7 @@ def test_a_runaway_whose_tool_prints_a_clock_is_stopped_too(gate):
     run = gate.sdk("agent", "responses", "Wait. tokensaver-mock:clockloop", "--max-turns", "40")
     assert run.code == 1, run.output
     calls = gate.provider_calls()
-    assert len(calls) == RUNAWAY_REPEATS
+    assert_run_stopped(calls)
     assert_paced(calls[1:], 3)
     assert loop_rules(gate.verdicts()) == {"runaway_step": 1}
     assert not score_verdicts(gate.verdicts())
@@ -75,7 +75,7 @@ def test_a_runaway_whose_tool_prints_a_clock_is_stopped_too(gate):
 def test_an_attended_runaway_is_stopped_by_runaway_step(gate):
     run = gate.sdk("attended", "responses", "Wait. tokensaver-mock:loop", "--max-turns", "40")
     assert run.code == 1, run.output
-    assert len(gate.provider_calls()) == RUNAWAY_REPEATS
+    assert_run_stopped(gate.provider_calls())
     assert loop_rules(gate.verdicts()) == {"runaway_step": 1}
 
 

@@ -13,9 +13,9 @@ use super::{AdmitScope, Booking, Fleet, FleetError, HoldRefusal, KeyLimit, Obser
 use crate::config::BudgetPeriod;
 use crate::gatekeeper::backing::{AdmitError, Backing, HoldList, SetBudgetError, Unavailable};
 use crate::gatekeeper::{
-    decide_seen, lock, reopen, BudgetView, GateOutcome, GateRequest, Gatekeeper, HoldAction,
-    HoldDecided, HoldError, HoldView, Holding, LeaseView, RecordError, RecordSource, StateSeen,
-    UsageReport,
+    decide_seen, lock, reopen, Attempt, BudgetView, GateOutcome, GateRequest, Gatekeeper, HeldFor,
+    HoldAction, HoldDecided, HoldError, HoldView, Holding, LeaseView, RecordError, RecordSource,
+    StateSeen, UsageReport,
 };
 use crate::receipt::DecisionId;
 use crate::store::answers::{AnswerKey, StoredAnswer};
@@ -31,6 +31,9 @@ enum Admitted {
     Resent(Arc<GateOutcome>),
     /// A new decision, its receipt body and its id.
     Decided(Box<Decision>, Vec<u8>, DecisionId),
+    /// A repeated step the schedule admits at `until_ms` (the database's clock, which read
+    /// `now_ms`): nothing booked.
+    Paced { until_ms: u64, now_ms: u64 },
 }
 
 /// A fleet's home for the gate's state: its PostgreSQL, and the local spool of the proxy's
@@ -105,16 +108,15 @@ impl Shared {
     }
 }
 
-impl Backing for Shared {
-    /// The fleet's decision: the windows, the budget and the decision clock read under the
-    /// key's lock, the booking written in that same transaction. It does not pace: a repeated
-    /// step there is a loop.
-    async fn admit(
+impl Shared {
+    /// One admission attempt in the fleet's database (`hold`: how long the request has been
+    /// held, `None`: it cannot be).
+    async fn admit_once(
         &self,
         gk: &Gatekeeper,
         req: &GateRequest<'_>,
-        _holding: Holding<'_>,
-    ) -> Result<GateOutcome, AdmitError> {
+        hold: HeldFor,
+    ) -> Result<Attempt, Unavailable> {
         let started = std::time::Instant::now();
         let admitted = self
             .fleet
@@ -131,7 +133,13 @@ impl Backing for Shared {
                 if let Some(opened) = reopened.and_then(|o| reopen(&gk.signer, &o)) {
                     return (Admitted::Resent(opened), None);
                 }
-                let decision = gk.decide_observed(req, &seen);
+                let decision = match gk.decide_observed(req, &seen, hold.paced_ms) {
+                    Ok(decision) => decision,
+                    Err(until_ms) => {
+                        let now_ms = seen.now_ms;
+                        return (Admitted::Paced { until_ms, now_ms }, None);
+                    }
+                };
                 let (body, decision_id) = decision.receipt();
                 let booking = Booking::of(&decision, &body, decision_id, req);
                 (
@@ -144,7 +152,10 @@ impl Backing for Shared {
         let (decision, body, decision_id) = match admitted {
             Admitted::Resent(opened) => {
                 gk.metrics.hold_resends.inc();
-                return Ok((*opened).clone());
+                return Ok(Attempt::Decided(Box::new((*opened).clone())));
+            }
+            Admitted::Paced { until_ms, now_ms } => {
+                return Ok(Attempt::Pace { until_ms, now_ms });
             }
             Admitted::Decided(decision, body, decision_id) => (*decision, body, decision_id),
         };
@@ -155,11 +166,28 @@ impl Backing for Shared {
         gk.metrics
             .decision_seconds
             .observe(started.elapsed().as_secs_f64());
-        Ok(GateOutcome {
+        Ok(Attempt::Decided(Box::new(GateOutcome {
             decision,
             envelope,
             decision_id,
-        })
+        })))
+    }
+}
+
+impl Backing for Shared {
+    /// The fleet's decision: the windows, the runs, the budget and the decision clock read
+    /// under the key's lock, the booking written in that same transaction. A repeated step is
+    /// paced as on one node ([`Gatekeeper::hold_until_decided`]): an attempt the schedule does
+    /// not admit yet books nothing, and the request waits here for the time it names (the
+    /// database's clock), so that instances sharing a key's session pace it as one would.
+    async fn admit(
+        &self,
+        gk: &Gatekeeper,
+        req: &GateRequest<'_>,
+        holding: Holding<'_>,
+    ) -> Result<GateOutcome, AdmitError> {
+        gk.hold_until_decided(req, holding, |hold| self.admit_once(gk, req, hold))
+            .await
     }
 
     /// From the fleet's windows, budget and holds; nothing is locked, counted or booked.
@@ -168,12 +196,27 @@ impl Backing for Shared {
         gk: &Gatekeeper,
         req: &GateRequest<'_>,
     ) -> Result<GateOutcome, Unavailable> {
-        let seen = self
+        let mut seen = self
             .fleet
             .peek(gk.admit_scope(req))
             .await
             .map_err(|_| Unavailable)?;
-        let decision = gk.decide_observed(req, &seen);
+        // A step the schedule holds is predicted as decided when it admits it (as one node
+        // predicts it: `Gatekeeper::estimate_paced`).
+        let read_at = seen.now_ms;
+        let decision = match gk.decide_observed(req, &seen, Some(0)) {
+            Ok(decision) => decision,
+            Err(until_ms) => {
+                seen.now_ms = until_ms;
+                let paced = Some(until_ms.saturating_sub(read_at));
+                match gk.decide_observed(req, &seen, paced) {
+                    Ok(decision) => decision,
+                    Err(_) => gk
+                        .decide_observed(req, &seen, None)
+                        .map_err(|_| Unavailable)?,
+                }
+            }
+        };
         let (body, decision_id) = decision.receipt();
         Ok(GateOutcome {
             envelope: Arc::new(gk.signer.sign(&body)),
@@ -497,12 +540,18 @@ impl Gatekeeper {
             wire: shape.wire_form(),
             named_hold: req.hold_id,
             cache_points: req.placeable_cache_points(),
+            session: &shape.session,
         }
     }
 
     /// The pure decision over what the fleet's database holds for the request (as `gate` over
     /// what this instance's memory holds).
-    fn decide_observed(&self, req: &GateRequest<'_>, seen: &Observed) -> Decision {
+    fn decide_observed(
+        &self,
+        req: &GateRequest<'_>,
+        seen: &Observed,
+        paced_ms: Option<u64>,
+    ) -> Result<Decision, u64> {
         let held_usage: Option<Usage> = seen
             .recorded
             .as_deref()
@@ -517,12 +566,8 @@ impl Gatekeeper {
             cache_memory: (!seen.cache_memory.is_empty()).then_some(&seen.cache_memory[..]),
         };
         let policy = self.policy.load();
-        match decide_seen(&policy, req, &state, None, seen.now_ms) {
-            Ok(mut decision) => {
-                decision.seq = seen.seq;
-                decision
-            }
-            Err(_) => unreachable!("without `paced_ms` the pure gate never paces"),
-        }
+        let mut decision = decide_seen(&policy, req, &state, paced_ms, seen.now_ms)?;
+        decision.seq = seen.seq;
+        Ok(decision)
     }
 }

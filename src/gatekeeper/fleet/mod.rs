@@ -33,8 +33,9 @@ use crate::store::{
     LedgerTotals, RecordSource, ResponseBinding, SpendBasis, StoreError, UsageRow,
 };
 use tokensaver_core::gate::cache::{PointMemory, CACHE_TTL_MS};
+use tokensaver_core::gate::schedule::Run;
 use tokensaver_core::gate::windows::{NOVELTY_WINDOW_MS, REPEAT_WINDOW_MS};
-use tokensaver_core::gate::{BudgetState, WindowCounts, WindowLengths};
+use tokensaver_core::gate::{BudgetState, StepLimits, WindowCounts, WindowLengths};
 use tokensaver_core::request::{CachePoint, Hash, WireForm};
 
 /// The schema, in order; each applied once, recorded in `schema_migrations`.
@@ -205,6 +206,8 @@ pub struct AdmitScope<'a> {
     pub named_hold: Option<&'a str>,
     /// The request's cache points when the gate may place breakpoints for it (else empty).
     pub cache_points: &'a [CachePoint],
+    /// The agent session it belongs to (its progress ends a run of repeated steps).
+    pub session: &'a Hash,
 }
 
 /// An open reservation, as settling reads it back.
@@ -265,6 +268,8 @@ pub struct FleetLimits {
     pub answer_store_bytes: u64,
     /// `[gate.windows]`: the lengths the fleet's SQL counts in, as the in-memory windows.
     pub windows: WindowLengths,
+    /// `[gate.steps]`: the schedule of repeated steps, as on one node.
+    pub steps: StepLimits,
 }
 
 impl FleetLimits {
@@ -274,6 +279,7 @@ impl FleetLimits {
             hold_ttl_ms: config.hold_ttl_ms,
             answer_store_bytes: config.answer_store_bytes as u64,
             windows: config.policy().gate.windows,
+            steps: config.policy().gate.steps,
         }
     }
 }
@@ -281,6 +287,8 @@ impl FleetLimits {
 pub struct Fleet {
     pool: Pool,
     statements: WindowStatements,
+    /// The schedule of repeated steps (a run's continuation is judged here, as on one node).
+    steps: StepLimits,
     /// The loop window's length: a forget keeps the fingerprints the loop rules still count.
     loop_ms: u64,
     reservation_ttl_ms: u64,
@@ -325,7 +333,8 @@ impl Fleet {
             .map_err(|_| anyhow::anyhow!("fleet database: cannot build the connection pool"))?;
         Ok(Fleet {
             pool,
-            statements: WindowStatements::new(&limits.windows),
+            statements: WindowStatements::new(&limits.windows, &limits.steps),
+            steps: limits.steps,
             loop_ms: limits.windows.loop_secs * 1_000,
             reservation_ttl_ms: limits.reservation_ttl_ms,
             hold_ttl_ms: limits.hold_ttl_ms,
@@ -406,10 +415,11 @@ impl Fleet {
                     &since,
                     &request.named_hold,
                     &request.wire.as_str(),
+                    request.session,
                 ],
             )
             .await?;
-        let counts = counts_from(&found);
+        let counts = paced_counts(&found, step);
         let spend = un(found.get::<_, i64>("spend_nano"));
         let reserved = un(found.get::<_, i64>("reserved_nano"));
         let budget = limit.ceiling_nano.map(|ceiling| BudgetState {
@@ -482,6 +492,33 @@ impl Fleet {
                     &h.opening_decision,
                     &h.opening_receipt,
                 ],
+            )
+            .await?;
+        }
+        if booking.row.verdict != tokensaver_core::gate::Verdict::Serve {
+            // The step's run and the session's latest step, as the in-memory windows keep
+            // them (`Windows::record_session`): judged from the request's arrival.
+            let arrival = now_ms.saturating_sub(booking.row.paced_ms);
+            let continued = Run::continued(counts.run(), counts.run_broken, arrival, &self.steps);
+            let run = Run::after(continued, now_ms);
+            tx.execute(
+                "INSERT INTO fleet_step_runs (key_id, step, steps, first_ms, last_ms) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (key_id, step) DO UPDATE SET \
+                 steps = EXCLUDED.steps, first_ms = EXCLUDED.first_ms, last_ms = EXCLUDED.last_ms",
+                &[
+                    &key_id,
+                    step,
+                    &db(run.steps),
+                    &db(run.first_ms),
+                    &db(run.last_ms),
+                ],
+            )
+            .await?;
+            tx.execute(
+                "INSERT INTO fleet_session_steps (key_id, session, step, at_ms) \
+                 VALUES ($1, $2, $3, $4) ON CONFLICT (key_id, session) DO UPDATE SET \
+                 step = EXCLUDED.step, at_ms = EXCLUDED.at_ms",
+                &[&key_id, request.session, step, &now],
             )
             .await?;
         }
@@ -712,6 +749,24 @@ impl Fleet {
                         "DELETE FROM fleet_cache_points WHERE seen_ms <= {DB_NOW_MS} - $1::bigint"
                     ),
                     &[&db(CACHE_TTL_MS)],
+                )
+                .await?;
+            // A run silent for the longest hold has ended; a session's latest step is kept a
+            // day (the in-memory windows keep the newest 4,096 per key).
+            client
+                .execute(
+                    &format!(
+                        "DELETE FROM fleet_step_runs WHERE last_ms <= {DB_NOW_MS} - $1::bigint"
+                    ),
+                    &[&db(self.steps.max_hold_ms())],
+                )
+                .await?;
+            client
+                .execute(
+                    &format!(
+                        "DELETE FROM fleet_session_steps WHERE at_ms <= {DB_NOW_MS} - $1::bigint"
+                    ),
+                    &[&db(86_400_000)],
                 )
                 .await?;
             // Answers: past their age, then the oldest beyond the byte bound.
@@ -1166,13 +1221,14 @@ impl Fleet {
                     &since,
                     &request.named_hold,
                     &request.wire.as_str(),
+                    request.session,
                 ],
             )
             .await?;
         Ok(Observed {
             now_ms: un(now),
             seq: 0,
-            counts: counts_from(&found),
+            counts: paced_counts(&found, request.step),
             budget: limit.ceiling_nano.map(|ceiling| BudgetState {
                 ceiling_nano: ceiling,
                 spend_nano: un(found.get::<_, i64>("spend_nano")),
@@ -1390,19 +1446,43 @@ struct WindowStatements {
     /// admission reads.
     observe: String,
     /// Everything an admission reads under the key's lock, in one statement: the windows,
-    /// spend and reservations ([`window_columns`]), then the key's pending hold for this
+    /// spend and reservations ([`window_columns`]), the schedule's ([`pacing_columns`]), then
+    /// the key's pending hold for this
     /// request, the approved hold that releases it (`$7`, the named one, first), its
     /// attending lease, and the recorded usage of the answer in its wire form (`$8`).
     admit_read: String,
 }
 
+/// The columns of the schedule of repeated steps ([`tokensaver_core::gate::schedule`]): the
+/// identical steps in the pace window (SERVEs excepted, capped at 64 as the in-memory lists)
+/// and the newest seven of their times, the key's run of this step (`$3`), and the step the
+/// request's session (`$9`) made last.
+fn pacing_columns(steps: &StepLimits) -> String {
+    let pace_ms = steps.pace_window_ms();
+    format!(
+        "(SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
+            AND step_fingerprint = $3 AND verdict <> 'SERVE' \
+            AND decided_at_ms > $5::bigint - {pace_ms} LIMIT 64) s)::bigint AS step_paced, \
+        ARRAY(SELECT decided_at_ms FROM fleet_decisions WHERE key_id = $1 \
+            AND step_fingerprint = $3 AND verdict <> 'SERVE' \
+            AND decided_at_ms > $5::bigint - {pace_ms} \
+            ORDER BY decided_at_ms DESC LIMIT 7) AS step_newest, \
+        (SELECT steps FROM fleet_step_runs WHERE key_id = $1 AND step = $3) AS run_steps, \
+        (SELECT first_ms FROM fleet_step_runs WHERE key_id = $1 AND step = $3) AS run_first, \
+        (SELECT last_ms FROM fleet_step_runs WHERE key_id = $1 AND step = $3) AS run_last, \
+        (SELECT step FROM fleet_session_steps WHERE key_id = $1 AND session = $9::text) \
+            AS session_step"
+    )
+}
+
 impl WindowStatements {
-    fn new(w: &WindowLengths) -> WindowStatements {
+    fn new(w: &WindowLengths, steps: &StepLimits) -> WindowStatements {
         let columns = window_columns(w);
+        let pacing = pacing_columns(steps);
         WindowStatements {
             observe: format!("SELECT {columns}"),
             admit_read: format!(
-                "SELECT {columns}, \
+                "SELECT {columns}, {pacing}, \
                 (SELECT hold_id FROM fleet_holds WHERE key_id = $1 AND fingerprint = $2 \
                     AND state = 'pending' AND expires_ms > $5::bigint \
                     ORDER BY created_ms DESC LIMIT 1) AS pending_hold, \
@@ -1525,6 +1605,36 @@ fn shared_limit(row: &tokio_postgres::Row, at: usize) -> Option<KeyLimit> {
     })
 }
 
+/// [`counts_from`] with the schedule's columns ([`pacing_columns`]).
+fn paced_counts(row: &tokio_postgres::Row, step: &Hash) -> WindowCounts {
+    let newest: Vec<i64> = row.get("step_newest");
+    let mut step_newest_ms = [0; tokensaver_core::gate::windows::STEP_NEWEST];
+    for (slot, t) in step_newest_ms.iter_mut().zip(newest) {
+        *slot = un(t);
+    }
+    let run = match (
+        row.get::<_, Option<i64>>("run_steps"),
+        row.get::<_, Option<i64>>("run_first"),
+        row.get::<_, Option<i64>>("run_last"),
+    ) {
+        (Some(steps), Some(first), Some(last)) => Some(Run {
+            steps: un(steps),
+            first_ms: un(first),
+            last_ms: un(last),
+        }),
+        _ => None,
+    };
+    let broken = row
+        .get::<_, Option<Hash>>("session_step")
+        .is_some_and(|last| last != *step);
+    WindowCounts {
+        step_paced: un(row.get::<_, i64>("step_paced")),
+        step_newest_ms,
+        ..counts_from(row)
+    }
+    .with_run(run, broken)
+}
+
 fn counts_from(row: &tokio_postgres::Row) -> WindowCounts {
     let count = |name: &str| un(row.get::<_, i64>(name));
     let (same_fingerprint, same_step, same_both) = (
@@ -1540,8 +1650,7 @@ fn counts_from(row: &tokio_postgres::Row) -> WindowCounts {
         model_seen: row.get("model_seen"),
         fingerprint_seen: row.get("fingerprint_seen"),
         step_seen: row.get("step_seen"),
-        // The fleet does not pace yet: it reads no step pacing columns, and its gate decides
-        // a repeated step as a loop (`decide_with`).
+        // The schedule's columns are admission's ([`paced_counts`]).
         ..WindowCounts::default()
     }
 }

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::findings::{findings, Finding};
 use super::rules::{self, BudgetState, Rule, WorstCase};
+use super::schedule;
 use super::score::{self, Signals};
 use super::windows::WindowCounts;
 use super::{Band, GateConfig, Saturation, Usage, Verdict};
@@ -390,12 +391,18 @@ fn decide_inner(
     // A caller that can hold it paces it until its window admits it, and a step repeated past
     // the long bound is stopped; one that cannot hold it stops it as a loop.
     match paced_ms {
-        Some(paced) => match rules::step_check(&cfg.steps, &state.counts, input.human) {
-            rules::StepCheck::Clear => {}
-            rules::StepCheck::Runaway => {
+        Some(paced) => match schedule::check(
+            &cfg.steps,
+            &state.counts,
+            input.human,
+            now_ms.saturating_sub(paced),
+            now_ms,
+        ) {
+            schedule::StepCheck::Clear => {}
+            schedule::StepCheck::Runaway => {
                 return Ok(block(decision, Some(Rule::RunawayStep), None, avoided));
             }
-            rules::StepCheck::PaceUntil(until) => {
+            schedule::StepCheck::PaceUntil(until) => {
                 // A call the budget refuses now is refused now: holding it would only park a
                 // request (and its body) that the same rules refuse when the wait ends.
                 if let Some(refusal) = budget_refusal(budget, &worst, input) {
@@ -408,7 +415,7 @@ fn decide_inner(
                 };
                 let stop = block(decision, Some(rule), None, avoided);
                 let held = paced.saturating_add(until.saturating_sub(now_ms));
-                return if until > now_ms && held <= cfg.steps.max_pace_ms() {
+                return if until > now_ms && held <= cfg.steps.max_hold_ms() {
                     Err(until)
                 } else {
                     Ok(stop)
@@ -769,10 +776,11 @@ mod tests {
                 outcome(&p, &seven, &next, true, 0, 8_000),
                 Outcome::Pace { until_ms: 121_000 }
             );
-            // Unattended, the same history waits for the 5th newest (at 5 000) to leave.
+            // Unattended, the same run is past its window's three: its gap has grown to the
+            // longest hold.
             assert_eq!(
                 outcome(&p, &seven, &next, false, 0, 8_000),
-                Outcome::Pace { until_ms: 125_000 }
+                Outcome::Pace { until_ms: 247_000 }
             );
         }
 
@@ -781,17 +789,17 @@ mod tests {
             let p = policy(StepLimits::default());
             let w = windows(&p, &[1_000, 5_000, 9_000]);
             let next = shape(50);
-            // Held 140 s already; another 111 s would pass the 150 s cap.
-            let d = decided(outcome(&p, &w, &next, false, 140_000, 10_000));
+            // Held 130 s already; another 111 s would pass the 240 s cap.
+            let d = decided(outcome(&p, &w, &next, false, 130_000, 10_000));
             assert_eq!(
                 (d.verdict, d.rule),
                 (Verdict::Block, Some(Rule::RunawayLoopUnattended))
             );
             assert_eq!(d.status(), 429);
-            assert_eq!(d.paced_ms, Some(140_000));
+            assert_eq!(d.paced_ms, Some(130_000));
             // Exactly at the cap is still a wait.
             assert_eq!(
-                outcome(&p, &w, &next, false, 39_000, 10_000),
+                outcome(&p, &w, &next, false, 129_000, 10_000),
                 Outcome::Pace { until_ms: 121_000 }
             );
             // A literal retry storm (the same fingerprint): BLOCKed at once, never held.
@@ -824,24 +832,28 @@ mod tests {
         }
 
         #[test]
-        fn a_step_repeated_past_the_long_bound_is_a_runaway_step() {
+        fn a_run_older_than_its_bound_is_a_runaway_step() {
             let p = policy(StepLimits {
-                runaway_repeats: 5,
-                runaway_window_secs: 600,
+                runaway_after_secs: 600,
                 ..StepLimits::default()
             });
-            // Four steps 130 s apart: never more than one earlier in any 120 s.
+            // Four steps 130 s apart: one run (each within the longest hold of the one before),
+            // never more than one earlier in any 120 s.
             let w = windows(&p, &[0, 130_000, 260_000, 390_000]);
             let next = shape(50);
-            let d = decided(outcome(&p, &w, &next, false, 0, 520_000));
+            // Its 5th, 210 s after the 4th (the gap asked: 120 s): admitted at 599 999 ms.
+            let d = decided(outcome(&p, &w, &next, false, 0, 599_999));
+            assert!(d.verdict.forwards(), "{d:?}");
+            // At 600 s the run is the bound's age: stopped.
+            let d = decided(outcome(&p, &w, &next, false, 0, 600_000));
             assert_eq!(
                 (d.verdict, d.rule),
                 (Verdict::Block, Some(Rule::RunawayStep))
             );
             assert_eq!(d.reason(), "runaway_step");
             assert_eq!(d.status(), 429);
-            // The first has left the 600 s window (exactly 600 s old): the 4th in it, admitted.
-            let d = decided(outcome(&p, &w, &next, false, 0, 600_000));
+            // After a silence as long as the longest hold, the step starts a new run.
+            let d = decided(outcome(&p, &w, &next, false, 0, 630_000));
             assert!(d.verdict.forwards(), "{d:?}");
         }
 
@@ -879,7 +891,7 @@ mod tests {
                         }
                         Outcome::Decided(d) if d.verdict.forwards() => {
                             scores.push(d.score);
-                            w.record_step("k", &next.fingerprint, &STEP, "m", now);
+                            w.record_session("k", &next.fingerprint, &STEP, None, "m", now, asked);
                             forwarded.push(now);
                             break;
                         }
@@ -903,8 +915,8 @@ mod tests {
             w.burst_secs /= factor;
             w.grind_secs /= factor;
             st.pace_window_secs /= factor;
-            st.pace_slack_secs /= factor;
-            st.runaway_window_secs /= factor;
+            st.max_hold_secs /= factor;
+            st.runaway_after_secs /= factor;
             assert!(p.gate.validate().is_ok());
             p
         }
@@ -953,18 +965,24 @@ mod tests {
         }
 
         #[test]
-        fn the_defaults_stop_a_stuck_agent_at_its_30th_repeat_paced_all_along() {
+        fn the_defaults_stop_a_stuck_agent_after_90_minutes_paced_all_along() {
             for human in [false, true] {
                 // A fast model: the next call 1 s after each answer.
                 let (calls, refused) = run_agent(StepLimits::default(), human, 1_000, 100);
                 let refused = refused.expect("stopped");
                 assert_eq!(refused.reason(), "runaway_step", "attended: {human}");
                 assert_eq!(refused.status(), 429);
-                // 29 reached the provider, at most 3 (unattended) / 7 (attended) per 120 s,
-                // all within the 30-minute bound.
-                assert_eq!(calls.len(), 29, "attended: {human}");
+                // At most 3 (unattended) / 7 (attended) per 120 s, then one per 240 s, all
+                // within the 90-minute bound; unattended, fewer than 30 in all.
                 assert_at_most(&calls, if human { 7 } else { 3 }, 120_000);
-                assert!(calls[28] - calls[0] < 1_800_000);
+                let last = calls.len() - 1;
+                assert!(calls[last] - calls[0] < 5_400_000);
+                for pair in calls[if human { 9 } else { 5 }..].windows(2) {
+                    assert!(pair[1] - pair[0] >= 240_000, "{calls:?}");
+                }
+                if !human {
+                    assert!(calls.len() < 30, "{}", calls.len());
+                }
             }
         }
 
@@ -975,11 +993,15 @@ mod tests {
             cfg.steps.pace_window_secs = 121;
             assert_eq!(cfg.validate().unwrap_err().0, "steps.pace_window_secs");
             cfg.steps.pace_window_secs = 2;
-            cfg.steps.runaway_repeats = 65;
-            assert_eq!(cfg.validate().unwrap_err().0, "steps.runaway_repeats");
-            cfg.steps.runaway_repeats = 10;
-            cfg.steps.runaway_window_secs = 1;
-            assert_eq!(cfg.validate().unwrap_err().0, "steps.runaway_window_secs");
+            cfg.steps.max_hold_secs = 281;
+            assert_eq!(cfg.validate().unwrap_err().0, "steps.max_hold_secs");
+            cfg.steps.max_hold_secs = 1;
+            assert_eq!(cfg.validate().unwrap_err().0, "steps.max_hold_secs");
+            cfg.steps.max_hold_secs = 4;
+            cfg.steps.runaway_after_secs = 3;
+            assert_eq!(cfg.validate().unwrap_err().0, "steps.runaway_after_secs");
+            cfg.steps.runaway_after_secs = 60;
+            assert!(cfg.validate().is_ok());
             // The windows may be shortened, never lengthened; the pace window fits the loop's.
             let mut cfg = crate::gate::GateConfig::default();
             cfg.windows.loop_secs = 121;

@@ -5,6 +5,7 @@ pub mod cache;
 mod decide;
 mod findings;
 pub mod rules;
+pub mod schedule;
 mod score;
 pub mod windows;
 
@@ -297,32 +298,36 @@ impl Default for FindingsThresholds {
     }
 }
 
-/// Repeated steps (SPEC §2.3, "Literal repeats and repeated steps"): a step repeated past what
-/// its window admits is *paced* — held in the gate until the window admits it (at most
-/// [`rules::STEP_PACE_UNATTENDED`] unattended / [`rules::STEP_PACE_ATTENDED`] attended identical
-/// steps decided in any `pace_window_secs`) — and a step repeated `runaway_repeats` times within
-/// `runaway_window_secs` is BLOCKed (`runaway_step`). The defaults are the SPEC's window and this
-/// build's bound; a test config may scale them down.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Repeated steps (SPEC §2.3, "Literal repeats and repeated steps"; the schedule is
+/// [`schedule`]'s): at most [`rules::STEP_PACE_UNATTENDED`] unattended /
+/// [`rules::STEP_PACE_ATTENDED`] attended identical steps are decided in any
+/// `pace_window_secs`; past those, each further identical step of a run waits twice as long
+/// after the one before as the last did, up to `max_hold_secs` — the longest the gate holds one
+/// request, kept below what the clients tolerate — so that a stuck agent's rate falls to one per
+/// `max_hold_secs`; a run older than `runaway_after_secs` is BLOCKed (`runaway_step`). The
+/// defaults are the SPEC's window and this build's bounds; a test config may scale them down.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StepLimits {
     /// The window a repeated step is paced in (the loop rules' 120 s by default).
     pub pace_window_secs: u64,
-    /// The longest a request is held in all, beyond the window: the wait never exceeds
-    /// `pace_window_secs + pace_slack_secs`; past it the step is BLOCKed as a loop.
-    pub pace_slack_secs: u64,
-    /// The `runaway_repeats`th identical step within `runaway_window_secs` is BLOCKed.
-    pub runaway_repeats: u64,
-    pub runaway_window_secs: u64,
+    /// The longest one request is held (240 s by default: the tightest client timeout measured
+    /// is 300 s — Claude Code's non-streaming fallback, Codex's stream idle timeout — and the
+    /// SDKs allow 600 s); also the longest gap the schedule asks between two identical steps,
+    /// and the silence after which a step starts a new run.
+    pub max_hold_secs: u64,
+    /// A run of one step repeated for this long is stopped (`runaway_step`): 90 minutes by
+    /// default, so that a poll of a job of an hour (a CI pipeline, a deploy, a long test suite)
+    /// completes, and a stuck agent buys at most ~27 calls in all.
+    pub runaway_after_secs: u64,
 }
 
 impl Default for StepLimits {
     fn default() -> Self {
         Self {
             pace_window_secs: 120,
-            pace_slack_secs: 30,
-            runaway_repeats: 30,
-            runaway_window_secs: 1_800,
+            max_hold_secs: 240,
+            runaway_after_secs: 5_400,
         }
     }
 }
@@ -332,15 +337,13 @@ impl StepLimits {
         self.pace_window_secs.saturating_mul(1_000)
     }
 
-    pub fn runaway_window_ms(&self) -> u64 {
-        self.runaway_window_secs.saturating_mul(1_000)
+    /// The longest a request may be held in all.
+    pub fn max_hold_ms(&self) -> u64 {
+        self.max_hold_secs.saturating_mul(1_000)
     }
 
-    /// The longest a request may be held in all.
-    pub fn max_pace_ms(&self) -> u64 {
-        self.pace_window_secs
-            .saturating_add(self.pace_slack_secs)
-            .saturating_mul(1_000)
+    pub fn runaway_after_ms(&self) -> u64 {
+        self.runaway_after_secs.saturating_mul(1_000)
     }
 }
 
@@ -430,17 +433,17 @@ impl GateConfig {
                 "must be between 1 and windows.loop_secs (the loop rules' window)",
             ));
         }
-        // A digest client waits for the central gate's answer at most 270 s (remote.rs).
-        if st.pace_slack_secs > 120 {
-            return Err(("steps.pace_slack_secs", "must be at most 120"));
-        }
-        if !(2..=windows::STEP_CAP).contains(&st.runaway_repeats) {
-            return Err(("steps.runaway_repeats", "must be between 2 and 64"));
-        }
-        if !(st.pace_window_secs..=86_400).contains(&st.runaway_window_secs) {
+        // A digest client waits for the central gate's answer at most 300 s (remote.rs).
+        if !(st.pace_window_secs..=280).contains(&st.max_hold_secs) {
             return Err((
-                "steps.runaway_window_secs",
-                "must be between pace_window_secs and 86400",
+                "steps.max_hold_secs",
+                "must be between pace_window_secs and 280",
+            ));
+        }
+        if !(st.max_hold_secs..=7 * 86_400).contains(&st.runaway_after_secs) {
+            return Err((
+                "steps.runaway_after_secs",
+                "must be between max_hold_secs and 604800 (a week)",
             ));
         }
         if self.findings.budget_nearly_gone_percent > 100 {

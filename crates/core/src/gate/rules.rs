@@ -66,8 +66,8 @@ pub enum Rule {
     RunawayBurst,
     BudgetExhausted,
     ExceedsRemainingBudget,
-    /// A step (same step fingerprint) repeated the configured number of times within the
-    /// configured window (`[gate.steps]`): a stuck agent, however it is paced.
+    /// A run of one step (same step fingerprint) that has gone on past `[gate.steps]
+    /// runaway_after_secs` ([`super::schedule`]): a stuck agent, however it is paced.
     RunawayStep,
 }
 
@@ -137,39 +137,6 @@ pub fn step_loop_rule(counts: &WindowCounts, human: bool) -> Option<Rule> {
         Rule::RunawayBurst => None,
         rule => Some(rule),
     }
-}
-
-/// What a repeated step meets when the caller can hold it (SPEC §2.3): `runaway_step` past
-/// the long bound; else, when its pace window already holds as many identical steps as it
-/// admits, the time the window admits it again — when enough of them are exactly the window's
-/// length old (half-open: then outside).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StepCheck {
-    Clear,
-    Runaway,
-    PaceUntil(u64),
-}
-
-pub fn step_check(limits: &super::StepLimits, counts: &WindowCounts, human: bool) -> StepCheck {
-    if counts.step_runaway.saturating_add(1) >= limits.runaway_repeats {
-        return StepCheck::Runaway;
-    }
-    let admits = if human {
-        STEP_PACE_ATTENDED
-    } else {
-        STEP_PACE_UNATTENDED
-    };
-    if counts.step_paced < admits {
-        return StepCheck::Clear;
-    }
-    // The `admits`th newest must leave the window: then only `admits − 1` earlier ones are in
-    // it, and this request is at most the `admits`th.
-    let oldest_kept = counts
-        .step_newest_ms
-        .get((admits - 1) as usize)
-        .copied()
-        .unwrap_or(0);
-    StepCheck::PaceUntil(oldest_kept.saturating_add(limits.pace_window_ms()))
 }
 
 /// A key's budget as the gate sees it, all in nano-USD.

@@ -9,6 +9,8 @@ use std::collections::{HashMap, VecDeque};
 use lru::LruCache;
 use serde::{Deserialize, Serialize};
 
+use super::schedule::Run;
+use super::StepLimits;
 use crate::request::Hash;
 
 /// The SPEC's windows (`[gate.windows]` may shorten them: [`super::WindowLengths`]).
@@ -26,6 +28,9 @@ pub const STEP_CAP: u64 = CAP_IDENTICAL as u64;
 /// Distinct fingerprints remembered per key for the 24 h repeat findings.
 const CAP_SEEN_FINGERPRINTS: usize = 100_000;
 const CAP_MODELS: usize = 1024;
+/// Sessions whose latest step is remembered per key (an agent fleet of one key runs far
+/// fewer at once).
+const CAP_SESSIONS: usize = 4096;
 
 /// What the windows say about a request, before it is counted. "Earlier" never includes the
 /// request being decided.
@@ -62,10 +67,19 @@ pub struct WindowCounts {
     /// Their times, newest first (0 past `step_paced`): when the window admits a step again.
     #[serde(default)]
     pub step_newest_ms: [u64; STEP_NEWEST],
-    /// Earlier decisions with this step fingerprint (SERVEs excepted) in the runaway window
-    /// (`[gate.steps] runaway_window_secs`).
+    /// The key's run of this step so far ([`super::schedule::Run`]): steps decided in it
+    /// (0: none), when its first and latest were decided. Whether the request continues it is
+    /// the schedule's to judge, from its arrival.
     #[serde(default)]
-    pub step_runaway: u64,
+    pub run_steps: u64,
+    #[serde(default)]
+    pub run_first_ms: u64,
+    #[serde(default)]
+    pub run_last_ms: u64,
+    /// The request's session made another step since the run's latest (progress): the run
+    /// ends.
+    #[serde(default)]
+    pub run_broken: bool,
 }
 
 /// How many of a step's newest times the counts carry: enough for the attended pace (7).
@@ -78,7 +92,27 @@ impl WindowCounts {
         WindowCounts {
             step_paced: 0,
             step_newest_ms: [0; STEP_NEWEST],
-            step_runaway: 0,
+            ..self.with_run(None, false)
+        }
+    }
+
+    /// The key's run of this step, if it has one.
+    pub fn run(&self) -> Option<Run> {
+        (self.run_steps > 0).then_some(Run {
+            steps: self.run_steps,
+            first_ms: self.run_first_ms,
+            last_ms: self.run_last_ms,
+        })
+    }
+
+    /// These counts with this run (and whether the session's progress broke it).
+    pub fn with_run(self, run: Option<Run>, broken: bool) -> Self {
+        let r = run.unwrap_or_default();
+        WindowCounts {
+            run_steps: r.steps,
+            run_first_ms: r.first_ms,
+            run_last_ms: r.last_ms,
+            run_broken: broken && run.is_some(),
             ..self
         }
     }
@@ -95,6 +129,10 @@ struct KeyWindows {
     seen: LruCache<Hash, u64>,
     /// Step fingerprints sent in the last 24 h, kept like `seen`.
     seen_steps: LruCache<Hash, u64>,
+    /// The run of each step ([`super::schedule`]), while it may continue.
+    runs: HashMap<Hash, Run>,
+    /// Session → the step it made last: a session that makes another step ends that run.
+    session_steps: LruCache<Hash, Hash>,
 }
 
 impl KeyWindows {
@@ -108,6 +146,8 @@ impl KeyWindows {
             // Unbounded + a manual cap: `LruCache::new(cap)` would preallocate `cap` slots per key.
             seen: LruCache::unbounded(),
             seen_steps: LruCache::unbounded(),
+            runs: HashMap::new(),
+            session_steps: LruCache::unbounded(),
         }
     }
 }
@@ -136,6 +176,8 @@ fn push_capped(times: &mut VecDeque<u64>, now: u64, cap: usize) {
 pub struct Windows {
     keys: HashMap<String, KeyWindows>,
     spans: Spans,
+    /// What a step's run is judged by ([`super::schedule`]).
+    steps: StepLimits,
 }
 
 /// Every window's length, in milliseconds.
@@ -144,9 +186,10 @@ struct Spans {
     loop_ms: u64,
     burst_ms: u64,
     grind_ms: u64,
-    /// The step pacing and runaway windows (`[gate.steps]`).
+    /// The step pacing window, and how long a run is kept after its latest step
+    /// (`[gate.steps]`).
     pace_ms: u64,
-    runaway_ms: u64,
+    hold_ms: u64,
 }
 
 impl Default for Windows {
@@ -170,8 +213,9 @@ impl Windows {
                 burst_ms: secs(config.windows.burst_secs),
                 grind_ms: secs(config.windows.grind_secs),
                 pace_ms: config.steps.pace_window_ms(),
-                runaway_ms: config.steps.runaway_window_ms(),
+                hold_ms: config.steps.max_hold_ms(),
             },
+            steps: config.steps,
         }
     }
 
@@ -180,12 +224,26 @@ impl Windows {
         self.observe_step(key, fingerprint, fingerprint, model, now)
     }
 
-    /// Read the counts for a request without moving any window (`POST /estimate`).
+    /// [`Windows::observe_session`] for a request whose session is not known.
     pub fn observe_step(
         &self,
         key: &str,
         fingerprint: &Hash,
         step: &Hash,
+        model: &str,
+        now: u64,
+    ) -> WindowCounts {
+        self.observe_session(key, fingerprint, step, None, model, now)
+    }
+
+    /// Read the counts for a request without moving any window (`POST /estimate`); `session`:
+    /// the agent session it belongs to (its progress ends a run: [`super::schedule`]).
+    pub fn observe_session(
+        &self,
+        key: &str,
+        fingerprint: &Hash,
+        step: &Hash,
+        session: Option<&Hash>,
         model: &str,
         now: u64,
     ) -> WindowCounts {
@@ -207,10 +265,12 @@ impl Windows {
                 *slot = t;
             }
         }
-        WindowCounts {
+        let broken = session
+            .and_then(|s| w.session_steps.peek(s))
+            .is_some_and(|last| last != step);
+        let counts = WindowCounts {
             step_paced,
             step_newest_ms,
-            step_runaway: steps.map_or(0, |t| count_within(t, now, sp.runaway_ms)),
             // Each list is capped alike and `both` is a subset of either, so this never
             // undercounts below the smaller cap.
             earlier_identical: same_fingerprint + same_step.saturating_sub(same_both),
@@ -229,7 +289,9 @@ impl Windows {
                 .seen_steps
                 .peek(step)
                 .is_some_and(|&t| within(now, t, REPEAT_WINDOW_MS)),
-        }
+            ..WindowCounts::default()
+        };
+        counts.with_run(w.runs.get(step).copied(), broken)
     }
 
     /// [`Windows::record_step`] for a request whose step fingerprint is its fingerprint.
@@ -237,7 +299,7 @@ impl Windows {
         self.record_step(key, fingerprint, fingerprint, model, now)
     }
 
-    /// Count a request in every window, whatever its verdict (a SERVE: [`Windows::record_serve`]).
+    /// [`Windows::record_session`] for a request of no known session, decided as it arrived.
     pub fn record_step(
         &mut self,
         key: &str,
@@ -246,7 +308,24 @@ impl Windows {
         model: &str,
         now: u64,
     ) {
-        self.record_entry(key, fingerprint, step, model, now, true)
+        self.record_entry(key, fingerprint, step, model, now, Some((None, now)))
+    }
+
+    /// Count a request in every window, whatever its verdict (a SERVE: [`Windows::record_serve`]),
+    /// and its step in its run ([`super::schedule::Run`]): `arrival` is when the request came
+    /// (before any hold), `session` the agent session it belongs to.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_session(
+        &mut self,
+        key: &str,
+        fingerprint: &Hash,
+        step: &Hash,
+        session: Option<&Hash>,
+        model: &str,
+        now: u64,
+        arrival: u64,
+    ) {
+        self.record_entry(key, fingerprint, step, model, now, Some((session, arrival)))
     }
 
     /// Count a SERVE: in every window but the step windows. A SERVE buys nothing, so a
@@ -260,9 +339,10 @@ impl Windows {
         model: &str,
         now: u64,
     ) {
-        self.record_entry(key, fingerprint, step, model, now, false)
+        self.record_entry(key, fingerprint, step, model, now, None)
     }
 
+    /// `as_step`: counted as a step (not a SERVE), of this session, arrived then.
     fn record_entry(
         &mut self,
         key: &str,
@@ -270,7 +350,7 @@ impl Windows {
         step: &Hash,
         model: &str,
         now: u64,
-        in_steps: bool,
+        as_step: Option<(Option<&Hash>, u64)>,
     ) {
         // Allocate the key's name only the first time it is seen.
         if !self.keys.contains_key(key) {
@@ -285,13 +365,24 @@ impl Windows {
             now,
             CAP_IDENTICAL,
         );
-        if in_steps {
+        if let Some((session, arrival)) = as_step {
             push_capped(w.steps.entry(*step).or_default(), now, CAP_IDENTICAL);
             push_capped(
                 w.both.entry((*fingerprint, *step)).or_default(),
                 now,
                 CAP_IDENTICAL,
             );
+            let broken = session
+                .and_then(|s| w.session_steps.peek(s))
+                .is_some_and(|last| last != step);
+            let continued = Run::continued(w.runs.get(step).copied(), broken, arrival, &self.steps);
+            w.runs.insert(*step, Run::after(continued, now));
+            if let Some(s) = session {
+                w.session_steps.put(*s, *step);
+                if w.session_steps.len() > CAP_SESSIONS {
+                    w.session_steps.pop_lru();
+                }
+            }
         }
         if w.models.len() >= CAP_MODELS && !w.models.contains_key(model) {
             w.models.retain(|_, t| within(now, *t, NOVELTY_WINDOW_MS));
@@ -327,10 +418,14 @@ impl Windows {
             w.identical.retain(|_, times| recent(times));
         }
         if w.steps.len() > 64 && w.steps.len().is_power_of_two() {
-            // The step lists serve the runaway window too (never shorter than the loop's).
-            let len = sp.runaway_ms.max(sp.loop_ms);
+            // The step lists serve the pace window too (never longer than the loop's).
+            let len = sp.pace_ms.max(sp.loop_ms);
             w.steps
                 .retain(|_, times| times.back().is_some_and(|&t| within(now, t, len)));
+        }
+        if w.runs.len() > 64 && w.runs.len().is_power_of_two() {
+            // A run silent for the longest hold has ended.
+            w.runs.retain(|_, r| within(now, r.last_ms, sp.hold_ms));
         }
         if w.both.len() > 64 && w.both.len().is_power_of_two() {
             w.both.retain(|_, times| recent(times));
@@ -370,6 +465,8 @@ impl Windows {
                     + w.models.len()
                     + w.seen.len()
                     + w.seen_steps.len()
+                    + w.runs.len()
+                    + w.session_steps.len()
             })
             .sum()
     }

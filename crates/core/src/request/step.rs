@@ -597,7 +597,10 @@ mod tests {
         let a = shape(Route::OpenAiResponses, &chained("resp_1", "same"));
         let b = shape(Route::OpenAiResponses, &chained("resp_2", "same"));
         assert_ne!(a.fingerprint, b.fingerprint);
-        assert_eq!(a.step_fingerprint, b.step_fingerprint, "the id is not the step");
+        assert_eq!(
+            a.step_fingerprint, b.step_fingerprint,
+            "the id is not the step"
+        );
         let call = |args: &str| {
             crate::request::answer_identity_of(
                 format!(
@@ -634,7 +637,9 @@ mod tests {
         };
         assert_ne!(text("yes"), text("no"));
         // A body that is no continuation has no chained step.
-        assert!(crate::request::chained_step(br#"{"model":"m","input":"hi"}"#, &KEY, &ls).is_none());
+        assert!(
+            crate::request::chained_step(br#"{"model":"m","input":"hi"}"#, &KEY, &ls).is_none()
+        );
     }
 
     #[test]
