@@ -587,6 +587,62 @@ fn runaway_rules_fire_across_instances_where_a_single_node_fires_them() {
     );
 }
 
+/// An agent's request after `steps` tool steps that all poll one job: one step fingerprint.
+fn polling_step(steps: usize) -> serde_json::Value {
+    let mut messages = vec![json!({"role": "user", "content": "Wait for job 7 (fleet)."})];
+    for i in 0..steps {
+        let id = format!("call_fleet_{i}");
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": id, "type": "function", "function": {"name": "job_status",
+             "arguments": "{\"job\":7}"}}]}));
+        messages.push(json!({"role": "tool", "tool_call_id": id, "content": "running"}));
+    }
+    json!({"model": "gpt-4o", "max_tokens": 20, "messages": messages})
+}
+
+/// Issue "fair over hours": a stuck agent whose calls are spread over three instances is paced
+/// and stopped exactly as one instance paces and stops it — the same verdicts, the same calls
+/// held, the same calls bought, to the request — from the runs the fleet keeps in PostgreSQL.
+#[test]
+fn a_repeated_step_is_paced_across_three_instances_as_on_one() {
+    let Some(url) = pg_url() else { return };
+    let key = FleetKey::new(format!("pace{}", run_tag()));
+    // Scaled down: 3 steps per 2 s, then gaps of 1, 2 and 4 s, a run stopped once 10 s old.
+    let keys_toml = format!(
+        "{}\n[gate.steps]\npace_window_secs = 2\nmax_hold_secs = 4\nrunaway_after_secs = 10\n",
+        key.toml(None)
+    );
+    let single = Harness::start(Opts {
+        extra_config: keys_toml.clone(),
+        ..Opts::default()
+    });
+    let fleet = three(&url, &keys_toml, 3_000);
+    let run = |targets: &[&Harness]| {
+        let mut seen = Vec::new();
+        for i in 1..=12 {
+            let r = targets[i % targets.len()].post(CHAT, &key.bearer(), &polling_step(i), &[]);
+            let paced = r
+                .header("x-tokensaver-receipt")
+                .and_then(|_| r.receipt()["paced_ms"].as_u64())
+                .unwrap_or(0);
+            let (status, verdict, reason) = outcome(&r);
+            seen.push((status, verdict, reason, paced > 0));
+            if status == 429 {
+                break;
+            }
+        }
+        seen
+    };
+    let one = run(&[&single]);
+    let three_of = run(&fleet.iter().collect::<Vec<_>>());
+    assert_eq!(three_of, one);
+    let last = one.last().unwrap();
+    assert_eq!((last.0, last.2.as_str()), (429, "runaway_step"), "{one:?}");
+    assert!(one.iter().filter(|s| s.3).count() >= 3, "{one:?}");
+    assert_eq!(provider_calls(&fleet), single.calls(CHAT));
+    eprintln!("one node and three: {one:?}");
+}
+
 /// A provider call made on its own thread (the provider holds it): its status when it ends.
 fn post_in_background(
     url: String,

@@ -157,3 +157,53 @@ fn a_reservation_nothing_relays_is_charged_its_worst_case_after_the_ttl() {
     assert_eq!(expired["spend_nano"], expired["reserved_nano"], "{expired}");
     assert!(expired["spend_nano"].as_u64().unwrap() > 0, "{expired}");
 }
+
+/// Issue "fair over hours": a digest-mode instance relaying a stream that outlives several TTLs
+/// of the central gate's reservation renews it there (`POST /renew`, keyed, only the key's own
+/// digest reservations), so the central gate settles it at the usage the client reports — not
+/// at its worst case on expiry.
+#[test]
+fn a_digest_client_renews_the_central_reservation_of_a_long_stream() {
+    let h = short_ttl(Opts {
+        stream_delay_ms: 1_000,
+        ..Opts::default()
+    });
+    let client = start_client(&h, h.api, KEY_A);
+    let stream = chat(
+        "gpt-4o-mini",
+        "Stream a long reasoning answer slowly, through the local instance.",
+        json!({"stream": true}),
+    );
+    let started = Instant::now();
+    let r = call(
+        client::post(&format!("http://{}{CHAT}", client.1))
+            .set("authorization", &format!("Bearer {KEY_A}"))
+            .set("content-type", "application/json")
+            .set(HUMAN.0, HUMAN.1),
+        Some(stream.to_string().as_bytes()),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("[DONE]"), "{}", r.text());
+    assert!(
+        started.elapsed() > 3 * TTL,
+        "the stream took {:?}",
+        started.elapsed()
+    );
+    settle();
+    // The central gate's row: settled at the reported usage, never expired.
+    let lines = decision_lines(&h);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_settled_as_reported(&lines[0], &stream);
+    // `/renew` is the key's own: another key, or an id that is no open digest reservation,
+    // renews nothing.
+    let id = lines[0]["decision_id"].as_str().unwrap();
+    for (key, id) in [(KEY_B, id), (KEY_A, id)] {
+        let r = keyed_send(
+            "POST",
+            &h.api_url("/renew"),
+            Some(key),
+            json!({"decision_id": id}).to_string().as_bytes(),
+        );
+        assert_eq!(r.status, 404, "{}", r.text());
+    }
+}

@@ -7,6 +7,7 @@
 //! - `POST /estimate`              keyed: a request body (`?route=`) or digest → the decision it would get; records nothing
 //! - `POST /gate`                  keyed: digest → decision + receipt (digest mode); moves the windows
 //! - `POST /record`                keyed: provider-reported usage and how the answer ended; committed before 200
+//! - `POST /renew`                 keyed: a digest client keeps its decision's reservation live while it relays the answer
 //! - `GET  /ledger`                keyed: spend and savings by tier, per day and total (`?format=csv`, `?from=&to=`)
 //! - `GET  /ledger/decisions`      keyed: the key's decisions one by one with usage parts, billed items and spend (`?from=&to=&limit=&after=&format=csv`); never content
 //! - `GET  /budget`                keyed: ceiling, period, spend, reserved, left

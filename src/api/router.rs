@@ -17,6 +17,8 @@ pub enum ApiEndpoint {
     Estimate,
     Gate,
     Record,
+    /// `POST /renew`: a digest client keeps its reservation live while it relays.
+    Renew,
     Ledger,
     Decisions,
     Sessions,
@@ -131,6 +133,7 @@ impl Table<ApiEndpoint> {
             ("/estimate", POST, Estimate),
             ("/gate", POST, Gate),
             ("/record", POST, Record),
+            ("/renew", POST, Renew),
             ("/ledger", GET, Ledger),
             ("/ledger/decisions", GET, Decisions),
             ("/ledger/sessions", GET, Sessions),

@@ -164,6 +164,7 @@ impl Api {
                         keyed(self.gatekeeper.config.max_body_bytes.max(SMALL_BODY_CAP))
                     }
                     ApiEndpoint::Record
+                    | ApiEndpoint::Renew
                     | ApiEndpoint::Ledger
                     | ApiEndpoint::Decisions
                     | ApiEndpoint::Sessions
@@ -278,6 +279,7 @@ impl Api {
             ApiEndpoint::Estimate => self.estimate_route(req).await,
             ApiEndpoint::Gate => self.keyed_async(req, |k| self.gate(req, k, gone)).await,
             ApiEndpoint::Record => self.keyed_async(req, |k| self.record(req, k)).await,
+            ApiEndpoint::Renew => self.keyed_async(req, |k| self.renew(req, k)).await,
             ApiEndpoint::Ledger => self.keyed_async(req, |k| self.ledger(req, k)).await,
             ApiEndpoint::Decisions => {
                 self.keyed_async(req, |k| self.decisions(req, Some(&k.id)))
@@ -546,6 +548,11 @@ impl Api {
 
     fn gate_response(&self, outcome: &GateOutcome) -> ApiResponse {
         let mut answer = gate_answer(outcome);
+        if outcome.decision.verdict.forwards() {
+            // How long its reservation lives unrenewed: the client renews it a third of that
+            // apart while it relays the answer (`POST /renew`).
+            answer["reservation_ttl_ms"] = json!(self.gatekeeper.config.reservation_ttl_ms);
+        }
         if outcome.decision.hold_id.is_some() {
             // What the client's 409 says: the same closed-form text as the proxy's.
             let ttl = self.gatekeeper.config.hold_ttl_ms;
@@ -556,6 +563,31 @@ impl Api {
             ));
         }
         ApiResponse::json(200, &answer)
+    }
+
+    /// `POST /renew` `{"decision_id"}`: the key's own open reservation of a digest decision,
+    /// kept live another TTL while the client relays its answer (SPEC §4).
+    async fn renew(&self, req: &ApiRequest, key: &KeyConfig) -> ApiResponse {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct RenewBody {
+            decision_id: String,
+        }
+        let Ok(body) = serde_json::from_slice::<RenewBody>(&req.body) else {
+            return bad_json();
+        };
+        let Ok(id) = body.decision_id.parse::<DecisionId>() else {
+            return unknown_decision();
+        };
+        match self
+            .gatekeeper
+            .renew_for_digest(&key.id, &id, now_ms())
+            .await
+        {
+            Ok(true) => ApiResponse::json(200, &json!({"renewed": true})),
+            Ok(false) => unknown_decision(),
+            Err(_) => fleet_unavailable(),
+        }
     }
 
     async fn record(&self, req: &ApiRequest, key: &KeyConfig) -> ApiResponse {

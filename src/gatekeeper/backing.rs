@@ -83,6 +83,16 @@ pub(super) trait Backing {
     /// Keep the reservation of an answer still being relayed live for another TTL; a renewal
     /// that fails is retried at the next one.
     async fn renew(&self, gk: &Gatekeeper, decision_id: &DecisionId, now_ms: u64);
+    /// `POST /renew`: a digest client keeps the reservation of a decision it was given live
+    /// while it relays the answer. Only that key's open digest reservations: `Ok(false)` for
+    /// any other id.
+    async fn renew_for_digest(
+        &self,
+        gk: &Gatekeeper,
+        key_id: &str,
+        decision_id: &DecisionId,
+        now_ms: u64,
+    ) -> Result<bool, Unavailable>;
     /// The stored answer for this request, if one is held; a store that does not answer reads
     /// as a miss (the request is decided without it).
     async fn answer(&self, gk: &Gatekeeper, key: &AnswerKey) -> Option<Arc<StoredAnswer>>;
@@ -191,6 +201,16 @@ impl Gatekeeper {
 
     pub async fn renew(&self, decision_id: &DecisionId, now_ms: u64) {
         on_home!(self, home => home.renew(self, decision_id, now_ms).await)
+    }
+
+    /// `POST /renew` ([`Backing::renew_for_digest`]).
+    pub async fn renew_for_digest(
+        &self,
+        key_id: &str,
+        decision_id: &DecisionId,
+        now_ms: u64,
+    ) -> Result<bool, Unavailable> {
+        on_home!(self, home => home.renew_for_digest(self, key_id, decision_id, now_ms).await)
     }
 
     pub async fn stored_answer(&self, key: &AnswerKey) -> Option<Arc<StoredAnswer>> {

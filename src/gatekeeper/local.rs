@@ -55,6 +55,16 @@ impl Backing for Local {
         gk.renew_reservation(decision_id, now_ms)
     }
 
+    async fn renew_for_digest(
+        &self,
+        gk: &Gatekeeper,
+        key_id: &str,
+        decision_id: &DecisionId,
+        now_ms: u64,
+    ) -> Result<bool, Unavailable> {
+        Ok(gk.renew_digest_reservation(key_id, decision_id, now_ms))
+    }
+
     async fn answer(&self, gk: &Gatekeeper, key: &AnswerKey) -> Option<Arc<StoredAnswer>> {
         gk.answer(key)
     }

@@ -38,7 +38,7 @@ use crate::store::{
 };
 pub use backing::{AdmitError, HoldList, SetBudgetError, Unavailable};
 use booking::Booking;
-pub use relays::Relaying;
+pub use relays::{Relaying, RemoteRenewal};
 use reservations::{Reservation, Reservations};
 use tokensaver_core::gate::cache::PointMemory;
 use tokensaver_core::gate::{
@@ -998,6 +998,27 @@ impl Gatekeeper {
         lock(&self.state)
             .reservations
             .renew(decision_id, now_ms.saturating_add(ttl_ms));
+    }
+
+    /// [`Self::renew_reservation`] for a digest client: only its own key's open reservation
+    /// of a decision made through `POST /gate`.
+    pub fn renew_digest_reservation(
+        &self,
+        key_id: &str,
+        decision_id: &DecisionId,
+        now_ms: u64,
+    ) -> bool {
+        let ttl_ms = self.config.reservation_ttl_ms;
+        let mut st = lock(&self.state);
+        let owned = st
+            .reservations
+            .get(decision_id)
+            .is_some_and(|r| &*r.key_id == key_id && r.recorded_by == RecordSource::Digest);
+        if owned {
+            st.reservations
+                .renew(decision_id, now_ms.saturating_add(ttl_ms));
+        }
+        owned
     }
 
     /// Settle a forwarded decision with what the provider reported and how its answer ended

@@ -320,11 +320,16 @@ impl Forward<'_> {
         };
         let sent_at = std::time::Instant::now();
         // While the answer is relayed (a silent wait for the provider's header, a pause in a
-        // stream), this gate's tick keeps its reservation live. A digest client's reservation
-        // lives on the central gate, which has no renewal route: an answer relayed for longer
-        // than its TTL is charged there at its worst case.
-        let relaying = matches!(self.recorder, Recorder::Local)
-            .then(|| self.gatekeeper.relaying(self.decision_id, now_ms()));
+        // stream), this gate's tick keeps its reservation live: here, or — a digest client's —
+        // on the central gate (`POST /renew`).
+        let remote: Option<std::sync::Arc<dyn crate::gatekeeper::RemoteRenewal>> =
+            match &self.recorder {
+                Recorder::Local => None,
+                Recorder::Remote(gate) => Some(std::sync::Arc::new(gate.clone())),
+            };
+        let relaying = self
+            .gatekeeper
+            .relaying(self.decision_id, now_ms(), remote);
         let mut outcome = self.exchange(session, header, body, strip).await;
         drop(relaying);
         self.access.upstream_ms = Some(sent_at.elapsed().as_secs_f64() * 1000.0);

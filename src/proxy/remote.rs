@@ -36,6 +36,8 @@ pub struct RemoteGate {
     /// The hold TTL the central gate last stated with a CHALLENGE (0: not yet stated), for
     /// this instance's 409 message. One gate, one configuration: the last value is its value.
     hold_ttl_ms: Arc<AtomicU64>,
+    /// The central gate's reservation TTL, as its latest forwarded decision stated it.
+    reservation_ttl_ms: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for RemoteGate {
@@ -63,6 +65,9 @@ pub struct RemoteDecision {
     /// With a CHALLENGE: how long the hold lives (absent from gates that do not state it).
     #[serde(default)]
     pub hold_ttl_ms: Option<u64>,
+    /// With a forwarded verdict: how long its reservation lives unrenewed.
+    #[serde(default)]
+    pub reservation_ttl_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -105,6 +110,7 @@ impl RemoteGate {
             key,
             client: Arc::new(client),
             hold_ttl_ms: Arc::new(AtomicU64::new(0)),
+            reservation_ttl_ms: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -135,6 +141,9 @@ impl RemoteGate {
         if let Some(ms) = decision.hold_ttl_ms.filter(|&ms| ms > 0) {
             self.hold_ttl_ms.store(ms, Ordering::Relaxed);
         }
+        if let Some(ms) = decision.reservation_ttl_ms.filter(|&ms| ms > 0) {
+            self.reservation_ttl_ms.store(ms, Ordering::Relaxed);
+        }
         Ok(decision)
     }
 
@@ -144,6 +153,31 @@ impl RemoteGate {
         let body =
             serde_json::to_vec(&RecordBody::of(report)).map_err(|_| RemoteError::Malformed)?;
         self.post("/record", body).await.map(|_| ())
+    }
+
+    /// `POST /renew`: keep the central gate's reservation of a decision live while its
+    /// answer is still being relayed here (SPEC §4).
+    pub async fn renew(&self, decision_id: &DecisionId) -> Result<(), RemoteError> {
+        let body = serde_json::to_vec(&serde_json::json!({"decision_id": decision_id}))
+            .map_err(|_| RemoteError::Malformed)?;
+        self.post("/renew", body).await.map(|_| ())
+    }
+}
+
+impl crate::gatekeeper::RemoteRenewal for RemoteGate {
+    fn ttl_ms(&self) -> Option<u64> {
+        Some(self.reservation_ttl_ms.load(Ordering::Relaxed)).filter(|&ms| ms > 0)
+    }
+
+    fn renew<'a>(
+        &'a self,
+        decision_id: &'a DecisionId,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+        Box::pin(async move {
+            if RemoteGate::renew(self, decision_id).await.is_err() {
+                tracing::warn!("the central gate did not renew a reservation; the next renewal retries");
+            }
+        })
     }
 }
 

@@ -259,6 +259,19 @@ impl Backing for Shared {
         }
     }
 
+    async fn renew_for_digest(
+        &self,
+        _gk: &Gatekeeper,
+        key_id: &str,
+        decision_id: &DecisionId,
+        _now_ms: u64,
+    ) -> Result<bool, Unavailable> {
+        self.fleet
+            .renew_for_digest(key_id, decision_id)
+            .await
+            .map_err(|_| Unavailable)
+    }
+
     async fn answer(&self, _gk: &Gatekeeper, key: &AnswerKey) -> Option<Arc<StoredAnswer>> {
         let (content_type, body) = self
             .fleet

@@ -62,6 +62,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
         include_str!("../../../migrations/pg/0006_fleet_cache.sql"),
     ),
     (7, include_str!("../../../migrations/pg/0007_hostile2.sql")),
+    (8, include_str!("../../../migrations/pg/0008_step_runs.sql")),
 ];
 
 /// Taken while migrating, so instances starting together apply each migration once.
@@ -711,6 +712,30 @@ impl Fleet {
                 .await?;
             client.execute(&stmt, &[decision_id, &ttl_ms]).await?;
             Ok(())
+        };
+        within(CALL_TIMEOUT, renew).await
+    }
+
+    /// Renew a digest client's own open reservation (`POST /renew`): whether there was one.
+    pub async fn renew_for_digest(
+        &self,
+        key_id: &str,
+        decision_id: &DecisionId,
+    ) -> Result<bool, FleetError> {
+        let ttl_ms = db(self.reservation_ttl_ms);
+        let renew = async {
+            let client = self.pool.get().await?;
+            let stmt = client
+                .prepare_cached(&format!(
+                    "UPDATE fleet_reservations \
+                     SET expires_ms = GREATEST(expires_ms, {DB_NOW_MS} + $2::bigint) \
+                     WHERE decision_id = $1 AND key_id = $3 AND recorded_by = 'digest'"
+                ))
+                .await?;
+            let n = client
+                .execute(&stmt, &[decision_id, &ttl_ms, &key_id])
+                .await?;
+            Ok(n == 1)
         };
         within(CALL_TIMEOUT, renew).await
     }

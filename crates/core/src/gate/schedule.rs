@@ -256,10 +256,49 @@ mod tests {
             assert!(within_hour <= 20, "{think}: {within_hour}");
         }
         // Attended: more room, the same bound.
-        let (calls, stopped) = run(&limits, true, 1_000, 1_000);
+        let (attended, stopped) = run(&limits, true, 1_000, 1_000);
         assert!(stopped);
-        assert!(calls.len() as u64 == most_calls(&limits, true));
-        assert!(calls.len() > 27);
+        assert!(attended.len() as u64 == most_calls(&limits, true));
+        assert!(attended.len() > 27);
+        let polls: Vec<usize> = [10_000, 20_000, 30_000]
+            .iter()
+            .map(|&think| {
+                let (polls, _) = run(&limits, false, think, 10_000);
+                polls.iter().filter(|&&t| t - polls[0] <= 3_600_000).count()
+            })
+            .collect();
+        eprintln!(
+            "defaults, unattended: a stuck agent buys {} calls in all (attended {}), at most {} \
+             in any hour after its first ten minutes, stopped {} min into its run; a poll every \
+             10 / 20 / 30 s of a job of an hour reaches the provider {:?} times",
+            calls.len(),
+            attended.len(),
+            most_in_any(&calls, 3_600_000, first + 600_000),
+            (calls[calls.len() - 1] - first) / 60_000,
+            polls
+        );
+    }
+
+    proptest::proptest! {
+        /// A poll of a job shorter than the bound (less the longest hold and the client's own
+        /// pause, which the last poll may still take) completes, whatever the client's pause;
+        /// and no caller, however it paces itself, buys more than the schedule's count.
+        #[test]
+        fn a_poll_under_the_bound_completes_and_no_run_buys_more_than_its_count(
+            think in 0u64..240_000,
+            job_fraction in 0.0f64..1.0,
+            human: bool,
+        ) {
+            let limits = StepLimits::default();
+            let longest = limits.runaway_after_ms() - limits.max_hold_ms() - think;
+            let job_ms = (longest as f64 * job_fraction) as u64;
+            let (polls, _) = run(&limits, human, think, 100_000);
+            proptest::prop_assert!(
+                polls.iter().any(|&t| t - polls[0] >= job_ms),
+                "a job of {} ms polled every {} ms was stopped first", job_ms, think
+            );
+            proptest::prop_assert!(polls.len() as u64 <= most_calls(&limits, human));
+        }
     }
 
     #[test]
