@@ -53,13 +53,22 @@ SDK_MODEL = "gpt-5.6-luna"
 # most 240 s, a run of one step stopped at 90 minutes; crates/core/src/gate/schedule.rs): 3
 # identical steps in any 2 s, then gaps of 2, 4 and 8 s, a run stopped once 24 s old. A client
 # that asks again at once buys MOST_CALLS calls before the stop (fewer when it thinks between
-# steps); a poll of a job shorter than 24 s completes.
+# steps); a poll of a job shorter than 24 s completes. The windows the score and the hard rules
+# count in are shortened 60 times alike (loop 120 s → 2 s, burst 60 s → 1 s, grind an hour → 60
+# s), so the loop signal sees what it sees at full length: the window's paced steps, not every
+# step of the compressed run.
 PACE_WINDOW_MS = 2_000
-MOST_CALLS = 7
+MOST_CALLS = 7  # steps at 0, 0, 0, 2, 6, 14 and 22 s; the next, at 30 s, is past the bound
+MOST_CALLS_ATTENDED = 11  # 7 at once, then at 2, 6, 14 and 22 s
 STEPS = f"""[gate.steps]
 pace_window_secs = {PACE_WINDOW_MS // 1000}
 max_hold_secs = 8
-runaway_after_secs = 24"""
+runaway_after_secs = 24
+
+[gate.windows]
+loop_secs = 2
+burst_secs = 1
+grind_secs = 60"""
 
 KEYS = [
     ("agent", False, 100_000_000, "agent"),  # an unattended agent, $100 a day
@@ -275,11 +284,11 @@ def assert_paced(calls: list[dict], admits: int) -> None:
         assert span >= PACE_WINDOW_MS - 100, f"{admits + 1} identical steps in {span} ms: {times}"
 
 
-def assert_run_stopped(calls: list[dict], slack: int = 0) -> None:
+def assert_run_stopped(calls: list[dict], attended: bool = False) -> None:
     """A stuck session's calls: its first call, then one repeated step paced and stopped: more
-    than the window admits at once, no more than the schedule lets a client buy (`slack`: calls
-    a client slips in that make one step differ)."""
-    assert 4 <= len(calls) <= 1 + MOST_CALLS + slack, f"{len(calls)} calls"
+    than the window admits at once, no more than the schedule lets a client buy."""
+    most = MOST_CALLS_ATTENDED if attended else MOST_CALLS
+    assert 4 <= len(calls) <= 1 + most, f"{len(calls)} calls"
 
 
 def assert_polled_job_completed(gate, run, key: str) -> None:

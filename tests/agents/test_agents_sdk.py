@@ -75,7 +75,7 @@ def test_a_runaway_whose_tool_prints_a_clock_is_stopped_too(gate):
 def test_an_attended_runaway_is_stopped_by_runaway_step(gate):
     run = gate.sdk("attended", "responses", "Wait. tokensaver-mock:loop", "--max-turns", "40")
     assert run.code == 1, run.output
-    assert_run_stopped(gate.provider_calls())
+    assert_run_stopped(gate.provider_calls(), attended=True)
     assert loop_rules(gate.verdicts()) == {"runaway_step": 1}
 
 

@@ -5,12 +5,13 @@ use serde::{Deserialize, Serialize};
 
 use super::RequestShape;
 
-/// v4: the step fingerprint of a turn without a tool call names the assistant text it answers,
+/// v5: a system turn after a Messages call's newest assistant turn is left out of its step
+/// (step domain v5). v4: the step fingerprint of a turn without a tool call names the assistant text it answers,
 /// a chained Responses call's step names the calls of the response it continues, and ANSI
 /// escapes are removed before the rest of the normalisation (step domain v4, normalisation 2;
 /// SPEC §2.1). v3 normalised tool results; v2 added the step fingerprint (and the Responses
 /// route).
-pub const DIGEST_VERSION: u32 = 4;
+pub const DIGEST_VERSION: u32 = 5;
 /// Versions this build knows and no longer reads: their step fingerprint was computed
 /// without the normalisation, so a stuck agent whose tool prints a clock would not repeat
 /// its step, and the gate would decide otherwise than on the request itself. A digest is the
@@ -212,8 +213,8 @@ mod tests {
             (b"[1]", DigestError::UnknownVersion),
             (br#"{"v":"3","request":{}}"#, DigestError::UnknownVersion),
             (br#"{"v":5,"other":true}"#, DigestError::UnknownVersion),
-            (br#"{"v":4,"request":{}}"#, DigestError::Schema),
-            (br#"{"v":4,"request":{},"extra":1}"#, DigestError::Schema),
+            (br#"{"v":5,"request":{}}"#, DigestError::Schema),
+            (br#"{"v":5,"request":{},"extra":1}"#, DigestError::Schema),
             (
                 br#"{"v":3,"request":{}}"#,
                 DigestError::Outdated { version: 3 },

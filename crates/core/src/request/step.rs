@@ -24,10 +24,11 @@ use super::json::{write_compact, write_object_without, write_without_keys, Json,
 use super::normalise::{normalise, NORMALISATION_VERSION};
 use super::{Hash, Route};
 
+/// v5: a system turn after the newest assistant turn of a Messages call is not in the tail.
 /// v4: a turn without a tool call named by its text, chained Responses calls by the answer they
 /// continue, normalisation 2 (colour codes removed first). v3: tool results normalised
 /// (normalisation 1). v2 hashed them as sent.
-const STEP_DOMAIN: &[u8] = b"tokensaver step v4\0";
+const STEP_DOMAIN: &[u8] = b"tokensaver step v5\0";
 /// The normalisation the step domain stands for: a new normalisation is a new step identity.
 const STEP_NORMALISATION: u32 = 2;
 /// The domain of an answer's identity (a stored response's calls or text).
@@ -386,7 +387,10 @@ fn anthropic(buf: &mut Vec<u8>, body: &Object) -> bool {
                 &text,
             )
         },
-        messages[last + 1..].iter(),
+        // A system turn the client appends after a tool result (Claude Code's "The user hasn't
+        // heard from you in a while" after a pause) is not the agent's progress: left out, as
+        // chat's are, or every hold would start a stuck agent's schedule afresh.
+        messages[last + 1..].iter().filter(|m| !is_system(m)),
     );
     true
 }
@@ -683,6 +687,20 @@ mod tests {
         assert_eq!(a.step_fingerprint, b.step_fingerprint);
         let c = shape(Route::AnthropicMessages, &anthropic_loop(6, "new", true));
         assert_ne!(b.step_fingerprint, c.step_fingerprint);
+    }
+
+    #[test]
+    fn a_system_turn_the_client_appends_is_not_a_new_step() {
+        // Claude Code 2.1.332 on the wire, after a paced step: a system turn after the tool
+        // result, then, a step later, the same turn in the history.
+        let plain = anthropic_loop(3, "same", true);
+        let nudge = r#"{"role":"system","content":[{"type":"text","text":"The user hasn't heard from you in a while. As you continue, keep them updated when there's something to tell \u2014 a finding, a change of plan.","cache_control":{"type":"ephemeral"}}]}"#;
+        let messages_end = plain.rfind("]}").unwrap();
+        let nudged = format!("{},{nudge}]}}", &plain[..messages_end]);
+        let a = shape(Route::AnthropicMessages, &plain);
+        let b = shape(Route::AnthropicMessages, &nudged);
+        assert_ne!(a.fingerprint, b.fingerprint);
+        assert_eq!(a.step_fingerprint, b.step_fingerprint);
     }
 
     fn responses_loop(steps: usize, result: &str) -> String {
