@@ -17,7 +17,7 @@ pub const DIGEST_VERSION: u32 = 5;
 /// its step, and the gate would decide otherwise than on the request itself. A digest is the
 /// local instance's own computation, so the fix is to update it; a refusal says so, rather
 /// than a gate quietly deciding on a weaker identity.
-const OUTDATED_VERSIONS: [u32; 3] = [1, 2, 3];
+const OUTDATED_VERSIONS: [u32; 4] = [1, 2, 3, 4];
 
 /// The wire form of an answer: a JSON body or a server-sent-event stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -177,10 +177,10 @@ mod tests {
         let bytes = serde_json::to_vec(&digest).unwrap();
         assert_eq!(Digest::parse(&bytes), Ok(digest.clone()));
 
-        let mut v5: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-        v5["v"] = 5.into();
+        let mut next: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        next["v"] = (DIGEST_VERSION + 1).into();
         assert_eq!(
-            Digest::parse(&serde_json::to_vec(&v5).unwrap()),
+            Digest::parse(&serde_json::to_vec(&next).unwrap()),
             Err(DigestError::UnknownVersion)
         );
         // The step fingerprint is required.
@@ -212,9 +212,13 @@ mod tests {
             (&b"nope"[..], DigestError::NotJson),
             (b"[1]", DigestError::UnknownVersion),
             (br#"{"v":"3","request":{}}"#, DigestError::UnknownVersion),
-            (br#"{"v":5,"other":true}"#, DigestError::UnknownVersion),
+            (br#"{"v":6,"other":true}"#, DigestError::UnknownVersion),
             (br#"{"v":5,"request":{}}"#, DigestError::Schema),
             (br#"{"v":5,"request":{},"extra":1}"#, DigestError::Schema),
+            (
+                br#"{"v":4,"request":{}}"#,
+                DigestError::Outdated { version: 4 },
+            ),
             (
                 br#"{"v":3,"request":{}}"#,
                 DigestError::Outdated { version: 3 },
