@@ -58,6 +58,7 @@ fn decision(i: u64) -> DecisionRow {
         recorded_by: Default::default(),
         session: Some(Hash(hashed("session", i % KEYS))),
         paced_ms: 0,
+        cache_edits: Default::default(),
     }
 }
 
@@ -82,6 +83,7 @@ fn pair(i: u64) -> (Event, Event) {
         basis: SpendBasis::Reported,
         spend_nano: 2_450_000,
         cache_saving_nano: None,
+        cache: Default::default(),
     };
     (Event::Decision(decision), Event::Usage(usage))
 }

@@ -303,6 +303,10 @@ struct RawKey {
     /// Prompt caching placed by the gate (SPEC §2.11b): `"auto"` (default) or `"off"`.
     #[serde(default)]
     cache: CachePolicy,
+    /// The lifetime of the call's breakpoints (Anthropic): `"auto"` (one hour where the
+    /// session's pauses say it pays), `"5m"` (never changed) or `"1h"`.
+    #[serde(default)]
+    cache_ttl: tokensaver_core::gate::cache::LifetimePolicy,
     /// The key's own provider credentials, by upstream name: the environment variable that
     /// holds each. Its calls to that upstream carry it instead of the upstream's: a provider's
     /// prompt cache is shared by everything behind one credential, so a key (or the keys of a
@@ -465,6 +469,8 @@ pub struct KeyConfig {
     /// The scoring profile's name and its spend saturation points.
     pub profile: Option<(String, SpendSaturation)>,
     pub cache: CachePolicy,
+    /// `cache_ttl`: the lifetime of its Anthropic breakpoints ([`CachePolicy::Off`] overrides).
+    pub cache_ttl: tokensaver_core::gate::cache::LifetimePolicy,
     /// Upstream name → the environment variable of this key's own credential for it.
     pub credential_env: BTreeMap<String, String>,
 }
@@ -691,6 +697,7 @@ impl Config {
                 human_default: key.human,
                 profile,
                 cache: key.cache,
+                cache_ttl: key.cache_ttl,
                 credential_env: key.credential_env,
             });
         }

@@ -201,6 +201,7 @@ fn sql_windows_take_the_configured_lengths() {
         loop_secs: 4,
         burst_secs: 2,
         grind_secs: 120,
+        cache_secs: 10,
     };
     windows_agree(&url, compressed, 30);
 }
@@ -294,6 +295,7 @@ fn windows_agree(url: &str, lengths: tokensaver::gate::WindowLengths, compressio
                     recorded_by: Default::default(),
                     session: None,
                     paced_ms: 0,
+                    cache_edits: Default::default(),
                 })
                 .await
                 .unwrap();
@@ -1262,6 +1264,7 @@ fn the_conditional_reservation_refuses_an_overshoot_and_rolls_back() {
             named_hold: None,
             cache_points: &[],
             session: &fp,
+            route_prefix: Default::default(),
         };
         let booking = |id: &str, nano: u64| Booking {
             row: DecisionRow {
@@ -1285,6 +1288,7 @@ fn the_conditional_reservation_refuses_an_overshoot_and_rolls_back() {
                 recorded_by: Default::default(),
                 session: None,
                 paced_ms: 0,
+                cache_edits: Default::default(),
             },
             reservation: Some(NewReservation {
                 nano,
@@ -1296,7 +1300,8 @@ fn the_conditional_reservation_refuses_an_overshoot_and_rolls_back() {
                 approved_past_budget: false,
                 input_tokens: 0,
                 recorded_by: Default::default(),
-                cache_placed: false,
+                cache_edits: Default::default(),
+                session: fp,
             }),
             used_hold: None,
             new_hold: None,

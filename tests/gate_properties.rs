@@ -1184,6 +1184,10 @@ fn shape(extreme: bool) -> impl Strategy<Value = RequestShape> {
                     media: Default::default(),
                     chained_input_tokens: 0,
                     cache_points: Vec::new(),
+                    cache_ttl_marks: Default::default(),
+                    cache_ttl_set: Default::default(),
+                    retention_set: Default::default(),
+                    route_prefix: Default::default(),
                 }
             },
         )

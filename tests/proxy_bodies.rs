@@ -19,11 +19,20 @@ fn four_mib_prompt_arrives_byte_for_byte() {
     assert_eq!(r.verdict(), Some("ALLOW"));
     assert_eq!(h.calls(CHAT), 1);
     let seen = h.mock.last_request().unwrap();
-    assert_eq!(seen.body_len, raw.len());
-    assert!(
-        seen.body.as_ref() == raw.as_bytes(),
-        "upstream body differs from what was sent"
-    );
+    // A prompt this size is one OpenAI caches, and the caller set no `prompt_cache_key`: the
+    // gate adds one (and nothing else) just before the body's closing brace; every other byte
+    // is the caller's, odd spacing included.
+    let close = raw.rfind('}').unwrap();
+    let (head, tail) = (&raw.as_bytes()[..close], &raw.as_bytes()[close..]);
+    let body = seen.body.as_ref();
+    assert!(body.len() > raw.len());
+    assert!(body.starts_with(head), "the caller's bytes are kept");
+    assert!(body.ends_with(tail));
+    let added = std::str::from_utf8(&body[head.len()..body.len() - tail.len()]).unwrap();
+    let added: serde_json::Value = serde_json::from_str(&format!("{{{}}}", &added[1..])).unwrap();
+    let key = added["prompt_cache_key"].as_str().unwrap();
+    assert_eq!(added.as_object().unwrap().len(), 1, "{added}");
+    assert!(key.starts_with("ts_") && key.len() == 27, "{key}");
 }
 
 #[test]

@@ -65,6 +65,7 @@ fn decision(id: &str, key: &str, verdict: Verdict, at: u64) -> DecisionRow {
         recorded_by: Default::default(),
         session: None,
         paced_ms: 0,
+        cache_edits: Default::default(),
     }
 }
 
@@ -88,6 +89,7 @@ fn usage_row(id: &str, key: &str, at: u64, spend: u64) -> UsageRow {
         basis: SpendBasis::Reported,
         spend_nano: spend,
         cache_saving_nano: None,
+        cache: Default::default(),
     }
 }
 
@@ -711,6 +713,11 @@ fn ledger_by_day_tier_and_key() {
         findings_tokens_estimated: 12,
         unpriced_calls: 0,
         cache_saving_nano: 0,
+        cache_premium_1h_nano: Default::default(),
+        cache_rebuild_nano: Default::default(),
+        cache_rebuilds: Default::default(),
+        cache_saving_lifetimes_nano: Default::default(),
+        cache_saving_routing_nano: Default::default(),
     };
     let a2 = LedgerTotals {
         requests: 2,
@@ -722,6 +729,11 @@ fn ledger_by_day_tier_and_key() {
         findings_tokens_estimated: 6,
         unpriced_calls: 0,
         cache_saving_nano: 0,
+        cache_premium_1h_nano: Default::default(),
+        cache_rebuild_nano: Default::default(),
+        cache_rebuilds: Default::default(),
+        cache_saving_lifetimes_nano: Default::default(),
+        cache_saving_routing_nano: Default::default(),
     };
     let (days, total) = store.ledger(Some("a"), None, None).expect("ledger");
     assert_eq!(days.len(), 2);
@@ -748,6 +760,11 @@ fn ledger_by_day_tier_and_key() {
             findings_tokens_estimated: 18,
             unpriced_calls: 0,
             cache_saving_nano: 0,
+            cache_premium_1h_nano: Default::default(),
+            cache_rebuild_nano: Default::default(),
+            cache_rebuilds: Default::default(),
+            cache_saving_lifetimes_nano: Default::default(),
+            cache_saving_routing_nano: Default::default(),
         }
     );
 
@@ -761,6 +778,11 @@ fn ledger_by_day_tier_and_key() {
         findings_tokens_estimated: 9,
         unpriced_calls: 0,
         cache_saving_nano: 0,
+        cache_premium_1h_nano: Default::default(),
+        cache_rebuild_nano: Default::default(),
+        cache_rebuilds: Default::default(),
+        cache_saving_lifetimes_nano: Default::default(),
+        cache_saving_routing_nano: Default::default(),
     };
     let (days_b, total_b) = store.ledger(Some("b"), None, None).expect("ledger");
     assert_eq!(days_b.len(), 1);

@@ -842,6 +842,10 @@ pub fn gate_answer(outcome: &GateOutcome) -> serde_json::Value {
         // Where the local instance puts prompt-cache breakpoints before it calls the
         // provider (SPEC §2.11b): indices into the digest's `cache_points`.
         "cache_breakpoints": outcome.decision.cache_breakpoints,
+        // Lifetimes, routing and retention, which the local instance writes into the body.
+        "cache_ttl_1h": outcome.decision.cache_ttl_1h,
+        "cache_routing_key": outcome.decision.cache_routing_key,
+        "cache_retention": outcome.decision.cache_retention,
         "decision": outcome.decision,
         "receipt": *outcome.envelope,
     })

@@ -6,6 +6,7 @@
 use super::GateRequest;
 use crate::receipt::DecisionId;
 use crate::store::{DecisionRow, RecordSource};
+use tokensaver_core::gate::cache::CacheEdits;
 use tokensaver_core::gate::{Decision, Verdict};
 use tokensaver_core::request::{Hash, RequestShape, WireForm};
 
@@ -40,8 +41,10 @@ pub struct NewReservation {
     pub input_tokens: u64,
     /// The one party that may settle it.
     pub recorded_by: RecordSource,
-    /// The gate placed prompt-cache breakpoints for the call.
-    pub cache_placed: bool,
+    /// What the gate did to the call's caching (settlement attributes its savings by it).
+    pub cache_edits: CacheEdits,
+    /// The call's agent session (its settled usage feeds the session's cache figures).
+    pub session: Hash,
 }
 
 /// A CHALLENGE's hold, written with its decision.
@@ -76,7 +79,8 @@ impl Booking {
             approved_past_budget: decision.approved_hold.is_some(),
             input_tokens: decision.worst_case.input_tokens_estimated,
             recorded_by: req.recorded_by,
-            cache_placed: !decision.cache_breakpoints.is_empty(),
+            cache_edits: decision.cache_edits(),
+            session: req.shape.session,
         });
         let new_hold = decision.hold_id.as_ref().map(|hold_id| NewHold {
             hold_id: hold_id.clone(),
@@ -132,5 +136,6 @@ fn decision_row(
         recorded_by,
         session: Some(shape.session).filter(|s| *s != Hash::default()),
         paced_ms: d.paced_ms.unwrap_or(0),
+        cache_edits: d.cache_edits(),
     }
 }

@@ -40,15 +40,23 @@ pub use backing::{AdmitError, HoldList, SetBudgetError, Unavailable};
 use booking::Booking;
 pub use relays::{Relaying, RemoteRenewal};
 use reservations::{Reservation, Reservations};
-use tokensaver_core::gate::cache::PointMemory;
+use tokensaver_core::gate::cache::LifetimePolicy;
+use tokensaver_core::gate::cache::{PointMemory, SessionCache};
 use tokensaver_core::gate::{
-    decide_paced, decide_with, Approvals, BudgetState, Decision, GateInput, KeyState, Outcome,
-    Policy, Usage, Verdict, WindowCounts, Windows,
+    decide_paced, decide_with, Approvals, BudgetState, CacheTerms, Decision, GateInput, KeyState,
+    Outcome, Policy, Usage, Verdict, WindowCounts, Windows,
 };
 use tokensaver_core::request::CachePoint;
 use tokensaver_core::request::{Hash, RequestShape, WireForm};
 
 pub(crate) const DAY_MS: u64 = 86_400_000;
+/// The window a route prefix's rate is counted in (the provider's: requests a minute).
+const ROUTE_WINDOW_MS: u64 = 60_000;
+/// Sessions, route prefixes and times kept per key for cache decisions: bounded, and far more
+/// than one key runs at once.
+const SESSIONS_KEPT: usize = 4_096;
+const ROUTE_PREFIXES_KEPT: usize = 4_096;
+const ROUTE_TIMES_KEPT: usize = 1_024;
 
 /// Whether a gate call moves the windows and books the decision (`/gate`, proxy) or only
 /// evaluates it (`/estimate`).
@@ -288,6 +296,11 @@ struct State {
     /// Recorded usage per key, then per (fingerprint, wire form): looked up per request
     /// without building an owned key, forgotten per key in one step.
     recorded: HashMap<String, HashMap<(Hash, WireForm), Usage>>,
+    /// Key → what the gate keeps of each of its sessions for cache lifetimes (SPEC §2.11b).
+    session_cache: HashMap<String, lru::LruCache<Hash, SessionCache>>,
+    /// Key → route prefix → when its forwarded calls were decided in the last minute (OpenAI
+    /// routing).
+    route_times: HashMap<String, HashMap<Hash, std::collections::VecDeque<u64>>>,
     /// Key → the time of its latest committed decision and how many it made in that
     /// millisecond before (the decision clock, see [`State::decision_clock`]).
     last_decided: HashMap<String, (u64, u32)>,
@@ -338,6 +351,86 @@ impl State {
             .get(&*req.key.id)
             .and_then(|by_request| by_request.get(&(req.shape.fingerprint, wire)))
             .copied()
+    }
+
+    /// What the gate keeps of the request's session (nothing yet: the default).
+    fn session_cache(&self, key_id: &str, session: &Hash) -> SessionCache {
+        self.session_cache
+            .get(key_id)
+            .and_then(|s| s.peek(session).copied())
+            .unwrap_or_default()
+    }
+
+    /// The key's forwarded calls with this route prefix in the minute before `now_ms`.
+    fn route_rate(&self, key_id: &str, prefix: Option<&Hash>, now_ms: u64) -> u64 {
+        let Some(prefix) = prefix else { return 0 };
+        self.route_times
+            .get(key_id)
+            .and_then(|p| p.get(prefix))
+            .map_or(0, |times| {
+                times
+                    .iter()
+                    .filter(|&&t| now_ms.saturating_sub(t) < ROUTE_WINDOW_MS)
+                    .count() as u64
+            })
+    }
+
+    /// A forwarded call: its session's figures and its prefix's rate move.
+    fn note_forwarded(
+        &mut self,
+        key_id: &str,
+        shape: &RequestShape,
+        now_ms: u64,
+        cache_lifetime_ms: u64,
+    ) {
+        let sessions = self
+            .session_cache
+            .entry(key_id.to_string())
+            .or_insert_with(lru::LruCache::unbounded);
+        let next = sessions
+            .peek(&shape.session)
+            .copied()
+            .unwrap_or_default()
+            .forwarded(now_ms, cache_lifetime_ms);
+        sessions.put(shape.session, next);
+        if sessions.len() > SESSIONS_KEPT {
+            sessions.pop_lru();
+        }
+        if let Some(prefix) = shape.route_prefix {
+            let prefixes = self.route_times.entry(key_id.to_string()).or_default();
+            if prefixes.len() > ROUTE_PREFIXES_KEPT {
+                prefixes.retain(|_, t| {
+                    t.back()
+                        .is_some_and(|&b| now_ms.saturating_sub(b) < ROUTE_WINDOW_MS)
+                });
+            }
+            let times = prefixes.entry(prefix).or_default();
+            while times
+                .front()
+                .is_some_and(|&t| now_ms.saturating_sub(t) >= ROUTE_WINDOW_MS)
+            {
+                times.pop_front();
+            }
+            times.push_back(now_ms);
+            if times.len() > ROUTE_TIMES_KEPT {
+                times.pop_front();
+            }
+        }
+    }
+
+    /// A settled call of a session: its prompt and its cache writes.
+    fn note_settled(&mut self, key_id: &str, session: &Hash, usage: &Usage) {
+        if let Some(s) = self
+            .session_cache
+            .get_mut(key_id)
+            .and_then(|sessions| sessions.get_mut(session))
+        {
+            let prompt = usage
+                .input
+                .saturating_add(usage.cache_write)
+                .saturating_add(usage.cache_read);
+            *s = s.settled(prompt);
+        }
     }
 
     /// What this key's memory holds of the request's prompt prefixes.
@@ -559,9 +652,9 @@ impl Gatekeeper {
                         expires_ms: row.decided_at_ms + config.reservation_ttl_ms,
                         reusable: false,
                         recorded_by: row.recorded_by,
-                        // The breakpoints a decision placed are not kept on its row: a
-                        // reservation rebuilt at start reports no cache saving.
-                        cache_placed: false,
+                        // As the decision row kept them.
+                        cache_edits: row.cache_edits,
+                        session: row.session.unwrap_or_default(),
                     },
                 );
             }
@@ -773,6 +866,8 @@ impl Gatekeeper {
             .map(|l| l.hold_id.as_str());
         let placeable = req.placeable_cache_points();
         let cache_memory = (!placeable.is_empty()).then(|| st.cache_recall(req.key, placeable));
+        let session_cache = st.session_cache(&req.key.id, &req.shape.session);
+        let prefix_rate = st.route_rate(&req.key.id, req.shape.route_prefix.as_ref(), now_ms);
         let seen = StateSeen {
             counts: st.windows.observe_session(
                 &req.key.id,
@@ -787,6 +882,8 @@ impl Gatekeeper {
             approved_hold: approval.as_deref(),
             lease,
             cache_memory: cache_memory.as_deref(),
+            session_cache,
+            prefix_rate,
         };
         let mut decision = decide_seen(&policy, req, &seen, paced_ms, now_ms)?;
         decision.seq = seq;
@@ -836,6 +933,10 @@ impl Gatekeeper {
         let placeable = req.placeable_cache_points();
         // Only a forwarded call sent its prefixes to the provider (SPEC §2.11b: a refused or
         // served request is not "seen"); a prefix that was only ever refused earns no write.
+        if booking.sent_prefixes {
+            let lifetime_ms = self.policy().gate.windows.cache_secs.saturating_mul(1_000);
+            st.note_forwarded(key_id, shape, now_ms, lifetime_ms);
+        }
         if !placeable.is_empty() && booking.sent_prefixes {
             st.cache_memory
                 .entry(key_id.to_string())
@@ -916,7 +1017,8 @@ impl Gatekeeper {
                     expires_ms: now_ms + self.config.reservation_ttl_ms,
                     reusable: r.reusable,
                     recorded_by: r.recorded_by,
-                    cache_placed: r.cache_placed,
+                    cache_edits: r.cache_edits,
+                    session: r.session,
                 },
             );
         }
@@ -1119,8 +1221,13 @@ impl Gatekeeper {
             reservation.nano,
             reservation.output_ceiling,
         );
-        if reservation.cache_placed {
-            row.cache_saving_nano = cache_saving_nano(&row, prices.as_ref());
+        settlement::cache_figures(&row, prices.as_ref(), reservation.cache_edits).apply(
+            &mut row,
+            prices.as_ref(),
+            reservation.cache_edits,
+        );
+        if row.complete {
+            st.note_settled(key_id, &reservation.session, &row.usage);
         }
         st.add_spend(key_id, now_ms, row.spend_nano);
         let mut recorded_event = None;
@@ -1541,6 +1648,9 @@ struct StateSeen<'s> {
     /// The key's memory of the request's prompt prefixes, when the gate may place cache
     /// breakpoints for it (`None`: it may not).
     cache_memory: Option<&'s [PointMemory]>,
+    /// What the gate keeps of the request's session, and its route prefix's rate.
+    session_cache: SessionCache,
+    prefix_rate: u64,
 }
 
 /// The pure decision over what a home's state says of the request: one reading for the
@@ -1578,6 +1688,21 @@ fn decide_seen(
     if let Some(memory) = seen.cache_memory {
         decision.place_cache(req.shape, memory, now_ms);
     }
+    let on = req.key.cache == CachePolicy::Auto;
+    let served = decision.model_served.as_deref().unwrap_or(&req.shape.model);
+    let terms = CacheTerms {
+        lifetime: if on {
+            req.key.cache_ttl
+        } else {
+            LifetimePolicy::FiveMinutes
+        },
+        routing: on,
+        session: seen.session_cache,
+        lifetime_ms: policy.gate.windows.cache_secs.saturating_mul(1_000),
+        prefix_rate: seen.prefix_rate,
+        prices: policy.prices.get(served),
+    };
+    decision.place_cache_terms(req.shape, &terms);
     Ok(decision)
 }
 

@@ -119,7 +119,11 @@ mod tests {
         lock(&relays.0).insert(a, at(1_000));
         lock(&relays.0).insert(b, at(1_500));
         let due = |now| -> Vec<DecisionId> {
-            relays.due(now, 3_000).into_iter().map(|(id, _)| id).collect()
+            relays
+                .due(now, 3_000)
+                .into_iter()
+                .map(|(id, _)| id)
+                .collect()
         };
         assert!(due(1_999).is_empty());
         assert_eq!(due(2_000), vec![a]);

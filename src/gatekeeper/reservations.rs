@@ -32,9 +32,11 @@ pub(super) struct Reservation {
     pub reusable: bool,
     /// The one party that may settle it.
     pub recorded_by: RecordSource,
-    /// The gate placed prompt-cache breakpoints on the call: its usage row carries the
-    /// derived cache saving.
-    pub cache_placed: bool,
+    /// What the gate did to the call's caching: its usage row carries the derived savings of
+    /// those mechanisms.
+    pub cache_edits: tokensaver_core::gate::cache::CacheEdits,
+    /// The call's agent session: its settled usage feeds the session's cache figures.
+    pub session: Hash,
 }
 
 #[derive(Default)]
@@ -125,7 +127,8 @@ mod tests {
             expires_ms: 1_000,
             reusable: false,
             recorded_by: RecordSource::Proxy,
-            cache_placed: false,
+            cache_edits: Default::default(),
+            session: Hash::default(),
         }
     }
 

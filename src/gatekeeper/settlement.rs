@@ -4,6 +4,7 @@
 //! fleet's spool, which all stand on it.
 
 use serde::Serialize;
+use tokensaver_core::gate::cache::CacheEdits;
 
 use crate::receipt::DecisionId;
 use crate::store::{Ending, SpendBasis, UsageRow};
@@ -157,6 +158,7 @@ impl UsageReport {
             basis,
             spend_nano: spend,
             cache_saving_nano: None,
+            cache: Default::default(),
         }
     }
 
@@ -185,6 +187,92 @@ pub fn cache_saving_nano(row: &UsageRow, prices: Option<&crate::config::Prices>)
         + i128::from(cost(one_hour, p.cache_write_1h()))
         - i128::from(cost(u.cache_write, p.input));
     i64::try_from(gained - premium).ok()
+}
+
+/// A settled call's cache figures by the gate's mechanism (SPEC §2.11b): each derived and
+/// counterfactual, never in spend or a savings total, and each taken from the provider's own
+/// parts at the price table.
+/// - `lifetimes`: one-hour entries (Anthropic) — after a pause, the reads would have been
+///   5-minute rewrites; less the one-hour premium paid, pause or not. 24-hour retention
+///   (OpenAI) — after a pause, the cached tokens would have been evicted.
+/// - `routing`: a routing key that spread the call off its prefix's one route: its cached
+///   tokens would have overflowed to a machine without them.
+/// - `rebuild_nano`: the call came after a pause and wrote the cache: what that write cost.
+/// - `premium_1h_nano`: what the one-hour writes cost above 5-minute ones.
+pub fn cache_figures(
+    row: &UsageRow,
+    prices: Option<&crate::config::Prices>,
+    edits: CacheEdits,
+) -> CacheFigures {
+    use tokensaver_core::gate::tokens_cost_nano as cost;
+    let Some(p) = prices else {
+        return CacheFigures::default();
+    };
+    let u = &row.usage;
+    let one_hour = row.cache_write_1h.min(u.cache_write);
+    let premium_1h =
+        cost(one_hour, p.cache_write_1h()).saturating_sub(cost(one_hour, p.cache_write));
+    let read_value =
+        |at: u64| i128::from(cost(u.cache_read, at)) - i128::from(cost(u.cache_read, p.cache_read));
+    let after_pause = edits.has(CacheEdits::AFTER_PAUSE);
+    let lifetimes = if edits.has(CacheEdits::LIFETIME) {
+        let gained = if after_pause {
+            read_value(p.cache_write)
+        } else {
+            0
+        };
+        Some(gained - i128::from(premium_1h))
+    } else if edits.has(CacheEdits::RETENTION) {
+        Some(if after_pause { read_value(p.input) } else { 0 })
+    } else {
+        None
+    };
+    let routing = (edits.has(CacheEdits::ROUTING)).then(|| {
+        if edits.has(CacheEdits::SPREAD) {
+            read_value(p.input)
+        } else {
+            0
+        }
+    });
+    let rebuild = (after_pause && u.cache_write > 0).then(|| {
+        cost(u.cache_write - one_hour, p.cache_write)
+            .saturating_add(cost(one_hour, p.cache_write_1h()))
+    });
+    CacheFigures {
+        lifetimes_nano: lifetimes.and_then(|v| i64::try_from(v).ok()),
+        routing_nano: routing.and_then(|v| i64::try_from(v).ok()),
+        rebuild_nano: rebuild,
+        premium_1h_nano: premium_1h,
+    }
+}
+
+/// [`cache_figures`]' answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheFigures {
+    pub lifetimes_nano: Option<i64>,
+    pub routing_nano: Option<i64>,
+    pub rebuild_nano: Option<u64>,
+    pub premium_1h_nano: u64,
+}
+
+impl CacheFigures {
+    /// Onto a usage row, with the breakpoints' saving (the gate placed them).
+    pub fn apply(
+        self,
+        row: &mut UsageRow,
+        prices: Option<&crate::config::Prices>,
+        edits: CacheEdits,
+    ) {
+        if edits.has(CacheEdits::BREAKPOINTS) {
+            row.cache_saving_nano = cache_saving_nano(row, prices);
+        }
+        row.cache = crate::store::CacheHealth {
+            cache_saving_lifetimes_nano: self.lifetimes_nano,
+            cache_saving_routing_nano: self.routing_nano,
+            cache_rebuild_nano: self.rebuild_nano,
+            cache_premium_1h_nano: self.premium_1h_nano,
+        };
+    }
 }
 
 /// What a settled decision is charged, and on what basis (docs/usage-accounting.md):

@@ -126,8 +126,8 @@ pub(super) struct Forward<'a> {
     pub has_stream_options: bool,
     /// The model's string in `original` (`ParsedRequest::model_span`).
     pub model_span: Option<Range<usize>>,
-    /// Where the prompt-cache breakpoints the gate placed go in `original` (empty: none).
-    pub cache_sites: Vec<CacheSite>,
+    /// The gate's cache edits of the body (SPEC §2.11b): breakpoints, lifetimes, routing.
+    pub cache: CacheEditPlan,
     pub reusable: bool,
     pub answer_key: AnswerKey,
     pub receipt_headers: Vec<(&'static str, String)>,
@@ -219,7 +219,7 @@ impl Forward<'_> {
         // Ask for usage on the caller's behalf; the extra chunk is stripped before it reaches a
         // client that did not ask for it.
         let strip = self.route == Route::OpenAiChat && self.stream && !self.wants_usage;
-        if !self.downgrade && !strip && self.cache_sites.is_empty() {
+        if !self.downgrade && !strip && self.cache.is_empty() {
             return Ok((self.original.clone(), false));
         }
         // The usual cases edit the caller's bytes where the gate's reading found them: the
@@ -232,7 +232,7 @@ impl Forward<'_> {
             (true, None) => None,
         };
         if let (Some(model), false) = (model, strip && self.has_stream_options) {
-            return match edited_body(&self.original, model, strip, &self.cache_sites) {
+            return match edited_body(&self.original, model, strip, &self.cache) {
                 Some(bytes) => Ok((Bytes::from(bytes), strip)),
                 None => Error::e_explain(ErrorType::InternalError, "request body edits"),
             };
@@ -240,12 +240,13 @@ impl Forward<'_> {
         // Rarer: options to merge into, or a model written under a repeated key: edit a map of
         // the body (the breakpoints already in it), which the gate has read as a JSON object
         // (serde_json accepts the same language, and writes each key once).
-        let Some(marked) = edited_body(&self.original, None, false, &self.cache_sites) else {
+        let Some(marked) = edited_body(&self.original, None, false, &self.cache) else {
             return Error::e_explain(ErrorType::InternalError, "request body edits");
         };
         let Ok(mut body) = serde_json::from_slice::<Map<String, Value>>(&marked) else {
             return Error::e_explain(ErrorType::InternalError, "request body re-parse failed");
         };
+        // The top-level members `edited_body` added are in `marked` already.
         if self.downgrade {
             body.insert("model".into(), Value::String(self.served_model.to_string()));
         }
@@ -327,9 +328,7 @@ impl Forward<'_> {
                 Recorder::Local => None,
                 Recorder::Remote(gate) => Some(std::sync::Arc::new(gate.clone())),
             };
-        let relaying = self
-            .gatekeeper
-            .relaying(self.decision_id, now_ms(), remote);
+        let relaying = self.gatekeeper.relaying(self.decision_id, now_ms(), remote);
         let mut outcome = self.exchange(session, header, body, strip).await;
         drop(relaying);
         self.access.upstream_ms = Some(sent_at.elapsed().as_secs_f64() * 1000.0);
@@ -812,19 +811,72 @@ impl Reading {
     }
 }
 
+/// The gate's cache edits of a forwarded body (SPEC §2.11b), at the offsets the reading
+/// recorded: each billing only.
+#[derive(Debug, Clone, Default)]
+pub(super) struct CacheEditPlan {
+    /// Where the breakpoints the gate placed go.
+    pub sites: Vec<CacheSite>,
+    /// One-hour entries: the placed breakpoints, and the caller's own markers without a `ttl`
+    /// (which close at `mark_sites`), get `"ttl":"1h"`.
+    pub one_hour: bool,
+    pub mark_sites: Vec<usize>,
+    /// OpenAI: the top-level members the gate adds before the body's closing brace
+    /// (`body_close`): `prompt_cache_key`, `prompt_cache_retention`.
+    pub routing_key: Option<String>,
+    pub retention: bool,
+    pub body_close: usize,
+}
+
+impl CacheEditPlan {
+    pub fn is_empty(&self) -> bool {
+        self.sites.is_empty() && !self.one_hour && self.routing_key.is_none() && !self.retention
+    }
+
+    /// The top-level members it adds, as bytes (`,"name":value` each).
+    fn members(&self) -> Vec<u8> {
+        let mut with = Vec::new();
+        if let Some(key) = &self.routing_key {
+            with.extend_from_slice(b",\"prompt_cache_key\":");
+            with.extend_from_slice(&serde_json::to_vec(key).unwrap_or_default());
+        }
+        if self.retention {
+            with.extend_from_slice(br#","prompt_cache_retention":"24h""#);
+        }
+        with
+    }
+}
+
 /// The caller's bytes with the gate's edits, applied in one pass in offset order, every other
 /// byte as sent: `model`'s span replaced by the served model's JSON string (DOWNGRADE),
-/// [`USAGE_OPTION`] before the closing `}` when `add_usage_option`, and a prompt-cache
-/// breakpoint at each of `sites`. `None` when an edit does not fit the bytes.
+/// [`USAGE_OPTION`] before the closing `}` when `add_usage_option`, and the cache edits of
+/// `cache`. `None` when an edit does not fit the bytes.
 fn edited_body(
     original: &[u8],
     model: Option<(Range<usize>, &str)>,
     add_usage_option: bool,
-    sites: &[CacheSite],
+    cache: &CacheEditPlan,
 ) -> Option<Vec<u8>> {
-    let mut edits = Vec::with_capacity(sites.len() + 2);
-    for site in sites {
-        edits.push(site.edit(original)?);
+    let mut edits = Vec::with_capacity(cache.sites.len() + cache.mark_sites.len() + 3);
+    for site in &cache.sites {
+        edits.push(site.edit_with(original, cache.one_hour)?);
+    }
+    if cache.one_hour {
+        for &close in &cache.mark_sites {
+            (original.get(close) == Some(&b'}')).then_some(())?;
+            edits.push(Edit {
+                range: close..close,
+                with: request::TTL_1H.to_vec(),
+            });
+        }
+    }
+    let members = cache.members();
+    if !members.is_empty() {
+        (original.get(cache.body_close) == Some(&b'}')).then_some(())?;
+        edits.push(Edit {
+            range: cache.body_close..cache.body_close,
+            with: members,
+        });
     }
     if let Some((range, served)) = model {
         let with = serde_json::to_vec(served).ok()?;
@@ -948,26 +1000,31 @@ mod tests {
         let body = br#"{ "system": "be brief", "model" : "claude-sonnet-4-5", "messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}], "max_tokens": 9 }"#;
         let parsed = parse_for_decision(Route::AnthropicMessages, body, &[3; 32]).unwrap();
         let span = parsed.model_span.clone().unwrap();
-        let edited = edited_body(
-            body,
-            Some((span, "claude-haiku-4-5")),
-            false,
-            &parsed.cache_sites,
-        )
-        .unwrap();
+        let plan = CacheEditPlan {
+            sites: parsed.cache_sites.clone(),
+            ..CacheEditPlan::default()
+        };
+        let edited = edited_body(body, Some((span, "claude-haiku-4-5")), false, &plan).unwrap();
         let m = r#""cache_control":{"type":"ephemeral"}"#;
         let expected = format!(
             r#"{{ "system": [{{"type":"text","text":"be brief",{m}}}], "model" : "claude-haiku-4-5", "messages":[{{"role":"user","content":[{{"type":"text","text":"hi",{m}}}]}}], "max_tokens": 9 }}"#
         );
         assert_eq!(String::from_utf8(edited).unwrap(), expected);
         // No edit: the caller's bytes.
-        assert_eq!(edited_body(body, None, false, &[]).unwrap(), body);
+        let none = CacheEditPlan::default();
+        assert_eq!(edited_body(body, None, false, &none).unwrap(), body);
     }
 
     #[test]
     fn the_usage_option_goes_before_the_closing_brace() {
         let body = br#"{"model":"gpt-4o","stream":true,"messages":[]} "#;
-        let edited = edited_body(body, Some((9..17, "gpt-4o-mini")), true, &[]).unwrap();
+        let edited = edited_body(
+            body,
+            Some((9..17, "gpt-4o-mini")),
+            true,
+            &CacheEditPlan::default(),
+        )
+        .unwrap();
         assert_eq!(
             edited,
             br#"{"model":"gpt-4o-mini","stream":true,"messages":[],"stream_options":{"include_usage":true}} "#

@@ -241,7 +241,7 @@ enum Action {
     Forward {
         downgrade: bool,
         model_served: Option<String>,
-        cache_breakpoints: Vec<u16>,
+        cache: CacheTermsPlaced,
     },
     /// CHALLENGE (the error names the hold) and BLOCK: a closed-form refusal.
     Refuse(GateError),
@@ -252,7 +252,18 @@ enum Action {
 struct Placed {
     downgrade: bool,
     model_served: Option<String>,
-    cache_breakpoints: Vec<u16>,
+    cache: CacheTermsPlaced,
+}
+
+/// The cache edits a decision names (SPEC §2.11b), whichever gate made it: the breakpoints it
+/// placed (indices into the shape's `cache_points`), one-hour lifetimes, the routing key and
+/// the retention it adds.
+#[derive(Debug, Clone, Default)]
+struct CacheTermsPlaced {
+    breakpoints: Vec<u16>,
+    one_hour: bool,
+    routing_key: Option<String>,
+    retention: bool,
 }
 
 /// A decision's terms as either gate states them.
@@ -265,8 +276,8 @@ struct Terms {
     unpriced: bool,
     hold_id: Option<String>,
     model_served: Option<String>,
-    /// Where the gate placed prompt-cache breakpoints (SPEC §2.11b).
-    cache_breakpoints: Vec<u16>,
+    /// The cache edits the gate makes to the forwarded body (SPEC §2.11b).
+    cache: CacheTermsPlaced,
 }
 
 /// Who calls: a key of this gate's config, or, in digest mode, the key this instance was
@@ -493,7 +504,12 @@ impl GateProxy {
                         && d.worst_case.cost_nano.is_none(),
                     hold_id: d.hold_id.clone(),
                     model_served: d.model_served.clone(),
-                    cache_breakpoints: d.cache_breakpoints.clone(),
+                    cache: CacheTermsPlaced {
+                        breakpoints: d.cache_breakpoints.clone(),
+                        one_hour: d.cache_ttl_1h,
+                        routing_key: d.cache_routing_key.clone(),
+                        retention: d.cache_retention,
+                    },
                 };
                 access.decided(
                     &terms.verdict,
@@ -526,7 +542,15 @@ impl GateProxy {
                     model_served: r.model_served,
                     // The central gate says where, from the digest's prefix hashes; this
                     // instance applies them at the sites its own reading recorded.
-                    cache_breakpoints: r.cache_breakpoints,
+                    cache: CacheTermsPlaced {
+                        breakpoints: r.cache_breakpoints,
+                        one_hour: r.cache_ttl_1h,
+                        // Only a key the gate made (`ts_` and hex) goes into the body.
+                        routing_key: r
+                            .cache_routing_key
+                            .filter(|k| tokensaver_core::gate::cache::is_routing_key(k)),
+                        retention: r.cache_retention,
+                    },
                 };
                 access.decided(
                     &terms.verdict,
@@ -589,7 +613,7 @@ impl GateProxy {
             Verdict::Allow | Verdict::Downgrade => Action::Forward {
                 downgrade: t.verdict == Verdict::Downgrade,
                 model_served: t.model_served,
-                cache_breakpoints: t.cache_breakpoints,
+                cache: t.cache,
             },
         }
     }
@@ -624,12 +648,12 @@ impl GateProxy {
             Action::Forward {
                 downgrade,
                 model_served,
-                cache_breakpoints,
+                cache,
             } => {
                 let placed = Placed {
                     downgrade,
                     model_served,
-                    cache_breakpoints,
+                    cache,
                 };
                 self.forward(session, g, receipt, placed, access).await
             }
@@ -648,7 +672,7 @@ impl GateProxy {
         let Placed {
             downgrade,
             model_served,
-            cache_breakpoints,
+            cache,
         } = placed;
         let recorder = match &self.remote {
             Some(remote) => forward::Recorder::Remote(remote.clone()),
@@ -692,10 +716,18 @@ impl GateProxy {
             wants_usage: g.parsed.include_usage,
             has_stream_options: g.parsed.has_stream_options,
             model_span: g.parsed.model_span.clone(),
-            cache_sites: cache_breakpoints
-                .iter()
-                .filter_map(|&i| g.parsed.cache_sites.get(usize::from(i)).cloned())
-                .collect(),
+            cache: forward::CacheEditPlan {
+                sites: cache
+                    .breakpoints
+                    .iter()
+                    .filter_map(|&i| g.parsed.cache_sites.get(usize::from(i)).cloned())
+                    .collect(),
+                one_hour: cache.one_hour,
+                mark_sites: g.parsed.cache_mark_sites.clone(),
+                routing_key: cache.routing_key,
+                retention: cache.retention,
+                body_close: g.parsed.body_close,
+            },
             reusable: shape.reproducible(),
             answer_key: g.answer_key,
             receipt_headers: receipt.headers,

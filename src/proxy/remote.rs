@@ -61,6 +61,13 @@ pub struct RemoteDecision {
     /// SPEC §2.11b); absent from gates that place none.
     #[serde(default)]
     pub cache_breakpoints: Vec<u16>,
+    /// Lifetimes, routing and retention to place (absent from gates that place none).
+    #[serde(default)]
+    pub cache_ttl_1h: bool,
+    #[serde(default)]
+    pub cache_routing_key: Option<String>,
+    #[serde(default)]
+    pub cache_retention: bool,
     pub receipt: Envelope,
     /// With a CHALLENGE: how long the hold lives (absent from gates that do not state it).
     #[serde(default)]
@@ -175,7 +182,9 @@ impl crate::gatekeeper::RemoteRenewal for RemoteGate {
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
         Box::pin(async move {
             if RemoteGate::renew(self, decision_id).await.is_err() {
-                tracing::warn!("the central gate did not renew a reservation; the next renewal retries");
+                tracing::warn!(
+                    "the central gate did not renew a reservation; the next renewal retries"
+                );
             }
         })
     }

@@ -10,6 +10,7 @@ pub mod answers;
 pub mod sqlite;
 
 use serde::{Deserialize, Serialize};
+use tokensaver_core::gate::cache::CacheEdits;
 
 use crate::config::{BudgetPeriod, Prices};
 use crate::receipt::DecisionId;
@@ -98,6 +99,33 @@ pub struct DecisionRow {
     /// How long the gate held the request before deciding it (a paced repeated step).
     #[serde(default)]
     pub paced_ms: u64,
+    /// What the gate did to the call's caching, and what it knew then (SPEC §2.11b).
+    #[serde(default)]
+    pub cache_edits: CacheEdits,
+}
+
+/// A settled call's cache figures by the gate's mechanism (SPEC §2.11b;
+/// [`crate::gatekeeper::settlement::cache_figures`]): derived and counterfactual, never in
+/// spend or any total. Absent on a call the mechanism did not touch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheHealth {
+    /// One-hour entries (Anthropic) or 24-hour retention (OpenAI): the saving after a pause,
+    /// less the one-hour premium.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_saving_lifetimes_nano: Option<i64>,
+    /// A routing key that spread the call off its prefix's crowded route.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_saving_routing_nano: Option<i64>,
+    /// The call came after a pause of its session and wrote the cache: what the write cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_rebuild_nano: Option<u64>,
+    /// What its one-hour writes cost above 5-minute ones.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub cache_premium_1h_nano: u64,
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Provider-reported usage for a forwarded decision, and the spend it settles.
@@ -130,6 +158,9 @@ pub struct UsageRow {
     /// Derived and counterfactual (SPEC §2.11b): never part of spend or any savings total.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_saving_nano: Option<i64>,
+    /// The other mechanisms' figures and the session's cache health for this call.
+    #[serde(default, flatten)]
+    pub cache: CacheHealth,
 }
 
 impl UsageRow {
@@ -424,6 +455,20 @@ pub struct LedgerTotals {
     /// (SPEC §2.11b), nano-USD: never added to spend, `tokens_not_bought` or any total.
     #[serde(default, rename = "cache_saving")]
     pub cache_saving_nano: i64,
+    /// The same for one-hour entries and 24-hour retention (derived, counterfactual).
+    #[serde(default, rename = "cache_saving_lifetimes")]
+    pub cache_saving_lifetimes_nano: i64,
+    /// The same for routing keys (derived, counterfactual).
+    #[serde(default, rename = "cache_saving_routing")]
+    pub cache_saving_routing_nano: i64,
+    /// Cache health: calls that rewrote the cache after a pause, what those writes cost, and
+    /// what one-hour entries cost above 5-minute ones.
+    #[serde(default)]
+    pub cache_rebuilds: u64,
+    #[serde(default, rename = "cache_rebuild")]
+    pub cache_rebuild_nano: u64,
+    #[serde(default, rename = "cache_premium_1h")]
+    pub cache_premium_1h_nano: u64,
 }
 
 impl LedgerTotals {
@@ -564,6 +609,11 @@ pub struct DecisionLine {
     /// cache saving (nano-USD, SPEC §2.11b); absent on every other call.
     #[serde(rename = "cache_saving", skip_serializing_if = "Option::is_none")]
     pub cache_saving_nano: Option<i64>,
+    /// The other mechanisms' figures and the call's cache health.
+    #[serde(flatten)]
+    pub cache: CacheHealth,
+    /// What the gate did to the call's caching.
+    pub cache_edits: CacheEdits,
     /// The agent session (SPEC §2.11a), a keyed hash; `None` before it was kept or after
     /// `POST /forget`.
     pub session: Option<Hash>,

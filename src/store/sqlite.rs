@@ -57,9 +57,10 @@ use super::{
     Ending, Event, HoldOpening, HoldRow, HoldState, LeaseRow, LedgerDay, LedgerTotals,
     ResponseBinding, Snapshot, SpendBasis, Store, StoreError, UsageRow,
 };
-use super::{DecisionListing, RecordSource, VerdictCount};
+use super::{CacheHealth, DecisionListing, RecordSource, VerdictCount};
 use crate::config::{BudgetPeriod, Prices};
 use crate::receipt::DecisionId;
+use tokensaver_core::gate::cache::CacheEdits;
 use tokensaver_core::gate::{Usage, Verdict};
 use tokensaver_core::request::{Hash, WireForm};
 
@@ -336,6 +337,17 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE responses ADD COLUMN upstream TEXT;
     ALTER TABLE responses ADD COLUMN answer BLOB;
     "#,
+    // 13: cache lifetimes and routing (SPEC §2.11b): what the gate did to a call's caching
+    // (`CacheEdits` bits) on its decision; on its usage, the derived saving of lifetimes and of
+    // routing, what a rewrite after a pause cost, and what one-hour entries cost above 5-minute
+    // ones. Counterfactual figures, never in spend.
+    r#"
+    ALTER TABLE decisions ADD COLUMN cache_edits INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE usage ADD COLUMN cache_saving_lifetimes_nano INTEGER;
+    ALTER TABLE usage ADD COLUMN cache_saving_routing_nano INTEGER;
+    ALTER TABLE usage ADD COLUMN cache_rebuild_nano INTEGER;
+    ALTER TABLE usage ADD COLUMN cache_premium_1h_nano INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 macro_rules! decision_columns {
@@ -343,18 +355,18 @@ macro_rules! decision_columns {
         "decision_id, key_id, fingerprint, verdict, reason, score, model_requested, \
          model_served, wire, decided_at_ms, reserved_nano, worst_case_tokens, \
          tokens_not_bought, worst_case_tokens_avoided, findings_tokens, hold_id, \
-         step_fingerprint, recorded_by, session, paced_ms"
+         step_fingerprint, recorded_by, session, paced_ms, cache_edits"
     };
 }
 const DECISION_COLUMNS: &str = decision_columns!();
 /// How many columns [`DECISION_COLUMNS`] names: a query's own columns follow them.
-const DECISION_COLUMN_COUNT: usize = 20;
+const DECISION_COLUMN_COUNT: usize = 21;
 /// Built once: the statement cache is keyed by the SQL text.
 const INSERT_DECISION: &str = concat!(
     "INSERT INTO decisions (",
     decision_columns!(),
     ", open) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
-     ?18, ?19, ?20, ?21)"
+     ?18, ?19, ?20, ?21, ?22)"
 );
 /// Who a decisions query reads: the key `?1`, or every key (`?1` is NULL).
 fn key_clause(by_key: bool) -> &'static str {
@@ -383,7 +395,11 @@ fn decisions_sql(by_key: bool) -> String {
          COALESCE(u1.web_search_requests, u2.web_search_requests), \
          COALESCE(u1.spend_nano, u2.spend_nano), e.at_ms, e.charged_nano, \
          COALESCE(u1.cache_saving_nano, u2.cache_saving_nano), \
-         d.session, d.paced_ms, d.step_fingerprint \
+         d.session, d.paced_ms, d.step_fingerprint, d.cache_edits, \
+         COALESCE(u1.cache_saving_lifetimes_nano, u2.cache_saving_lifetimes_nano), \
+         COALESCE(u1.cache_saving_routing_nano, u2.cache_saving_routing_nano), \
+         COALESCE(u1.cache_rebuild_nano, u2.cache_rebuild_nano), \
+         COALESCE(u1.cache_premium_1h_nano, u2.cache_premium_1h_nano, 0) \
          FROM decisions AS d \
          LEFT JOIN usage AS u1 ON u1.decision = d.id \
          LEFT JOIN usage AS u2 ON u2.decision IS NULL AND u2.decision_id = d.decision_id \
@@ -841,7 +857,11 @@ impl Store for SqliteStore {
 
             let sql = format!(
                 "SELECT at_ms / 86400000 AS day, {}, {}, {}, {}, {}, \
-                 SUM(basis = 'unpriced'), COALESCE(SUM(cache_saving_nano), 0) \
+                 SUM(basis = 'unpriced'), COALESCE(SUM(cache_saving_nano), 0), \
+                 COALESCE(SUM(cache_saving_lifetimes_nano), 0), \
+                 COALESCE(SUM(cache_saving_routing_nano), 0), \
+                 COUNT(cache_rebuild_nano), COALESCE(SUM(cache_rebuild_nano), 0), \
+                 COALESCE(SUM(cache_premium_1h_nano), 0) \
                  FROM usage WHERE {key_clause} AND at_ms >= ?2 AND at_ms < ?3 GROUP BY day",
                 split_sum("spend_nano"),
                 split_sum("input"),
@@ -866,6 +886,20 @@ impl Store for SqliteStore {
                 t.unpriced_calls = t.unpriced_calls.saturating_add(unpriced);
                 let saving: i64 = r.get(12).map_err(sql_error)?;
                 t.cache_saving_nano = t.cache_saving_nano.saturating_add(saving);
+                let lifetimes: i64 = r.get(13).map_err(sql_error)?;
+                t.cache_saving_lifetimes_nano =
+                    t.cache_saving_lifetimes_nano.saturating_add(lifetimes);
+                let routing: i64 = r.get(14).map_err(sql_error)?;
+                t.cache_saving_routing_nano = t.cache_saving_routing_nano.saturating_add(routing);
+                t.cache_rebuilds = t
+                    .cache_rebuilds
+                    .saturating_add(get_u64(r, 15).map_err(sql_error)?);
+                t.cache_rebuild_nano = t
+                    .cache_rebuild_nano
+                    .saturating_add(get_u64(r, 16).map_err(sql_error)?);
+                t.cache_premium_1h_nano = t
+                    .cache_premium_1h_nano
+                    .saturating_add(get_u64(r, 17).map_err(sql_error)?);
             }
             drop(rows);
 
@@ -1082,6 +1116,13 @@ fn decision_line(r: &Row<'_>) -> rusqlite::Result<DecisionLine> {
             0
         },
         cache_saving_nano: r.get(26)?,
+        cache: CacheHealth {
+            cache_saving_lifetimes_nano: r.get(31)?,
+            cache_saving_routing_nano: r.get(32)?,
+            cache_rebuild_nano: r.get::<_, Option<i64>>(33)?.map(to_u64),
+            cache_premium_1h_nano: get_u64(r, 34)?,
+        },
+        cache_edits: cache_edits_from(r, 30)?,
         session: r.get(27)?,
         paced_ms: get_u64(r, 28)?,
         step: r.get(29)?,
@@ -1114,6 +1155,17 @@ pub(crate) fn add_totals(into: &mut LedgerTotals, t: &LedgerTotals) {
         .saturating_add(t.findings_tokens_estimated);
     into.unpriced_calls = into.unpriced_calls.saturating_add(t.unpriced_calls);
     into.cache_saving_nano = into.cache_saving_nano.saturating_add(t.cache_saving_nano);
+    into.cache_saving_lifetimes_nano = into
+        .cache_saving_lifetimes_nano
+        .saturating_add(t.cache_saving_lifetimes_nano);
+    into.cache_saving_routing_nano = into
+        .cache_saving_routing_nano
+        .saturating_add(t.cache_saving_routing_nano);
+    into.cache_rebuilds = into.cache_rebuilds.saturating_add(t.cache_rebuilds);
+    into.cache_rebuild_nano = into.cache_rebuild_nano.saturating_add(t.cache_rebuild_nano);
+    into.cache_premium_1h_nano = into
+        .cache_premium_1h_nano
+        .saturating_add(t.cache_premium_1h_nano);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1376,6 +1428,7 @@ fn apply(conn: &Connection, event: &Event, pairs: &mut Pairs) -> rusqlite::Resul
                 d.recorded_by.as_str(),
                 d.session,
                 to_i64(d.paced_ms),
+                i64::from(d.cache_edits.0),
                 open,
             ])?;
             if settled_here {
@@ -1613,8 +1666,10 @@ fn insert_usage(conn: &Connection, u: &UsageRow, written: Option<i64>) -> rusqli
     conn.prepare_cached(
         "INSERT INTO usage (decision_id, decision, key_id, at_ms, served_model, wire, complete, \
          input, cache_write, cache_read, output, spend_nano, cache_write_1h, \
-         web_search_requests, ending, basis, cache_saving_nano) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+         web_search_requests, ending, basis, cache_saving_nano, cache_saving_lifetimes_nano, \
+         cache_saving_routing_nano, cache_rebuild_nano, cache_premium_1h_nano) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
+         ?19, ?20, ?21)",
     )?
     .execute(params![
         id,
@@ -1634,6 +1689,10 @@ fn insert_usage(conn: &Connection, u: &UsageRow, written: Option<i64>) -> rusqli
         u.ending.map(Ending::as_str),
         u.basis.as_str(),
         u.cache_saving_nano,
+        u.cache.cache_saving_lifetimes_nano,
+        u.cache.cache_saving_routing_nano,
+        u.cache.cache_rebuild_nano.map(to_i64),
+        to_i64(u.cache.cache_premium_1h_nano),
     ])?;
     if let Some((row, true)) = decision {
         let result = conn
@@ -1890,7 +1949,12 @@ fn decision_from_row(r: &Row<'_>) -> rusqlite::Result<DecisionRow> {
         },
         session: r.get(18)?,
         paced_ms: get_u64(r, 19)?,
+        cache_edits: cache_edits_from(r, 20)?,
     })
+}
+
+fn cache_edits_from(r: &Row<'_>, i: usize) -> rusqlite::Result<CacheEdits> {
+    Ok(CacheEdits(u8::try_from(r.get::<_, i64>(i)?).unwrap_or(0)))
 }
 
 /// Start (unix ms) of a `YYYY-MM-DD` UTC day; anything else (including 2026-02-30) is
@@ -1947,6 +2011,7 @@ mod tests {
             basis: SpendBasis::Reported,
             spend_nano: 7,
             cache_saving_nano: None,
+            cache: Default::default(),
         }
     }
 

@@ -72,6 +72,8 @@ pub struct Opts {
     pub key_b_extra: String,
     /// Extra environment of the server.
     pub env: Vec<(String, String)>,
+    /// The provider's `--time-scale`: its cache lifetimes and rates divided by this.
+    pub time_scale: u64,
 }
 
 impl Default for Opts {
@@ -93,6 +95,7 @@ impl Default for Opts {
             upstreams_toml: None,
             key_b_extra: String::new(),
             env: Vec::new(),
+            time_scale: 1,
         }
     }
 }
@@ -132,6 +135,7 @@ impl Harness {
             slow_ms: opts.slow_ms,
             stream_delay_ms: opts.stream_delay_ms,
             usage: opts.usage,
+            time_scale: opts.time_scale,
             ..Default::default()
         })
         .expect("mock provider");

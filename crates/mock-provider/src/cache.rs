@@ -24,6 +24,16 @@ pub const ONE_DAY_MS: u64 = 24 * 60 * 60 * 1000;
 pub const OPENAI_MIN_TOKENS: u64 = 1024;
 /// OpenAI: hits grow in steps of this many tokens above [`OPENAI_MIN_TOKENS`].
 pub const OPENAI_STEP_TOKENS: u64 = 128;
+/// OpenAI routing: the prompt's first this many tokens (the docs: "typically the first 256
+/// tokens") are hashed with `prompt_cache_key` to pick a machine.
+pub const OPENAI_ROUTE_TOKENS: u64 = 256;
+/// OpenAI routing: past this many requests a minute on one route, requests overflow to other
+/// machines (the docs: "approximately 15 requests per minute").
+pub const OPENAI_OVERFLOW_PER_MINUTE: usize = 15;
+/// Machines an overflowing route spills over to, in turn.
+pub const OPENAI_OVERFLOW_MACHINES: usize = 7;
+/// The window a route's rate is counted in.
+pub const OPENAI_ROUTE_WINDOW_MS: u64 = 60_000;
 /// Entries kept over all partitions by default; past it the soonest to expire go first.
 pub const DEFAULT_MAX_ENTRIES: usize = 200_000;
 /// Expired entries are dropped at most this often (by the cache's clock), every partition in
@@ -152,23 +162,24 @@ pub struct PartitionKey {
     pub credential: [u8; 32],
     /// The request's `model`.
     pub model: String,
-    /// OpenAI `prompt_cache_key` (always `None` for Anthropic).
-    pub cache_key: Option<String>,
+    /// OpenAI: the cache machine the request was routed to ([`PromptCache::route_openai`];
+    /// always `None` for Anthropic). Each machine holds its own entries.
+    pub machine: Option<[u8; 32]>,
 }
 
 impl PartitionKey {
-    /// The partition of a request of `api` with `credential`, `model` and `cache_key`.
+    /// The partition of a request of `api` with `credential` and `model`, on `machine`.
     pub fn new(
         api: &'static str,
         credential: &str,
         model: &str,
-        cache_key: Option<&str>,
+        machine: Option<[u8; 32]>,
     ) -> PartitionKey {
         PartitionKey {
             api,
             credential: *blake3::hash(credential.as_bytes()).as_bytes(),
             model: model.to_owned(),
-            cache_key: cache_key.map(str::to_owned),
+            machine,
         }
     }
 }
@@ -219,6 +230,8 @@ impl Entry {
 #[derive(Debug)]
 pub struct PromptCache {
     parts: HashMap<PartitionKey, HashMap<[u8; 32], Entry>>,
+    /// OpenAI routes (prefix and key) → when requests were routed there, the last minute.
+    routes: HashMap<[u8; 32], std::collections::VecDeque<u64>>,
     len: usize,
     cap: usize,
     /// When expired entries were last dropped ([`SWEEP_EVERY_MS`]).
@@ -236,6 +249,7 @@ impl PromptCache {
     pub fn new(cap: usize) -> PromptCache {
         PromptCache {
             parts: HashMap::new(),
+            routes: HashMap::new(),
             len: 0,
             cap: cap.max(1),
             swept_ms: None,
@@ -245,6 +259,10 @@ impl PromptCache {
     /// Entries held (live or not yet purged).
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// Drops every entry; returns how many there were.
@@ -390,11 +408,67 @@ impl PromptCache {
         }
     }
 
+    /// The OpenAI cache machine a request goes to: its route is the hash of the prompt's
+    /// first [`OPENAI_ROUTE_TOKENS`] tokens (the first boundary that reaches them, else the
+    /// whole prompt) with its `prompt_cache_key`, in its credential's, API's and model's
+    /// partition family; a route that took [`OPENAI_OVERFLOW_PER_MINUTE`] requests in the last
+    /// minute sends the next ones, in turn, to one of [`OPENAI_OVERFLOW_MACHINES`] other
+    /// machines, each with its own cache.
+    pub fn route_openai(
+        &mut self,
+        family: &PartitionKey,
+        boundaries: &[Boundary],
+        cache_key: Option<&str>,
+        now: u64,
+    ) -> [u8; 32] {
+        let head = boundaries
+            .iter()
+            .find(|b| b.tokens >= OPENAI_ROUTE_TOKENS)
+            .or(boundaries.last())
+            .map_or([0; 32], |b| b.hash);
+        let mut h = blake3::Hasher::new();
+        h.update(family.api.as_bytes());
+        h.update(&family.credential);
+        h.update(family.model.as_bytes());
+        h.update(b"\0");
+        h.update(&head);
+        h.update(cache_key.unwrap_or("").as_bytes());
+        h.update(&[u8::from(cache_key.is_some())]);
+        let route = *h.finalize().as_bytes();
+        let times = self.routes.entry(route).or_default();
+        while times
+            .front()
+            .is_some_and(|&t| now.saturating_sub(t) >= OPENAI_ROUTE_WINDOW_MS)
+        {
+            times.pop_front();
+        }
+        let recent = times.len();
+        times.push_back(now);
+        if times.len() > 4 * OPENAI_OVERFLOW_PER_MINUTE {
+            times.pop_front();
+        }
+        if self.routes.len() > DEFAULT_MAX_ENTRIES {
+            self.routes.retain(|_, t| {
+                t.back()
+                    .is_some_and(|&b| now.saturating_sub(b) < OPENAI_ROUTE_WINDOW_MS)
+            });
+        }
+        if recent < OPENAI_OVERFLOW_PER_MINUTE {
+            return route;
+        }
+        let spill = (recent - OPENAI_OVERFLOW_PER_MINUTE) % OPENAI_OVERFLOW_MACHINES + 1;
+        let mut h = blake3::Hasher::new();
+        h.update(&route);
+        h.update(&(spill as u64).to_le_bytes());
+        *h.finalize().as_bytes()
+    }
+
     /// Bills an OpenAI request (chat or Responses) against partition `key` at `now`: returns
     /// `cached_tokens` and records the prompt's prefixes. Prompts under
     /// [`OPENAI_MIN_TOKENS`] are neither read nor written; otherwise the longest live earlier
     /// prefix is read, rounded down to [`openai_cached`], and every prefix of at least
     /// [`OPENAI_MIN_TOKENS`] is written (or refreshed).
+    #[cfg(test)]
     pub fn bill_openai(
         &mut self,
         key: &PartitionKey,
@@ -403,8 +477,22 @@ impl PromptCache {
         prompt_tokens: u64,
         now: u64,
     ) -> u64 {
+        self.bill_openai_writes(key, boundaries, retention, prompt_tokens, now)
+            .0
+    }
+
+    /// [`Self::bill_openai`], and the tokens newly written: the longest prefix written now
+    /// beyond the one read (what a model that bills cache writes reports, GPT-5.6 on).
+    pub fn bill_openai_writes(
+        &mut self,
+        key: &PartitionKey,
+        boundaries: &[Boundary],
+        retention: Retention,
+        prompt_tokens: u64,
+        now: u64,
+    ) -> (u64, u64) {
         if prompt_tokens < OPENAI_MIN_TOKENS {
-            return 0;
+            return (0, 0);
         }
         let part = self.partition(key, now);
         let matched = boundaries
@@ -422,11 +510,18 @@ impl PromptCache {
                 None => fresh.push(bd.hash),
             }
         }
+        let written = boundaries
+            .iter()
+            .filter(|bd| fresh.contains(&bd.hash))
+            .map(|bd| bd.tokens)
+            .max()
+            .unwrap_or(0);
         for hash in fresh {
             self.insert(key, hash, Entry::new(Lifetime::OpenAi(retention), now));
         }
         self.enforce_cap(now);
-        openai_cached(matched.min(prompt_tokens))
+        let cached = openai_cached(matched.min(prompt_tokens));
+        (cached, written.min(prompt_tokens).saturating_sub(cached))
     }
 }
 
@@ -447,6 +542,16 @@ pub fn openai_cached(matched: u64) -> u64 {
     } else {
         matched - (matched - OPENAI_MIN_TOKENS) % OPENAI_STEP_TOKENS
     }
+}
+
+/// Whether an OpenAI model bills its cache writes (the provider's prompt-caching guide: "for
+/// GPT-5.6 models and later model families, cache writes cost 1.25× the uncached input"):
+/// reported as `cache_write_tokens`.
+pub fn openai_bills_writes(model: &str) -> bool {
+    let m = model.to_ascii_lowercase();
+    ["gpt-5.6", "gpt-5.7", "gpt-5.8", "gpt-5.9", "gpt-6", "gpt-7"]
+        .iter()
+        .any(|family| m.starts_with(family))
 }
 
 /// The minimum cacheable prefix of an Anthropic model, in tokens, by its name (lowercased,

@@ -204,14 +204,31 @@
 //!   5 minutes after the last use, and never more than 1 hour after the write (the docs:
 //!   cleared after 5–10 minutes of inactivity, always within an hour); `"24h"` — 24 hours
 //!   after the write ([`ONE_DAY_MS`]), whatever the use.
-//! * `prompt_cache_key`: the docs say it is combined with the prefix hash to route requests
-//!   to machines that hold the prefix. The mock has no machines: the key is part of the
-//!   partition, so requests share prefixes only under the same key (no key is one more
-//!   partition). A stable key therefore never adds hits over sending none; the docs' overflow
-//!   (about 15 requests a minute per prefix and key) is not modelled.
-//! * Not modelled: GPT-5.6 explicit `prompt_cache_breakpoint`s and billed writes
-//!   (`cache_write_tokens`), `previous_response_id` context (only the request's own input is a
-//!   prompt).
+//! * **Routing** (`prompt_cache_key`): the docs route a request to a cache machine by a hash of
+//!   the prompt's first ~256 tokens combined with `prompt_cache_key`, and past about 15
+//!   requests a minute for one prefix and key, requests overflow to other machines. The mock:
+//!   a request's *route* is the hash of its first boundary of at least
+//!   [`cache::OPENAI_ROUTE_TOKENS`] (256) tokens (else its whole prompt) with its key (no key is
+//!   a route of its own); a route that took [`cache::OPENAI_OVERFLOW_PER_MINUTE`] (15) requests
+//!   in the last minute sends each further one, in turn, to one of
+//!   [`cache::OPENAI_OVERFLOW_MACHINES`] (7) other machines. Each machine is a partition with
+//!   its own entries: a request that overflows reads only what that machine holds.
+//! * **Writes**: a model that bills cache writes ([`cache::openai_bills_writes`]: GPT-5.6 and
+//!   later families) reports `cache_write_tokens` in `prompt_tokens_details` /
+//!   `input_tokens_details` — the longest prefix written now beyond the one read — and
+//!   `input_tokens` / uncached input excludes them; every other model's writes are free and not
+//!   reported.
+//! * Not modelled: GPT-5.6 explicit `prompt_cache_breakpoint`s and `prompt_cache_options`,
+//!   `previous_response_id` context (only the request's own input is a prompt).
+//!
+//! **Time scale** ([`ProviderOptions::time_scale`], `--time-scale N`): the cache's clock runs N
+//! times faster than the request's, so every lifetime and the routing window are divided by N,
+//! as `[gate.windows]` shortens the gate's for a time-compressed run.
+//!
+//! **Billing parameters are not prompt text.** `cache_control` (anywhere) and the top-level
+//! `prompt_cache_key`, `prompt_cache_retention` and `prompt_cache_options` take no part in `P`
+//! nor in the reply (its words, ids and scripted steps): a marker or a routing key changes what
+//! a call is billed, never what it answers.
 //!
 //! **Which calls take part**: normal answers and `fault-slow`, `fault-reset` and
 //! `fault-truncated` (the prompt was processed) read and write; `fault-500`, `fault-429`,
@@ -408,7 +425,8 @@
 //!
 //! [`ProviderOptions::usage`] = [`UsageCounting::Cl100k`] (`--usage cl100k`) replaces the
 //! character rule: `P` = cl100k_base tokens (this crate's pinned tokenizer) of the canonical
-//! body as text — compact JSON, keys sorted, without `stream` / `stream_options` — so tool
+//! body as text — compact JSON, keys sorted, without `stream` / `stream_options` and the caching
+//! parameters (above) — so tool
 //! definitions, calls, results and parameters all count; `O` = cl100k_base tokens of the answer
 //! text, or of a tool call's name followed by its arguments JSON (at least 1). The `cached`
 //! model rule applies to `P` as before. The default stays the character rule.
@@ -467,7 +485,7 @@ use tokio::sync::watch;
 
 use server::{accept_loop, bind_listener};
 
-mod cache;
+pub mod cache;
 mod responses;
 mod server;
 
@@ -550,6 +568,11 @@ pub struct ProviderOptions {
     /// Cache entries kept over all partitions (default 200 000); past it the soonest to
     /// expire are dropped, down to 90 % of it.
     pub max_cache_entries: usize,
+    /// The prompt cache's clock runs this many times faster than the request's (default 1):
+    /// every lifetime (5 minutes, 1 hour, 24 hours, OpenAI's in-memory eviction) and OpenAI's
+    /// routing rate window are divided by it, as `[gate.windows]` divides the gate's, so a
+    /// time-compressed recording exercises expiry (`--time-scale N`).
+    pub time_scale: u64,
 }
 
 /// The task scripts of every `<dir>/<id>/task.json` (its `script` field; the other fields are
@@ -655,6 +678,7 @@ impl Default for ProviderOptions {
             tasks: Arc::new(BTreeMap::new()),
             prompt_cache: true,
             max_cache_entries: cache::DEFAULT_MAX_ENTRIES,
+            time_scale: 1,
         }
     }
 }
@@ -1513,7 +1537,8 @@ fn answer(shared: &Shared, api: Api, body: &[u8], ctx: &CallContext) -> Outcome 
         == Some(&Value::Bool(true));
     if let Some(layout) = &layout {
         let mut cache = shared.cache();
-        reply.bill_cache(layout, &value, &mut cache, &ctx.credential, ctx.now_ms);
+        let cache_now = ctx.now_ms.saturating_mul(shared.opts.time_scale.max(1));
+        reply.bill_cache(layout, &value, &mut cache, &ctx.credential, cache_now);
     }
     shared.set_usage(ctx.seq, reply.usage);
     let full = |reply: &MockReply| match api {
@@ -1790,6 +1815,9 @@ pub struct MockUsage {
     /// Whether the Anthropic `usage` carries the `cache_creation` object: when the request
     /// has a `cache_control` (top level or on a block) and prompt caching is on.
     pub cache_breakdown: bool,
+    /// OpenAI `cache_write_tokens`: the cache writes of a model that bills them (GPT-5.6 on,
+    /// [`cache::openai_bills_writes`]); 0, and not reported, for every other model.
+    pub openai_cache_write_tokens: u64,
 }
 
 impl MockUsage {
@@ -1804,8 +1832,18 @@ impl MockUsage {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.total_tokens(),
-            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+            "prompt_tokens_details": self.openai_details("cached_tokens"),
         })
+    }
+
+    /// `prompt_tokens_details` / `input_tokens_details`: the read, and the writes where the
+    /// model bills them (`cache_write_tokens`).
+    pub fn openai_details(&self, cached: &str) -> Value {
+        let mut d = json!({ cached: self.cached_tokens });
+        if self.openai_cache_write_tokens > 0 {
+            d["cache_write_tokens"] = json!(self.openai_cache_write_tokens);
+        }
+        d
     }
 
     /// The Anthropic `usage` object.
@@ -2122,13 +2160,22 @@ impl MockReply {
             }
             CacheLayout::OpenAi(name, boundaries) => {
                 let cache_key = body.get("prompt_cache_key").and_then(Value::as_str);
-                let key = cache::PartitionKey::new(name, credential, &self.model, cache_key);
+                let family = cache::PartitionKey::new(name, credential, &self.model, None);
+                let machine = cache.route_openai(&family, boundaries, cache_key, now_ms);
+                let key = cache::PartitionKey::new(name, credential, &self.model, Some(machine));
                 let retention = Retention::of(body);
-                let cached = cache.bill_openai(&key, boundaries, retention, p, now_ms);
+                let (cached, written) =
+                    cache.bill_openai_writes(&key, boundaries, retention, p, now_ms);
+                let written = if cache::openai_bills_writes(&self.model) {
+                    written
+                } else {
+                    0
+                };
                 u.cached_tokens = cached;
                 u.cache_read_input_tokens = cached;
                 u.cache_creation_input_tokens = 0;
-                u.input_tokens = p - cached;
+                u.openai_cache_write_tokens = written;
+                u.input_tokens = p - cached - written;
             }
         }
     }
@@ -2216,6 +2263,7 @@ impl MockReply {
             total_tokens: self.usage.total_tokens(),
             prompt_tokens_details: OaPromptDetails {
                 cached_tokens: self.usage.cached_tokens,
+                cache_write_tokens: Some(self.usage.openai_cache_write_tokens).filter(|&n| n > 0),
             },
         }
     }
@@ -2568,6 +2616,8 @@ struct OaUsage {
 #[derive(Serialize, Clone, Copy)]
 struct OaPromptDetails {
     cached_tokens: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_write_tokens: Option<u64>,
 }
 
 #[derive(Serialize)]

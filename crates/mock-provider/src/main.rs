@@ -29,6 +29,10 @@ struct Args {
     #[arg(long, env = "TOKENSAVER_MOCK_NO_PROMPT_CACHE",
           value_parser = clap::builder::BoolishValueParser::new())]
     no_prompt_cache: bool,
+    /// Run the prompt cache's clock N times faster (its lifetimes and OpenAI's routing window
+    /// divided by N), as `[gate.windows]` shortens the gate's windows for a compressed run.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    time_scale: u64,
 }
 
 /// Why the mock provider stopped, as its one line on stderr says.
@@ -48,6 +52,7 @@ fn run(args: Args) -> Result<(), Stopped> {
     let opts = ProviderOptions {
         expected_credential: args.expected_credential,
         prompt_cache: !args.no_prompt_cache,
+        time_scale: args.time_scale,
         ..ProviderOptions::scripted(&args.usage, args.tasks.as_deref())?
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

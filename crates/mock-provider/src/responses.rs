@@ -73,7 +73,7 @@ impl MockReply {
     pub fn responses_usage_json(&self) -> Value {
         json!({
             "input_tokens": self.usage.prompt_tokens,
-            "input_tokens_details": {"cached_tokens": self.usage.cached_tokens},
+            "input_tokens_details": self.usage.openai_details("cached_tokens"),
             "output_tokens": self.usage.completion_tokens,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": self.usage.total_tokens(),

@@ -103,12 +103,32 @@ fn tok_json(v: &Value) -> u64 {
     tok(&serde_json::to_string(v).unwrap())
 }
 
-/// `P` under cl100k: the body without `stream` / `stream_options`.
+/// `P` under cl100k: the body without `stream` / `stream_options` and without what only bills
+/// caching (`cache_control` anywhere; `prompt_cache_key`, `prompt_cache_retention`,
+/// `prompt_cache_options` at the top).
 fn prompt_tokens(body: &Value) -> u64 {
+    fn strip_markers(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                m.remove("cache_control");
+                m.values_mut().for_each(strip_markers);
+            }
+            Value::Array(items) => items.iter_mut().for_each(strip_markers),
+            _ => {}
+        }
+    }
     let mut b = body.clone();
     let m = b.as_object_mut().unwrap();
-    m.remove("stream");
-    m.remove("stream_options");
+    for field in [
+        "stream",
+        "stream_options",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "prompt_cache_options",
+    ] {
+        m.remove(field);
+    }
+    strip_markers(&mut b);
     tok_json(&b)
 }
 
@@ -760,6 +780,127 @@ fn openai_prompt_cache_key_partitions_the_cache() {
         cached(5 * SEC, &keyed(Some("session-b"), "q6")),
         round_openai(m0)
     );
+}
+
+/// Routing: one prefix and key take 15 requests a minute on their machine; the next ones
+/// overflow, in turn, to 7 other machines, each with its own cache (the 16th request reads
+/// nothing, though the prefix was cached). A routing key of its own puts a session on a
+/// machine of its own, where its prefix stays cached whatever the others send.
+#[test]
+fn openai_routes_overflow_past_15_a_minute_and_keys_spread_them() {
+    let p = start();
+    let path = "/v1/chat/completions";
+    let sys = filler("sys", 1200);
+    let m0 = tok_json(&chat_body(&sys, "x")["messages"][0]);
+    let cached = |now: u64, b: &Value| {
+        openai(&p, path, KEY, now, b).usage()["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(cached(0, &chat_body(&sys, "q0")), 0);
+    for i in 1..15 {
+        assert_eq!(
+            cached(i * SEC, &chat_body(&sys, &format!("q{i}"))),
+            round_openai(m0)
+        );
+    }
+    // The 16th within the minute overflows to a machine that never saw the prefix.
+    assert_eq!(cached(15 * SEC, &chat_body(&sys, "q15")), 0);
+    // A minute after the first, the route takes requests again.
+    assert_eq!(cached(61 * SEC, &chat_body(&sys, "q16")), round_openai(m0));
+    // A key of its own: another route, not crowded by the unkeyed traffic.
+    let mut keyed = chat_body(&sys, "k0");
+    keyed["prompt_cache_key"] = json!("ts_session_a");
+    assert_eq!(cached(62 * SEC, &keyed), 0);
+    keyed["messages"][1]["content"] = json!("k1");
+    assert_eq!(cached(63 * SEC, &keyed), round_openai(m0));
+}
+
+/// GPT-5.6 and later bill cache writes: `cache_write_tokens` reports what was written beyond
+/// the read, and the uncached input excludes it; an earlier model reports no writes.
+#[test]
+fn openai_writes_are_reported_where_the_model_bills_them() {
+    let p = start();
+    let path = "/v1/chat/completions";
+    let sys = filler("sys", 1200);
+    let with_model = |model: &str, q: &str| {
+        let mut b = chat_body(&sys, q);
+        b["model"] = json!(model);
+        b
+    };
+    let first = with_model("gpt-5.6-luna", "q");
+    let boundaries: Vec<u64> = {
+        let m0 = tok_json(&first["messages"][0]);
+        let m1 = tok_json(&first["messages"][1]);
+        vec![m0, m0 + m1]
+    };
+    let u = openai(&p, path, KEY, 0, &first).usage();
+    let details = &u["prompt_tokens_details"];
+    assert_eq!(details["cached_tokens"], 0, "{u}");
+    assert_eq!(details["cache_write_tokens"], boundaries[1], "{u}");
+    let u = openai(&p, path, KEY, SEC, &with_model("gpt-5.6-luna", "other")).usage();
+    let details = &u["prompt_tokens_details"];
+    let read = round_openai(boundaries[0]);
+    assert_eq!(details["cached_tokens"], read, "{u}");
+    let m1 = tok_json(&with_model("gpt-5.6-luna", "other")["messages"][1]);
+    assert_eq!(
+        details["cache_write_tokens"],
+        boundaries[0] + m1 - read,
+        "{u}"
+    );
+    let u = openai(&p, path, KEY, 2 * SEC, &with_model("gpt-5.5", "q")).usage();
+    assert!(
+        u["prompt_tokens_details"]
+            .get("cache_write_tokens")
+            .is_none(),
+        "{u}"
+    );
+}
+
+/// `--time-scale N`: the cache's lifetimes pass N times faster (a 5-minute entry is gone after
+/// 5 minutes ÷ N of request time).
+#[test]
+fn a_time_scale_divides_the_lifetimes() {
+    let p = start_with(ProviderOptions {
+        usage: UsageCounting::Cl100k,
+        time_scale: 60,
+        ..ProviderOptions::default()
+    });
+    let sys = filler("sys", 1200);
+    let body = system_body(SONNET, &sys, "q");
+    let pt = prompt_tokens(&body);
+    let s = tb(&sys);
+    anthropic_usage(&messages(&p, KEY, 0, &body).usage(), pt, 0, s, 0);
+    // 4 s is 4 minutes at 60×: still there; 5 s after that read, gone.
+    anthropic_usage(&messages(&p, KEY, 4 * SEC, &body).usage(), pt, s, 0, 0);
+    anthropic_usage(&messages(&p, KEY, 9 * SEC, &body).usage(), pt, 0, s, 0);
+}
+
+/// A cache marker or a routing key is billing, not content: the reply and `P` are those of the
+/// same request without it.
+#[test]
+fn markers_and_routing_keys_change_no_answer() {
+    let p = start();
+    let sys = filler("sys", 1200);
+    let plain = json!({"model": SONNET, "max_tokens": 64, "system": [text(&sys)],
+                       "messages": [{"role": "user", "content": "q"}]});
+    let marked = json!({"model": SONNET, "max_tokens": 64,
+                        "system": [marked(&sys, eph_ttl("1h"))],
+                        "messages": [{"role": "user", "content": "q"}]});
+    let (a, b) = (
+        messages(&p, "k1", 0, &plain).json(),
+        messages(&p, "k2", 0, &marked).json(),
+    );
+    assert_eq!(a["content"], b["content"]);
+    let mut keyed = chat_body(&sys, "q");
+    keyed["prompt_cache_key"] = json!("ts_x");
+    keyed["prompt_cache_retention"] = json!("24h");
+    let (c, d) = (
+        openai(&p, "/v1/chat/completions", "k3", 0, &chat_body(&sys, "q")).json(),
+        openai(&p, "/v1/chat/completions", "k4", 0, &keyed).json(),
+    );
+    assert_eq!(c["choices"], d["choices"]);
+    assert_eq!(c["usage"]["prompt_tokens"], d["usage"]["prompt_tokens"]);
 }
 
 // ------------------------------------------------------------------------------------------

@@ -2,8 +2,11 @@
 //! HTTP server (`tokensaver-mock-provider`), which the production binary does not link:
 //!
 //! * the **canonical body** ([`canonical_text`], [`canonical_digest`]): compact JSON, object
-//!   keys sorted, without the top-level `stream` / `stream_options`. The mock derives its
-//!   replies from it; the economics suite hashes its gate policy with it.
+//!   keys sorted, without the top-level `stream` / `stream_options` and without what only
+//!   bills caching — `cache_control` at any depth, the top-level `prompt_cache_key`,
+//!   `prompt_cache_retention` and `prompt_cache_options`: a cache marker or a routing key
+//!   changes what a call is billed, never its answer or its prompt's tokens. The mock derives
+//!   its replies from it; the economics suite hashes its gate policy with it.
 //! * the **task scripts** ([`TaskScript`], the `script` of
 //!   `corpus/economics/tasks/<id>/task.json`): the economics suite validates them, the mock
 //!   plays them.
@@ -26,15 +29,28 @@ pub const WORDS: [&str; 64] = [
     "heron", "island", "juniper", "kestrel", "lantern",
 ];
 
-/// BLAKE3 of the canonical form of `body` (without top-level `stream`/`stream_options`).
+/// Top-level members that change an answer's wire form or its billing, not its content.
+const NOT_CONTENT_AT_TOP: &[&str] = &[
+    "stream",
+    "stream_options",
+    "prompt_cache_key",
+    "prompt_cache_retention",
+    "prompt_cache_options",
+];
+/// A member that bills caching wherever it is (Anthropic's markers).
+const NOT_CONTENT: &str = "cache_control";
+
+fn is_content(key: &str, top: bool) -> bool {
+    key != NOT_CONTENT && !(top && NOT_CONTENT_AT_TOP.contains(&key))
+}
+
+/// BLAKE3 of the canonical form of `body` ([`canonical_text`]'s).
 pub fn canonical_digest(body: &Value) -> [u8; 32] {
     let mut h = blake3::Hasher::new();
     match body {
         Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map
-                .iter()
-                .filter(|(k, _)| k.as_str() != "stream" && k.as_str() != "stream_options")
-                .collect();
+            let mut entries: Vec<(&String, &Value)> =
+                map.iter().filter(|(k, _)| is_content(k, true)).collect();
             entries.sort_by(|a, b| a.0.cmp(b.0));
             hash_object(&mut h, entries);
         }
@@ -86,7 +102,8 @@ fn hash_value(h: &mut blake3::Hasher, v: &Value) {
             h.update(b"]");
         }
         Value::Object(m) => {
-            let mut entries: Vec<(&String, &Value)> = m.iter().collect();
+            let mut entries: Vec<(&String, &Value)> =
+                m.iter().filter(|(k, _)| is_content(k, false)).collect();
             entries.sort_by(|a, b| a.0.cmp(b.0));
             hash_object(h, entries);
         }
@@ -94,18 +111,15 @@ fn hash_value(h: &mut blake3::Hasher, v: &Value) {
 }
 
 /// The canonical body as text (the form [`canonical_digest`] hashes): compact JSON, object
-/// keys sorted, without the top-level `stream` and `stream_options`. A streamed request and
-/// the same request unstreamed count the same tokens.
+/// keys sorted, without the top-level `stream` and `stream_options` and without the members
+/// that bill caching. A streamed request and the same request unstreamed count the same
+/// tokens; so do a request and the same request with cache markers or a routing key.
 pub fn canonical_text(body: &Value) -> String {
     fn write(out: &mut String, v: &Value, top: bool) {
         match v {
             Value::Object(m) => {
-                let mut entries: Vec<(&String, &Value)> = m
-                    .iter()
-                    .filter(|(k, _)| {
-                        !top || (k.as_str() != "stream" && k.as_str() != "stream_options")
-                    })
-                    .collect();
+                let mut entries: Vec<(&String, &Value)> =
+                    m.iter().filter(|(k, _)| is_content(k, top)).collect();
                 entries.sort_by(|a, b| a.0.cmp(b.0));
                 out.push('{');
                 for (i, (k, v)) in entries.into_iter().enumerate() {

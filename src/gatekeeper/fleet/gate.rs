@@ -70,10 +70,12 @@ impl Shared {
                     }
                     let mut row =
                         report.usage_row(at_ms, prices.as_ref(), r.nano, r.output_ceiling);
-                    if r.cache_placed {
-                        row.cache_saving_nano =
-                            crate::gatekeeper::cache_saving_nano(&row, prices.as_ref());
-                    }
+                    crate::gatekeeper::settlement::cache_figures(
+                        &row,
+                        prices.as_ref(),
+                        r.cache_edits,
+                    )
+                    .apply(&mut row, prices.as_ref(), r.cache_edits);
                     // Only a complete, reproducible answer's usage is what a SERVE does not buy.
                     let recorded = report
                         .reusable_usage(r.reusable)
@@ -554,6 +556,7 @@ impl Gatekeeper {
             named_hold: req.hold_id,
             cache_points: req.placeable_cache_points(),
             session: &shape.session,
+            route_prefix: shape.route_prefix.as_ref(),
         }
     }
 
@@ -577,6 +580,8 @@ impl Gatekeeper {
             lease: seen.lease.as_deref(),
             // The scope carries cache points only where the key's policy lets the gate place.
             cache_memory: (!seen.cache_memory.is_empty()).then_some(&seen.cache_memory[..]),
+            session_cache: seen.session_cache,
+            prefix_rate: seen.prefix_rate,
         };
         let policy = self.policy.load();
         let mut decision = decide_seen(&policy, req, &state, paced_ms, seen.now_ms)?;

@@ -32,7 +32,7 @@ use crate::store::{
     period_start, DecisionLine, DecisionPage, DecisionQuery, DecisionRow, Ending, LedgerDay,
     LedgerTotals, RecordSource, ResponseBinding, SpendBasis, StoreError, UsageRow,
 };
-use tokensaver_core::gate::cache::{PointMemory, CACHE_TTL_MS};
+use tokensaver_core::gate::cache::{CacheEdits, PointMemory, SessionCache, CACHE_TTL_MS};
 use tokensaver_core::gate::schedule::Run;
 use tokensaver_core::gate::windows::{NOVELTY_WINDOW_MS, REPEAT_WINDOW_MS};
 use tokensaver_core::gate::{BudgetState, StepLimits, WindowCounts, WindowLengths};
@@ -63,6 +63,10 @@ const MIGRATIONS: &[(i32, &str)] = &[
     ),
     (7, include_str!("../../../migrations/pg/0007_hostile2.sql")),
     (8, include_str!("../../../migrations/pg/0008_step_runs.sql")),
+    (
+        9,
+        include_str!("../../../migrations/pg/0009_cache_terms.sql"),
+    ),
 ];
 
 /// Taken while migrating, so instances starting together apply each migration once.
@@ -176,6 +180,9 @@ pub struct Observed {
     /// What the fleet remembers of each of the scope's cache points, in their order (empty
     /// when the scope names none).
     pub cache_memory: Vec<PointMemory>,
+    /// What the fleet keeps of the request's session, and its route prefix's rate.
+    pub session_cache: SessionCache,
+    pub prefix_rate: u64,
 }
 
 /// A pending hold's opening, as the admission that opened it stored it.
@@ -207,8 +214,11 @@ pub struct AdmitScope<'a> {
     pub named_hold: Option<&'a str>,
     /// The request's cache points when the gate may place breakpoints for it (else empty).
     pub cache_points: &'a [CachePoint],
-    /// The agent session it belongs to (its progress ends a run of repeated steps).
+    /// The agent session it belongs to (its progress ends a run of repeated steps; its
+    /// pauses decide cache lifetimes).
     pub session: &'a Hash,
+    /// OpenAI: its route prefix (its rate picks a routing key).
+    pub route_prefix: Option<&'a Hash>,
 }
 
 /// An open reservation, as settling reads it back.
@@ -219,8 +229,10 @@ pub struct OpenReservation {
     pub fingerprint: Option<Hash>,
     pub reusable: bool,
     pub input_tokens: u64,
-    /// The gate placed prompt-cache breakpoints for the call: its usage carries a cache saving.
-    pub cache_placed: bool,
+    /// What the gate did to the call's caching: its usage carries those mechanisms' savings.
+    pub cache_edits: CacheEdits,
+    /// The call's agent session (its usage feeds the session's cache figures).
+    pub session: Option<Hash>,
 }
 
 /// A hold decision that did not apply.
@@ -292,6 +304,8 @@ pub struct Fleet {
     steps: StepLimits,
     /// The loop window's length: a forget keeps the fingerprints the loop rules still count.
     loop_ms: u64,
+    /// `[gate.windows] cache_secs`: the lifetime a session's pauses are judged by.
+    cache_lifetime_ms: u64,
     reservation_ttl_ms: u64,
     hold_ttl_ms: u64,
     answer_store_bytes: u64,
@@ -337,6 +351,7 @@ impl Fleet {
             statements: WindowStatements::new(&limits.windows, &limits.steps),
             steps: limits.steps,
             loop_ms: limits.windows.loop_secs * 1_000,
+            cache_lifetime_ms: limits.windows.cache_secs.saturating_mul(1_000),
             reservation_ttl_ms: limits.reservation_ttl_ms,
             hold_ttl_ms: limits.hold_ttl_ms,
             answer_store_bytes: limits.answer_store_bytes,
@@ -417,6 +432,7 @@ impl Fleet {
                     &request.named_hold,
                     &request.wire.as_str(),
                     request.session,
+                    &request.route_prefix,
                 ],
             )
             .await?;
@@ -446,6 +462,7 @@ impl Fleet {
             None => None,
         };
         let cache_memory = cache_memory(&tx, key_id, request.cache_points).await?;
+        let (session_cache, prefix_rate) = cache_terms_from(&found);
         let (out, booking) = decide(Observed {
             now_ms,
             seq,
@@ -456,6 +473,8 @@ impl Fleet {
             lease: found.get("lease_hold"),
             recorded: found.get("recorded_usage"),
             cache_memory,
+            session_cache,
+            prefix_rate,
         });
         let Some(booking) = booking else {
             // A re-send of a pending hold: nothing is booked (the clock's move is harmless).
@@ -523,6 +542,34 @@ impl Fleet {
             )
             .await?;
         }
+        if booking.sent_prefixes {
+            // The session's figures and the prefix's rate, as one node keeps them
+            // (`SessionCache::forwarded`).
+            let next = session_cache.forwarded(now_ms, self.cache_lifetime_ms);
+            tx.execute(
+                "INSERT INTO fleet_session_cache (key_id, session, last_ms, calls, pauses, \
+                 prompt_tokens, grown_tokens) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+                 ON CONFLICT (key_id, session) DO UPDATE SET last_ms = EXCLUDED.last_ms, \
+                 calls = EXCLUDED.calls, pauses = EXCLUDED.pauses",
+                &[
+                    &key_id,
+                    request.session,
+                    &next.last_ms.map(db),
+                    &db(next.calls),
+                    &db(next.pauses),
+                    &db(next.prompt_tokens),
+                    &db(next.grown_tokens),
+                ],
+            )
+            .await?;
+            if let Some(prefix) = request.route_prefix {
+                tx.execute(
+                    "INSERT INTO fleet_route_times (key_id, prefix, at_ms) VALUES ($1, $2, $3)",
+                    &[&key_id, prefix, &now],
+                )
+                .await?;
+            }
+        }
         if !request.cache_points.is_empty() && booking.sent_prefixes {
             remember_cache_points(&tx, key_id, request.cache_points, &booking, now).await?;
         }
@@ -558,6 +605,7 @@ impl Fleet {
                 let (nano, wire) = (db(r.nano), r.wire.as_str());
                 let output_ceiling = r.output_ceiling.map(db);
                 let (input_tokens, recorded_by) = (db(r.input_tokens), r.recorded_by.as_str());
+                let cache_edits = i16::from(r.cache_edits.0);
                 let mut params = decision.to_vec();
                 params.extend_from_slice(&[
                     &nano,
@@ -571,7 +619,8 @@ impl Fleet {
                     &since,
                     &recorded_by,
                     &input_tokens,
-                    &r.cache_placed,
+                    &cache_edits,
+                    &r.session,
                 ]);
                 if tx.execute(&reserve, &params).await? != 1 {
                     tx.rollback().await?;
@@ -619,7 +668,7 @@ impl Fleet {
                  WHERE decision_id = $1 AND key_id = $2 AND wire = $3 AND served_model = $4 \
                    AND recorded_by = $5 \
                  RETURNING nano, output_ceiling, fingerprint, reusable, {DB_NOW_MS}, input_tokens, \
-                           cache_placed"
+                           cache_edits, session"
             ))
             .await?;
         let taken = tx
@@ -659,7 +708,8 @@ impl Fleet {
             fingerprint: taken.try_get::<_, Option<Hash>>(2).ok().flatten(),
             reusable: taken.get(3),
             input_tokens: un(taken.get::<_, i64>(5)),
-            cache_placed: taken.get(6),
+            cache_edits: CacheEdits(u8::try_from(taken.get::<_, i16>(6)).unwrap_or(0)),
+            session: taken.try_get::<_, Option<Hash>>(7).ok().flatten(),
         };
         let at_ms = un(taken.get::<_, i64>(4));
         // An error leaves with the transaction unfinished: the reservation stays.
@@ -672,6 +722,21 @@ impl Fleet {
                  ON CONFLICT (key_id, fingerprint, wire) \
                  DO UPDATE SET usage = EXCLUDED.usage, at_ms = EXCLUDED.at_ms",
                 &[&key_id, &fingerprint, &wire.as_str(), &usage, &db(at_ms)],
+            )
+            .await?;
+        }
+        if let (Some(session), true) = (&reservation.session, row.complete) {
+            // The session's figures, as one node keeps them (`SessionCache::settled`).
+            let u = &row.usage;
+            let prompt = u
+                .input
+                .saturating_add(u.cache_write)
+                .saturating_add(u.cache_read);
+            tx.execute(
+                "UPDATE fleet_session_cache SET prompt_tokens = $3, grown_tokens = grown_tokens \
+                 + CASE WHEN prompt_tokens > 0 THEN GREATEST($3 - prompt_tokens, 0) ELSE 0 END \
+                 WHERE key_id = $1 AND session = $2",
+                &[&key_id, session, &db(prompt)],
             )
             .await?;
         }
@@ -790,6 +855,22 @@ impl Fleet {
                 .execute(
                     &format!(
                         "DELETE FROM fleet_session_steps WHERE at_ms <= {DB_NOW_MS} - $1::bigint"
+                    ),
+                    &[&db(86_400_000)],
+                )
+                .await?;
+            // A route prefix's rate is counted over a minute; a session's cache figures are
+            // kept a day.
+            client
+                .execute(
+                    &format!("DELETE FROM fleet_route_times WHERE at_ms <= {DB_NOW_MS} - 60000"),
+                    &[],
+                )
+                .await?;
+            client
+                .execute(
+                    &format!(
+                        "DELETE FROM fleet_session_cache WHERE last_ms <= {DB_NOW_MS} - $1::bigint"
                     ),
                     &[&db(86_400_000)],
                 )
@@ -1247,6 +1328,7 @@ impl Fleet {
                     &request.named_hold,
                     &request.wire.as_str(),
                     request.session,
+                    &request.route_prefix,
                 ],
             )
             .await?;
@@ -1270,6 +1352,8 @@ impl Fleet {
             lease: found.get("lease_hold"),
             recorded: found.get("recorded_usage"),
             cache_memory: cache_memory(&client, request.key_id, request.cache_points).await?,
+            session_cache: cache_terms_from(&found).0,
+            prefix_rate: cache_terms_from(&found).1,
         })
     }
 
@@ -1496,7 +1580,20 @@ fn pacing_columns(steps: &StepLimits) -> String {
         (SELECT first_ms FROM fleet_step_runs WHERE key_id = $1 AND step = $3) AS run_first, \
         (SELECT last_ms FROM fleet_step_runs WHERE key_id = $1 AND step = $3) AS run_last, \
         (SELECT step FROM fleet_session_steps WHERE key_id = $1 AND session = $9::text) \
-            AS session_step"
+            AS session_step, \
+        (SELECT last_ms FROM fleet_session_cache WHERE key_id = $1 AND session = $9::text) \
+            AS sc_last, \
+        (SELECT calls FROM fleet_session_cache WHERE key_id = $1 AND session = $9::text) \
+            AS sc_calls, \
+        (SELECT pauses FROM fleet_session_cache WHERE key_id = $1 AND session = $9::text) \
+            AS sc_pauses, \
+        (SELECT prompt_tokens FROM fleet_session_cache WHERE key_id = $1 AND session = $9::text) \
+            AS sc_prompt, \
+        (SELECT grown_tokens FROM fleet_session_cache WHERE key_id = $1 AND session = $9::text) \
+            AS sc_written, \
+        (SELECT count(*) FROM (SELECT 1 FROM fleet_route_times WHERE key_id = $1 \
+            AND prefix = $10::text AND at_ms > $5::bigint - 60000 LIMIT 1024) s)::bigint \
+            AS prefix_rate"
     )
 }
 
@@ -1539,9 +1636,9 @@ const DECIDE_AND_RESERVE: &str = "WITH decision AS (\
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)) \
     INSERT INTO fleet_reservations (decision_id, key_id, nano, expires_ms, \
     served_model, wire, output_ceiling, fingerprint, reusable, recorded_by, input_tokens, \
-    cache_placed) \
+    cache_edits, session) \
     SELECT $1::text, $2::text, $11::bigint, $12::bigint, $13::text, $14::text, $15::bigint, \
-           $16::text, $17::boolean, $20::text, $21::bigint, $22::boolean \
+           $16::text, $17::boolean, $20::text, $21::bigint, $22::smallint, $23::text \
     WHERE $18::bigint IS NULL \
        OR COALESCE((SELECT sum(spend_nano) FROM fleet_usage \
                     WHERE key_id = $2::text AND at_ms >= $19::bigint), 0) \
@@ -1607,6 +1704,8 @@ fn decision_line(
             0
         },
         cache_saving_nano: u.and_then(|u| u.cache_saving_nano),
+        cache: u.map(|u| u.cache).unwrap_or_default(),
+        cache_edits: d.cache_edits,
         session: d.session,
         paced_ms: d.paced_ms,
         step: d.step_fingerprint,
@@ -1628,6 +1727,19 @@ fn shared_limit(row: &tokio_postgres::Row, at: usize) -> Option<KeyLimit> {
         ceiling_nano: row.get::<_, Option<i64>>(at + 1).map(un),
         period,
     })
+}
+
+/// The session's cache figures and the prefix's rate ([`pacing_columns`]).
+fn cache_terms_from(row: &tokio_postgres::Row) -> (SessionCache, u64) {
+    let n = |name: &str| row.get::<_, Option<i64>>(name).map_or(0, un);
+    let session = SessionCache {
+        last_ms: row.get::<_, Option<i64>>("sc_last").map(un),
+        calls: n("sc_calls"),
+        pauses: n("sc_pauses"),
+        prompt_tokens: n("sc_prompt"),
+        grown_tokens: n("sc_written"),
+    };
+    (session, n("prefix_rate"))
 }
 
 /// [`counts_from`] with the schedule's columns ([`pacing_columns`]).

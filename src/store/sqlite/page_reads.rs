@@ -122,6 +122,7 @@ mod tests {
             recorded_by: Default::default(),
             session: None,
             paced_ms: 0,
+            cache_edits: Default::default(),
         }
     }
 
@@ -153,6 +154,7 @@ mod tests {
             basis: crate::store::SpendBasis::Reported,
             spend_nano: 4_200,
             cache_saving_nano: None,
+            cache: Default::default(),
         }));
         store.flush().unwrap();
 

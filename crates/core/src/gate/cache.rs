@@ -14,7 +14,10 @@
 //!
 //! Pure: the memory and the clock come in; the chosen point indices go out.
 
-use crate::request::CachePoint;
+use serde::{Deserialize, Serialize};
+
+use crate::prices::Prices;
+use crate::request::{CachePoint, Hash};
 
 /// Anthropic's default ephemeral entry lives 5 minutes (refreshed by each read).
 pub const CACHE_TTL_MS: u64 = 300_000;
@@ -23,6 +26,9 @@ pub const MAX_BREAKPOINTS: usize = 4;
 /// Characters per token assumed when checking a prefix against the minimum: more than most
 /// text has, so an estimate that clears the minimum is a prefix that does.
 pub const CHARS_PER_TOKEN_FOR_MINIMUM: u64 = 4;
+
+/// OpenAI caches prompts of at least 1,024 tokens (its prompt-caching guide).
+pub const OPENAI_MIN_CACHEABLE_TOKENS: u64 = 1_024;
 
 /// The minimum cacheable prefix of a model, in tokens (Anthropic's prompt-caching page: 4,096
 /// for Claude Opus 4.5/4.6 and Haiku 4.5, 2,048 for Sonnet 4.6 and the older Haiku models,
@@ -75,6 +81,201 @@ pub fn place(points: &[CachePoint], memory: &[PointMemory], model: &str, now_ms:
         .collect()
 }
 
+/// A pause: a session's silence past the cache's lifetime (Anthropic's 5 minutes, or
+/// `[gate.windows] cache_secs` in a time-compressed run) and under 12 lifetimes (the hour:
+/// longer, a one-hour entry would have expired too).
+pub const PAUSE_MAX_LIFETIMES: u64 = 12;
+
+/// What the gate keeps of an agent session for its cache decisions (SPEC §2.11b): times and
+/// the provider's own figures, never content.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionCache {
+    /// When the session's latest call was forwarded.
+    pub last_ms: Option<u64>,
+    /// Calls forwarded.
+    pub calls: u64,
+    /// Pauses seen between them (a lifetime to [`PAUSE_MAX_LIFETIMES`] of them).
+    pub pauses: u64,
+    /// The latest settled call's prompt, in tokens (uncached + cache write + cache read): what
+    /// a rebuild after a pause writes again.
+    pub prompt_tokens: u64,
+    /// How much the session's prompt grew over its settled calls, after its first: what a
+    /// cache that never expires writes (a rebuild after a pause is not growth).
+    pub grown_tokens: u64,
+}
+
+impl SessionCache {
+    /// Whether a call now comes after a pause, for a cache that lives `lifetime_ms`.
+    pub fn paused_at(&self, now_ms: u64, lifetime_ms: u64) -> bool {
+        self.last_ms.is_some_and(|t| {
+            let gap = now_ms.saturating_sub(t);
+            (lifetime_ms..lifetime_ms.saturating_mul(PAUSE_MAX_LIFETIMES)).contains(&gap)
+        })
+    }
+
+    /// The session once a call is forwarded at `now_ms`.
+    pub fn forwarded(self, now_ms: u64, lifetime_ms: u64) -> SessionCache {
+        SessionCache {
+            last_ms: Some(self.last_ms.map_or(now_ms, |t| t.max(now_ms))),
+            calls: self.calls.saturating_add(1),
+            pauses: self.pauses + u64::from(self.paused_at(now_ms, lifetime_ms)),
+            ..self
+        }
+    }
+
+    /// The session once a call's usage is settled (its prompt, in tokens).
+    pub fn settled(self, prompt_tokens: u64) -> SessionCache {
+        let growth = if self.prompt_tokens == 0 {
+            0
+        } else {
+            prompt_tokens.saturating_sub(self.prompt_tokens)
+        };
+        SessionCache {
+            prompt_tokens,
+            grown_tokens: self.grown_tokens.saturating_add(growth),
+            ..self
+        }
+    }
+}
+
+/// The cache lifetime a key asks for (`[[keys]] cache_ttl`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LifetimePolicy {
+    /// One hour where the session's own figures say it pays ([`one_hour_pays`]).
+    #[default]
+    #[serde(rename = "auto")]
+    Auto,
+    /// Never changed: five-minute entries.
+    #[serde(rename = "5m")]
+    FiveMinutes,
+    /// Always one hour.
+    #[serde(rename = "1h")]
+    OneHour,
+}
+
+/// Whether one-hour entries pay for this session (Anthropic): only once it has paused past
+/// the 5-minute lifetime (and under the hour), and only while the premium a pause cycle costs
+/// — the one-hour write's extra over the 5-minute write on what the session newly writes
+/// between two pauses (its prompt's growth) — stays below what a pause costs without it: the
+/// prompt written again at the 5-minute price instead of read. At the list prices (5-minute
+/// write 1.25×, one-hour 2×, read 0.1× the input price): 0.75× the growth per pause against
+/// 1.15× the prompt.
+pub fn one_hour_pays(
+    session: &SessionCache,
+    now_ms: u64,
+    lifetime_ms: u64,
+    prices: &Prices,
+) -> bool {
+    let pauses = session.pauses + u64::from(session.paused_at(now_ms, lifetime_ms));
+    if pauses == 0 {
+        return false;
+    }
+    let premium_per_token = prices.cache_write_1h().saturating_sub(prices.cache_write);
+    let saved_per_token = prices.cache_write.saturating_sub(prices.cache_read);
+    let grown_per_pause = session.grown_tokens / pauses;
+    u128::from(premium_per_token) * u128::from(grown_per_pause)
+        < u128::from(saved_per_token) * u128::from(session.prompt_tokens)
+}
+
+/// How many requests a minute one OpenAI cache route takes before requests overflow to other
+/// machines (the provider's prompt-caching guide: about 15), and how many the gate sends to
+/// one of its routing keys (a margin below).
+pub const ROUTE_OVERFLOW_PER_MINUTE: u64 = 15;
+pub const ROUTE_TARGET_PER_MINUTE: u64 = 12;
+
+/// The routing bucket of a session among the buckets a prefix's rate needs (OpenAI,
+/// `prompt_cache_key`): one bucket below [`ROUTE_TARGET_PER_MINUTE`] requests a minute — every
+/// session of a prefix shares its route and the cached prefix — and one more per
+/// [`ROUTE_TARGET_PER_MINUTE`] above, sessions spread by jump consistent hashing (a change in
+/// the number of buckets moves the fewest sessions). Returns `(bucket, buckets)`.
+pub fn routing_bucket(requests_last_minute: u64, session: &Hash) -> (u32, u32) {
+    let buckets = requests_last_minute
+        .saturating_add(1)
+        .div_ceil(ROUTE_TARGET_PER_MINUTE)
+        .clamp(1, 1024) as u32;
+    let mut key = u64::from_le_bytes(session.0[..8].try_into().unwrap_or([0; 8]));
+    // Lamping and Veach, "A Fast, Minimal Memory, Consistent Hash Algorithm" (2014).
+    let (mut b, mut j) = (-1i64, 0i64);
+    while j < i64::from(buckets) {
+        b = j;
+        key = key.wrapping_mul(2_862_933_555_777_941_757).wrapping_add(1);
+        j = ((b + 1) as f64 * ((1u64 << 31) as f64 / ((key >> 33) + 1) as f64)) as i64;
+    }
+    (b.max(0) as u32, buckets)
+}
+
+/// The `prompt_cache_key` the gate places for a prefix's bucket: a keyed hash of the keyed
+/// route prefix and the bucket (no content; another key's prefix hash differs, so no two keys
+/// ever share one).
+pub fn routing_key(route_prefix: &Hash, bucket: u32) -> String {
+    let mut h = blake3::Hasher::new();
+    h.update(b"tokensaver routing key v1\0");
+    h.update(&route_prefix.0);
+    h.update(&bucket.to_le_bytes());
+    format!("ts_{}", &h.finalize().to_hex()[..24])
+}
+
+/// Whether `key` is one [`routing_key`] makes (a digest client writes only such a key).
+pub fn is_routing_key(key: &str) -> bool {
+    key.strip_prefix("ts_")
+        .is_some_and(|hex| hex.len() == 24 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// Whether the gate sets `prompt_cache_retention: "24h"` on an OpenAI request that sets none:
+/// for the models that take it (the provider's list: GPT-4.1 and GPT-5 to GPT-5.5; from
+/// GPT-5.6 on the parameter is deprecated for `prompt_cache_options`), and only where the price
+/// table bills no cache write above the input price — then the longer retention costs nothing
+/// more (both retentions are priced alike), and a session that pauses past the in-memory
+/// eviction keeps its prefix.
+pub fn extended_retention(model: &str, prices: &Prices) -> bool {
+    let m = model.to_ascii_lowercase();
+    let takes_it = m.starts_with("gpt-4.1")
+        || [
+            "gpt-5", "gpt-5.1", "gpt-5.2", "gpt-5.3", "gpt-5.4", "gpt-5.5",
+        ]
+        .iter()
+        .any(|family| {
+            m.strip_prefix(family)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('-'))
+        });
+    takes_it && prices.cache_write <= prices.input
+}
+
+/// What the gate did to a forwarded call's caching, and what it knew then (a decision row
+/// keeps it, so settlement can attribute a saving to its mechanism, and the ledger can tell a
+/// rebuild after a pause). Bits, stored as one small integer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct CacheEdits(pub u8);
+
+impl CacheEdits {
+    /// Breakpoints placed by the gate.
+    pub const BREAKPOINTS: u8 = 1;
+    /// One-hour lifetime set (Anthropic).
+    pub const LIFETIME: u8 = 2;
+    /// A routing key placed (OpenAI).
+    pub const ROUTING: u8 = 4;
+    /// 24-hour retention set (OpenAI).
+    pub const RETENTION: u8 = 8;
+    /// The call came after a pause of its session (5 minutes to an hour).
+    pub const AFTER_PAUSE: u8 = 16;
+    /// The routing key moved the call off the prefix's one route (its prefix needed more
+    /// than one).
+    pub const SPREAD: u8 = 32;
+
+    pub fn has(self, bit: u8) -> bool {
+        self.0 & bit != 0
+    }
+
+    pub fn with(self, bit: u8, on: bool) -> CacheEdits {
+        if on {
+            CacheEdits(self.0 | bit)
+        } else {
+            self
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,6 +325,92 @@ mod tests {
             place(&p, &memory, "claude-sonnet-4-5", NOW),
             vec![1, 2, 3, 4]
         );
+    }
+
+    fn prices() -> Prices {
+        Prices {
+            input: 3_000_000,
+            cache_write: 3_750_000,
+            cache_read: 300_000,
+            output: 15_000_000,
+            max_output: 64_000,
+            cache_write_1h: Some(6_000_000),
+            web_search_per_1k: None,
+        }
+    }
+
+    #[test]
+    fn one_hour_entries_pay_only_after_a_pause_and_while_the_premium_is_below_the_rebuild() {
+        let p = prices();
+        let mut s = SessionCache::default();
+        // A session that never pauses: 20 calls a minute apart, each writing 2,000 tokens.
+        for i in 0..20 {
+            s = s
+                .forwarded(NOW + i * 60_000, CACHE_TTL_MS)
+                .settled(50_000 + i * 2_000);
+        }
+        let then = NOW + 20 * 60_000;
+        assert!(
+            !one_hour_pays(&s, then, CACHE_TTL_MS, &p),
+            "no pause, no one-hour entries"
+        );
+        // Six minutes of silence: this call comes after a pause.
+        let after = then + 360_000;
+        assert!(s.paused_at(after, CACHE_TTL_MS));
+        assert!(one_hour_pays(&s, after, CACHE_TTL_MS, &p));
+        // An hour or more is no pause: a one-hour entry would have gone too.
+        assert!(!s.paused_at(then + 3_600_000, CACHE_TTL_MS));
+        // A compressed run (a lifetime of 1 s): a silence of 1.5 s is a pause, of 12 s none.
+        let last = s.last_ms.unwrap();
+        assert!(s.paused_at(last + 1_500, 1_000));
+        assert!(!s.paused_at(last + 999, 1_000) && !s.paused_at(last + 12_000, 1_000));
+        // A rebuild after a pause writes the prompt again: that is not growth.
+        let rebuilt = s.forwarded(after, CACHE_TTL_MS).settled(s.prompt_tokens);
+        assert_eq!(rebuilt.grown_tokens, s.grown_tokens);
+        // Growth far beyond the prompt per pause: the premium outweighs the rebuild.
+        let heavy = SessionCache {
+            grown_tokens: 10_000_000,
+            ..s.forwarded(after, CACHE_TTL_MS)
+        };
+        assert!(!one_hour_pays(&heavy, after + 1_000, CACHE_TTL_MS, &p));
+    }
+
+    #[test]
+    fn routing_buckets_grow_with_the_rate_and_move_few_sessions() {
+        let sessions: Vec<Hash> = (0..200u8).map(|i| Hash([i; 32])).collect();
+        // Below the target rate: one bucket, every session on it.
+        assert!(sessions.iter().all(|s| routing_bucket(11, s) == (0, 1)));
+        let at =
+            |rate| -> Vec<u32> { sessions.iter().map(|s| routing_bucket(rate, s).0).collect() };
+        let (three, four) = (at(35), at(47));
+        assert_eq!(routing_bucket(35, &sessions[0]).1, 3);
+        assert_eq!(routing_bucket(47, &sessions[0]).1, 4);
+        assert!(three.iter().all(|&b| b < 3) && four.iter().all(|&b| b < 4));
+        // Each bucket takes some sessions; going from 3 to 4 moves only those that go to 4.
+        assert!((0..3).all(|b| three.contains(&b)));
+        for (a, b) in three.iter().zip(&four) {
+            assert!(a == b || *b == 3, "{a} -> {b}");
+        }
+        // The keys differ by bucket and by prefix.
+        let (p, q) = (Hash([1; 32]), Hash([2; 32]));
+        assert_ne!(routing_key(&p, 0), routing_key(&p, 1));
+        assert_ne!(routing_key(&p, 0), routing_key(&q, 0));
+    }
+
+    #[test]
+    fn retention_where_the_model_takes_it_and_costs_nothing_more() {
+        let free = Prices {
+            cache_write: 2_000_000,
+            input: 2_000_000,
+            ..prices()
+        };
+        assert!(extended_retention("gpt-5.5", &free));
+        assert!(extended_retention("gpt-5-codex", &free));
+        assert!(extended_retention("gpt-4.1-mini", &free));
+        assert!(!extended_retention("gpt-5.6-luna", &free));
+        assert!(!extended_retention("gpt-4o", &free));
+        // A write premium in the table: not set.
+        assert!(!extended_retention("gpt-5.5", &prices()));
     }
 
     #[test]

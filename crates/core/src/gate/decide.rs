@@ -108,6 +108,23 @@ pub struct Decision {
     /// its window admitted it, SPEC §2.3). Absent when it was not held.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paced_ms: Option<u64>,
+    /// Anthropic: the gate sets the lifetime of the call's breakpoints — the caller's own
+    /// markers without a `ttl` and those it places — to one hour (SPEC §2.11b, lifetimes).
+    /// Billing only, like every cache edit.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cache_ttl_1h: bool,
+    /// OpenAI: the `prompt_cache_key` the gate adds to a request that names none (routing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_routing_key: Option<String>,
+    /// OpenAI: the gate adds `prompt_cache_retention: "24h"` to a request that sets none.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cache_retention: bool,
+    /// What the cache terms were decided knowing (not in the receipt): the call comes after a
+    /// pause of its session; its routing key spread it off the prefix's one route.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cache_after_pause: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cache_spread: bool,
     /// How many earlier decisions of this key share `decided_at_ms` (0: none). The decision
     /// time is the clock passed in, never pushed ahead of it; this keeps two receipts of one key
     /// in one millisecond apart, and so their decision ids.
@@ -117,6 +134,24 @@ pub struct Decision {
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+/// What a forwarded call's cache lifetime, routing and retention are decided from (SPEC
+/// §2.11b): the key's policy, the session's figures, the prefix's rate and the served model's
+/// prices.
+#[derive(Debug, Clone, Copy)]
+pub struct CacheTerms<'p> {
+    /// The key's `cache_ttl` (its `cache = "off"` places nothing: the caller passes
+    /// `FiveMinutes` and `routing: false`).
+    pub lifetime: super::cache::LifetimePolicy,
+    /// The gate may add routing and retention (the key's `cache = "auto"`).
+    pub routing: bool,
+    pub session: super::cache::SessionCache,
+    /// The cache lifetime pauses are judged by (`[gate.windows] cache_secs`).
+    pub lifetime_ms: u64,
+    /// Requests the key sent with this route prefix in the last minute.
+    pub prefix_rate: u64,
+    pub prices: Option<&'p Prices>,
 }
 
 /// What the gate does with a request when it can hold one: decide it, or hold it until
@@ -161,6 +196,13 @@ struct ReceiptBody<'a> {
     /// Absent for the first decision of a key in its millisecond.
     #[serde(skip_serializing_if = "Option::is_none")]
     seq: Option<u32>,
+    /// The cache edits the gate makes to the forwarded body (absent: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_lifetime: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_routing_key: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_retention: Option<&'static str>,
 }
 
 impl Decision {
@@ -208,6 +250,9 @@ impl Decision {
             cache_breakpoints_added: Some(self.cache_breakpoints.len()).filter(|n| *n > 0),
             paced_ms: self.paced_ms,
             seq: Some(self.seq).filter(|n| *n > 0),
+            cache_lifetime: self.cache_ttl_1h.then_some("1h"),
+            cache_routing_key: self.cache_routing_key.as_deref(),
+            cache_retention: self.cache_retention.then_some("24h"),
         };
         serde_json::to_vec(&body).unwrap_or_default()
     }
@@ -234,6 +279,76 @@ impl Decision {
                 }
             }
         }
+    }
+
+    /// The cache lifetime, routing and retention edits of a forwarded call (SPEC §2.11b),
+    /// from what the gate keeps of the call's session and of its prefix's rate. Pure: both
+    /// modes place alike. Billing only: the verdict, findings and fingerprint are those of the
+    /// caller's request.
+    pub fn place_cache_terms(&mut self, shape: &RequestShape, terms: &CacheTerms<'_>) {
+        if !self.verdict.forwards() {
+            return;
+        }
+        self.cache_after_pause = terms
+            .session
+            .paused_at(self.decided_at_ms, terms.lifetime_ms);
+        let model = self.model_served.as_deref().unwrap_or(&shape.model);
+        let has_breakpoints = shape.cache_ttl_marks > 0 || !self.cache_breakpoints.is_empty();
+        if shape.route == crate::request::Route::AnthropicMessages
+            && !shape.cache_ttl_set
+            && has_breakpoints
+        {
+            self.cache_ttl_1h = match terms.lifetime {
+                super::cache::LifetimePolicy::FiveMinutes => false,
+                super::cache::LifetimePolicy::OneHour => true,
+                super::cache::LifetimePolicy::Auto => terms.prices.is_some_and(|p| {
+                    super::cache::one_hour_pays(
+                        &terms.session,
+                        self.decided_at_ms,
+                        terms.lifetime_ms,
+                        p,
+                    )
+                }),
+            };
+        }
+        // OpenAI caches no prompt under 1,024 tokens: below it a key or a retention buys
+        // nothing, and the caller's bytes go as sent.
+        let cacheable = shape.prompt_chars() / super::cache::CHARS_PER_TOKEN_FOR_MINIMUM
+            >= super::cache::OPENAI_MIN_CACHEABLE_TOKENS;
+        let routing = terms.routing && cacheable;
+        if let Some(prefix) = shape.route_prefix.as_ref().filter(|_| routing) {
+            let (bucket, buckets) = super::cache::routing_bucket(terms.prefix_rate, &shape.session);
+            self.cache_routing_key = Some(super::cache::routing_key(prefix, bucket));
+            self.cache_spread = buckets > 1;
+        }
+        if shape.route != crate::request::Route::AnthropicMessages
+            && routing
+            && !shape.retention_set
+        {
+            self.cache_retention = terms
+                .prices
+                .is_some_and(|p| super::cache::extended_retention(model, p));
+        }
+    }
+
+    /// What the gate did to the call's caching, and what it knew then.
+    pub fn cache_edits(&self) -> super::cache::CacheEdits {
+        use super::cache::CacheEdits as E;
+        E::default()
+            .with(E::BREAKPOINTS, !self.cache_breakpoints.is_empty())
+            .with(E::LIFETIME, self.cache_ttl_1h)
+            .with(E::ROUTING, self.cache_routing_key.is_some())
+            .with(E::RETENTION, self.cache_retention)
+            .with(E::AFTER_PAUSE, self.cache_after_pause)
+            .with(E::SPREAD, self.cache_spread)
+    }
+
+    /// Whether the gate edits the forwarded body for caching at all.
+    pub fn edits_cache(&self) -> bool {
+        !self.cache_breakpoints.is_empty()
+            || self.cache_ttl_1h
+            || self.cache_routing_key.is_some()
+            || self.cache_retention
     }
 
     /// The HTTP status the gate itself answers with (forwarded verdicts: the provider's).
@@ -373,6 +488,11 @@ fn decide_inner(
         cache_breakpoints: Vec::new(),
         paced_ms: None,
         seq: 0,
+        cache_ttl_1h: false,
+        cache_routing_key: None,
+        cache_retention: false,
+        cache_after_pause: false,
+        cache_spread: false,
     };
     let avoided = if input.held { Some(0) } else { worst.tokens() };
 

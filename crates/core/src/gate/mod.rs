@@ -12,8 +12,8 @@ pub mod windows;
 use serde::{Deserialize, Serialize};
 
 pub use decide::{
-    decide, decide_paced, decide_with, hold_id_for, Approvals, Decision, GateInput, KeyState,
-    Outcome, Policy,
+    decide, decide_paced, decide_with, hold_id_for, Approvals, CacheTerms, Decision, GateInput,
+    KeyState, Outcome, Policy,
 };
 pub use findings::{Finding, FindingCode};
 pub use rules::{worst_case, BudgetState, Rule, WorstCase};
@@ -359,6 +359,9 @@ pub struct WindowLengths {
     pub loop_secs: u64,
     pub burst_secs: u64,
     pub grind_secs: u64,
+    /// The provider's default cache lifetime (Anthropic's 5 minutes), by which the gate judges
+    /// a session's pauses (SPEC §2.11b: one-hour entries once a session has paused).
+    pub cache_secs: u64,
 }
 
 impl Default for WindowLengths {
@@ -368,6 +371,7 @@ impl Default for WindowLengths {
             loop_secs: windows::LOOP_WINDOW_MS / 1_000,
             burst_secs: windows::BURST_WINDOW_MS / 1_000,
             grind_secs: windows::GRIND_WINDOW_MS / 1_000,
+            cache_secs: cache::CACHE_TTL_MS / 1_000,
         }
     }
 }
@@ -425,6 +429,9 @@ impl GateConfig {
         }
         if !(wl.burst_secs..=spec.grind_secs).contains(&wl.grind_secs) {
             return Err(("windows.grind_secs", "must be between burst_secs and 3600"));
+        }
+        if !(1..=spec.cache_secs).contains(&wl.cache_secs) {
+            return Err(("windows.cache_secs", "must be between 1 and 300"));
         }
         let st = &self.steps;
         if !(1..=wl.loop_secs).contains(&st.pace_window_secs) {

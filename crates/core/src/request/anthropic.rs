@@ -232,6 +232,47 @@ pub(super) fn cache_points(body: &Object, key: &[u8; 32], tools_chars: u64) -> V
     points
 }
 
+/// The caller's own `cache_control` markers (SPEC §2.11b, lifetimes): the closing-brace offset
+/// of each marker object that names no `ttl` — where the gate may write `,"ttl":"1h"` — and
+/// whether any marker names one (then the caller chose its lifetimes, and none is touched).
+/// Markers are read where the provider reads them: top level, tools, system blocks, message
+/// content blocks and a `tool_result`'s content parts.
+pub(super) fn ttl_marks(body: &Object) -> (Vec<usize>, bool) {
+    let mut sites = Vec::new();
+    let mut ttl_set = false;
+    let mut marker = |value: Option<&Json>| {
+        if let Some(Json::Object(marker)) = value {
+            if marker.get("ttl").is_some() {
+                ttl_set = true;
+            } else {
+                sites.push(marker.close());
+            }
+        }
+    };
+    marker(body.get("cache_control"));
+    let holders = |field: &str| match body.get(field) {
+        Some(Json::Array(items)) => items.as_slice(),
+        _ => &[],
+    };
+    for holder in holders("tools").iter().chain(holders("system")) {
+        marker(holder.get("cache_control"));
+    }
+    for message in holders("messages") {
+        if let Some(Json::Array(content)) = message.get("content") {
+            for block in content {
+                marker(block.get("cache_control"));
+                if let Some(Json::Array(parts)) = block.get("content") {
+                    for part in parts {
+                        marker(part.get("cache_control"));
+                    }
+                }
+            }
+        }
+    }
+    sites.sort_unstable();
+    (sites, ttl_set)
+}
+
 /// Where a breakpoint can go in a unit: after the last block of an array (an object that has
 /// members, and a block that may carry one: not `thinking`/`redacted_thinking`, not an empty
 /// text), or a non-empty string turned into one text block.

@@ -11,6 +11,7 @@ pub mod json;
 pub mod normalise;
 mod openai;
 mod responses;
+mod routing;
 pub mod session;
 mod step;
 
@@ -189,6 +190,24 @@ pub struct RequestShape {
     /// none): keyed prefix hashes, never content.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cache_points: Vec<CachePoint>,
+    /// Anthropic: how many of the caller's own `cache_control` markers name no `ttl` — whose
+    /// lifetime the gate may set (SPEC §2.11b, lifetimes).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub cache_ttl_marks: u32,
+    /// Anthropic: a caller's marker names a `ttl`: the caller chose its lifetimes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cache_ttl_set: bool,
+    /// OpenAI, without the caller's `prompt_cache_key`: the keyed hash of the prompt's
+    /// beginning that the provider routes by (SPEC §2.11b, routing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_prefix: Option<Hash>,
+    /// OpenAI: the caller set the cache retention itself.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retention_set: bool,
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -231,6 +250,10 @@ pub enum CacheUnit {
 
 /// The marker the gate adds: Anthropic's default 5-minute entry.
 pub const CACHE_MARK: &[u8] = br#""cache_control":{"type":"ephemeral"}"#;
+/// The marker with a one-hour lifetime (SPEC §2.11b, lifetimes).
+pub const CACHE_MARK_1H: &[u8] = br#""cache_control":{"type":"ephemeral","ttl":"1h"}"#;
+/// What the gate writes into a caller's own marker that names no `ttl`, before its `}`.
+pub const TTL_1H: &[u8] = br#","ttl":"1h""#;
 
 /// Where in the caller's bytes a cache point's breakpoint goes ([`ParsedRequest::cache_sites`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -245,11 +268,17 @@ pub enum CacheSite {
 impl CacheSite {
     /// The edit that puts the breakpoint here; the string's bytes are copied as sent.
     pub fn edit(&self, bytes: &[u8]) -> Option<edit::Edit> {
+        self.edit_with(bytes, false)
+    }
+
+    /// [`Self::edit`], the entry's lifetime one hour when `one_hour`.
+    pub fn edit_with(&self, bytes: &[u8], one_hour: bool) -> Option<edit::Edit> {
+        let mark = if one_hour { CACHE_MARK_1H } else { CACHE_MARK };
         match self {
             CacheSite::Block(close) => {
-                let mut with = Vec::with_capacity(CACHE_MARK.len() + 1);
+                let mut with = Vec::with_capacity(mark.len() + 1);
                 with.push(b',');
-                with.extend_from_slice(CACHE_MARK);
+                with.extend_from_slice(mark);
                 Some(edit::Edit {
                     range: *close..*close,
                     with,
@@ -257,11 +286,11 @@ impl CacheSite {
             }
             CacheSite::Text(quoted) => {
                 let string = bytes.get(quoted.clone())?;
-                let mut with = Vec::with_capacity(string.len() + CACHE_MARK.len() + 28);
+                let mut with = Vec::with_capacity(string.len() + mark.len() + 28);
                 with.extend_from_slice(br#"[{"type":"text","text":"#);
                 with.extend_from_slice(string);
                 with.push(b',');
-                with.extend_from_slice(CACHE_MARK);
+                with.extend_from_slice(mark);
                 with.extend_from_slice(b"}]");
                 Some(edit::Edit {
                     range: quoted.clone(),
@@ -418,6 +447,12 @@ pub struct ParsedRequest {
     pub previous_response_id: Option<String>,
     /// OpenAI Responses: the body names a `conversation` (not `null`).
     pub names_conversation: bool,
+    /// Anthropic: where the caller's markers without a `ttl` close (body offsets): the gate
+    /// writes `,"ttl":"1h"` before each when it sets their lifetime.
+    pub cache_mark_sites: Vec<usize>,
+    /// The body object's closing brace: where the gate adds `prompt_cache_key` and
+    /// `prompt_cache_retention` (OpenAI).
+    pub body_close: usize,
     /// Where each of the shape's `cache_points` puts its breakpoint in the body, index for
     /// index: the offsets the proxy edits when the gate places caching (SPEC §2.11b). Body
     /// layout, not shape: it never enters a digest.
@@ -465,6 +500,11 @@ fn parse_with(
         previous_response_id: previous_response_id(route, &body)?,
         names_conversation: route == Route::OpenAiResponses
             && !matches!(body.get("conversation"), None | Some(Json::Null)),
+        cache_mark_sites: match route {
+            Route::AnthropicMessages => anthropic::ttl_marks(&body).0,
+            _ => Vec::new(),
+        },
+        body_close: body.close(),
         cache_sites,
     })
 }
@@ -559,6 +599,13 @@ pub fn shape_of(
         Vec::new()
     };
     hash_turns(&canonical, &mut parts, hashes);
+    let (cache_ttl_marks, cache_ttl_set) = match route {
+        Route::AnthropicMessages => {
+            let (sites, set) = anthropic::ttl_marks(body);
+            (u32::try_from(sites.len()).unwrap_or(u32::MAX), set)
+        }
+        _ => (0, false),
+    };
     let step_fingerprint =
         step::step_fingerprint(route, body, key).unwrap_or(canonical.fingerprint);
     Ok(RequestShape {
@@ -588,6 +635,10 @@ pub fn shape_of(
         media: MediaParts::of(body),
         chained_input_tokens: 0,
         cache_points,
+        cache_ttl_marks,
+        cache_ttl_set,
+        route_prefix: routing::route_prefix(route, body, key),
+        retention_set: route != Route::AnthropicMessages && routing::retention_set(body),
     })
 }
 

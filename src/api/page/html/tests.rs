@@ -61,6 +61,7 @@ fn full_view(text: &str) -> View {
             recorded_by: RecordSource::default(),
             session: None,
             paced_ms: 0,
+            cache_edits: Default::default(),
         };
     let decisions = vec![
         DecisionLine {

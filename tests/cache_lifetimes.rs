@@ -1,0 +1,342 @@
+//! Cache lifetimes and routes placed by the gate (issue "cache lifetimes", SPEC §2.11b), through
+//! the real binary in front of the built-in provider: what reaches the provider, byte for byte,
+//! and what the receipt and the provider's bill say.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use serde_json::{json, Value};
+use support::*;
+
+const SONNET: &str = "claude-sonnet-4-5";
+/// Takes `prompt_cache_retention` and bills no cache write: the gate may set 24 h retention.
+const GPT5_MINI: &str = "gpt-5-mini";
+
+/// A system prompt well past every model's minimum cacheable prefix (4,096 tokens).
+fn long_text(seed: &str) -> String {
+    (0..900)
+        .map(|i| format!("{seed} rule {i}: keep the answer short and cite the file. "))
+        .collect()
+}
+
+/// An Anthropic call that marks its own breakpoints, as Claude Code does: the system block and
+/// the last message, each `{"type":"ephemeral"}` (`ttl` given: the caller chose the lifetime).
+fn marked_anthropic(ttl: Option<&str>) -> String {
+    let marker = match ttl {
+        Some(t) => format!(r#"{{"type":"ephemeral","ttl":"{t}"}}"#),
+        None => r#"{"type":"ephemeral"}"#.to_string(),
+    };
+    format!(
+        r#"{{"model":"{SONNET}","max_tokens":100,"system":[{{"type":"text","text":{},"cache_control":{marker}}}],"messages":[{{"role":"user","content":[{{"type":"text","text":"List the files.","cache_control":{marker}}}]}}]}}"#,
+        serde_json::to_string(&long_text("system")).unwrap()
+    )
+}
+
+fn openai_chat(model: &str, extra: &str) -> String {
+    format!(
+        r#"{{"model":"{model}","max_completion_tokens":100{extra},"messages":[{{"role":"system","content":{}}},{{"role":"user","content":"List the files."}}]}}"#,
+        serde_json::to_string(&long_text("agent")).unwrap()
+    )
+}
+
+fn key_with(extra: &str) -> Harness {
+    Harness::start(Opts {
+        key_b_extra: extra.to_string(),
+        ..Opts::default()
+    })
+}
+
+fn send_anthropic(h: &Harness, key: &str, body: &str) -> Resp {
+    let r = h.post_raw(
+        MESSAGES,
+        None,
+        body.as_bytes(),
+        &[("x-api-key", key), HUMAN],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    r
+}
+
+fn upstream_bytes(h: &Harness) -> Vec<u8> {
+    h.mock.last_request().unwrap().body.to_vec()
+}
+
+/// The members the gate added before the body's closing brace, as an object; every other
+/// byte must be the caller's.
+fn added_members(sent: &str, seen: &[u8]) -> Value {
+    let close = sent.rfind('}').unwrap();
+    let (head, tail) = (&sent.as_bytes()[..close], &sent.as_bytes()[close..]);
+    assert!(seen.starts_with(head), "the caller's bytes are kept");
+    assert!(seen.ends_with(tail), "the caller's bytes are kept");
+    let added = std::str::from_utf8(&seen[head.len()..seen.len() - tail.len()]).unwrap();
+    if added.is_empty() {
+        return json!({});
+    }
+    serde_json::from_str(&format!("{{{}}}", added.strip_prefix(',').unwrap())).unwrap()
+}
+
+#[test]
+fn a_one_hour_key_gets_one_hour_entries_on_its_own_markers_and_nothing_else_changes() {
+    let h = key_with("cache_ttl = \"1h\"\n");
+    let sent = marked_anthropic(None);
+    let r = send_anthropic(&h, KEY_B, &sent);
+    assert_eq!(r.receipt()["cache_lifetime"], "1h", "{}", r.receipt());
+    // The caller's markers, each with the one-hour lifetime inserted, and not a byte more.
+    let expected = sent.replace(
+        r#"{"type":"ephemeral"}"#,
+        r#"{"type":"ephemeral","ttl":"1h"}"#,
+    );
+    assert_eq!(String::from_utf8(upstream_bytes(&h)).unwrap(), expected);
+    // The provider wrote the prefix as a one-hour entry, and bills it so.
+    let usage = &r.json()["usage"];
+    let written_1h = usage["cache_creation"]["ephemeral_1h_input_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(written_1h > 4_000, "{usage}");
+    assert_eq!(
+        usage["cache_creation"]["ephemeral_5m_input_tokens"].as_u64(),
+        Some(0),
+        "{usage}"
+    );
+    settle();
+    let rows = keyed_get(&h.api_url("/ledger/decisions"), Some(KEY_B)).json();
+    assert_eq!(
+        rows["decisions"][0]["cache_write_1h"].as_u64(),
+        Some(written_1h)
+    );
+}
+
+#[test]
+fn a_caller_that_sets_its_own_lifetime_is_forwarded_as_sent() {
+    let h = key_with("cache_ttl = \"1h\"\n");
+    for ttl in ["5m", "1h"] {
+        let sent = marked_anthropic(Some(ttl));
+        let r = send_anthropic(&h, KEY_B, &sent);
+        assert!(
+            r.receipt().get("cache_lifetime").is_none(),
+            "{}",
+            r.receipt()
+        );
+        assert_eq!(upstream_bytes(&h), sent.as_bytes());
+    }
+}
+
+#[test]
+fn a_session_that_never_paused_keeps_five_minute_entries() {
+    // The default lifetime policy: one-hour entries only once a session has shown a pause.
+    let h = Harness::default();
+    let sent = marked_anthropic(None);
+    for _ in 0..3 {
+        let r = send_anthropic(&h, KEY_A, &sent);
+        assert!(
+            r.receipt().get("cache_lifetime").is_none(),
+            "{}",
+            r.receipt()
+        );
+        assert_eq!(upstream_bytes(&h), sent.as_bytes());
+    }
+}
+
+#[test]
+fn an_openai_call_gets_a_routing_key_and_retention_and_a_callers_own_are_kept() {
+    let h = Harness::default();
+    let sent = openai_chat(GPT5_MINI, "");
+    let r = h.post_raw(CHAT, Some(KEY_A), sent.as_bytes(), &[HUMAN]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let added = added_members(&sent, &upstream_bytes(&h));
+    let key = added["prompt_cache_key"].as_str().unwrap().to_string();
+    assert!(key.starts_with("ts_") && key.len() == 27, "{key}");
+    assert_eq!(added["prompt_cache_retention"], "24h");
+    assert_eq!(added.as_object().unwrap().len(), 2, "{added}");
+    let receipt = r.receipt();
+    assert_eq!(receipt["cache_routing_key"], key.as_str());
+    assert_eq!(receipt["cache_retention"], "24h");
+
+    // Another session of the same prefix, at a rate one route takes: the same route, so the
+    // prefix it shares is read, not written again.
+    let r = h.post_raw(
+        CHAT,
+        Some(KEY_A),
+        sent.as_bytes(),
+        &[HUMAN, ("x-tokensaver-session", "another")],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        added_members(&sent, &upstream_bytes(&h))["prompt_cache_key"],
+        key.as_str()
+    );
+
+    // A caller that names its own key and retention: forwarded as sent, nothing in the receipt.
+    let own = openai_chat(
+        GPT5_MINI,
+        r#","prompt_cache_key":"mine","prompt_cache_retention":"in_memory""#,
+    );
+    let r = h.post_raw(CHAT, Some(KEY_A), own.as_bytes(), &[HUMAN]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(upstream_bytes(&h), own.as_bytes());
+    assert!(r.receipt().get("cache_routing_key").is_none());
+    assert!(r.receipt().get("cache_retention").is_none());
+}
+
+#[test]
+fn retention_only_where_the_model_takes_it_and_nothing_below_the_cacheable_minimum() {
+    let h = Harness::default();
+    // gpt-4o-mini takes no `prompt_cache_retention`: a routing key only.
+    let sent = openai_chat("gpt-4o-mini", "");
+    let r = h.post_raw(CHAT, Some(KEY_A), sent.as_bytes(), &[HUMAN]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let added = added_members(&sent, &upstream_bytes(&h));
+    assert_eq!(added.as_object().unwrap().len(), 1, "{added}");
+    assert!(added["prompt_cache_key"].is_string());
+    // A prompt OpenAI would not cache (under 1,024 tokens): the caller's bytes, untouched.
+    let short = r#"{"model":"gpt-5-mini","max_completion_tokens":50,"messages":[{"role":"user","content":"hi"}]}"#;
+    let r = h.post_raw(CHAT, Some(KEY_A), short.as_bytes(), &[HUMAN]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(upstream_bytes(&h), short.as_bytes());
+}
+
+#[test]
+fn cache_off_leaves_every_byte_alone() {
+    let h = key_with("cache = \"off\"\ncache_ttl = \"1h\"\n");
+    let sent = openai_chat(GPT5_MINI, "");
+    let r = h.post_raw(CHAT, Some(KEY_B), sent.as_bytes(), &[HUMAN]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(upstream_bytes(&h), sent.as_bytes());
+    let sent = marked_anthropic(None);
+    let r = send_anthropic(&h, KEY_B, &sent);
+    assert!(r.receipt().get("cache_lifetime").is_none());
+    assert_eq!(upstream_bytes(&h), sent.as_bytes());
+}
+
+/// A session of `turns` calls whose history grows, marking its own breakpoints as Claude Code
+/// does (the system block and the newest message); `seed` keeps two runs' prefixes apart.
+fn session_call(seed: &str, turn: usize) -> String {
+    // Claude Sonnet 4.5 at its list prices (the test harness prices its undated name flat).
+    const SONNET_LISTED: &str = "claude-sonnet-4-5-20250929";
+    let marker = r#"{"type":"ephemeral"}"#;
+    let mut messages = Vec::new();
+    for t in 0..turn {
+        messages.push(format!(
+            r#"{{"role":"user","content":"Step {t}: what next?"}},{{"role":"assistant","content":"Run the tests of module {t} and report."}}"#
+        ));
+    }
+    messages.push(format!(
+        r#"{{"role":"user","content":[{{"type":"text","text":"Step {turn}: what next?","cache_control":{marker}}}]}}"#
+    ));
+    format!(
+        r#"{{"model":"{SONNET_LISTED}","max_tokens":100,"system":[{{"type":"text","text":{},"cache_control":{marker}}}],"messages":[{}]}}"#,
+        serde_json::to_string(&long_text(seed)).unwrap(),
+        messages.join(",")
+    )
+}
+
+/// What a call cost at Claude Sonnet 4.5's list prices (nano-USD per token: $3 input, $3.75
+/// 5-minute write, $6 one-hour write, $0.30 read, $15 output per MTok), from the usage the
+/// provider reported.
+fn cost_nano(usage: &Value) -> u64 {
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let c = &usage["cache_creation"];
+    n(&usage["input_tokens"]) * 3_000
+        + n(&c["ephemeral_5m_input_tokens"]) * 3_750
+        + n(&c["ephemeral_1h_input_tokens"]) * 6_000
+        + n(&usage["cache_read_input_tokens"]) * 300
+        + n(&usage["output_tokens"]) * 15_000
+}
+
+/// Time compressed 300 times on both sides: the provider's five minutes last 1 s and its hour
+/// 12 s (`--time-scale 300`), and the gate judges pauses by a lifetime of 1 s
+/// (`[gate.windows] cache_secs = 1`).
+fn compressed() -> Harness {
+    Harness::start(Opts {
+        time_scale: 300,
+        extra_config:
+            "\n[gate.windows]\ncache_secs = 1\n\n[prices.\"claude-sonnet-4-5-20250929\"]\n\
+                       input = 3_000_000\ncache_write = 3_750_000\ncache_write_1h = 6_000_000\n\
+                       cache_read = 300_000\noutput = 15_000_000\nmax_output = 64_000\n"
+                .to_string(),
+        ..Opts::default()
+    })
+}
+
+const PAUSE: std::time::Duration = std::time::Duration::from_millis(1_400);
+
+/// Runs a session of 10 calls, pausing (7 scaled minutes) before those in `pauses`; straight
+/// to the provider or through the gate. Returns each call's cost and receipt.
+fn run_session(h: &Harness, seed: &str, pauses: &[usize], gated: bool) -> Vec<(u64, Value)> {
+    let mut out = Vec::new();
+    for turn in 0..10 {
+        if pauses.contains(&turn) {
+            std::thread::sleep(PAUSE);
+        }
+        let sent = session_call(seed, turn);
+        let (answer, receipt) = if gated {
+            let r = h.post_raw(
+                MESSAGES,
+                None,
+                sent.as_bytes(),
+                &[("x-api-key", KEY_A), HUMAN, ("x-tokensaver-session", seed)],
+            );
+            assert_eq!(r.status, 200, "{}", r.text());
+            let receipt = r.receipt();
+            // The caller's bytes, with at most the lifetime written into its own markers.
+            let seen = String::from_utf8(upstream_bytes(h)).unwrap();
+            let expected = if receipt["cache_lifetime"] == "1h" {
+                sent.replace(
+                    r#"{"type":"ephemeral"}"#,
+                    r#"{"type":"ephemeral","ttl":"1h"}"#,
+                )
+            } else {
+                sent.clone()
+            };
+            assert_eq!(seen, expected, "turn {turn}");
+            (r.json(), receipt)
+        } else {
+            let r = call(
+                client::post(&format!("{}{MESSAGES}", h.mock.base_url()))
+                    .set("content-type", "application/json")
+                    .set("x-api-key", PROVIDER_CREDENTIAL)
+                    .set("anthropic-version", "2023-06-01"),
+                Some(sent.as_bytes()),
+            );
+            assert_eq!(r.status, 200, "{}", r.text());
+            (r.json(), Value::Null)
+        };
+        out.push((cost_nano(&answer["usage"]), receipt));
+    }
+    out
+}
+
+#[test]
+fn a_session_that_pauses_gets_one_hour_entries_and_costs_far_less() {
+    // The same session twice, each against a provider of its own: straight, then through
+    // the gate.
+    let (plain, gate) = (compressed(), compressed());
+    let pauses = [2, 4, 5, 7, 9];
+    let straight = run_session(&plain, "pauses", &pauses, false);
+    let gated = run_session(&gate, "pauses", &pauses, true);
+    // Five-minute entries until the session has paused; one-hour entries from its first pause.
+    for (turn, (_, receipt)) in gated.iter().enumerate() {
+        let one_hour = receipt.get("cache_lifetime").is_some();
+        assert_eq!(one_hour, turn >= 2, "turn {turn}: {receipt}");
+    }
+    let total = |run: &[(u64, Value)]| run.iter().map(|(c, _)| c).sum::<u64>();
+    let (s, g) = (total(&straight), total(&gated));
+    let saved = 1.0 - g as f64 / s as f64;
+    println!(
+        "a session of 10 calls with 5 pauses: straight ${:.6}, through the gate ${:.6}: {:.1} % less",
+        s as f64 / 1e9,
+        g as f64 / 1e9,
+        saved * 100.0
+    );
+    assert!(saved >= 0.30, "{:.1} %", saved * 100.0);
+}
+
+#[test]
+fn a_session_without_pauses_costs_the_same() {
+    let (plain, gate) = (compressed(), compressed());
+    let straight = run_session(&plain, "steady", &[], false);
+    let gated = run_session(&gate, "steady", &[], true);
+    assert!(gated.iter().all(|(_, r)| r.get("cache_lifetime").is_none()));
+    let costs = |run: &[(u64, Value)]| run.iter().map(|(c, _)| *c).collect::<Vec<_>>();
+    assert_eq!(costs(&straight), costs(&gated));
+}
