@@ -211,9 +211,11 @@ max_output = 128_000
                 expected["input"] += u["input_tokens"]
                 expected["cache_write"] += u["cache_creation_input_tokens"]
                 expected["cache_read"] += u["cache_read_input_tokens"]
-            else:  # OpenAI: the prompt includes its cached part
-                expected["input"] += u["prompt_tokens"] - u["cached_tokens"]
+            else:  # OpenAI: the prompt includes its cached part and (GPT-5.6 on) its writes
+                written = u["cache_write_tokens"]
+                expected["input"] += u["prompt_tokens"] - u["cached_tokens"] - written
                 expected["cache_read"] += u["cached_tokens"]
+                expected["cache_write"] += written
             expected["output"] += u["completion_tokens"]
         deadline = time.monotonic() + 10
         while True:

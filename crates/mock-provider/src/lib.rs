@@ -29,7 +29,7 @@
 //! | any other path               | 404 JSON error, OpenAI shape                              |
 //! | `GET /__mock/calls`          | `{"/v1/chat/completions": n, "/v1/messages": m, ...}`: requests received per path since the last reset (any method, query string stripped, `/__mock/*` not counted) |
 //! | `POST /__mock/reset`         | clears counters, records, kept Responses answers and prompt-cache entries (not the clock), answers `{"ok":true}` |
-//! | `GET /__mock/requests`       | the retained records, oldest first: `[{"seq","method","path","target","headers":[[name,value]..],"body_len","body","body_truncated","at_unix_ms","reported_usage"}]` (`reported_usage`: for a model call, the usage figures the mock answered with, prompt cache included — `prompt_tokens`, `completion_tokens`, `cached_tokens`, `input_tokens`, `cache_read_input_tokens`, `cache_creation_input_tokens`, `cache_creation: {ephemeral_5m_input_tokens, ephemeral_1h_input_tokens}`; for a call answered without usage (a 400, 401, `fault-500`, `fault-429`) the figures computed from its body as on an empty cache, uncached if its markers were refused; else null); `?limit=N` (default 50, newest N) and `?path=/v1/messages` filter; `body` is lossy UTF-8, at most 64 KiB (`?max_body=N`: at most N bytes) |
+//! | `GET /__mock/requests`       | the retained records, oldest first: `[{"seq","method","path","target","headers":[[name,value]..],"body_len","body","body_truncated","at_unix_ms","reported_usage"}]` (`reported_usage`: for a model call, the usage figures the mock answered with, prompt cache included — `prompt_tokens`, `completion_tokens`, `cached_tokens`, `input_tokens`, `cache_read_input_tokens`, `cache_creation_input_tokens`, `cache_creation: {ephemeral_5m_input_tokens, ephemeral_1h_input_tokens}`, `cache_write_tokens` (OpenAI models that bill cache writes; else 0); for a call answered without usage (a 400, 401, `fault-500`, `fault-429`) the figures computed from its body as on an empty cache, uncached if its markers were refused; else null); `?limit=N` (default 50, newest N) and `?path=/v1/messages` filter; `body` is lossy UTF-8, at most 64 KiB (`?max_body=N`: at most N bytes) |
 //! | `GET /__mock/clock`          | `{"now_ms": N, "fixed": bool}`: the clock the prompt cache reads when a request has no `x-mock-now-ms` header (see "Prompt caching") |
 //! | `POST /__mock/clock`         | `{"now_ms": N}` fixes that clock at N (Unix ms), `{"now_ms": null}` returns to the real clock, `{"advance_ms": N}` moves it N ms forward from its reading (it is then fixed; with both keys: set, then advance); answers as `GET`; any other body → 400 |
 //! | `GET /__mock/cache`          | `{"enabled": bool, "entries": n}`: whether prompt caching is billed, and the entries held (expired ones are dropped lazily) |
@@ -1624,6 +1624,7 @@ fn reported_usage(rec: &ReceivedRequest, opts: &ProviderOptions) -> Value {
         "cache_read_input_tokens": u.cache_read_input_tokens,
         "cache_creation_input_tokens": u.cache_creation_input_tokens,
         "cache_creation": u.cache_creation_json(),
+        "cache_write_tokens": u.openai_cache_write_tokens,
     })
 }
 
