@@ -14,6 +14,6 @@ trap 'scripts/pg-test-server.sh stop "$TOKENSAVER_TEST_PG_DIR"' EXIT
 TOKENSAVER_TEST_PG_URL="$(scripts/pg-test-server.sh start "$TOKENSAVER_TEST_PG_DIR" "$TOKENSAVER_TEST_PG_PORT")"
 export TOKENSAVER_TEST_PG_URL
 # One test at a time: each starts three servers and hundreds of concurrent clients.
-timeout 1200 cargo test --test fleet -- --test-threads=1
+timeout 1200 cargo test --test fleet -- --include-ignored --test-threads=1
 # Prompt caching placed by a fleet (tests/gate_caching.rs: the one test there that needs it).
-timeout 300 cargo test --test gate_caching fleet -- --test-threads=1
+timeout 300 cargo test --test gate_caching fleet -- --include-ignored --test-threads=1

@@ -61,6 +61,17 @@ fn upstream_bytes(h: &Harness) -> Vec<u8> {
     h.mock.last_request().unwrap().body.to_vec()
 }
 
+/// An Anthropic call forwarded byte for byte, with no lifetime placed.
+fn assert_forwarded_as_sent(h: &Harness, key: &str, sent: &str) {
+    let r = send_anthropic(h, key, sent);
+    assert!(
+        r.receipt().get("cache_lifetime").is_none(),
+        "{}",
+        r.receipt()
+    );
+    assert_eq!(upstream_bytes(h), sent.as_bytes());
+}
+
 /// The members the gate added before the body's closing brace, as an object; every other
 /// byte must be the caller's.
 fn added_members(sent: &str, seen: &[u8]) -> Value {
@@ -110,14 +121,7 @@ fn a_one_hour_key_gets_one_hour_entries_on_its_own_markers_and_nothing_else_chan
 fn a_caller_that_sets_its_own_lifetime_is_forwarded_as_sent() {
     let h = key_with("cache_ttl = \"1h\"\n");
     for ttl in ["5m", "1h"] {
-        let sent = marked_anthropic(Some(ttl));
-        let r = send_anthropic(&h, KEY_B, &sent);
-        assert!(
-            r.receipt().get("cache_lifetime").is_none(),
-            "{}",
-            r.receipt()
-        );
-        assert_eq!(upstream_bytes(&h), sent.as_bytes());
+        assert_forwarded_as_sent(&h, KEY_B, &marked_anthropic(Some(ttl)));
     }
 }
 
@@ -127,13 +131,7 @@ fn a_session_that_never_paused_keeps_five_minute_entries() {
     let h = Harness::default();
     let sent = marked_anthropic(None);
     for _ in 0..3 {
-        let r = send_anthropic(&h, KEY_A, &sent);
-        assert!(
-            r.receipt().get("cache_lifetime").is_none(),
-            "{}",
-            r.receipt()
-        );
-        assert_eq!(upstream_bytes(&h), sent.as_bytes());
+        assert_forwarded_as_sent(&h, KEY_A, &sent);
     }
 }
 
@@ -202,13 +200,10 @@ fn cache_off_leaves_every_byte_alone() {
     let r = h.post_raw(CHAT, Some(KEY_B), sent.as_bytes(), &[HUMAN]);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(upstream_bytes(&h), sent.as_bytes());
-    let sent = marked_anthropic(None);
-    let r = send_anthropic(&h, KEY_B, &sent);
-    assert!(r.receipt().get("cache_lifetime").is_none());
-    assert_eq!(upstream_bytes(&h), sent.as_bytes());
+    assert_forwarded_as_sent(&h, KEY_B, &marked_anthropic(None));
 }
 
-/// A session of `turns` calls whose history grows, marking its own breakpoints as Claude Code
+/// Call `turn` of a session whose history grows, marking its own breakpoints as Claude Code
 /// does (the system block and the newest message); `seed` keeps two runs' prefixes apart.
 fn session_call(seed: &str, turn: usize) -> String {
     // Claude Sonnet 4.5 at its list prices (the test harness prices its undated name flat).
@@ -291,15 +286,7 @@ fn run_session(h: &Harness, seed: &str, pauses: &[usize], gated: bool) -> Vec<(u
             assert_eq!(seen, expected, "turn {turn}");
             (r.json(), receipt)
         } else {
-            let r = call(
-                client::post(&format!("{}{MESSAGES}", h.mock.base_url()))
-                    .set("content-type", "application/json")
-                    .set("x-api-key", PROVIDER_CREDENTIAL)
-                    .set("anthropic-version", "2023-06-01"),
-                Some(sent.as_bytes()),
-            );
-            assert_eq!(r.status, 200, "{}", r.text());
-            (r.json(), Value::Null)
+            (h.straight_anthropic(sent.as_bytes()), Value::Null)
         };
         out.push((cost_nano(&answer["usage"]), receipt));
     }

@@ -367,6 +367,20 @@ impl Harness {
         req.send(body)
     }
 
+    /// An Anthropic Messages call straight to the provider with its own credential (the
+    /// control arm of a cost comparison): its answer.
+    pub fn straight_anthropic(&self, body: &[u8]) -> Value {
+        let r = call(
+            client::post(&format!("{}{MESSAGES}", self.mock.base_url()))
+                .set("content-type", "application/json")
+                .set("x-api-key", PROVIDER_CREDENTIAL)
+                .set("anthropic-version", "2023-06-01"),
+            Some(body),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    }
+
     /// The key's ledger (`GET /ledger`).
     pub fn ledger(&self, key: &str) -> Value {
         let r = call(
