@@ -41,7 +41,7 @@ use booking::Booking;
 pub use relays::{Relaying, RemoteRenewal};
 use reservations::{Reservation, Reservations};
 use tokensaver_core::gate::cache::LifetimePolicy;
-use tokensaver_core::gate::cache::{PointMemory, SessionCache};
+use tokensaver_core::gate::cache::{CacheEdits, PointMemory, SessionCache};
 use tokensaver_core::gate::{
     decide_paced, decide_with, Approvals, BudgetState, CacheTerms, Decision, GateInput, KeyState,
     Outcome, Policy, Usage, Verdict, WindowCounts, Windows,
@@ -381,7 +381,7 @@ impl State {
         key_id: &str,
         shape: &RequestShape,
         now_ms: u64,
-        cache_lifetime_ms: u64,
+        after_pause: bool,
     ) {
         let sessions = self
             .session_cache
@@ -391,7 +391,7 @@ impl State {
             .peek(&shape.session)
             .copied()
             .unwrap_or_default()
-            .forwarded(now_ms, cache_lifetime_ms);
+            .forwarded(now_ms, after_pause);
         sessions.put(shape.session, next);
         if sessions.len() > SESSIONS_KEPT {
             sessions.pop_lru();
@@ -934,8 +934,8 @@ impl Gatekeeper {
         // Only a forwarded call sent its prefixes to the provider (SPEC §2.11b: a refused or
         // served request is not "seen"); a prefix that was only ever refused earns no write.
         if booking.sent_prefixes {
-            let lifetime_ms = self.policy().gate.windows.cache_secs.saturating_mul(1_000);
-            st.note_forwarded(key_id, shape, now_ms, lifetime_ms);
+            let after_pause = decision.cache_edits().has(CacheEdits::AFTER_PAUSE);
+            st.note_forwarded(key_id, shape, now_ms, after_pause);
         }
         if !placeable.is_empty() && booking.sent_prefixes {
             st.cache_memory

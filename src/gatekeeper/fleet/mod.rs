@@ -304,8 +304,6 @@ pub struct Fleet {
     steps: StepLimits,
     /// The loop window's length: a forget keeps the fingerprints the loop rules still count.
     loop_ms: u64,
-    /// `[gate.windows] cache_secs`: the lifetime a session's pauses are judged by.
-    cache_lifetime_ms: u64,
     reservation_ttl_ms: u64,
     hold_ttl_ms: u64,
     answer_store_bytes: u64,
@@ -351,7 +349,6 @@ impl Fleet {
             statements: WindowStatements::new(&limits.windows, &limits.steps),
             steps: limits.steps,
             loop_ms: limits.windows.loop_secs * 1_000,
-            cache_lifetime_ms: limits.windows.cache_secs.saturating_mul(1_000),
             reservation_ttl_ms: limits.reservation_ttl_ms,
             hold_ttl_ms: limits.hold_ttl_ms,
             answer_store_bytes: limits.answer_store_bytes,
@@ -545,7 +542,8 @@ impl Fleet {
         if booking.sent_prefixes {
             // The session's figures and the prefix's rate, as one node keeps them
             // (`SessionCache::forwarded`).
-            let next = session_cache.forwarded(now_ms, self.cache_lifetime_ms);
+            let next = session_cache
+                .forwarded(now_ms, booking.row.cache_edits.has(CacheEdits::AFTER_PAUSE));
             tx.execute(
                 "INSERT INTO fleet_session_cache (key_id, session, last_ms, calls, pauses, \
                  prompt_tokens, grown_tokens) VALUES ($1, $2, $3, $4, $5, $6, $7) \

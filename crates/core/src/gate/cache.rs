@@ -113,12 +113,13 @@ impl SessionCache {
         })
     }
 
-    /// The session once a call is forwarded at `now_ms`.
-    pub fn forwarded(self, now_ms: u64, lifetime_ms: u64) -> SessionCache {
+    /// The session once a call is forwarded at `now_ms`; `after_pause`: its decision found it
+    /// came after a pause ([`Self::paused_at`], judged once, by the decision).
+    pub fn forwarded(self, now_ms: u64, after_pause: bool) -> SessionCache {
         SessionCache {
             last_ms: Some(self.last_ms.map_or(now_ms, |t| t.max(now_ms))),
             calls: self.calls.saturating_add(1),
-            pauses: self.pauses + u64::from(self.paused_at(now_ms, lifetime_ms)),
+            pauses: self.pauses + u64::from(after_pause),
             ..self
         }
     }
@@ -346,7 +347,7 @@ mod tests {
         // A session that never pauses: 20 calls a minute apart, each writing 2,000 tokens.
         for i in 0..20 {
             s = s
-                .forwarded(NOW + i * 60_000, CACHE_TTL_MS)
+                .forwarded(NOW + i * 60_000, false)
                 .settled(50_000 + i * 2_000);
         }
         let then = NOW + 20 * 60_000;
@@ -365,12 +366,12 @@ mod tests {
         assert!(s.paused_at(last + 1_500, 1_000));
         assert!(!s.paused_at(last + 999, 1_000) && !s.paused_at(last + 12_000, 1_000));
         // A rebuild after a pause writes the prompt again: that is not growth.
-        let rebuilt = s.forwarded(after, CACHE_TTL_MS).settled(s.prompt_tokens);
+        let rebuilt = s.forwarded(after, true).settled(s.prompt_tokens);
         assert_eq!(rebuilt.grown_tokens, s.grown_tokens);
         // Growth far beyond the prompt per pause: the premium outweighs the rebuild.
         let heavy = SessionCache {
             grown_tokens: 10_000_000,
-            ..s.forwarded(after, CACHE_TTL_MS)
+            ..s.forwarded(after, true)
         };
         assert!(!one_hour_pays(&heavy, after + 1_000, CACHE_TTL_MS, &p));
     }

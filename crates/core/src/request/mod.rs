@@ -482,7 +482,8 @@ fn parse_with(
     hashes: TurnHashes,
 ) -> Result<ParsedRequest, ShapeError> {
     let body = parse_object(bytes)?;
-    let mut shape = shape_of(route, &body, key, bytes.len(), hashes)?;
+    let (mut shape, cache_mark_sites) =
+        shape_and_mark_sites(route, &body, key, bytes.len(), hashes)?;
     // A point without its site could not be placed: then no point is offered.
     let cache_sites = anthropic::cache_sites(&body, bytes, &shape.cache_points).unwrap_or_default();
     if cache_sites.len() != shape.cache_points.len() {
@@ -500,10 +501,7 @@ fn parse_with(
         previous_response_id: previous_response_id(route, &body)?,
         names_conversation: route == Route::OpenAiResponses
             && !matches!(body.get("conversation"), None | Some(Json::Null)),
-        cache_mark_sites: match route {
-            Route::AnthropicMessages => anthropic::ttl_marks(&body).0,
-            _ => Vec::new(),
-        },
+        cache_mark_sites,
         body_close: body.close(),
         cache_sites,
     })
@@ -580,6 +578,18 @@ pub fn shape_of(
     size_hint: usize,
     hashes: TurnHashes,
 ) -> Result<RequestShape, ShapeError> {
+    shape_and_mark_sites(route, body, key, size_hint, hashes).map(|(shape, _)| shape)
+}
+
+/// [`shape_of`], and where the caller's markers without a `ttl` close (Anthropic): one walk
+/// of the markers for both.
+fn shape_and_mark_sites(
+    route: Route,
+    body: &Object,
+    key: &[u8; 32],
+    size_hint: usize,
+    hashes: TurnHashes,
+) -> Result<(RequestShape, Vec<usize>), ShapeError> {
     if let Some(field) = body.first_repeated_key() {
         // Readers that keep the first value and readers that keep the last would see two
         // different requests: the one priced and the one billed could differ.
@@ -599,16 +609,14 @@ pub fn shape_of(
         Vec::new()
     };
     hash_turns(&canonical, &mut parts, hashes);
-    let (cache_ttl_marks, cache_ttl_set) = match route {
-        Route::AnthropicMessages => {
-            let (sites, set) = anthropic::ttl_marks(body);
-            (u32::try_from(sites.len()).unwrap_or(u32::MAX), set)
-        }
-        _ => (0, false),
+    let (mark_sites, cache_ttl_set) = match route {
+        Route::AnthropicMessages => anthropic::ttl_marks(body),
+        _ => (Vec::new(), false),
     };
+    let cache_ttl_marks = u32::try_from(mark_sites.len()).unwrap_or(u32::MAX);
     let step_fingerprint =
         step::step_fingerprint(route, body, key).unwrap_or(canonical.fingerprint);
-    Ok(RequestShape {
+    let shape = RequestShape {
         route,
         fingerprint: canonical.fingerprint,
         step_fingerprint,
@@ -639,7 +647,8 @@ pub fn shape_of(
         cache_ttl_set,
         route_prefix: routing::route_prefix(route, body, key),
         retention_set: route != Route::AnthropicMessages && routing::retention_set(body),
-    })
+    };
+    Ok((shape, mark_sites))
 }
 
 /// A top-level field's name as an error may say it: the provider APIs' own field names, never
