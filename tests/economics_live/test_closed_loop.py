@@ -41,6 +41,20 @@ def recording_config() -> str:
     return text.replace('dir = "../../data"', 'dir = "data"', 1)
 
 
+def ci_config() -> str:
+    """The recording config with every window of the gate halved again (60 times the example's,
+    as tests/agents runs): the stuck pair is paced for up to `runaway_after_secs`, 180 s at 30
+    times, which alone would fill CI's budget for this suite. The gate decides alike: windows,
+    holds and the run's age all shrink together."""
+    text = recording_config()
+    for name, secs in [("pace_window_secs", 4), ("max_hold_secs", 8), ("runaway_after_secs", 180),
+                       ("loop_secs", 4), ("burst_secs", 2), ("grind_secs", 120)]:
+        line = f"{name} = {secs}"
+        assert text.count(line) == 1, line
+        text = text.replace(line, f"{name} = {secs // 2}", 1)
+    return text
+
+
 @pytest.fixture(scope="module")
 def recorded():
     if not BIN.exists():
@@ -50,14 +64,14 @@ def recorded():
     econ.mkdir()
     shutil.copy(ROOT / "corpus/economics/methodology.json", econ)
     shutil.copytree(ROOT / "corpus/economics/tasks", econ / "tasks")
-    # Time-compressed with the provider, which answers at once (a repeated step is paced for
-    # up to 150 s with the defaults; compressed, the same decisions 30 times sooner).
+    # Time-compressed with the provider, which answers at once (a stuck step is paced for up to
+    # 90 minutes with the defaults; compressed, the same decisions 60 times sooner).
     config = tmp / "tokensaver.toml"
-    config.write_text(recording_config())
+    config.write_text(ci_config())
     run = subprocess.run(
         [BIN, "economics", "run", "--dir", econ, "--reps", "1", "--only", ",".join(PAIRS),
          "--config", config],
-        cwd=ROOT, capture_output=True, text=True, timeout=170,
+        cwd=ROOT, capture_output=True, text=True, timeout=220,
     )
     assert run.returncode == 0, run.stdout + run.stderr
     summary = subprocess.run(
@@ -119,9 +133,9 @@ def test_every_pair_is_judged_by_its_task(recorded):
     poll = pair(s, "poll-export-job:claude-code")
     assert poll["status"] == "valid", poll
     assert not poll.get("refusals"), poll
-    # A stuck loop shorter than `runaway_repeats` (14-22 repeats, against 30) is paced, never
-    # refused: it fails either way, and the gate stops none of it (a stated limit; a long one
-    # is stopped at its 30th repeat, `stuck-noisy-deploy` in the committed evidence).
+    # A short stuck loop (14-22 repeats) is paced, never refused: it ends on its own before its
+    # run is `runaway_after_secs` old, fails either way, and the gate stops none of it (a
+    # stated limit; a long one is stopped, `stuck-noisy-deploy` in the committed evidence).
     runaway = pair(s, "runaway-migration:claude-code")
     assert runaway["status"] == "both_failed", runaway
     assert not runaway.get("refusals"), runaway
