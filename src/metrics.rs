@@ -3,7 +3,7 @@
 
 use prometheus::{
     Counter, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    Opts, Registry, TextEncoder,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -31,6 +31,15 @@ pub struct Metrics {
     pub request_seconds: HistogramVec,
     /// Answers given before any decision (400, 401, 404, 405, 413, …), by status.
     pub early_answers: IntCounterVec,
+    /// Cache health of settled calls (SPEC §2.11b): prompt tokens by how they were billed
+    /// (`input`, `cache_write`, `cache_read`: the read share is read ÷ their sum), rebuilds
+    /// after a pause and what they and one-hour entries cost, in nano-USD.
+    pub prompt_tokens: IntCounterVec,
+    pub cache_rebuilds: IntCounter,
+    pub cache_cost_nano: IntCounterVec,
+    /// The derived, counterfactual saving of each of the gate's cache mechanisms, nano-USD; a
+    /// gauge because it is signed (writes never read cost more than they saved).
+    pub cache_saving_derived_nano: IntGaugeVec,
 }
 
 impl Metrics {
@@ -145,7 +154,49 @@ impl Metrics {
         registry
             .register(Box::new(request_seconds.clone()))
             .expect("unique metric");
-        for c in [&requests, &tokens, &upstream_errors, &early_answers] {
+        let prompt_tokens = IntCounterVec::new(
+            Opts::new(
+                "tokensaver_prompt_tokens_total",
+                "Prompt tokens of settled calls by how the provider billed them",
+            ),
+            &["billed_as"],
+        )
+        .expect("valid metric");
+        let cache_rebuilds = IntCounter::new(
+            "tokensaver_cache_rebuilds_total",
+            "Settled calls that wrote the cache after a pause of their session",
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(cache_rebuilds.clone()))
+            .expect("unique metric");
+        let cache_cost_nano = IntCounterVec::new(
+            Opts::new(
+                "tokensaver_cache_cost_nano_usd_total",
+                "Cache rebuilds' write cost and the one-hour premium, nano-USD",
+            ),
+            &["part"],
+        )
+        .expect("valid metric");
+        let cache_saving_derived_nano = IntGaugeVec::new(
+            Opts::new(
+                "tokensaver_cache_saving_derived_nano_usd",
+                "Derived, counterfactual cache saving by the gate's mechanism, nano-USD (in no total)",
+            ),
+            &["mechanism"],
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(cache_saving_derived_nano.clone()))
+            .expect("unique metric");
+        for c in [
+            &requests,
+            &tokens,
+            &upstream_errors,
+            &early_answers,
+            &prompt_tokens,
+            &cache_cost_nano,
+        ] {
             registry
                 .register(Box::new(c.clone()))
                 .expect("unique metric");
@@ -171,6 +222,43 @@ impl Metrics {
             paced_refused,
             request_seconds,
             early_answers,
+            prompt_tokens,
+            cache_rebuilds,
+            cache_cost_nano,
+            cache_saving_derived_nano,
+        }
+    }
+
+    /// A settled call's cache health.
+    pub fn count_cache(&self, row: &crate::store::UsageRow) {
+        let u = &row.usage;
+        for (billed_as, n) in [
+            ("input", u.input),
+            ("cache_write", u.cache_write),
+            ("cache_read", u.cache_read),
+        ] {
+            self.prompt_tokens.with_label_values(&[billed_as]).inc_by(n);
+        }
+        let c = &row.cache;
+        if let Some(nano) = c.cache_rebuild_nano {
+            self.cache_rebuilds.inc();
+            self.cache_cost_nano
+                .with_label_values(&["rebuild"])
+                .inc_by(nano);
+        }
+        self.cache_cost_nano
+            .with_label_values(&["premium_1h"])
+            .inc_by(c.cache_premium_1h_nano);
+        for (mechanism, nano) in [
+            ("breakpoints", row.cache_saving_nano),
+            ("lifetimes", c.cache_saving_lifetimes_nano),
+            ("routing", c.cache_saving_routing_nano),
+        ] {
+            if let Some(nano) = nano {
+                self.cache_saving_derived_nano
+                    .with_label_values(&[mechanism])
+                    .add(nano);
+            }
         }
     }
 

@@ -255,9 +255,17 @@ fn compressed() -> Harness {
 
 const PAUSE: std::time::Duration = std::time::Duration::from_millis(1_400);
 
+/// One call of a session: what it cost, its receipt (`Null` straight to the provider) and the
+/// usage the provider answered.
+struct Call {
+    cost: u64,
+    receipt: Value,
+    usage: Value,
+}
+
 /// Runs a session of 10 calls, pausing (7 scaled minutes) before those in `pauses`; straight
-/// to the provider or through the gate. Returns each call's cost and receipt.
-fn run_session(h: &Harness, seed: &str, pauses: &[usize], gated: bool) -> Vec<(u64, Value)> {
+/// to the provider or through the gate.
+fn run_session(h: &Harness, seed: &str, pauses: &[usize], gated: bool) -> Vec<Call> {
     let mut out = Vec::new();
     for turn in 0..10 {
         if pauses.contains(&turn) {
@@ -288,7 +296,11 @@ fn run_session(h: &Harness, seed: &str, pauses: &[usize], gated: bool) -> Vec<(u
         } else {
             (h.straight_anthropic(sent.as_bytes()), Value::Null)
         };
-        out.push((cost_nano(&answer["usage"]), receipt));
+        out.push(Call {
+            cost: cost_nano(&answer["usage"]),
+            receipt,
+            usage: answer["usage"].clone(),
+        });
     }
     out
 }
@@ -302,11 +314,12 @@ fn a_session_that_pauses_gets_one_hour_entries_and_costs_far_less() {
     let straight = run_session(&plain, "pauses", &pauses, false);
     let gated = run_session(&gate, "pauses", &pauses, true);
     // Five-minute entries until the session has paused; one-hour entries from its first pause.
-    for (turn, (_, receipt)) in gated.iter().enumerate() {
-        let one_hour = receipt.get("cache_lifetime").is_some();
-        assert_eq!(one_hour, turn >= 2, "turn {turn}: {receipt}");
+    for (turn, call) in gated.iter().enumerate() {
+        let one_hour = call.receipt.get("cache_lifetime").is_some();
+        assert_eq!(one_hour, turn >= 2, "turn {turn}: {}", call.receipt);
     }
-    let total = |run: &[(u64, Value)]| run.iter().map(|(c, _)| c).sum::<u64>();
+    assert_cache_health_shown(&gate, &gated, &pauses);
+    let total = |run: &[Call]| run.iter().map(|c| c.cost).sum::<u64>();
     let (s, g) = (total(&straight), total(&gated));
     let saved = 1.0 - g as f64 / s as f64;
     println!(
@@ -323,7 +336,72 @@ fn a_session_without_pauses_costs_the_same() {
     let (plain, gate) = (compressed(), compressed());
     let straight = run_session(&plain, "steady", &[], false);
     let gated = run_session(&gate, "steady", &[], true);
-    assert!(gated.iter().all(|(_, r)| r.get("cache_lifetime").is_none()));
-    let costs = |run: &[(u64, Value)]| run.iter().map(|(c, _)| *c).collect::<Vec<_>>();
+    assert!(gated
+        .iter()
+        .all(|c| c.receipt.get("cache_lifetime").is_none()));
+    let costs = |run: &[Call]| run.iter().map(|c| c.cost).collect::<Vec<_>>();
     assert_eq!(costs(&straight), costs(&gated));
+}
+
+/// The session's cache health on `/ledger/sessions`, `/ledger` and `/metrics`, against figures
+/// derived here from the usage the provider answered, at Sonnet 4.5's list prices.
+fn assert_cache_health_shown(h: &Harness, calls: &[Call], pauses: &[usize]) {
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let (mut prompt, mut read, mut premium, mut rebuilds, mut rebuild_cost) = (0, 0, 0, 0, 0);
+    for (turn, c) in calls.iter().enumerate() {
+        let (w5, w1) = (
+            n(&c.usage["cache_creation"]["ephemeral_5m_input_tokens"]),
+            n(&c.usage["cache_creation"]["ephemeral_1h_input_tokens"]),
+        );
+        prompt += n(&c.usage["input_tokens"]) + w5 + w1 + n(&c.usage["cache_read_input_tokens"]);
+        read += n(&c.usage["cache_read_input_tokens"]);
+        premium += w1 * (6_000 - 3_750);
+        if pauses.contains(&turn) && w5 + w1 > 0 {
+            rebuilds += 1;
+            rebuild_cost += w5 * 3_750 + w1 * 6_000;
+        }
+    }
+    // The first pause rebuilds (five-minute entries had expired); later pauses are bridged by
+    // the one-hour entries and write only what the session grew.
+    assert!(rebuilds >= 1 && premium > 0, "{rebuilds} {premium}");
+    let sessions = keyed_get(&h.api_url("/ledger/sessions"), Some(KEY_A)).json();
+    let s = &sessions["sessions"][0];
+    assert_eq!(s["calls"], 10, "{sessions}");
+    assert_eq!(s["prompt_tokens"], prompt, "{s}");
+    assert_eq!(s["cache_read_tokens"], read, "{s}");
+    let share = s["cache_read_share"].as_f64().unwrap();
+    assert!((share - read as f64 / prompt as f64).abs() < 1e-12, "{s}");
+    assert_eq!(s["cache_premium_1h"], premium, "{s}");
+    assert_eq!(s["cache_rebuild"], rebuild_cost, "{s}");
+    assert!(s["cache_saving_lifetimes"].as_i64().unwrap() > 0, "{s}");
+    assert_eq!(s["cache_saving_routing"], 0, "{s}");
+    let ledger = h.ledger(KEY_A);
+    assert_eq!(ledger["total"]["cache_premium_1h"], premium, "{ledger}");
+    assert_eq!(
+        ledger["total"]["cache_rebuilds"], s["cache_rebuilds"],
+        "{ledger}"
+    );
+    assert_eq!(
+        ledger["total"]["cache_saving_lifetimes"],
+        s["cache_saving_lifetimes"]
+    );
+    assert_eq!(
+        ledger["cache_read_share"], s["cache_read_share"],
+        "{ledger}"
+    );
+    let metrics = keyed_get(&h.admin_url("/metrics"), Some(ADMIN_KEY)).text();
+    for line in [
+        format!("tokensaver_prompt_tokens_total{{billed_as=\"cache_read\"}} {read}"),
+        format!("tokensaver_cache_cost_nano_usd_total{{part=\"premium_1h\"}} {premium}"),
+        format!("tokensaver_cache_cost_nano_usd_total{{part=\"rebuild\"}} {rebuild_cost}"),
+        format!(
+            "tokensaver_cache_saving_derived_nano_usd{{mechanism=\"lifetimes\"}} {}",
+            s["cache_saving_lifetimes"]
+        ),
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "{line} not in\n{metrics}"
+        );
+    }
 }

@@ -667,11 +667,20 @@ impl Api {
                 "budget": budget,
                 "days": days,
                 "total": total,
+                "cache_read_share": crate::gatekeeper::report::read_share(
+                    total.usage.cache_read,
+                    total.usage.input + total.usage.cache_write + total.usage.cache_read,
+                ),
                 "tiers": {
                     "tokens_not_bought": "provider-reported usage of answers served from store: the only savings total",
                     "worst_case_tokens_avoided": "ceilings on refused calls, reported apart, never added",
                     "findings_tokens_estimated": "character-based estimates, never in any total",
-                    "cache_saving": "derived and counterfactual, nano-USD: where the gate placed the prompt-cache breakpoints, what the cached tokens would have cost uncached minus what they did cost (read price plus write premium); never in spend, tokens_not_bought or any total"
+                    "cache_saving": "derived and counterfactual, nano-USD: where the gate placed the prompt-cache breakpoints, what the cached tokens would have cost uncached minus what they did cost (read price plus write premium); never in spend, tokens_not_bought or any total",
+                    "cache_saving_lifetimes": "derived and counterfactual, nano-USD: one-hour entries and 24-hour retention placed by the gate, what the rebuilds they avoided would have cost less the one-hour premium; in no total",
+                    "cache_saving_routing": "derived and counterfactual, nano-USD: routing keys placed by the gate, what the reads on a spread route saved against the uncached price; in no total",
+                    "cache_rebuilds": "provider-reported: calls that wrote the cache after a pause of their session, and (cache_rebuild, nano-USD) what those writes cost",
+                    "cache_premium_1h": "provider-reported, nano-USD: what one-hour cache writes cost above five-minute ones",
+                    "cache_read_share": "provider-reported: cache reads over all prompt tokens billed (input, cache writes, cache reads)"
                 }
             }),
         )

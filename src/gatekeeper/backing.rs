@@ -196,7 +196,9 @@ impl Gatekeeper {
         source: RecordSource,
         now_ms: u64,
     ) -> Result<UsageRow, RecordError> {
-        on_home!(self, home => home.settle(self, report, source, now_ms).await)
+        let row = on_home!(self, home => home.settle(self, report, source, now_ms).await)?;
+        self.metrics.count_cache(&row);
+        Ok(row)
     }
 
     pub async fn renew(&self, decision_id: &DecisionId, now_ms: u64) {

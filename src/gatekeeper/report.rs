@@ -173,6 +173,7 @@ pub fn render(days: &[LedgerDay], total: &LedgerTotals) -> String {
             usd_signed(t.cache_saving_nano)
         ));
     }
+    out.push_str(&cache_health(total));
     if total.unpriced_calls > 0 {
         out.push_str(&format!(
             "\n{} call(s) were billed for a model with no price: their spend is unknown and not in the spend column.\n",
@@ -182,6 +183,23 @@ pub fn render(days: &[LedgerDay], total: &LedgerTotals) -> String {
     out.push_str("\ntokens_not_bought is the only savings total (provider-reported usage of answers served from store).\nworst_case_tokens_avoided is a ceiling on refused calls, reported apart; findings figures are estimates.\n\
          cache saving is derived and counterfactual, counted only where the gate placed the prompt-cache breakpoints: what the cached tokens would have cost uncached minus what they cost (read price and write premium); it is in no total.\n");
     out
+}
+
+/// The total's cache health: what the provider billed, then each mechanism's derived saving.
+fn cache_health(t: &LedgerTotals) -> String {
+    let prompt = t.usage.input + t.usage.cache_write + t.usage.cache_read;
+    format!(
+        "\ncache health: {} of {} prompt tokens read from the cache; {} rebuild(s) after a pause costing {}; one-hour premium {}\n\
+         derived saving by mechanism (counterfactual, in no total): breakpoints {}, lifetimes {}, routing {}\n",
+        percent(read_share(t.usage.cache_read, prompt)),
+        prompt,
+        t.cache_rebuilds,
+        usd(t.cache_rebuild_nano),
+        usd(t.cache_premium_1h_nano),
+        usd_signed(t.cache_saving_nano),
+        usd_signed(t.cache_saving_lifetimes_nano),
+        usd_signed(t.cache_saving_routing_nano),
+    )
 }
 
 pub fn print(config: &Config, key: Option<&str>, sessions: bool) -> anyhow::Result<()> {
@@ -280,6 +298,75 @@ pub struct SessionSummary {
     /// The rule or band of the session's last decision when it was refused or held (BLOCK,
     /// CHALLENGE): what ended it, if the gate did.
     pub ended_by: Option<String>,
+    #[serde(flatten)]
+    pub cache: CacheTally,
+}
+
+/// A span's cache health (SPEC §2.11b): what the provider reported and billed, then the
+/// derived, counterfactual saving of each of the gate's mechanisms, never in any total.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CacheTally {
+    /// Prompt tokens billed: uncached input, cache writes and cache reads.
+    pub prompt_tokens: u64,
+    pub cache_read_tokens: u64,
+    /// `cache_read_tokens / prompt_tokens`; `None` before any call was billed.
+    pub cache_read_share: Option<f64>,
+    /// Calls that wrote the cache after a pause of their session, and what those writes cost.
+    pub cache_rebuilds: u64,
+    #[serde(rename = "cache_rebuild")]
+    pub cache_rebuild_nano: u64,
+    /// What one-hour writes cost above five-minute ones.
+    #[serde(rename = "cache_premium_1h")]
+    pub cache_premium_1h_nano: u64,
+    /// Derived and counterfactual, by mechanism: breakpoints placed, lifetimes (one-hour
+    /// entries, 24-hour retention), routing keys.
+    #[serde(rename = "cache_saving")]
+    pub cache_saving_nano: i64,
+    #[serde(rename = "cache_saving_lifetimes")]
+    pub cache_saving_lifetimes_nano: i64,
+    #[serde(rename = "cache_saving_routing")]
+    pub cache_saving_routing_nano: i64,
+}
+
+impl CacheTally {
+    pub fn add(&mut self, d: &crate::store::DecisionLine) {
+        let prompt = d
+            .input
+            .saturating_add(d.cache_write)
+            .saturating_add(d.cache_read);
+        self.prompt_tokens = self.prompt_tokens.saturating_add(prompt);
+        self.cache_read_tokens = self.cache_read_tokens.saturating_add(d.cache_read);
+        if let Some(nano) = d.cache.cache_rebuild_nano {
+            self.cache_rebuilds += 1;
+            self.cache_rebuild_nano = self.cache_rebuild_nano.saturating_add(nano);
+        }
+        self.cache_premium_1h_nano = self
+            .cache_premium_1h_nano
+            .saturating_add(d.cache.cache_premium_1h_nano);
+        let signed = |total: &mut i64, part: Option<i64>| {
+            *total = total.saturating_add(part.unwrap_or(0));
+        };
+        signed(&mut self.cache_saving_nano, d.cache_saving_nano);
+        signed(
+            &mut self.cache_saving_lifetimes_nano,
+            d.cache.cache_saving_lifetimes_nano,
+        );
+        signed(
+            &mut self.cache_saving_routing_nano,
+            d.cache.cache_saving_routing_nano,
+        );
+        self.cache_read_share = read_share(self.cache_read_tokens, self.prompt_tokens);
+    }
+}
+
+/// The share of prompt tokens read from the cache; `None` when none were billed.
+pub fn read_share(cache_read: u64, prompt: u64) -> Option<f64> {
+    (prompt > 0).then(|| cache_read as f64 / prompt as f64)
+}
+
+/// `83.4 %`, or `-` when nothing was billed.
+pub fn percent(share: Option<f64>) -> String {
+    share.map_or_else(|| "-".to_string(), |s| format!("{:.1} %", s * 100.0))
 }
 
 /// Decisions grouped into their sessions (decisions without one are left out), the most
@@ -309,6 +396,7 @@ pub fn sessions_of(lines: &[crate::store::DecisionLine]) -> Vec<SessionSummary> 
                     last_progress_ms: d.decided_at_ms,
                     decisions_since_progress: 0,
                     ended_by: None,
+                    cache: CacheTally::default(),
                 },
                 steps: HashSet::new(),
             });
@@ -318,6 +406,7 @@ pub fn sessions_of(lines: &[crate::store::DecisionLine]) -> Vec<SessionSummary> 
         s.spend_nano = s.spend_nano.saturating_add(d.spend_nano);
         *s.by_verdict.entry(d.verdict.as_str()).or_default() += 1;
         s.paced_ms = s.paced_ms.saturating_add(d.paced_ms);
+        s.cache.add(d);
         let new_step = d.step.is_none_or(|step| entry.steps.insert(step));
         if new_step {
             s.last_progress_ms = d.decided_at_ms;
@@ -340,12 +429,15 @@ pub fn sessions_of(lines: &[crate::store::DecisionLine]) -> Vec<SessionSummary> 
 /// `tokensaver ledger --sessions`: one line per session.
 pub fn sessions_table(sessions: &[SessionSummary]) -> String {
     let mut out = format!(
-        "{:<12} {:<16} {:<20} {:>6} {:>14} {:>9} {:>9} {:<24} {}\n",
+        "{:<12} {:<16} {:<20} {:>6} {:>14} {:>10} {:>8} {:>14} {:>9} {:>9} {:<24} {}\n",
         "session",
         "key",
         "last decided (UTC)",
         "calls",
         "spend",
+        "cache read",
+        "rebuilds",
+        "rebuild cost",
         "repeated",
         "paced s",
         "ended by",
@@ -358,12 +450,15 @@ pub fn sessions_table(sessions: &[SessionSummary]) -> String {
             .map(|(v, n)| format!("{v} {n}"))
             .collect();
         out.push_str(&format!(
-            "{:<12} {:<16} {:<20} {:>6} {:>14} {:>9} {:>9} {:<24} {}\n",
+            "{:<12} {:<16} {:<20} {:>6} {:>14} {:>10} {:>8} {:>14} {:>9} {:>9} {:<24} {}\n",
             &s.session.to_hex()[..12],
             s.key_id,
             utc_time(s.last_ms),
             s.calls,
             usd(s.spend_nano),
+            percent(s.cache.cache_read_share),
+            s.cache.cache_rebuilds,
+            usd(s.cache.cache_rebuild_nano),
             s.steps_repeated,
             s.paced_ms / 1_000,
             s.ended_by.as_deref().unwrap_or("-"),

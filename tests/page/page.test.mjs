@@ -211,7 +211,9 @@ async function figures(page) {
 function assertFiguresMatch(f, who, totals) {
   assert.equal(f[`${who}|requests`], totals.requests, `${who} requests`);
   for (const v of VERDICTS) assert.equal(f[`${who}|${v}`], totals.by_verdict[v] ?? 0, `${who} ${v}`);
-  for (const t of ["tokens_not_bought", "worst_case_tokens_avoided", "findings_tokens_estimated", "spend_nano", "cache_saving"]) {
+  for (const t of ["tokens_not_bought", "worst_case_tokens_avoided", "findings_tokens_estimated", "spend_nano", "cache_saving",
+                   "cache_saving_lifetimes", "cache_saving_routing", "cache_rebuilds", "cache_rebuild",
+                   "cache_premium_1h"]) {
     assert.equal(f[`${who}|${t}`], totals[t], `${who} ${t}`);
   }
 }

@@ -218,6 +218,7 @@ pub fn panel(view: &View, csrf: &str) -> Markup {
         div.stamp data-now-ms=(view.now_ms) data-clock=(clock(view.now_ms)) {}
         (budgets(view))
         (savings(view))
+        (cache_health(view))
         (verdicts(view))
         (holds(view, csrf))
         (sessions(view))
@@ -462,6 +463,63 @@ fn savings(view: &View) -> Markup {
                     " per key and " code { "GET /stats" } " for all keys"
                 }
                 ", since the ledger began (UTC days; today is " (view.today) ")."
+            }
+        }
+    }
+}
+
+/// A ledger row of cache health: what the provider billed, then each mechanism's derived
+/// saving (SPEC §2.11b).
+fn cache_row(label: &str, key: &str, t: &LedgerTotals) -> Markup {
+    let prompt = t.usage.input + t.usage.cache_write + t.usage.cache_read;
+    let share = crate::gatekeeper::report::read_share(t.usage.cache_read, prompt);
+    html! {
+        tr {
+            td { (label) }
+            td.n { (crate::gatekeeper::report::percent(share)) }
+            (count_cell(key, "cache_rebuilds", t.cache_rebuilds))
+            (usd_cell(key, "cache_rebuild", t.cache_rebuild_nano))
+            (usd_cell(key, "cache_premium_1h", t.cache_premium_1h_nano))
+            @for (figure, nano) in [
+                ("cache_saving", t.cache_saving_nano),
+                ("cache_saving_lifetimes", t.cache_saving_lifetimes_nano),
+                ("cache_saving_routing", t.cache_saving_routing_nano),
+            ] {
+                (figure_cell(key, figure, nano, signed_usd(nano)))
+            }
+        }
+    }
+}
+
+fn cache_health(view: &View) -> Markup {
+    html! {
+        section #cache {
+            h2 { "Cache health " span.muted { "— since the ledger began" } }
+            table.ledger {
+                thead {
+                    tr {
+                        th { "key" } th.n { "read from cache" } th.n { "rebuilds" }
+                        th.n { "rebuild cost" } th.n { "one-hour premium" }
+                        th.n { "breakpoints (derived)" } th.n { "lifetimes (derived)" }
+                        th.n { "routing (derived)" }
+                    }
+                }
+                tbody {
+                    @for k in &view.keys {
+                        (cache_row(&k.key_id, &k.key_id, &k.total))
+                    }
+                    @if let (Scope::Admin, Some(fleet)) = (&view.scope, &view.fleet) {
+                        (cache_row("all keys", "*", fleet))
+                    }
+                }
+            }
+            p.note {
+                code { "read from cache" } ": cache reads over every prompt token billed. "
+                code { "rebuilds" } ": calls that wrote the cache after their session paused, "
+                "and what those writes cost. " code { "one-hour premium" } ": what one-hour "
+                "entries cost above five-minute ones. The three savings are derived and "
+                "counterfactual, one per mechanism (breakpoints placed, lifetimes, routing "
+                "keys): what the same tokens would have cost without it; in no total."
             }
         }
     }
@@ -737,7 +795,8 @@ fn sessions(view: &View) -> Markup {
                     thead {
                         tr {
                             th { "session" } th { "key" } th { "first (UTC)" } th { "last (UTC)" }
-                            th.n { "calls" } th.n { "spend" } th { "verdicts" }
+                            th.n { "calls" } th.n { "spend" } th.n { "read from cache" }
+                            th.n { "rebuilds" } th { "verdicts" }
                             th.n { "steps repeated" } th.n { "paced" }
                             th { "last progress (UTC)" } th { "ended by" }
                         }
@@ -751,6 +810,13 @@ fn sessions(view: &View) -> Markup {
                                 td { (datetime(s.last_ms)) }
                                 td.n { (num(s.calls)) }
                                 td.n { (usd(s.spend_nano)) }
+                                td.n { (crate::gatekeeper::report::percent(s.cache.cache_read_share)) }
+                                td.n {
+                                    (num(s.cache.cache_rebuilds))
+                                    @if s.cache.cache_rebuilds > 0 {
+                                        " " span.muted { "(" (usd(s.cache.cache_rebuild_nano)) ")" }
+                                    }
+                                }
                                 td {
                                     @for (i, (v, n)) in s.by_verdict.iter().enumerate() {
                                         @if i > 0 { ", " }

@@ -173,6 +173,7 @@ fn full_view(text: &str) -> View {
             last_progress_ms: now - 60_000,
             decisions_since_progress: 4,
             ended_by: Some(format!("runaway_loop{text}")),
+            cache: Default::default(),
         }],
     }
 }
