@@ -6,38 +6,9 @@
 mod support;
 
 use serde_json::{json, Value};
+use support::cache_bodies::*;
 use support::*;
 
-const SONNET: &str = "claude-sonnet-4-5";
-/// Takes `prompt_cache_retention` and bills no cache write: the gate may set 24 h retention.
-const GPT5_MINI: &str = "gpt-5-mini";
-
-/// A system prompt well past every model's minimum cacheable prefix (4,096 tokens).
-fn long_text(seed: &str) -> String {
-    (0..900)
-        .map(|i| format!("{seed} rule {i}: keep the answer short and cite the file. "))
-        .collect()
-}
-
-/// An Anthropic call that marks its own breakpoints, as Claude Code does: the system block and
-/// the last message, each `{"type":"ephemeral"}` (`ttl` given: the caller chose the lifetime).
-fn marked_anthropic(ttl: Option<&str>) -> String {
-    let marker = match ttl {
-        Some(t) => format!(r#"{{"type":"ephemeral","ttl":"{t}"}}"#),
-        None => r#"{"type":"ephemeral"}"#.to_string(),
-    };
-    format!(
-        r#"{{"model":"{SONNET}","max_tokens":100,"system":[{{"type":"text","text":{},"cache_control":{marker}}}],"messages":[{{"role":"user","content":[{{"type":"text","text":"List the files.","cache_control":{marker}}}]}}]}}"#,
-        serde_json::to_string(&long_text("system")).unwrap()
-    )
-}
-
-fn openai_chat(model: &str, extra: &str) -> String {
-    format!(
-        r#"{{"model":"{model}","max_completion_tokens":100{extra},"messages":[{{"role":"system","content":{}}},{{"role":"user","content":"List the files."}}]}}"#,
-        serde_json::to_string(&long_text("agent")).unwrap()
-    )
-}
 
 fn key_with(extra: &str) -> Harness {
     Harness::start(Opts {
@@ -70,20 +41,6 @@ fn assert_forwarded_as_sent(h: &Harness, key: &str, sent: &str) {
         r.receipt()
     );
     assert_eq!(upstream_bytes(h), sent.as_bytes());
-}
-
-/// The members the gate added before the body's closing brace, as an object; every other
-/// byte must be the caller's.
-fn added_members(sent: &str, seen: &[u8]) -> Value {
-    let close = sent.rfind('}').unwrap();
-    let (head, tail) = (&sent.as_bytes()[..close], &sent.as_bytes()[close..]);
-    assert!(seen.starts_with(head), "the caller's bytes are kept");
-    assert!(seen.ends_with(tail), "the caller's bytes are kept");
-    let added = std::str::from_utf8(&seen[head.len()..seen.len() - tail.len()]).unwrap();
-    if added.is_empty() {
-        return json!({});
-    }
-    serde_json::from_str(&format!("{{{}}}", added.strip_prefix(',').unwrap())).unwrap()
 }
 
 #[test]

@@ -374,3 +374,58 @@ fn a_repeated_step_is_paced_by_the_central_gate_as_in_request_mode() {
     assert_eq!(r.receipt()["rule"], "runaway_step");
     assert_eq!(h.calls(CHAT), 4, "the refused step reached no provider");
 }
+
+/// A raw body through the local instance's proxy, as a client sends it.
+fn post_raw_to(addr: SocketAddr, path: &str, body: &str, headers: &[(&str, &str)]) -> Resp {
+    let mut req = client::post(&format!("http://{addr}{path}"))
+        .set("content-type", "application/json");
+    for (k, v) in headers {
+        req = req.set(k, v);
+    }
+    call(req, Some(body.as_bytes()))
+}
+
+#[test]
+fn the_central_gate_places_lifetimes_and_routes_and_the_local_instance_writes_them() {
+    use support::cache_bodies::*;
+    // KEY_B takes one-hour entries at once, so the lifetime needs no pause here.
+    let h = Harness::start(Opts {
+        key_b_extra: "cache_ttl = \"1h\"\n".into(),
+        ..Opts::default()
+    });
+    let (relay, seen) = recording_relay(h.api);
+    let client = start_client(&h, relay, KEY_B);
+    let upstream = || h.mock.last_request().unwrap().body.to_vec();
+
+    // Anthropic: the caller's own markers get the one-hour lifetime, not a byte more.
+    let sent = marked_anthropic(None);
+    let r = post_raw_to(client.1, MESSAGES, &sent, &[("x-api-key", KEY_B), HUMAN]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.receipt()["cache_lifetime"], "1h", "{}", r.receipt());
+    let expected = sent.replace(
+        r#"{"type":"ephemeral"}"#,
+        r#"{"type":"ephemeral","ttl":"1h"}"#,
+    );
+    assert_eq!(String::from_utf8(upstream()).unwrap(), expected);
+
+    // OpenAI: a routing key of the gate's making and 24-hour retention, added and nothing more.
+    let sent = openai_chat(GPT5_MINI, "");
+    let r = post_raw_to(
+        client.1,
+        CHAT,
+        &sent,
+        &[("authorization", &format!("Bearer {KEY_B}")), HUMAN],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let added = added_members(&sent, &upstream());
+    let key = added["prompt_cache_key"].as_str().unwrap();
+    assert!(key.starts_with("ts_") && key.len() == 27, "{key}");
+    assert_eq!(added["prompt_cache_retention"], "24h");
+    assert_eq!(added.as_object().unwrap().len(), 2, "{added}");
+    assert_eq!(r.receipt()["cache_routing_key"], key);
+
+    // The central gate decided all of it from counts and hashes: no prompt text reached it.
+    let central = String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
+    assert!(!central.contains("keep the answer short"), "prompt text reached the gate");
+    assert!(!central.contains("List the files"), "prompt text reached the gate");
+}

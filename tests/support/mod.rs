@@ -2,6 +2,7 @@
 //! real `tokensaver serve` binary started against it (killed on drop).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod cache_bodies;
 pub mod client;
 
 use std::net::SocketAddr;
