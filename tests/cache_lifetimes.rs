@@ -5,10 +5,9 @@
 
 mod support;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use support::cache_bodies::*;
 use support::*;
-
 
 fn key_with(extra: &str) -> Harness {
     Harness::start(Opts {
@@ -160,28 +159,6 @@ fn cache_off_leaves_every_byte_alone() {
     assert_forwarded_as_sent(&h, KEY_B, &marked_anthropic(None));
 }
 
-/// Call `turn` of a session whose history grows, marking its own breakpoints as Claude Code
-/// does (the system block and the newest message); `seed` keeps two runs' prefixes apart.
-fn session_call(seed: &str, turn: usize) -> String {
-    // Claude Sonnet 4.5 at its list prices (the test harness prices its undated name flat).
-    const SONNET_LISTED: &str = "claude-sonnet-4-5-20250929";
-    let marker = r#"{"type":"ephemeral"}"#;
-    let mut messages = Vec::new();
-    for t in 0..turn {
-        messages.push(format!(
-            r#"{{"role":"user","content":"Step {t}: what next?"}},{{"role":"assistant","content":"Run the tests of module {t} and report."}}"#
-        ));
-    }
-    messages.push(format!(
-        r#"{{"role":"user","content":[{{"type":"text","text":"Step {turn}: what next?","cache_control":{marker}}}]}}"#
-    ));
-    format!(
-        r#"{{"model":"{SONNET_LISTED}","max_tokens":100,"system":[{{"type":"text","text":{},"cache_control":{marker}}}],"messages":[{}]}}"#,
-        serde_json::to_string(&long_text(seed)).unwrap(),
-        messages.join(",")
-    )
-}
-
 /// What a call cost at Claude Sonnet 4.5's list prices (nano-USD per token: $3 input, $3.75
 /// 5-minute write, $6 one-hour write, $0.30 read, $15 output per MTok), from the usage the
 /// provider reported.
@@ -201,11 +178,7 @@ fn cost_nano(usage: &Value) -> u64 {
 fn compressed() -> Harness {
     Harness::start(Opts {
         time_scale: 300,
-        extra_config:
-            "\n[gate.windows]\ncache_secs = 1\n\n[prices.\"claude-sonnet-4-5-20250929\"]\n\
-                       input = 3_000_000\ncache_write = 3_750_000\ncache_write_1h = 6_000_000\n\
-                       cache_read = 300_000\noutput = 15_000_000\nmax_output = 64_000\n"
-                .to_string(),
+        extra_config: format!("\n[gate.windows]\ncache_secs = 1\n{SONNET_LISTED_PRICES}"),
         ..Opts::default()
     })
 }

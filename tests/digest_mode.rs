@@ -377,8 +377,8 @@ fn a_repeated_step_is_paced_by_the_central_gate_as_in_request_mode() {
 
 /// A raw body through the local instance's proxy, as a client sends it.
 fn post_raw_to(addr: SocketAddr, path: &str, body: &str, headers: &[(&str, &str)]) -> Resp {
-    let mut req = client::post(&format!("http://{addr}{path}"))
-        .set("content-type", "application/json");
+    let mut req =
+        client::post(&format!("http://{addr}{path}")).set("content-type", "application/json");
     for (k, v) in headers {
         req = req.set(k, v);
     }
@@ -426,6 +426,12 @@ fn the_central_gate_places_lifetimes_and_routes_and_the_local_instance_writes_th
 
     // The central gate decided all of it from counts and hashes: no prompt text reached it.
     let central = String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
-    assert!(!central.contains("keep the answer short"), "prompt text reached the gate");
-    assert!(!central.contains("List the files"), "prompt text reached the gate");
+    assert!(
+        !central.contains("keep the answer short"),
+        "prompt text reached the gate"
+    );
+    assert!(
+        !central.contains("List the files"),
+        "prompt text reached the gate"
+    );
 }

@@ -1472,3 +1472,53 @@ fn a_stream_outliving_its_ttl_settles_by_usage_in_the_fleet() {
     // (forwarded, settled by usage, expired, open, decisions)
     assert_eq!(ledger_counts(&url, &key.id), (1, 1, 0, 0, 1));
 }
+
+/// A session that pauses, its calls spread over three instances: each call gets the lifetime it
+/// gets on one instance (the pause memory is the fleet's, in PostgreSQL). Time is compressed
+/// 300 times on both sides (the providers' five minutes last 1 s).
+#[test]
+#[ignore = "needs PostgreSQL: scripts/ci-fleet.sh starts one and runs these"]
+fn a_paused_session_gets_the_same_lifetimes_on_three_instances_as_on_one() {
+    use support::cache_bodies::{session_call, SONNET_LISTED_PRICES};
+    let url = pg_url();
+    let key = FleetKey::new(format!("life{}", run_tag()));
+    let config = format!(
+        "{}\n[gate.windows]\ncache_secs = 1\n{SONNET_LISTED_PRICES}",
+        key.toml(None)
+    );
+    let start = |store: &str| {
+        Harness::start(Opts {
+            time_scale: 300,
+            rust_log: "warn",
+            extra_config: format!("{config}{store}"),
+            ..Opts::default()
+        })
+    };
+    let single = start("");
+    let fleet: Vec<Harness> = (0..3).map(|_| start(&store_toml(&url))).collect();
+    let pauses = [2, 5];
+    let run = |targets: &[&Harness], seed: &str| {
+        let mut lifetimes = Vec::new();
+        for turn in 0..8 {
+            if pauses.contains(&turn) {
+                std::thread::sleep(Duration::from_millis(1_400));
+            }
+            let r = targets[turn % targets.len()].post_raw(
+                MESSAGES,
+                None,
+                session_call(seed, turn).as_bytes(),
+                &[("x-api-key", &key.bearer()), ("x-tokensaver-session", seed)],
+            );
+            assert_eq!(r.status, 200, "turn {turn}: {}", r.text());
+            lifetimes.push(r.receipt()["cache_lifetime"].as_str().map(str::to_string));
+        }
+        lifetimes
+    };
+    let one = run(&[&single], "one");
+    let three_of = run(&fleet.iter().collect::<Vec<_>>(), "three");
+    // Five-minute entries until the first pause, one-hour entries from it on.
+    let expected: Vec<Option<String>> =
+        (0..8).map(|t| (t >= 2).then(|| "1h".to_string())).collect();
+    assert_eq!(one, expected);
+    assert_eq!(three_of, one);
+}

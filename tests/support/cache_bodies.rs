@@ -4,6 +4,11 @@
 use serde_json::{json, Value};
 
 pub const SONNET: &str = "claude-sonnet-4-5";
+/// Claude Sonnet 4.5 at its list prices (the test harness prices its undated name flat).
+pub const SONNET_LISTED: &str = "claude-sonnet-4-5-20250929";
+pub const SONNET_LISTED_PRICES: &str = "\n[prices.\"claude-sonnet-4-5-20250929\"]\n\
+    input = 3_000_000\ncache_write = 3_750_000\ncache_write_1h = 6_000_000\n\
+    cache_read = 300_000\noutput = 15_000_000\nmax_output = 64_000\n";
 /// Takes `prompt_cache_retention` and bills no cache write: the gate may set 24 h retention.
 pub const GPT5_MINI: &str = "gpt-5-mini";
 
@@ -48,3 +53,22 @@ pub fn added_members(sent: &str, seen: &[u8]) -> Value {
     serde_json::from_str(&format!("{{{}}}", added.strip_prefix(',').unwrap())).unwrap()
 }
 
+/// Call `turn` of a session whose history grows, marking its own breakpoints as Claude Code
+/// does (the system block and the newest message); `seed` keeps two runs' prefixes apart.
+pub fn session_call(seed: &str, turn: usize) -> String {
+    let marker = r#"{"type":"ephemeral"}"#;
+    let mut messages = Vec::new();
+    for t in 0..turn {
+        messages.push(format!(
+            r#"{{"role":"user","content":"Step {t}: what next?"}},{{"role":"assistant","content":"Run the tests of module {t} and report."}}"#
+        ));
+    }
+    messages.push(format!(
+        r#"{{"role":"user","content":[{{"type":"text","text":"Step {turn}: what next?","cache_control":{marker}}}]}}"#
+    ));
+    format!(
+        r#"{{"model":"{SONNET_LISTED}","max_tokens":100,"system":[{{"type":"text","text":{},"cache_control":{marker}}}],"messages":[{}]}}"#,
+        serde_json::to_string(&long_text(seed)).unwrap(),
+        messages.join(",")
+    )
+}
