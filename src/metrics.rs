@@ -43,189 +43,152 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    // Construction and registration fail only for invalid or duplicate metric names; the names
-    // are the constants below, so a failure is a programming error caught by the first test.
-    #[allow(clippy::expect_used)]
     pub fn new() -> Self {
         let registry = Registry::new();
-        let requests = IntCounterVec::new(
-            Opts::new(
-                "tokensaver_requests_total",
-                "Gated requests by verdict and reason",
-            ),
-            &["verdict", "reason"],
-        )
-        .expect("valid metric");
-        let decision_seconds = Histogram::with_opts(
-            HistogramOpts::new(
-                "tokensaver_decision_seconds",
-                "Time to decide a request and sign its receipt",
-            )
-            .buckets(vec![
-                0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005,
-                0.01, 0.05,
-            ]),
-        )
-        .expect("valid metric");
-        let tokens = IntCounterVec::new(
-            Opts::new("tokensaver_tokens_total", "Tokens by certainty tier"),
-            &["tier"],
-        )
-        .expect("valid metric");
-        let answer_store_bytes =
-            IntGauge::new("tokensaver_answer_store_bytes", "Bytes of stored answers")
-                .expect("valid metric");
-        let upstream_errors = IntCounterVec::new(
-            Opts::new(
-                "tokensaver_upstream_errors_total",
-                "Upstream failures by kind",
-            ),
-            &["kind"],
-        )
-        .expect("valid metric");
-        let hold_resends = IntCounter::new(
-            "tokensaver_hold_resends_total",
-            "Re-sends of a request whose hold is pending (answered with the same CHALLENGE)",
-        )
-        .expect("valid metric");
-        registry
-            .register(Box::new(hold_resends.clone()))
-            .expect("unique metric");
-        let paced = IntCounter::new(
-            "tokensaver_paced_total",
-            "Repeated steps held in the gate until their window admitted them",
-        )
-        .expect("valid metric");
-        let paced_seconds = Counter::new(
-            "tokensaver_paced_seconds_total",
-            "Seconds repeated steps were held in the gate",
-        )
-        .expect("valid metric");
-        let paced_waiting = IntGauge::new(
-            "tokensaver_paced_waiting",
-            "Repeated steps held in the gate now",
-        )
-        .expect("valid metric");
-        let paced_abandoned = IntCounter::new(
-            "tokensaver_paced_abandoned_total",
-            "Held requests whose caller left before they were decided (nothing bought)",
-        )
-        .expect("valid metric");
-        let paced_refused = IntCounter::new(
-            "tokensaver_paced_refused_total",
-            "Repeated steps refused because the caps on held requests were reached",
-        )
-        .expect("valid metric");
-        registry
-            .register(Box::new(paced_abandoned.clone()))
-            .expect("unique metric");
-        registry
-            .register(Box::new(paced_refused.clone()))
-            .expect("unique metric");
-        registry
-            .register(Box::new(paced.clone()))
-            .expect("unique metric");
-        registry
-            .register(Box::new(paced_seconds.clone()))
-            .expect("unique metric");
-        registry
-            .register(Box::new(paced_waiting.clone()))
-            .expect("unique metric");
-        let request_seconds = HistogramVec::new(
-            HistogramOpts::new(
-                "tokensaver_request_seconds",
-                "Proxy requests from header to last byte, by verdict",
-            )
-            .buckets(vec![
-                0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                10.0, 30.0, 60.0, 180.0,
-            ]),
-            &["verdict"],
-        )
-        .expect("valid metric");
-        let early_answers = IntCounterVec::new(
-            Opts::new(
-                "tokensaver_early_answers_total",
-                "Proxy answers given before any decision, by status",
-            ),
-            &["status"],
-        )
-        .expect("valid metric");
-        registry
-            .register(Box::new(request_seconds.clone()))
-            .expect("unique metric");
-        let prompt_tokens = IntCounterVec::new(
-            Opts::new(
-                "tokensaver_prompt_tokens_total",
-                "Prompt tokens of settled calls by how the provider billed them",
-            ),
-            &["billed_as"],
-        )
-        .expect("valid metric");
-        let cache_rebuilds = IntCounter::new(
-            "tokensaver_cache_rebuilds_total",
-            "Settled calls that wrote the cache after a pause of their session",
-        )
-        .expect("valid metric");
-        registry
-            .register(Box::new(cache_rebuilds.clone()))
-            .expect("unique metric");
-        let cache_cost_nano = IntCounterVec::new(
-            Opts::new(
-                "tokensaver_cache_cost_nano_usd_total",
-                "Cache rebuilds' write cost and the one-hour premium, nano-USD",
-            ),
-            &["part"],
-        )
-        .expect("valid metric");
-        let cache_saving_derived_nano = IntGaugeVec::new(
-            Opts::new(
-                "tokensaver_cache_saving_derived_nano_usd",
-                "Derived, counterfactual cache saving by the gate's mechanism, nano-USD (in no total)",
-            ),
-            &["mechanism"],
-        )
-        .expect("valid metric");
-        registry
-            .register(Box::new(cache_saving_derived_nano.clone()))
-            .expect("unique metric");
-        for c in [
-            &requests,
-            &tokens,
-            &upstream_errors,
-            &early_answers,
-            &prompt_tokens,
-            &cache_cost_nano,
-        ] {
-            registry
-                .register(Box::new(c.clone()))
-                .expect("unique metric");
-        }
-        registry
-            .register(Box::new(decision_seconds.clone()))
-            .expect("unique metric");
-        registry
-            .register(Box::new(answer_store_bytes.clone()))
-            .expect("unique metric");
+        let r = |name: &str, help: &str| Opts::new(name, help);
         Self {
+            requests: registered(
+                &registry,
+                IntCounterVec::new(
+                    r("tokensaver_requests_total", "Gated requests by verdict and reason"),
+                    &["verdict", "reason"],
+                ),
+            ),
+            decision_seconds: registered(
+                &registry,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "tokensaver_decision_seconds",
+                        "Time to decide a request and sign its receipt",
+                    )
+                    .buckets(vec![
+                        0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5,
+                        0.005, 0.01, 0.05,
+                    ]),
+                ),
+            ),
+            tokens: registered(
+                &registry,
+                IntCounterVec::new(
+                    r("tokensaver_tokens_total", "Tokens by certainty tier"),
+                    &["tier"],
+                ),
+            ),
+            answer_store_bytes: registered(
+                &registry,
+                IntGauge::new("tokensaver_answer_store_bytes", "Bytes of stored answers"),
+            ),
+            upstream_errors: registered(
+                &registry,
+                IntCounterVec::new(
+                    r("tokensaver_upstream_errors_total", "Upstream failures by kind"),
+                    &["kind"],
+                ),
+            ),
+            hold_resends: registered(
+                &registry,
+                IntCounter::new(
+                    "tokensaver_hold_resends_total",
+                    "Re-sends of a request whose hold is pending (answered with the same CHALLENGE)",
+                ),
+            ),
+            paced: registered(
+                &registry,
+                IntCounter::new(
+                    "tokensaver_paced_total",
+                    "Repeated steps held in the gate until their window admitted them",
+                ),
+            ),
+            paced_seconds: registered(
+                &registry,
+                Counter::new(
+                    "tokensaver_paced_seconds_total",
+                    "Seconds repeated steps were held in the gate",
+                ),
+            ),
+            paced_waiting: registered(
+                &registry,
+                IntGauge::new(
+                    "tokensaver_paced_waiting",
+                    "Repeated steps held in the gate now",
+                ),
+            ),
+            paced_abandoned: registered(
+                &registry,
+                IntCounter::new(
+                    "tokensaver_paced_abandoned_total",
+                    "Held requests whose caller left before they were decided (nothing bought)",
+                ),
+            ),
+            paced_refused: registered(
+                &registry,
+                IntCounter::new(
+                    "tokensaver_paced_refused_total",
+                    "Repeated steps refused because the caps on held requests were reached",
+                ),
+            ),
+            request_seconds: registered(
+                &registry,
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "tokensaver_request_seconds",
+                        "Proxy requests from header to last byte, by verdict",
+                    )
+                    .buckets(vec![
+                        0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                        2.5, 5.0, 10.0, 30.0, 60.0, 180.0,
+                    ]),
+                    &["verdict"],
+                ),
+            ),
+            early_answers: registered(
+                &registry,
+                IntCounterVec::new(
+                    r(
+                        "tokensaver_early_answers_total",
+                        "Proxy answers given before any decision, by status",
+                    ),
+                    &["status"],
+                ),
+            ),
+            prompt_tokens: registered(
+                &registry,
+                IntCounterVec::new(
+                    r(
+                        "tokensaver_prompt_tokens_total",
+                        "Prompt tokens of settled calls by how the provider billed them",
+                    ),
+                    &["billed_as"],
+                ),
+            ),
+            cache_rebuilds: registered(
+                &registry,
+                IntCounter::new(
+                    "tokensaver_cache_rebuilds_total",
+                    "Settled calls that wrote the cache after a pause of their session",
+                ),
+            ),
+            cache_cost_nano: registered(
+                &registry,
+                IntCounterVec::new(
+                    r(
+                        "tokensaver_cache_cost_nano_usd_total",
+                        "Cache rebuilds' write cost and the one-hour premium, nano-USD",
+                    ),
+                    &["part"],
+                ),
+            ),
+            cache_saving_derived_nano: registered(
+                &registry,
+                IntGaugeVec::new(
+                    r(
+                        "tokensaver_cache_saving_derived_nano_usd",
+                        "Derived, counterfactual cache saving by the gate's mechanism, nano-USD (in no total)",
+                    ),
+                    &["mechanism"],
+                ),
+            ),
             registry,
-            requests,
-            decision_seconds,
-            tokens,
-            answer_store_bytes,
-            upstream_errors,
-            hold_resends,
-            paced,
-            paced_seconds,
-            paced_waiting,
-            paced_abandoned,
-            paced_refused,
-            request_seconds,
-            early_answers,
-            prompt_tokens,
-            cache_rebuilds,
-            cache_cost_nano,
-            cache_saving_derived_nano,
         }
     }
 
@@ -267,6 +230,21 @@ impl Metrics {
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
         out
     }
+}
+
+/// A metric, registered. Construction and registration fail only for an invalid or duplicate
+/// name; the names are the constants in [`Metrics::new`], so a failure is a programming error
+/// caught by the first test.
+#[allow(clippy::expect_used)]
+fn registered<C: prometheus::core::Collector + Clone + 'static>(
+    registry: &Registry,
+    made: prometheus::Result<C>,
+) -> C {
+    let metric = made.expect("valid metric");
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("unique metric");
+    metric
 }
 
 impl Default for Metrics {

@@ -667,10 +667,7 @@ impl Api {
                 "budget": budget,
                 "days": days,
                 "total": total,
-                "cache_read_share": crate::gatekeeper::report::read_share(
-                    total.usage.cache_read,
-                    total.usage.input + total.usage.cache_write + total.usage.cache_read,
-                ),
+                "cache_read_share": total.cache_read_share(),
                 "tiers": {
                     "tokens_not_bought": "provider-reported usage of answers served from store: the only savings total",
                     "worst_case_tokens_avoided": "ceilings on refused calls, reported apart, never added",

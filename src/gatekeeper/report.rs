@@ -187,12 +187,11 @@ pub fn render(days: &[LedgerDay], total: &LedgerTotals) -> String {
 
 /// The total's cache health: what the provider billed, then each mechanism's derived saving.
 fn cache_health(t: &LedgerTotals) -> String {
-    let prompt = t.usage.input + t.usage.cache_write + t.usage.cache_read;
     format!(
         "\ncache health: {} of {} prompt tokens read from the cache; {} rebuild(s) after a pause costing {}; one-hour premium {}\n\
          derived saving by mechanism (counterfactual, in no total): breakpoints {}, lifetimes {}, routing {}\n",
-        percent(read_share(t.usage.cache_read, prompt)),
-        prompt,
+        percent(t.cache_read_share()),
+        t.prompt_tokens(),
         t.cache_rebuilds,
         usd(t.cache_rebuild_nano),
         usd(t.cache_premium_1h_nano),
@@ -309,7 +308,8 @@ pub struct CacheTally {
     /// Prompt tokens billed: uncached input, cache writes and cache reads.
     pub prompt_tokens: u64,
     pub cache_read_tokens: u64,
-    /// `cache_read_tokens / prompt_tokens`; `None` before any call was billed.
+    /// `cache_read_tokens / prompt_tokens` (set by [`sessions_of`] once the span is summed);
+    /// `None` before any call was billed.
     pub cache_read_share: Option<f64>,
     /// Calls that wrote the cache after a pause of their session, and what those writes cost.
     pub cache_rebuilds: u64,
@@ -355,13 +355,7 @@ impl CacheTally {
             &mut self.cache_saving_routing_nano,
             d.cache.cache_saving_routing_nano,
         );
-        self.cache_read_share = read_share(self.cache_read_tokens, self.prompt_tokens);
     }
-}
-
-/// The share of prompt tokens read from the cache; `None` when none were billed.
-pub fn read_share(cache_read: u64, prompt: u64) -> Option<f64> {
-    (prompt > 0).then(|| cache_read as f64 / prompt as f64)
 }
 
 /// `83.4 %`, or `-` when nothing was billed.
@@ -420,7 +414,15 @@ pub fn sessions_of(lines: &[crate::store::DecisionLine]) -> Vec<SessionSummary> 
         s.ended_by =
             matches!(d.verdict, Verdict::Block | Verdict::Challenge).then(|| d.reason.clone());
     }
-    let mut sessions: Vec<SessionSummary> = open.into_values().map(|o| o.summary).collect();
+    let mut sessions: Vec<SessionSummary> = open
+        .into_values()
+        .map(|o| {
+            let mut s = o.summary;
+            s.cache.cache_read_share =
+                crate::store::read_share(s.cache.cache_read_tokens, s.cache.prompt_tokens);
+            s
+        })
+        .collect();
     sessions
         .sort_by(|a, b| (b.last_ms, &b.key_id, b.session).cmp(&(a.last_ms, &a.key_id, a.session)));
     sessions

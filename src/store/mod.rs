@@ -476,6 +476,24 @@ impl LedgerTotals {
     pub fn count(&self, verdict: Verdict) -> u64 {
         self.by_verdict.get(verdict.as_str()).copied().unwrap_or(0)
     }
+
+    /// Prompt tokens billed: uncached input, cache writes and cache reads.
+    pub fn prompt_tokens(&self) -> u64 {
+        let u = &self.usage;
+        u.input
+            .saturating_add(u.cache_write)
+            .saturating_add(u.cache_read)
+    }
+
+    /// The share of prompt tokens read from the cache; `None` when none were billed.
+    pub fn cache_read_share(&self) -> Option<f64> {
+        read_share(self.usage.cache_read, self.prompt_tokens())
+    }
+}
+
+/// `cache_read / prompt`; `None` when no prompt token was billed.
+pub fn read_share(cache_read: u64, prompt: u64) -> Option<f64> {
+    (prompt > 0).then(|| cache_read as f64 / prompt as f64)
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -448,14 +448,7 @@ fn savings(view: &View) -> Markup {
                         th.n { "findings (est.)" } th.n { "cache saving (derived)" }
                     }
                 }
-                tbody {
-                    @for k in &view.keys {
-                        (ledger_row(&k.key_id, &k.key_id, &k.total))
-                    }
-                    @if let (Scope::Admin, Some(fleet)) = (&view.scope, &view.fleet) {
-                        (ledger_row("all keys", "*", fleet))
-                    }
-                }
+                tbody { (key_rows(view, ledger_row)) }
             }
             p.note {
                 "The same figures as " code { "GET /ledger" }
@@ -468,15 +461,25 @@ fn savings(view: &View) -> Markup {
     }
 }
 
+/// One row per key in view, then (the admin's view) the row of all keys.
+fn key_rows(view: &View, row: fn(&str, &str, &LedgerTotals) -> Markup) -> Markup {
+    html! {
+        @for k in &view.keys {
+            (row(&k.key_id, &k.key_id, &k.total))
+        }
+        @if let (Scope::Admin, Some(fleet)) = (&view.scope, &view.fleet) {
+            (row("all keys", "*", fleet))
+        }
+    }
+}
+
 /// A ledger row of cache health: what the provider billed, then each mechanism's derived
 /// saving (SPEC §2.11b).
 fn cache_row(label: &str, key: &str, t: &LedgerTotals) -> Markup {
-    let prompt = t.usage.input + t.usage.cache_write + t.usage.cache_read;
-    let share = crate::gatekeeper::report::read_share(t.usage.cache_read, prompt);
     html! {
         tr {
             td { (label) }
-            td.n { (crate::gatekeeper::report::percent(share)) }
+            td.n { (crate::gatekeeper::report::percent(t.cache_read_share())) }
             (count_cell(key, "cache_rebuilds", t.cache_rebuilds))
             (usd_cell(key, "cache_rebuild", t.cache_rebuild_nano))
             (usd_cell(key, "cache_premium_1h", t.cache_premium_1h_nano))
@@ -504,14 +507,7 @@ fn cache_health(view: &View) -> Markup {
                         th.n { "routing (derived)" }
                     }
                 }
-                tbody {
-                    @for k in &view.keys {
-                        (cache_row(&k.key_id, &k.key_id, &k.total))
-                    }
-                    @if let (Scope::Admin, Some(fleet)) = (&view.scope, &view.fleet) {
-                        (cache_row("all keys", "*", fleet))
-                    }
-                }
+                tbody { (key_rows(view, cache_row)) }
             }
             p.note {
                 code { "read from cache" } ": cache reads over every prompt token billed. "
