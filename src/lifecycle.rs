@@ -234,6 +234,27 @@ pub fn alive(pid: u32) -> bool {
     }
 }
 
+/// Stop a server this process started as an operator would: SIGTERM, so that it drains and
+/// closes its ledger, then wait for it (SIGKILL after `timeout`).
+pub fn terminate(
+    child: &mut std::process::Child,
+    timeout: std::time::Duration,
+) -> anyhow::Result<()> {
+    signal(child.id(), libc::SIGTERM)?;
+    let start = std::time::Instant::now();
+    while child.try_wait()?.is_none() {
+        if start.elapsed() > timeout {
+            child.kill()?;
+            child.wait()?;
+            return Err(anyhow::anyhow!(
+                "the server did not stop within its grace period"
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Ok(())
+}
+
 fn signal(pid: u32, sig: libc::c_int) -> anyhow::Result<()> {
     let pid = libc::pid_t::try_from(pid).map_err(|_| anyhow::anyhow!("pid out of range"))?;
     // SAFETY: kill(2) takes any pid and signal; a bad one is an error return, never UB.

@@ -13,6 +13,8 @@ use serde_json::{json, Value};
 
 use crate::http_client::{BlockingClient, Request};
 
+mod newer;
+
 /// The example config's demo key (its hash is in `config/tokensaver.toml`).
 pub const DEMO_KEY: &str = "tsk_demo_0123456789abcdef0123456789abcdef0123456789abcdef";
 /// The credential the demo provider expects: the proxy must swap it in for the caller's key.
@@ -92,6 +94,8 @@ struct Seen {
     verdict: String,
     reason: String,
     findings: Vec<String>,
+    /// The signed receipt's body (null when the answer carried none).
+    receipt: Value,
 }
 
 /// How long the demo waits for one answer from its local servers.
@@ -99,12 +103,13 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 
 fn post(
     proxy: &BlockingClient,
+    key: &str,
     path: &str,
     body: &Value,
     headers: &[(&str, &str)],
 ) -> anyhow::Result<Seen> {
     let mut request = Request::post(path, body.to_string())
-        .header("authorization", format!("Bearer {DEMO_KEY}"))
+        .header("authorization", format!("Bearer {key}"))
         .header("content-type", "application/json");
     for (k, v) in headers {
         request = request.header(k, *v);
@@ -133,6 +138,7 @@ fn post(
                     .collect()
             })
             .unwrap_or_default(),
+        receipt,
     })
 }
 
@@ -151,17 +157,22 @@ fn provider_calls(mock_url: &str) -> anyhow::Result<u64> {
         .map_or(0, |m| m.values().filter_map(Value::as_u64).sum()))
 }
 
-/// The demo key's ledger (`GET /ledger` on the API listener); null if it is not JSON.
-fn ledger(api: SocketAddr) -> anyhow::Result<Value> {
+/// A keyed route on the API listener (`/ledger`, `/ledger/sessions`); null if it is not JSON.
+fn keyed_get(api: SocketAddr, key: &str, path: &str) -> anyhow::Result<Value> {
     let client = BlockingClient::new(&format!("http://{api}"), TIMEOUT)?;
-    let request = Request::get("/ledger").header("authorization", format!("Bearer {DEMO_KEY}"));
+    let request = Request::get(path).header("authorization", format!("Bearer {key}"));
     let answer = client
         .send(&request)
-        .map_err(|e| anyhow::anyhow!("ledger: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
     if answer.is_error() {
-        return Err(anyhow::anyhow!("ledger: HTTP {}", answer.status));
+        return Err(anyhow::anyhow!("{path}: HTTP {}", answer.status));
     }
     Ok(serde_json::from_slice(&answer.body).unwrap_or(Value::Null))
+}
+
+/// Usage is recorded as the answer ends; give the last one's settlement a moment to land.
+fn settle_ledger() {
+    std::thread::sleep(Duration::from_millis(200));
 }
 
 fn chat(model: &str, text: &str, extra: Value) -> Value {
@@ -186,6 +197,8 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
         .arg(mock_addr.to_string())
         .arg("--expected-credential")
         .arg(PROVIDER_CREDENTIAL)
+        .arg("--time-scale")
+        .arg(newer::TIME_SCALE.to_string())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -217,6 +230,7 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
             }
         }
     }
+    newer::configure(&mut doc);
     let demo_config = dir.join("tokensaver.toml");
     std::fs::write(
         &demo_config,
@@ -235,7 +249,7 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
         .stdout(Stdio::null())
         .spawn()
         .map_err(|e| anyhow::anyhow!("cannot start tokensaver serve: {e}"))?;
-    let _guard = ChildGuard(child);
+    let guard = ChildGuard(child);
     if !wait_for_port(proxy, Duration::from_secs(15)) || !wait_for_port(api, Duration::from_secs(5))
     {
         return Err(anyhow::anyhow!("tokensaver serve did not start listening"));
@@ -314,7 +328,7 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
         "#", "step", "status", "verdict", "reason"
     );
     for (i, (name, body, path, headers)) in steps.iter().enumerate() {
-        let seen = post(&proxy_client, path, body, headers)?;
+        let seen = post(&proxy_client, DEMO_KEY, path, body, headers)?;
         println!(
             "{:<3} {:<40} {:>6}  {:<10} {:<28} {}",
             i + 1,
@@ -335,7 +349,8 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
         steps.len()
     );
 
-    let ledger = ledger(api)?;
+    settle_ledger();
+    let ledger = keyed_get(api, DEMO_KEY, "/ledger")?;
     let total = &ledger["total"];
     let nano = total["spend_nano"].as_u64().unwrap_or(0);
     println!(
@@ -346,6 +361,18 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
         total["worst_case_tokens_avoided"],
         total["findings_tokens_estimated"],
     );
+
+    newer::paused_session(&proxy_client, api)?;
+    newer::stuck_step(&proxy_client)?;
+
+    // The session table is `tokensaver ledger --sessions` on the demo's data, once the server
+    // has drained and closed its ledger.
+    let mut server = guard;
+    crate::lifecycle::terminate(&mut server.0, Duration::from_secs(10))?;
+    let config = crate::config::Config::load(&demo_config)
+        .map_err(|e| anyhow::anyhow!("demo config: {e}"))?;
+    println!();
+    crate::gatekeeper::report::print(&config, None, true)?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

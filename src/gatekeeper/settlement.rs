@@ -197,7 +197,9 @@ pub fn cache_saving_nano(row: &UsageRow, prices: Option<&crate::config::Prices>)
 ///   (OpenAI) — after a pause, the cached tokens would have been evicted.
 /// - `routing`: a routing key that spread the call off its prefix's one route: its cached
 ///   tokens would have overflowed to a machine without them.
-/// - `rebuild_nano`: the call came after a pause and wrote the cache: what that write cost.
+/// - `rebuild_nano`: the call came after a pause and wrote more than it read: the prefix the
+///   session had cached was written again (what that write cost). A call that read the prefix
+///   and wrote only what the session grew since is no rebuild.
 /// - `premium_1h_nano`: what the one-hour writes cost above 5-minute ones.
 pub fn cache_figures(
     row: &UsageRow,
@@ -234,7 +236,7 @@ pub fn cache_figures(
             0
         }
     });
-    let rebuild = (after_pause && u.cache_write > 0).then(|| {
+    let rebuild = (after_pause && u.cache_write > u.cache_read).then(|| {
         cost(u.cache_write - one_hour, p.cache_write)
             .saturating_add(cost(one_hour, p.cache_write_1h()))
     });
