@@ -1,6 +1,7 @@
 """A real OpenAI Agents SDK client (openai-agents), run as its own process by the agent tests.
 
     python sdk_agent.py responses|chat BASE_URL API_KEY PROMPT [--temperature T] [--max-turns N]
+        [--instructions-file F]
 
 One agent with one function tool that runs a shell command. Prints the final output; on a
 refusal prints the SDK's error class and message (what a user of the SDK sees) and exits 1.
@@ -31,6 +32,7 @@ parser.add_argument("prompt")
 parser.add_argument("--model", default="gpt-5.6-luna")
 parser.add_argument("--temperature", type=float)
 parser.add_argument("--max-turns", type=int, default=10)
+parser.add_argument("--instructions-file", help="the agent's instructions (default: one line)")
 args = parser.parse_args()
 
 
@@ -44,7 +46,7 @@ client = AsyncOpenAI(base_url=args.base_url, api_key=args.api_key)
 Model = OpenAIResponsesModel if args.api == "responses" else OpenAIChatCompletionsModel
 agent = Agent(
     name="worker",
-    instructions="You run commands.",
+    instructions=open(args.instructions_file).read() if args.instructions_file else "You run commands.",
     tools=[run_command],
     model=Model(model=args.model, openai_client=client),
     model_settings=ModelSettings(temperature=args.temperature),
