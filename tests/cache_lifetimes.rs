@@ -132,6 +132,60 @@ fn an_openai_call_gets_a_routing_key_and_retention_and_a_callers_own_are_kept() 
     assert!(r.receipt().get("cache_retention").is_none());
 }
 
+/// Step `turn` of an OpenAI agent session: one long shared system prompt, then its own turns.
+fn openai_step(turn: usize) -> String {
+    format!(
+        r#"{{"model":"{GPT5_MINI}","max_completion_tokens":100,"messages":[{{"role":"system","content":{}}},{{"role":"user","content":"Step {turn}: what next?"}}]}}"#,
+        serde_json::to_string(&long_text("agent")).unwrap()
+    )
+}
+
+/// The routing key the gate gave a call of `session` (the provider saw the same one).
+fn routed(h: &Harness, session: &str, turn: usize) -> String {
+    let sent = openai_step(turn);
+    let r = h.post_raw(
+        CHAT,
+        Some(KEY_A),
+        sent.as_bytes(),
+        &[HUMAN, ("x-tokensaver-session", session)],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let key = r.receipt()["cache_routing_key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        added_members(&sent, &upstream_bytes(h))["prompt_cache_key"],
+        key.as_str()
+    );
+    key
+}
+
+#[test]
+fn a_lone_session_keeps_one_route_at_any_rate_and_sessions_past_the_rate_get_their_own() {
+    let h = Harness::default();
+    // 30 calls of one session within the minute: well past the 12 a minute one route takes,
+    // yet one key throughout (one session spread over routes would only miss its own cache).
+    let lone: std::collections::BTreeSet<String> = (0..30).map(|t| routed(&h, "lone", t)).collect();
+    assert_eq!(lone.len(), 1, "{lone:?}");
+    // Six more sessions of the same prefix in that minute, past the rate: each a route of its
+    // own, kept on every call (its history stays where it was cached).
+    let mut by_session =
+        std::collections::BTreeMap::<usize, std::collections::BTreeSet<String>>::new();
+    for turn in 0..4 {
+        for s in 0..6 {
+            by_session
+                .entry(s)
+                .or_default()
+                .insert(routed(&h, &format!("session-{s}"), turn));
+        }
+    }
+    assert!(by_session.values().all(|k| k.len() == 1), "{by_session:?}");
+    let keys: std::collections::BTreeSet<&String> = by_session.values().flatten().collect();
+    assert_eq!(keys.len(), 6, "{keys:?}");
+    assert!(!keys.contains(lone.iter().next().unwrap()), "{keys:?}");
+}
+
 #[test]
 fn retention_only_where_the_model_takes_it_and_nothing_below_the_cacheable_minimum() {
     let h = Harness::default();

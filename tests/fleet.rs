@@ -203,6 +203,7 @@ fn sql_windows_take_the_configured_lengths() {
         burst_secs: 2,
         grind_secs: 120,
         cache_secs: 10,
+        route_secs: 2,
     };
     windows_agree(&url, compressed, 30);
 }

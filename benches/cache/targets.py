@@ -107,7 +107,7 @@ class Provider:
     def calls(self) -> list[dict]:
         """Every model call answered, with the model its body names (read from the body's
         first bytes; the record keeps no model of its own)."""
-        recs = get_json(f"{self.url}/__mock/requests?limit=1000&max_body=65536")
+        recs = get_json(f"{self.url}/__mock/requests?limit=1000&max_body=4194304")
         calls = []
         for r in recs:
             if r.get("reported_usage") is None or r["path"] not in (
@@ -115,6 +115,10 @@ class Provider:
                 continue
             m = re.search(r'"model"\s*:\s*"([^"]+)"', r.get("body") or "")
             r["model"] = m.group(1) if m else None
+            k = re.search(r'"prompt_cache_key"\s*:\s*"([^"]+)"', r.get("body") or "")
+            r["routing_key"] = k.group(1) if k else None
+            r["retention_24h"] = '"prompt_cache_retention":"24h"' in (r.get("body") or "")
+            r["ttl_1h"] = '"ttl":"1h"' in (r.get("body") or "")
             r.pop("body", None)
             calls.append(r)
         return calls
@@ -131,7 +135,9 @@ class Provider:
 
 
 class Gate:
-    def __init__(self, scratch: Path, upstream: str, cache_secs: int):
+    def __init__(self, scratch: Path, upstream: str, scale: int):
+        # The provider's five minutes and its routing minute, compressed alike.
+        cache_secs, route_secs = max(1, round(300 / scale)), max(1, round(60 / scale))
         scratch.mkdir(parents=True, exist_ok=True)
         self.proxy, self.api, self.admin = clients.free_ports(3)
         out = subprocess.run([clients.BIN, "key", "new", "--id", "person", "--profile", "agent"],
@@ -163,6 +169,7 @@ credential_env = "CACHE_TARGETS_PROVIDER_KEY"
 
 [gate.windows]
 cache_secs = {cache_secs}
+route_secs = {route_secs}
 
 {lines.rstrip()}
 human = true
@@ -187,13 +194,13 @@ budget = {{ ceiling_micro_usd = 1_000_000_000, period = "day" }}
 # --- the sessions --------------------------------------------------------------------------
 
 
-def workspace(into: Path) -> None:
+def workspace(into: Path, project: str = "billing") -> None:
     """A small codebase: FILES modules of FILE_CHARS characters each, deterministic."""
     (into / "src").mkdir(parents=True)
     for i in range(1, FILES + 1):
         lines, k = [], 0
         while sum(len(x) + 1 for x in lines) < FILE_CHARS:
-            lines.append(f"def module{i:02d}_function{k:03d}(order, ledger):  "
+            lines.append(f"def {project}{i:02d}_function{k:03d}(order, ledger):  "
                          f"# rounds {k * 7 % 13} cents, owner team-{i % 5}")
             lines.append(f"    return ledger.post(order.id, order.total * {k % 9 + 1})")
             k += 1
@@ -204,7 +211,7 @@ def workspace(into: Path) -> None:
         "import sys, time\ntime.sleep(float(sys.argv[1]))\nprint('16 passed')\n")
 
 
-def session_script(pauses_min: list[float], scale: int) -> dict:
+def session_script(pauses_min: list[float], scale: int, longest_command_s: float = 60) -> dict:
     """A session of 33 calls that reads every module (its context grows past 100 k tokens);
     the commands that read the 3rd, 6th, 9th, ... module first run the slow test suite for the
     pause, scaled."""
@@ -214,7 +221,8 @@ def session_script(pauses_min: list[float], scale: int) -> dict:
         sleep = pause_at.get(i)
         cmd = f"cat src/m{i:02d}.py"
         if sleep:
-            cmd = f"python3 tools/run_tests.py {sleep * 60 / scale:.2f} && {cmd}"
+            secs = min(sleep * 60 / scale, longest_command_s)
+            cmd = f"python3 tools/run_tests.py {secs:.2f} && {cmd}"
         steps.append({"run": cmd})
         steps.append({"run": f"grep -c def src/m{i:02d}.py"})
     steps.append({"run": "grep -h owner src/*.py | sort | uniq -c | head"})
@@ -247,6 +255,11 @@ def summary(calls: list[dict], lifetime_ms: int) -> dict:
             "largest_prompt": max((prompt_parts(c["path"], c["reported_usage"])[0] for c in calls),
                                   default=0),
             "models": sorted({c["model"] for c in calls}),
+            # What the provider saw of the cache placement: routing keys, 24 h retention and
+            # one-hour entries (the gate's, or the client's own).
+            "routing_keys": len({c["routing_key"] for c in calls if c["routing_key"]}),
+            "calls_with_24h_retention": sum(c["retention_24h"] for c in calls),
+            "calls_with_1h_entries": sum(c["ttl_1h"] for c in calls),
             # Silences the provider's cache outlived not: what made a call come after a pause.
             "gaps_past_lifetime": gaps_past(calls, lifetime_ms)}
 
@@ -269,7 +282,7 @@ def pair(client: str, task: str, scale: int, root: Path, timeout: float) -> dict
     tag = f"{client}-{task}"
     direct = Provider(root, f"{tag}-direct", scale, tasks)
     gated = Provider(root, f"{tag}-gated", scale, tasks)
-    gate = Gate(root / f"{tag}-gate", gated.url, max(1, round(300 / scale)))
+    gate = Gate(root / f"{tag}-gate", gated.url, scale)
     try:
         def arm(name, base, key):
             d = root / f"{tag}-{name}"
@@ -302,24 +315,29 @@ def pair(client: str, task: str, scale: int, root: Path, timeout: float) -> dict
 
 def sdk_sessions(scale: int, root: Path, concurrent: int, timeout: float) -> dict:
     """`concurrent` Agents SDK sessions at once, sharing one system prompt (about 2.5 k tokens),
-    each a different task of 12 steps; through the gate against straight (one session alone,
-    the same way)."""
+    each a different job of 12 steps that reads a module each; through the gate against
+    straight (one session alone, the same way)."""
     system = root / "instructions.txt"
     system.write_text("".join(
         f"Rule {i}: before each command, state the file you expect it to touch; prefer "
         f"read-only commands; never print secrets; keep answers under five lines. " for i in range(110)))
     res: dict = {}
     tasks = root / "tasks"
+    # Each session its own project: eight agents on one key, none repeating another's step
+    # (the same command with the same output would be a repeated step of the key).
+    for i in range(concurrent):
+        workspace(root / f"sdk-ws-{i}", f"project{i}")
     for arm_name, n in (("concurrent", concurrent), ("lone", 1)):
         direct = Provider(root, f"sdk-{arm_name}-direct", scale, tasks)
         gated = Provider(root, f"sdk-{arm_name}-gated", scale, tasks)
-        gate = Gate(root / f"sdk-{arm_name}-gate", gated.url, max(1, round(300 / scale)))
+        gate = Gate(root / f"sdk-{arm_name}-gate", gated.url, scale)
         try:
             runs: list = []
 
             def one(base, key, i):
-                prompt = f"Job {i}: list what the repository holds. tokensaver-mock:steps=12"
-                runs.append(clients.sdk("chat", base + "/v1", key, prompt, root, SDK_MODEL,
+                prompt = f"Job {i}: check the repository. tokensaver-mock:task=sdk-{i},seed=1"
+                runs.append(clients.sdk("chat", base + "/v1", key, prompt, root / f"sdk-ws-{i}",
+                                        SDK_MODEL,
                                         "--max-turns", "20", "--instructions-file", str(system),
                                         timeout=timeout))
 
@@ -333,7 +351,7 @@ def sdk_sessions(scale: int, root: Path, concurrent: int, timeout: float) -> dic
             lifetime = 300_000 // scale
             entry = {"direct": summary(direct.calls(), lifetime),
                      "gate": summary(gated.calls(), lifetime),
-                     "failed_runs": sum(1 for r in runs if r.code != 0)}
+                     "failed_runs": [r.output[-300:] for r in runs if r.code != 0]}
             d, g = entry["direct"]["cost_nano"], entry["gate"]["cost_nano"]
             entry["saved"] = 1 - g / d if d else None
             ds, gs = entry["direct"]["cache_read_share"], entry["gate"]["cache_read_share"]
@@ -349,19 +367,32 @@ def sdk_sessions(scale: int, root: Path, concurrent: int, timeout: float) -> dic
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="claude-code,codex,agents-sdk")
-    ap.add_argument("--scale", type=int, default=150)
+    # 60: the provider's five minutes last 5 s, longer than any silence of the clients' own
+    # (Claude Code's first tool call takes about 4 s: at 150x that alone was a pause).
+    ap.add_argument("--scale", type=int, default=60)
+    # 10 for the Agents SDK: the provider's routing minute lasts 6 s, and 8 sessions at the
+    # SDK's own pace (about one call a second each) are well past its 15 a minute per route.
+    ap.add_argument("--sdk-scale", type=int, default=10)
     ap.add_argument("--out", default="")
     ap.add_argument("--timeout", type=float, default=420)
     args = ap.parse_args()
     only = args.only.split(",")
     root = Path(tempfile.mkdtemp(prefix="tokensaver-cache-targets-"))
     tasks = root / "tasks"
-    # Pauses of 7 to 40 minutes before five turns (Claude Code), 10 to 40 (Codex).
+    # Pauses of 7 to 40 minutes before five turns (Claude Code). Codex CLI returns a command
+    # still running after 10 s to the model (exec_command's yield time), so its pauses are
+    # commands of 9.9 s: at 60x, silences of 10 minutes and a little more, the issue's shortest.
     scripts = {
         "paused-claude": session_script([7, 12, 20, 30, 40], args.scale),
-        "paused-codex": session_script([10, 15, 20, 30, 40], args.scale),
+        "paused-codex": session_script([10, 15, 20, 30, 40], args.scale, 9.9),
         "steady": session_script([], args.scale),
     }
+    # The Agents SDK sessions: each its own job, reading 12 modules (its history grows past the
+    # shared system prompt, as an agent's does).
+    for i in range(8):
+        scripts[f"sdk-{i}"] = {"script": {"steps": [
+            {"run": f"cat src/m{(i + k) % FILES + 1:02d}.py"} for k in range(12)] + [
+            {"answer": f"Job {i} checked.", "words": [5, 10]}]}}
     for name, script in scripts.items():
         (tasks / name).mkdir(parents=True)
         (tasks / name / "task.json").write_text(json.dumps(script))
@@ -376,7 +407,7 @@ def main() -> None:
                 "paused": pair("codex", "paused-codex", args.scale, root, args.timeout),
                 "steady": pair("codex", "steady", args.scale, root, args.timeout)}
         if "agents-sdk" in only:
-            results["agents-sdk"] = sdk_sessions(args.scale, root, 8, args.timeout)
+            results["agents-sdk"] = sdk_sessions(args.sdk_scale, root, 8, args.timeout)
     finally:
         print(json.dumps(results, indent=1, default=str))
         if args.out:

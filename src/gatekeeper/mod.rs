@@ -50,8 +50,9 @@ use tokensaver_core::request::CachePoint;
 use tokensaver_core::request::{Hash, RequestShape, WireForm};
 
 pub(crate) const DAY_MS: u64 = 86_400_000;
-/// The window a route prefix's rate is counted in (the provider's: requests a minute).
-const ROUTE_WINDOW_MS: u64 = 60_000;
+/// The longest window a route prefix's rate is counted in (the provider's minute; a config
+/// may shorten it): what the gate keeps of a prefix's calls.
+const ROUTE_WINDOW_MS: u64 = tokensaver_core::gate::cache::ROUTE_WINDOW_MS;
 /// Sessions, route prefixes and times kept per key for cache decisions: bounded, and far more
 /// than one key runs at once.
 const SESSIONS_KEPT: usize = 4_096;
@@ -298,9 +299,9 @@ struct State {
     recorded: HashMap<String, HashMap<(Hash, WireForm), Usage>>,
     /// Key → what the gate keeps of each of its sessions for cache lifetimes (SPEC §2.11b).
     session_cache: HashMap<String, lru::LruCache<Hash, SessionCache>>,
-    /// Key → route prefix → when its forwarded calls were decided in the last minute (OpenAI
-    /// routing).
-    route_times: HashMap<String, HashMap<Hash, std::collections::VecDeque<u64>>>,
+    /// Key → route prefix → when its forwarded calls were decided in the last minute, and
+    /// their sessions (OpenAI routing).
+    route_times: HashMap<String, HashMap<Hash, std::collections::VecDeque<(u64, Hash)>>>,
     /// Key → the time of its latest committed decision and how many it made in that
     /// millisecond before (the decision clock, see [`State::decision_clock`]).
     last_decided: HashMap<String, (u64, u32)>,
@@ -361,18 +362,28 @@ impl State {
             .unwrap_or_default()
     }
 
-    /// The key's forwarded calls with this route prefix in the minute before `now_ms`.
-    fn route_rate(&self, key_id: &str, prefix: Option<&Hash>, now_ms: u64) -> u64 {
-        let Some(prefix) = prefix else { return 0 };
-        self.route_times
-            .get(key_id)
-            .and_then(|p| p.get(prefix))
-            .map_or(0, |times| {
-                times
-                    .iter()
-                    .filter(|&&t| now_ms.saturating_sub(t) < ROUTE_WINDOW_MS)
-                    .count() as u64
-            })
+    /// The key's forwarded calls with this route prefix in the `window_ms` before `now_ms`,
+    /// and how many sessions they came from, `session` counted.
+    fn route_rate(
+        &self,
+        key_id: &str,
+        prefix: Option<&Hash>,
+        session: &Hash,
+        now_ms: u64,
+        window_ms: u64,
+    ) -> (u64, u64) {
+        let Some(times) = prefix.and_then(|p| self.route_times.get(key_id)?.get(p)) else {
+            return (0, 1);
+        };
+        let recent = times
+            .iter()
+            .filter(|(t, _)| now_ms.saturating_sub(*t) < window_ms);
+        let sessions: std::collections::HashSet<&Hash> = recent
+            .clone()
+            .map(|(_, s)| s)
+            .chain(std::iter::once(session))
+            .collect();
+        (recent.count() as u64, sessions.len() as u64)
     }
 
     /// A forwarded call: its session's figures and its prefix's rate move.
@@ -401,17 +412,17 @@ impl State {
             if prefixes.len() > ROUTE_PREFIXES_KEPT {
                 prefixes.retain(|_, t| {
                     t.back()
-                        .is_some_and(|&b| now_ms.saturating_sub(b) < ROUTE_WINDOW_MS)
+                        .is_some_and(|&(b, _)| now_ms.saturating_sub(b) < ROUTE_WINDOW_MS)
                 });
             }
             let times = prefixes.entry(prefix).or_default();
             while times
                 .front()
-                .is_some_and(|&t| now_ms.saturating_sub(t) >= ROUTE_WINDOW_MS)
+                .is_some_and(|&(t, _)| now_ms.saturating_sub(t) >= ROUTE_WINDOW_MS)
             {
                 times.pop_front();
             }
-            times.push_back(now_ms);
+            times.push_back((now_ms, shape.session));
             if times.len() > ROUTE_TIMES_KEPT {
                 times.pop_front();
             }
@@ -867,7 +878,13 @@ impl Gatekeeper {
         let placeable = req.placeable_cache_points();
         let cache_memory = (!placeable.is_empty()).then(|| st.cache_recall(req.key, placeable));
         let session_cache = st.session_cache(&req.key.id, &req.shape.session);
-        let prefix_rate = st.route_rate(&req.key.id, req.shape.route_prefix.as_ref(), now_ms);
+        let (prefix_rate, prefix_sessions) = st.route_rate(
+            &req.key.id,
+            req.shape.route_prefix.as_ref(),
+            &req.shape.session,
+            now_ms,
+            policy.gate.windows.route_secs.saturating_mul(1_000),
+        );
         let seen = StateSeen {
             counts: st.windows.observe_session(
                 &req.key.id,
@@ -884,6 +901,7 @@ impl Gatekeeper {
             cache_memory: cache_memory.as_deref(),
             session_cache,
             prefix_rate,
+            prefix_sessions,
         };
         let mut decision = decide_seen(&policy, req, &seen, paced_ms, now_ms)?;
         decision.seq = seq;
@@ -1648,9 +1666,11 @@ struct StateSeen<'s> {
     /// The key's memory of the request's prompt prefixes, when the gate may place cache
     /// breakpoints for it (`None`: it may not).
     cache_memory: Option<&'s [PointMemory]>,
-    /// What the gate keeps of the request's session, and its route prefix's rate.
+    /// What the gate keeps of the request's session, its route prefix's rate and the
+    /// sessions that rate came from (the request's own counted).
     session_cache: SessionCache,
     prefix_rate: u64,
+    prefix_sessions: u64,
 }
 
 /// The pure decision over what a home's state says of the request: one reading for the
@@ -1700,6 +1720,7 @@ fn decide_seen(
         session: seen.session_cache,
         lifetime_ms: policy.gate.windows.cache_secs.saturating_mul(1_000),
         prefix_rate: seen.prefix_rate,
+        prefix_sessions: seen.prefix_sessions,
         prices: policy.prices.get(served),
     };
     decision.place_cache_terms(req.shape, &terms);

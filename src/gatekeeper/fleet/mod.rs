@@ -67,6 +67,10 @@ const MIGRATIONS: &[(i32, &str)] = &[
         9,
         include_str!("../../../migrations/pg/0009_cache_terms.sql"),
     ),
+    (
+        10,
+        include_str!("../../../migrations/pg/0010_route_sessions.sql"),
+    ),
 ];
 
 /// Taken while migrating, so instances starting together apply each migration once.
@@ -180,9 +184,11 @@ pub struct Observed {
     /// What the fleet remembers of each of the scope's cache points, in their order (empty
     /// when the scope names none).
     pub cache_memory: Vec<PointMemory>,
-    /// What the fleet keeps of the request's session, and its route prefix's rate.
+    /// What the fleet keeps of the request's session, its route prefix's rate and the sessions
+    /// it came from (the request's own counted).
     pub session_cache: SessionCache,
     pub prefix_rate: u64,
+    pub prefix_sessions: u64,
 }
 
 /// A pending hold's opening, as the admission that opened it stored it.
@@ -459,7 +465,7 @@ impl Fleet {
             None => None,
         };
         let cache_memory = cache_memory(&tx, key_id, request.cache_points).await?;
-        let (session_cache, prefix_rate) = cache_terms_from(&found);
+        let (session_cache, prefix_rate, prefix_sessions) = cache_terms_from(&found);
         let (out, booking) = decide(Observed {
             now_ms,
             seq,
@@ -472,6 +478,7 @@ impl Fleet {
             cache_memory,
             session_cache,
             prefix_rate,
+            prefix_sessions,
         });
         let Some(booking) = booking else {
             // A re-send of a pending hold: nothing is booked (the clock's move is harmless).
@@ -562,8 +569,9 @@ impl Fleet {
             .await?;
             if let Some(prefix) = request.route_prefix {
                 tx.execute(
-                    "INSERT INTO fleet_route_times (key_id, prefix, at_ms) VALUES ($1, $2, $3)",
-                    &[&key_id, prefix, &now],
+                    "INSERT INTO fleet_route_times (key_id, prefix, at_ms, session) \
+                     VALUES ($1, $2, $3, $4)",
+                    &[&key_id, prefix, &now, request.session],
                 )
                 .await?;
             }
@@ -1352,6 +1360,7 @@ impl Fleet {
             cache_memory: cache_memory(&client, request.key_id, request.cache_points).await?,
             session_cache: cache_terms_from(&found).0,
             prefix_rate: cache_terms_from(&found).1,
+            prefix_sessions: cache_terms_from(&found).2,
         })
     }
 
@@ -1564,8 +1573,9 @@ struct WindowStatements {
 /// identical steps in the pace window (SERVEs excepted, capped at 64 as the in-memory lists)
 /// and the newest seven of their times, the key's run of this step (`$3`), and the step the
 /// request's session (`$9`) made last.
-fn pacing_columns(steps: &StepLimits) -> String {
+fn pacing_columns(steps: &StepLimits, w: &WindowLengths) -> String {
     let pace_ms = steps.pace_window_ms();
+    let route_ms = w.route_secs.saturating_mul(1_000);
     format!(
         "(SELECT count(*) FROM (SELECT 1 FROM fleet_decisions WHERE key_id = $1 \
             AND step_fingerprint = $3 AND verdict <> 'SERVE' \
@@ -1590,15 +1600,18 @@ fn pacing_columns(steps: &StepLimits) -> String {
         (SELECT grown_tokens FROM fleet_session_cache WHERE key_id = $1 AND session = $9::text) \
             AS sc_written, \
         (SELECT count(*) FROM (SELECT 1 FROM fleet_route_times WHERE key_id = $1 \
-            AND prefix = $10::text AND at_ms > $5::bigint - 60000 LIMIT 1024) s)::bigint \
-            AS prefix_rate"
+            AND prefix = $10::text AND at_ms > $5::bigint - {route_ms} LIMIT 1024) s)::bigint \
+            AS prefix_rate, \
+        (SELECT count(DISTINCT session) FROM (SELECT session FROM fleet_route_times \
+            WHERE key_id = $1 AND prefix = $10::text AND at_ms > $5::bigint - {route_ms} \
+            AND session <> $9::text LIMIT 1024) s)::bigint + 1 AS prefix_sessions"
     )
 }
 
 impl WindowStatements {
     fn new(w: &WindowLengths, steps: &StepLimits) -> WindowStatements {
         let columns = window_columns(w);
-        let pacing = pacing_columns(steps);
+        let pacing = pacing_columns(steps, w);
         WindowStatements {
             observe: format!("SELECT {columns}"),
             admit_read: format!(
@@ -1727,8 +1740,8 @@ fn shared_limit(row: &tokio_postgres::Row, at: usize) -> Option<KeyLimit> {
     })
 }
 
-/// The session's cache figures and the prefix's rate ([`pacing_columns`]).
-fn cache_terms_from(row: &tokio_postgres::Row) -> (SessionCache, u64) {
+/// The session's cache figures, the prefix's rate and its sessions ([`pacing_columns`]).
+fn cache_terms_from(row: &tokio_postgres::Row) -> (SessionCache, u64, u64) {
     let n = |name: &str| row.get::<_, Option<i64>>(name).map_or(0, un);
     let session = SessionCache {
         last_ms: row.get::<_, Option<i64>>("sc_last").map(un),
@@ -1737,7 +1750,7 @@ fn cache_terms_from(row: &tokio_postgres::Row) -> (SessionCache, u64) {
         prompt_tokens: n("sc_prompt"),
         grown_tokens: n("sc_written"),
     };
-    (session, n("prefix_rate"))
+    (session, n("prefix_rate"), n("prefix_sessions"))
 }
 
 /// [`counts_from`] with the schedule's columns ([`pacing_columns`]).

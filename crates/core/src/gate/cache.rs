@@ -184,25 +184,23 @@ pub fn one_hour_pays(
 pub const ROUTE_OVERFLOW_PER_MINUTE: u64 = 15;
 pub const ROUTE_TARGET_PER_MINUTE: u64 = 12;
 
-/// The routing bucket of a session among the buckets a prefix's rate needs (OpenAI,
-/// `prompt_cache_key`): one bucket below [`ROUTE_TARGET_PER_MINUTE`] requests a minute — every
-/// session of a prefix shares its route and the cached prefix — and one more per
-/// [`ROUTE_TARGET_PER_MINUTE`] above, sessions spread by jump consistent hashing (a change in
-/// the number of buckets moves the fewest sessions). Returns `(bucket, buckets)`.
-pub fn routing_bucket(requests_last_minute: u64, session: &Hash) -> (u32, u32) {
-    let buckets = requests_last_minute
-        .saturating_add(1)
-        .div_ceil(ROUTE_TARGET_PER_MINUTE)
-        .clamp(1, 1024) as u32;
-    let mut key = u64::from_le_bytes(session.0[..8].try_into().unwrap_or([0; 8]));
-    // Lamping and Veach, "A Fast, Minimal Memory, Consistent Hash Algorithm" (2014).
-    let (mut b, mut j) = (-1i64, 0i64);
-    while j < i64::from(buckets) {
-        b = j;
-        key = key.wrapping_mul(2_862_933_555_777_941_757).wrapping_add(1);
-        j = ((b + 1) as f64 * ((1u64 << 31) as f64 / ((key >> 33) + 1) as f64)) as i64;
+/// The window in which the provider counts a route's requests (its "a minute").
+pub const ROUTE_WINDOW_MS: u64 = 60_000;
+
+/// The routing bucket of a session (OpenAI, `prompt_cache_key`): below
+/// [`ROUTE_TARGET_PER_MINUTE`] requests a minute of the prefix, or with one session alone on it,
+/// bucket 0 — every session of the prefix shares its route and the cached prefix; above it,
+/// each session a route of its own (a bucket drawn from the session's hash, never 0), so that
+/// its history stays on the one machine that cached it whatever the rate does next (a shared
+/// bucket overflows past the provider's rate and a session moved between buckets misses its own
+/// cache). Returns `(bucket, spread)`.
+pub fn routing_bucket(requests_last_minute: u64, sessions: u64, session: &Hash) -> (u32, bool) {
+    let spread = requests_last_minute.saturating_add(1) > ROUTE_TARGET_PER_MINUTE && sessions > 1;
+    if !spread {
+        return (0, false);
     }
-    (b.max(0) as u32, buckets)
+    let own = u32::from_le_bytes(session.0[..4].try_into().unwrap_or([0; 4]));
+    (own.max(1), true)
 }
 
 /// The `prompt_cache_key` the gate places for a prefix's bucket: a keyed hash of the keyed
@@ -377,21 +375,29 @@ mod tests {
     }
 
     #[test]
-    fn routing_buckets_grow_with_the_rate_and_move_few_sessions() {
-        let sessions: Vec<Hash> = (0..200u8).map(|i| Hash([i; 32])).collect();
+    fn past_the_rate_each_session_gets_a_route_of_its_own_and_keeps_it() {
+        let sessions: Vec<Hash> = (1..=200u8).map(|i| Hash([i; 32])).collect();
         // Below the target rate: one bucket, every session on it.
-        assert!(sessions.iter().all(|s| routing_bucket(11, s) == (0, 1)));
-        let at =
-            |rate| -> Vec<u32> { sessions.iter().map(|s| routing_bucket(rate, s).0).collect() };
-        let (three, four) = (at(35), at(47));
-        assert_eq!(routing_bucket(35, &sessions[0]).1, 3);
-        assert_eq!(routing_bucket(47, &sessions[0]).1, 4);
-        assert!(three.iter().all(|&b| b < 3) && four.iter().all(|&b| b < 4));
-        // Each bucket takes some sessions; going from 3 to 4 moves only those that go to 4.
-        assert!((0..3).all(|b| three.contains(&b)));
-        for (a, b) in three.iter().zip(&four) {
-            assert!(a == b || *b == 3, "{a} -> {b}");
-        }
+        assert!(sessions
+            .iter()
+            .all(|s| routing_bucket(11, 200, s) == (0, false)));
+        // Above it: each session its own bucket, the same at any rate above.
+        let at = |rate| -> Vec<u32> {
+            sessions
+                .iter()
+                .map(|s| routing_bucket(rate, 200, s).0)
+                .collect()
+        };
+        let (low, high) = (at(12), at(600));
+        assert_eq!(low, high);
+        assert!(low.iter().all(|&b| b > 0));
+        let distinct: std::collections::HashSet<_> = low.iter().collect();
+        assert_eq!(distinct.len(), sessions.len());
+        // A lone session keeps the shared bucket at any rate.
+        assert!(sessions
+            .iter()
+            .all(|s| routing_bucket(600, 1, s) == (0, false)));
+        assert_eq!(routing_bucket(600, 0, &sessions[0]), (0, false));
         // The keys differ by bucket and by prefix.
         let (p, q) = (Hash([1; 32]), Hash([2; 32]));
         assert_ne!(routing_key(&p, 0), routing_key(&p, 1));

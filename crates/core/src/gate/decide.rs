@@ -149,8 +149,10 @@ pub struct CacheTerms<'p> {
     pub session: super::cache::SessionCache,
     /// The cache lifetime pauses are judged by (`[gate.windows] cache_secs`).
     pub lifetime_ms: u64,
-    /// Requests the key sent with this route prefix in the last minute.
+    /// Requests the key sent with this route prefix in the last minute
+    /// (`[gate.windows] route_secs`), and the sessions they came from (this one counted).
     pub prefix_rate: u64,
+    pub prefix_sessions: u64,
     pub prices: Option<&'p Prices>,
 }
 
@@ -317,9 +319,13 @@ impl Decision {
             >= super::cache::OPENAI_MIN_CACHEABLE_TOKENS;
         let routing = terms.routing && cacheable;
         if let Some(prefix) = shape.route_prefix.as_ref().filter(|_| routing) {
-            let (bucket, buckets) = super::cache::routing_bucket(terms.prefix_rate, &shape.session);
+            let (bucket, spread) = super::cache::routing_bucket(
+                terms.prefix_rate,
+                terms.prefix_sessions,
+                &shape.session,
+            );
             self.cache_routing_key = Some(super::cache::routing_key(prefix, bucket));
-            self.cache_spread = buckets > 1;
+            self.cache_spread = spread;
         }
         if shape.route != crate::request::Route::AnthropicMessages
             && routing

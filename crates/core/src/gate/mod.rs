@@ -362,6 +362,9 @@ pub struct WindowLengths {
     /// The provider's default cache lifetime (Anthropic's 5 minutes), by which the gate judges
     /// a session's pauses (SPEC §2.11b: one-hour entries once a session has paused).
     pub cache_secs: u64,
+    /// The minute in which the provider counts one cache route's requests (OpenAI: past about
+    /// 15 a minute they overflow), by which the gate spreads sessions over routing keys.
+    pub route_secs: u64,
 }
 
 impl Default for WindowLengths {
@@ -372,6 +375,7 @@ impl Default for WindowLengths {
             burst_secs: windows::BURST_WINDOW_MS / 1_000,
             grind_secs: windows::GRIND_WINDOW_MS / 1_000,
             cache_secs: cache::CACHE_TTL_MS / 1_000,
+            route_secs: cache::ROUTE_WINDOW_MS / 1_000,
         }
     }
 }
@@ -432,6 +436,9 @@ impl GateConfig {
         }
         if !(1..=spec.cache_secs).contains(&wl.cache_secs) {
             return Err(("windows.cache_secs", "must be between 1 and 300"));
+        }
+        if !(1..=spec.route_secs).contains(&wl.route_secs) {
+            return Err(("windows.route_secs", "must be between 1 and 60"));
         }
         let st = &self.steps;
         if !(1..=wl.loop_secs).contains(&st.pace_window_secs) {
