@@ -1523,3 +1523,67 @@ fn a_paused_session_gets_the_same_lifetimes_on_three_instances_as_on_one() {
     assert_eq!(one, expected);
     assert_eq!(three_of, one);
 }
+
+/// OpenAI routing keys: a lone session keeps the shared route at any rate, and past the rate
+/// each session gets a route of its own — on three instances as on one (the rate and the
+/// sessions on a prefix are counted in PostgreSQL).
+#[test]
+#[ignore = "needs PostgreSQL: scripts/ci-fleet.sh starts one and runs these"]
+fn routing_keys_are_placed_on_three_instances_as_on_one() {
+    use support::cache_bodies::{long_text, GPT5_MINI};
+    let url = pg_url();
+    let key = FleetKey::new(format!("route{}", run_tag()));
+    let start = |store: &str| {
+        Harness::start(Opts {
+            rust_log: "warn",
+            extra_config: format!("{}{store}", key.toml(None)),
+            ..Opts::default()
+        })
+    };
+    let single = start("");
+    let fleet: Vec<Harness> = (0..3).map(|_| start(&store_toml(&url))).collect();
+    let system = serde_json::to_string(&long_text("agent")).unwrap();
+    let run = |targets: &[&Harness]| {
+        let mut n = 0;
+        let mut call = |session: &str, turn: usize| {
+            let body = format!(
+                r#"{{"model":"{GPT5_MINI}","max_completion_tokens":50,"messages":[{{"role":"system","content":{system}}},{{"role":"user","content":"{session} step {turn}"}}]}}"#
+            );
+            let r = targets[n % targets.len()].post_raw(
+                CHAT,
+                None,
+                body.as_bytes(),
+                &[
+                    ("authorization", &format!("Bearer {}", key.bearer())),
+                    ("x-tokensaver-session", session),
+                    ("x-tokensaver-human", "1"),
+                ],
+            );
+            n += 1;
+            assert_eq!(r.status, 200, "{}", r.text());
+            r.receipt()["cache_routing_key"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        let lone: Vec<String> = (0..20).map(|t| call("lone", t)).collect();
+        let mut others = Vec::new();
+        for turn in 0..3 {
+            for s in ["a", "b", "c", "d"] {
+                others.push(call(s, turn));
+            }
+        }
+        (lone, others)
+    };
+    let (lone, others) = run(&[&single]);
+    assert!(lone.iter().all(|k| *k == lone[0]), "{lone:?}");
+    // Each of the four sessions its own key, kept across its calls, none the shared one.
+    for s in 0..4 {
+        let own: Vec<&String> = others.iter().skip(s).step_by(4).collect();
+        assert!(own.iter().all(|k| *k == own[0]), "{others:?}");
+        assert_ne!(*own[0], lone[0]);
+    }
+    let distinct: std::collections::BTreeSet<&String> = others.iter().collect();
+    assert_eq!(distinct.len(), 4, "{others:?}");
+    assert_eq!(run(&fleet.iter().collect::<Vec<_>>()), (lone, others));
+}
