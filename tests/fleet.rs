@@ -1587,3 +1587,41 @@ fn routing_keys_are_placed_on_three_instances_as_on_one() {
     assert_eq!(distinct.len(), 4, "{others:?}");
     assert_eq!(run(&fleet.iter().collect::<Vec<_>>()), (lone, others));
 }
+
+/// `GET /stats` answers from the fleet's database on every instance (it read the instance's own
+/// SQLite, which on a fleet holds nothing): what one instance decided, another counts.
+#[test]
+#[ignore = "needs PostgreSQL: scripts/ci-fleet.sh starts one and runs these"]
+fn stats_on_any_instance_count_the_whole_fleet() {
+    let url = pg_url();
+    let key = FleetKey::new(format!("stats{}", run_tag()));
+    let fleet = three(&url, &key.toml(None), 3_000);
+    let bearer = key.bearer();
+    let stats = || {
+        let r = call(client::get(&fleet[2].api_url("/stats")), None);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["fleet"].clone()
+    };
+    let before = stats();
+    for i in 0..3 {
+        let r = fleet[0].post(
+            CHAT,
+            &bearer,
+            &chat("gpt-4o", &format!("stats request {i}"), json!({"max_tokens": 20})),
+            &[],
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let after = stats();
+    let n = |v: &serde_json::Value, f: &str| v[f].as_u64().unwrap();
+    assert_eq!(n(&after, "requests") - n(&before, "requests"), 3, "{after}");
+    let ledger = call(
+        client::get(&fleet[1].api_url("/ledger")).set("authorization", &format!("Bearer {bearer}")),
+        None,
+    )
+    .json();
+    let spent = n(&ledger["total"], "spend_nano");
+    assert!(spent > 0, "{ledger}");
+    assert_eq!(n(&after, "spend_nano") - n(&before, "spend_nano"), spent, "{after}");
+}

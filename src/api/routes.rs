@@ -382,7 +382,7 @@ impl Api {
     }
 
     async fn stats(&self) -> ApiResponse {
-        match self.gatekeeper.ledger_acked(None, None, None).await {
+        match self.gatekeeper.ledger_report(None, None, None).await {
             Ok((_, totals)) => ApiResponse::json(
                 200,
                 &json!({"fleet": totals, "tiers_are_never_merged": true}),
