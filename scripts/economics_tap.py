@@ -47,8 +47,13 @@ def _usage_parts(u: dict | None, route: str) -> dict | None:
     if route == "/v1/messages":
         if "input_tokens" not in u and "output_tokens" not in u:
             return None
-        return {"input_uncached": n("input_tokens"), "cache_write": n("cache_creation_input_tokens"),
-                "cache_read": n("cache_read_input_tokens"), "output": n("output_tokens")}
+        parts = {"input_uncached": n("input_tokens"), "cache_write": n("cache_creation_input_tokens"),
+                 "cache_read": n("cache_read_input_tokens"), "output": n("output_tokens")}
+        # One-hour entries are priced apart (2x input, not 1.25x): keep their share of the write.
+        one_hour = int((u.get("cache_creation") or {}).get("ephemeral_1h_input_tokens") or 0)
+        if one_hour:
+            parts["cache_write_1h"] = one_hour
+        return parts
     if "prompt_tokens" in u:  # chat completions
         cached = int((u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
         return {"input_uncached": n("prompt_tokens") - cached, "cache_write": 0,

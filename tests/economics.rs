@@ -72,6 +72,7 @@ fn usage(total: u64) -> StepUsage {
         cache_write: 0,
         cache_read: 0,
         output: total.min(10),
+        ..Default::default()
     }
 }
 

@@ -1607,7 +1607,11 @@ fn stats_on_any_instance_count_the_whole_fleet() {
         let r = fleet[0].post(
             CHAT,
             &bearer,
-            &chat("gpt-4o", &format!("stats request {i}"), json!({"max_tokens": 20})),
+            &chat(
+                "gpt-4o",
+                &format!("stats request {i}"),
+                json!({"max_tokens": 20}),
+            ),
             &[],
         );
         assert_eq!(r.status, 200, "{}", r.text());
@@ -1623,5 +1627,9 @@ fn stats_on_any_instance_count_the_whole_fleet() {
     .json();
     let spent = n(&ledger["total"], "spend_nano");
     assert!(spent > 0, "{ledger}");
-    assert_eq!(n(&after, "spend_nano") - n(&before, "spend_nano"), spent, "{after}");
+    assert_eq!(
+        n(&after, "spend_nano") - n(&before, "spend_nano"),
+        spent,
+        "{after}"
+    );
 }

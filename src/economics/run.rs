@@ -290,17 +290,51 @@ struct TapRecord {
 }
 
 fn cost(config: &Config, model: Option<&str>, u: Option<&StepUsage>) -> Option<u64> {
-    let prices = config.prices.get(model?)?;
-    let u = u?;
-    Some(
-        tokensaver_core::gate::Usage {
-            input: u.input_uncached,
-            cache_write: u.cache_write,
-            cache_read: u.cache_read,
-            output: u.output,
-        }
-        .cost_nano(prices),
-    )
+    Some(step_cost_nano(config.prices.get(model?)?, u?))
+}
+
+/// One answer's cost at `prices`, its one-hour cache writes at their own price.
+fn step_cost_nano(prices: &crate::config::Prices, u: &StepUsage) -> u64 {
+    use tokensaver_core::gate::tokens_cost_nano as at;
+    let base = tokensaver_core::gate::Usage {
+        input: u.input_uncached,
+        cache_write: u.cache_write,
+        cache_read: u.cache_read,
+        output: u.output,
+    }
+    .cost_nano(prices);
+    let one_hour = u.cache_write_1h.min(u.cache_write);
+    base.saturating_add(at(one_hour, prices.cache_write_1h()))
+        .saturating_sub(at(one_hour, prices.cache_write))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_hour_writes_cost_the_one_hour_price() {
+        // Claude Sonnet 4.5 at list prices, per token in nano-USD: $3.75 a million for five-
+        // minute writes, $6 for one-hour ones, $3 input, $0.30 read, $15 output.
+        let prices = crate::config::Prices {
+            input: 3_000_000,
+            cache_write: 3_750_000,
+            cache_read: 300_000,
+            output: 15_000_000,
+            max_output: 64_000,
+            cache_write_1h: Some(6_000_000),
+            web_search_per_1k: None,
+        };
+        let u = StepUsage {
+            input_uncached: 10,
+            cache_write: 1_000,
+            cache_read: 2_000,
+            output: 5,
+            cache_write_1h: 600,
+        };
+        let expected = 10 * 3_000 + 400 * 3_750 + 600 * 6_000 + 2_000 * 300 + 5 * 15_000;
+        assert_eq!(step_cost_nano(&prices, &u), expected);
+    }
 }
 
 fn context_of(m: &Methodology, t: &TapRecord) -> Option<ContextCount> {

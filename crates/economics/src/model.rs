@@ -638,6 +638,13 @@ pub struct StepUsage {
     pub cache_write: u64,
     pub cache_read: u64,
     pub output: u64,
+    /// Of `cache_write`, the tokens written as one-hour entries (Anthropic), priced apart.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_1h: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl StepUsage {
