@@ -308,35 +308,6 @@ fn step_cost_nano(prices: &crate::config::Prices, u: &StepUsage) -> u64 {
         .saturating_sub(at(one_hour, prices.cache_write))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn one_hour_writes_cost_the_one_hour_price() {
-        // Claude Sonnet 4.5 at list prices, per token in nano-USD: $3.75 a million for five-
-        // minute writes, $6 for one-hour ones, $3 input, $0.30 read, $15 output.
-        let prices = crate::config::Prices {
-            input: 3_000_000,
-            cache_write: 3_750_000,
-            cache_read: 300_000,
-            output: 15_000_000,
-            max_output: 64_000,
-            cache_write_1h: Some(6_000_000),
-            web_search_per_1k: None,
-        };
-        let u = StepUsage {
-            input_uncached: 10,
-            cache_write: 1_000,
-            cache_read: 2_000,
-            output: 5,
-            cache_write_1h: 600,
-        };
-        let expected = 10 * 3_000 + 400 * 3_750 + 600 * 6_000 + 2_000 * 300 + 5 * 15_000;
-        assert_eq!(step_cost_nano(&prices, &u), expected);
-    }
-}
-
 fn context_of(m: &Methodology, t: &TapRecord) -> Option<ContextCount> {
     let body: Value = serde_json::from_slice(&std::fs::read(t.body_file.as_ref()?).ok()?).ok()?;
     let c = super::context::count_request(
@@ -753,4 +724,33 @@ fn write_evidence(
     let signed = serde_json::to_string(&envelope).map_err(anyhow::Error::from)? + "\n";
     std::fs::write(&sig, signed).map_err(|e| anyhow::anyhow!("{}: {e}", sig.display()))?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_hour_writes_cost_the_one_hour_price() {
+        // Claude Sonnet 4.5 at list prices, per token in nano-USD: $3.75 a million for five-
+        // minute writes, $6 for one-hour ones, $3 input, $0.30 read, $15 output.
+        let prices = crate::config::Prices {
+            input: 3_000_000,
+            cache_write: 3_750_000,
+            cache_read: 300_000,
+            output: 15_000_000,
+            max_output: 64_000,
+            cache_write_1h: Some(6_000_000),
+            web_search_per_1k: None,
+        };
+        let u = StepUsage {
+            input_uncached: 10,
+            cache_write: 1_000,
+            cache_read: 2_000,
+            output: 5,
+            cache_write_1h: 600,
+        };
+        let expected = 10 * 3_000 + 400 * 3_750 + 600 * 6_000 + 2_000 * 300 + 5 * 15_000;
+        assert_eq!(step_cost_nano(&prices, &u), expected);
+    }
 }
