@@ -33,7 +33,7 @@ use crate::store::{
     LedgerTotals, RecordSource, ResponseBinding, SpendBasis, StoreError, UsageRow,
 };
 use tokensaver_core::gate::cache::{CacheEdits, PointMemory, SessionCache, CACHE_TTL_MS};
-use tokensaver_core::gate::schedule::Run;
+use tokensaver_core::gate::windows::Run;
 use tokensaver_core::gate::windows::{NOVELTY_WINDOW_MS, REPEAT_WINDOW_MS};
 use tokensaver_core::gate::{BudgetState, StepLimits, WindowCounts, WindowLengths};
 use tokensaver_core::request::{CachePoint, Hash, WireForm};

@@ -22,54 +22,9 @@
 //! give up (the tightest measured: 300 s). Everything here is a pure function of the run, the
 //! window's times and the clock.
 
-use serde::{Deserialize, Serialize};
-
 use super::rules::{STEP_PACE_ATTENDED, STEP_PACE_UNATTENDED};
-use super::windows::WindowCounts;
+use super::windows::{Run, WindowCounts};
 use super::StepLimits;
-
-/// A run of one step, as the key's state keeps it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Run {
-    /// Steps decided in it.
-    pub steps: u64,
-    /// When its first step was decided.
-    pub first_ms: u64,
-    /// When its latest step was decided.
-    pub last_ms: u64,
-}
-
-impl Run {
-    /// The run a step arriving at `arrival_ms` continues: the key's run of this step, unless
-    /// the session made another step since (`broken`) or the step comes after a silence of
-    /// `max_hold` or more. `None`: it starts a new run.
-    pub fn continued(
-        prev: Option<Run>,
-        broken: bool,
-        arrival_ms: u64,
-        limits: &StepLimits,
-    ) -> Option<Run> {
-        prev.filter(|r| {
-            r.steps > 0 && !broken && arrival_ms.saturating_sub(r.last_ms) < limits.max_hold_ms()
-        })
-    }
-
-    /// The run once this step is decided at `now_ms`.
-    pub fn after(continued: Option<Run>, now_ms: u64) -> Run {
-        match continued {
-            Some(r) => Run {
-                steps: r.steps.saturating_add(1),
-                first_ms: r.first_ms,
-                last_ms: now_ms.max(r.last_ms),
-            },
-            None => Run {
-                steps: 1,
-                first_ms: now_ms,
-                last_ms: now_ms,
-            },
-        }
-    }
-}
 
 /// How many identical steps the window admits.
 pub fn admits(human: bool) -> u64 {

@@ -9,7 +9,6 @@ use std::collections::{HashMap, VecDeque};
 use lru::LruCache;
 use serde::{Deserialize, Serialize};
 
-use super::schedule::Run;
 use super::StepLimits;
 use crate::request::Hash;
 
@@ -67,7 +66,7 @@ pub struct WindowCounts {
     /// Their times, newest first (0 past `step_paced`): when the window admits a step again.
     #[serde(default)]
     pub step_newest_ms: [u64; STEP_NEWEST],
-    /// The key's run of this step so far ([`super::schedule::Run`]): steps decided in it
+    /// The key's run of this step so far ([`Run`]): steps decided in it
     /// (0: none), when its first and latest were decided. Whether the request continues it is
     /// the schedule's to judge, from its arrival.
     #[serde(default)]
@@ -312,7 +311,7 @@ impl Windows {
     }
 
     /// Count a request in every window, whatever its verdict (a SERVE: [`Windows::record_serve`]),
-    /// and its step in its run ([`super::schedule::Run`]): `arrival` is when the request came
+    /// and its step in its run ([`Run`]): `arrival` is when the request came
     /// (before any hold), `session` the agent session it belongs to.
     #[allow(clippy::too_many_arguments)]
     pub fn record_session(
@@ -469,6 +468,49 @@ impl Windows {
                     + w.session_steps.len()
             })
             .sum()
+    }
+}
+
+/// A run of one step, as the key's state keeps it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Run {
+    /// Steps decided in it.
+    pub steps: u64,
+    /// When its first step was decided.
+    pub first_ms: u64,
+    /// When its latest step was decided.
+    pub last_ms: u64,
+}
+
+impl Run {
+    /// The run a step arriving at `arrival_ms` continues: the key's run of this step, unless
+    /// the session made another step since (`broken`) or the step comes after a silence of
+    /// `max_hold` or more. `None`: it starts a new run.
+    pub fn continued(
+        prev: Option<Run>,
+        broken: bool,
+        arrival_ms: u64,
+        limits: &StepLimits,
+    ) -> Option<Run> {
+        prev.filter(|r| {
+            r.steps > 0 && !broken && arrival_ms.saturating_sub(r.last_ms) < limits.max_hold_ms()
+        })
+    }
+
+    /// The run once this step is decided at `now_ms`.
+    pub fn after(continued: Option<Run>, now_ms: u64) -> Run {
+        match continued {
+            Some(r) => Run {
+                steps: r.steps.saturating_add(1),
+                first_ms: r.first_ms,
+                last_ms: now_ms.max(r.last_ms),
+            },
+            None => Run {
+                steps: 1,
+                first_ms: now_ms,
+                last_ms: now_ms,
+            },
+        }
     }
 }
 
