@@ -293,19 +293,20 @@ fn cost(config: &Config, model: Option<&str>, u: Option<&StepUsage>) -> Option<u
     Some(step_cost_nano(config.prices.get(model?)?, u?))
 }
 
-/// One answer's cost at `prices`, its one-hour cache writes at their own price.
+/// One answer's cost at `prices`, its one-hour cache writes at their own price (the ledger's
+/// own pricing, [`tokensaver_core::gate::Billed::cost_nano`]).
 fn step_cost_nano(prices: &crate::config::Prices, u: &StepUsage) -> u64 {
-    use tokensaver_core::gate::tokens_cost_nano as at;
-    let base = tokensaver_core::gate::Usage {
-        input: u.input_uncached,
-        cache_write: u.cache_write,
-        cache_read: u.cache_read,
-        output: u.output,
+    tokensaver_core::gate::Billed {
+        usage: tokensaver_core::gate::Usage {
+            input: u.input_uncached,
+            cache_write: u.cache_write,
+            cache_read: u.cache_read,
+            output: u.output,
+        },
+        cache_write_1h: u.cache_write_1h,
+        web_search_requests: 0,
     }
-    .cost_nano(prices);
-    let one_hour = u.cache_write_1h.min(u.cache_write);
-    base.saturating_add(at(one_hour, prices.cache_write_1h()))
-        .saturating_sub(at(one_hour, prices.cache_write))
+    .cost_nano(prices)
 }
 
 fn context_of(m: &Methodology, t: &TapRecord) -> Option<ContextCount> {
