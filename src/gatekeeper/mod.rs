@@ -363,7 +363,7 @@ impl State {
     }
 
     /// The key's forwarded calls with this route prefix in the `window_ms` before `now_ms`,
-    /// and how many sessions they came from, `session` counted.
+    /// and whether a session other than `session` made any of them.
     fn route_rate(
         &self,
         key_id: &str,
@@ -371,19 +371,16 @@ impl State {
         session: &Hash,
         now_ms: u64,
         window_ms: u64,
-    ) -> (u64, u64) {
+    ) -> (u64, bool) {
         let Some(times) = prefix.and_then(|p| self.route_times.get(key_id)?.get(p)) else {
-            return (0, 1);
+            return (0, false);
         };
-        let recent = times
+        times
             .iter()
-            .filter(|(t, _)| now_ms.saturating_sub(*t) < window_ms);
-        let sessions: std::collections::HashSet<&Hash> = recent
-            .clone()
-            .map(|(_, s)| s)
-            .chain(std::iter::once(session))
-            .collect();
-        (recent.count() as u64, sessions.len() as u64)
+            .filter(|(t, _)| now_ms.saturating_sub(*t) < window_ms)
+            .fold((0, false), |(n, shared), (_, s)| {
+                (n + 1, shared || s != session)
+            })
     }
 
     /// A forwarded call: its session's figures and its prefix's rate move.
@@ -878,7 +875,7 @@ impl Gatekeeper {
         let placeable = req.placeable_cache_points();
         let cache_memory = (!placeable.is_empty()).then(|| st.cache_recall(req.key, placeable));
         let session_cache = st.session_cache(&req.key.id, &req.shape.session);
-        let (prefix_rate, prefix_sessions) = st.route_rate(
+        let (prefix_rate, prefix_shared) = st.route_rate(
             &req.key.id,
             req.shape.route_prefix.as_ref(),
             &req.shape.session,
@@ -901,7 +898,7 @@ impl Gatekeeper {
             cache_memory: cache_memory.as_deref(),
             session_cache,
             prefix_rate,
-            prefix_sessions,
+            prefix_shared,
         };
         let mut decision = decide_seen(&policy, req, &seen, paced_ms, now_ms)?;
         decision.seq = seq;
@@ -1666,11 +1663,11 @@ struct StateSeen<'s> {
     /// The key's memory of the request's prompt prefixes, when the gate may place cache
     /// breakpoints for it (`None`: it may not).
     cache_memory: Option<&'s [PointMemory]>,
-    /// What the gate keeps of the request's session, its route prefix's rate and the
-    /// sessions that rate came from (the request's own counted).
+    /// What the gate keeps of the request's session, its route prefix's rate, and whether
+    /// another session made any of those calls.
     session_cache: SessionCache,
     prefix_rate: u64,
-    prefix_sessions: u64,
+    prefix_shared: bool,
 }
 
 /// The pure decision over what a home's state says of the request: one reading for the
@@ -1720,7 +1717,7 @@ fn decide_seen(
         session: seen.session_cache,
         lifetime_ms: policy.gate.windows.cache_secs.saturating_mul(1_000),
         prefix_rate: seen.prefix_rate,
-        prefix_sessions: seen.prefix_sessions,
+        prefix_shared: seen.prefix_shared,
         prices: policy.prices.get(served),
     };
     decision.place_cache_terms(req.shape, &terms);

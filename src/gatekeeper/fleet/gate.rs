@@ -582,7 +582,7 @@ impl Gatekeeper {
             cache_memory: (!seen.cache_memory.is_empty()).then_some(&seen.cache_memory[..]),
             session_cache: seen.session_cache,
             prefix_rate: seen.prefix_rate,
-            prefix_sessions: seen.prefix_sessions,
+            prefix_shared: seen.prefix_shared,
         };
         let policy = self.policy.load();
         let mut decision = decide_seen(&policy, req, &state, paced_ms, seen.now_ms)?;

@@ -184,11 +184,11 @@ pub struct Observed {
     /// What the fleet remembers of each of the scope's cache points, in their order (empty
     /// when the scope names none).
     pub cache_memory: Vec<PointMemory>,
-    /// What the fleet keeps of the request's session, its route prefix's rate and the sessions
-    /// it came from (the request's own counted).
+    /// What the fleet keeps of the request's session, its route prefix's rate, and whether
+    /// another session made any of those calls.
     pub session_cache: SessionCache,
     pub prefix_rate: u64,
-    pub prefix_sessions: u64,
+    pub prefix_shared: bool,
 }
 
 /// A pending hold's opening, as the admission that opened it stored it.
@@ -465,7 +465,7 @@ impl Fleet {
             None => None,
         };
         let cache_memory = cache_memory(&tx, key_id, request.cache_points).await?;
-        let (session_cache, prefix_rate, prefix_sessions) = cache_terms_from(&found);
+        let (session_cache, prefix_rate, prefix_shared) = cache_terms_from(&found);
         let (out, booking) = decide(Observed {
             now_ms,
             seq,
@@ -478,7 +478,7 @@ impl Fleet {
             cache_memory,
             session_cache,
             prefix_rate,
-            prefix_sessions,
+            prefix_shared,
         });
         let Some(booking) = booking else {
             // A re-send of a pending hold: nothing is booked (the clock's move is harmless).
@@ -1360,7 +1360,7 @@ impl Fleet {
             cache_memory: cache_memory(&client, request.key_id, request.cache_points).await?,
             session_cache: cache_terms_from(&found).0,
             prefix_rate: cache_terms_from(&found).1,
-            prefix_sessions: cache_terms_from(&found).2,
+            prefix_shared: cache_terms_from(&found).2,
         })
     }
 
@@ -1602,9 +1602,8 @@ fn pacing_columns(steps: &StepLimits, w: &WindowLengths) -> String {
         (SELECT count(*) FROM (SELECT 1 FROM fleet_route_times WHERE key_id = $1 \
             AND prefix = $10::text AND at_ms > $5::bigint - {route_ms} LIMIT 1024) s)::bigint \
             AS prefix_rate, \
-        (SELECT count(DISTINCT session) FROM (SELECT session FROM fleet_route_times \
-            WHERE key_id = $1 AND prefix = $10::text AND at_ms > $5::bigint - {route_ms} \
-            AND session <> $9::text LIMIT 1024) s)::bigint + 1 AS prefix_sessions"
+        EXISTS (SELECT 1 FROM fleet_route_times WHERE key_id = $1 AND prefix = $10::text \
+            AND at_ms > $5::bigint - {route_ms} AND session <> $9::text) AS prefix_shared"
     )
 }
 
@@ -1740,8 +1739,9 @@ fn shared_limit(row: &tokio_postgres::Row, at: usize) -> Option<KeyLimit> {
     })
 }
 
-/// The session's cache figures, the prefix's rate and its sessions ([`pacing_columns`]).
-fn cache_terms_from(row: &tokio_postgres::Row) -> (SessionCache, u64, u64) {
+/// The session's cache figures, the prefix's rate and whether another session shares it
+/// ([`pacing_columns`]).
+fn cache_terms_from(row: &tokio_postgres::Row) -> (SessionCache, u64, bool) {
     let n = |name: &str| row.get::<_, Option<i64>>(name).map_or(0, un);
     let session = SessionCache {
         last_ms: row.get::<_, Option<i64>>("sc_last").map(un),
@@ -1750,7 +1750,7 @@ fn cache_terms_from(row: &tokio_postgres::Row) -> (SessionCache, u64, u64) {
         prompt_tokens: n("sc_prompt"),
         grown_tokens: n("sc_written"),
     };
-    (session, n("prefix_rate"), n("prefix_sessions"))
+    (session, n("prefix_rate"), row.get("prefix_shared"))
 }
 
 /// [`counts_from`] with the schedule's columns ([`pacing_columns`]).

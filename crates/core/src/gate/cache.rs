@@ -193,9 +193,10 @@ pub const ROUTE_WINDOW_MS: u64 = 60_000;
 /// each session a route of its own (a bucket drawn from the session's hash, never 0), so that
 /// its history stays on the one machine that cached it whatever the rate does next (a shared
 /// bucket overflows past the provider's rate and a session moved between buckets misses its own
-/// cache). Returns `(bucket, spread)`.
-pub fn routing_bucket(requests_last_minute: u64, sessions: u64, session: &Hash) -> (u32, bool) {
-    let spread = requests_last_minute.saturating_add(1) > ROUTE_TARGET_PER_MINUTE && sessions > 1;
+/// cache). `shared`: another session sent the prefix in that minute. Returns
+/// `(bucket, spread)`.
+pub fn routing_bucket(requests_last_minute: u64, shared: bool, session: &Hash) -> (u32, bool) {
+    let spread = requests_last_minute.saturating_add(1) > ROUTE_TARGET_PER_MINUTE && shared;
     if !spread {
         return (0, false);
     }
@@ -380,12 +381,12 @@ mod tests {
         // Below the target rate: one bucket, every session on it.
         assert!(sessions
             .iter()
-            .all(|s| routing_bucket(11, 200, s) == (0, false)));
+            .all(|s| routing_bucket(11, true, s) == (0, false)));
         // Above it: each session its own bucket, the same at any rate above.
         let at = |rate| -> Vec<u32> {
             sessions
                 .iter()
-                .map(|s| routing_bucket(rate, 200, s).0)
+                .map(|s| routing_bucket(rate, true, s).0)
                 .collect()
         };
         let (low, high) = (at(12), at(600));
@@ -396,8 +397,7 @@ mod tests {
         // A lone session keeps the shared bucket at any rate.
         assert!(sessions
             .iter()
-            .all(|s| routing_bucket(600, 1, s) == (0, false)));
-        assert_eq!(routing_bucket(600, 0, &sessions[0]), (0, false));
+            .all(|s| routing_bucket(600, false, s) == (0, false)));
         // The keys differ by bucket and by prefix.
         let (p, q) = (Hash([1; 32]), Hash([2; 32]));
         assert_ne!(routing_key(&p, 0), routing_key(&p, 1));

@@ -150,9 +150,9 @@ pub struct CacheTerms<'p> {
     /// The cache lifetime pauses are judged by (`[gate.windows] cache_secs`).
     pub lifetime_ms: u64,
     /// Requests the key sent with this route prefix in the last minute
-    /// (`[gate.windows] route_secs`), and the sessions they came from (this one counted).
+    /// (`[gate.windows] route_secs`), and whether another session sent any of them.
     pub prefix_rate: u64,
-    pub prefix_sessions: u64,
+    pub prefix_shared: bool,
     pub prices: Option<&'p Prices>,
 }
 
@@ -321,7 +321,7 @@ impl Decision {
         if let Some(prefix) = shape.route_prefix.as_ref().filter(|_| routing) {
             let (bucket, spread) = super::cache::routing_bucket(
                 terms.prefix_rate,
-                terms.prefix_sessions,
+                terms.prefix_shared,
                 &shape.session,
             );
             self.cache_routing_key = Some(super::cache::routing_key(prefix, bucket));
