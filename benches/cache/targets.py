@@ -19,6 +19,7 @@ build or a person), so the next call comes after the provider's cache lifetime.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import re
@@ -275,42 +276,59 @@ def c_model(c: dict) -> str:
     return c["model"]
 
 
-def pair(client: str, task: str, scale: int, root: Path, timeout: float) -> dict:
-    """Both arms at once, each against its own provider."""
+@contextlib.contextmanager
+def arms(root: Path, tag: str, scale: int):
+    """A provider for each arm and the gate in front of the second: (direct, gated, gate)."""
     tasks = root / "tasks"
-    out: dict = {}
-    tag = f"{client}-{task}"
     direct = Provider(root, f"{tag}-direct", scale, tasks)
     gated = Provider(root, f"{tag}-gated", scale, tasks)
     gate = Gate(root / f"{tag}-gate", gated.url, scale)
     try:
-        def arm(name, base, key):
-            d = root / f"{tag}-{name}"
-            d.mkdir(parents=True, exist_ok=True)
-            out[name + "_run"] = run_arm(client, base, key, d, task, timeout)
-
-        threads = [threading.Thread(target=arm, args=("direct", direct.url, CREDENTIAL)),
-                   threading.Thread(target=arm, args=("gate", gate.url, gate.key))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        time.sleep(0.5)
-        lifetime = 300_000 // scale
-        res = {"direct": summary(direct.calls(), lifetime), "gate": summary(gated.calls(), lifetime)}
-        for name in ("direct", "gate"):
-            r = out[name + "_run"]
-            res[name]["exit_code"] = r.code
-            res[name]["seconds"] = round(r.seconds, 1)
-            if r.code != 0:
-                res[name]["output_tail"] = r.output[-400:]
-        d, g = res["direct"]["cost_nano"], res["gate"]["cost_nano"]
-        res["saved"] = 1 - g / d if d else None
-        return res
+        yield direct, gated, gate
     finally:
         gate.stop()
         direct.stop()
         gated.stop()
+
+
+def at_once(jobs: list) -> None:
+    """Run the callables at once, each in a thread, and wait for all."""
+    threads = [threading.Thread(target=j) for j in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def compare(direct: Provider, gated: Provider, scale: int) -> dict:
+    """Both arms' calls as the providers billed them, and what the gate saved."""
+    time.sleep(0.5)  # let a streamed answer's record land
+    lifetime = 300_000 // scale
+    res = {"direct": summary(direct.calls(), lifetime), "gate": summary(gated.calls(), lifetime)}
+    d, g = res["direct"]["cost_nano"], res["gate"]["cost_nano"]
+    res["saved"] = 1 - g / d if d else None
+    return res
+
+
+def pair(client: str, task: str, scale: int, root: Path, timeout: float) -> dict:
+    """Both arms at once, each against its own provider."""
+    tag = f"{client}-{task}"
+    runs: dict = {}
+    with arms(root, tag, scale) as (direct, gated, gate):
+        def arm(name, base, key):
+            d = root / f"{tag}-{name}"
+            d.mkdir(parents=True, exist_ok=True)
+            runs[name] = run_arm(client, base, key, d, task, timeout)
+
+        at_once([lambda: arm("direct", direct.url, CREDENTIAL),
+                 lambda: arm("gate", gate.url, gate.key)])
+        res = compare(direct, gated, scale)
+    for name, r in runs.items():
+        res[name]["exit_code"] = r.code
+        res[name]["seconds"] = round(r.seconds, 1)
+        if r.code != 0:
+            res[name]["output_tail"] = r.output[-400:]
+    return res
 
 
 def sdk_sessions(scale: int, root: Path, concurrent: int, timeout: float) -> dict:
@@ -321,17 +339,13 @@ def sdk_sessions(scale: int, root: Path, concurrent: int, timeout: float) -> dic
     system.write_text("".join(
         f"Rule {i}: before each command, state the file you expect it to touch; prefer "
         f"read-only commands; never print secrets; keep answers under five lines. " for i in range(110)))
-    res: dict = {}
-    tasks = root / "tasks"
     # Each session its own project: eight agents on one key, none repeating another's step
     # (the same command with the same output would be a repeated step of the key).
     for i in range(concurrent):
         workspace(root / f"sdk-ws-{i}", f"project{i}")
+    res: dict = {}
     for arm_name, n in (("concurrent", concurrent), ("lone", 1)):
-        direct = Provider(root, f"sdk-{arm_name}-direct", scale, tasks)
-        gated = Provider(root, f"sdk-{arm_name}-gated", scale, tasks)
-        gate = Gate(root / f"sdk-{arm_name}-gate", gated.url, scale)
-        try:
+        with arms(root, f"sdk-{arm_name}", scale) as (direct, gated, gate):
             runs: list = []
 
             def one(base, key, i):
@@ -342,25 +356,12 @@ def sdk_sessions(scale: int, root: Path, concurrent: int, timeout: float) -> dic
                                         timeout=timeout))
 
             for base, key in ((direct.url, CREDENTIAL), (gate.url, gate.key)):
-                threads = [threading.Thread(target=one, args=(base, key, i)) for i in range(n)]
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join()
-            time.sleep(0.5)
-            lifetime = 300_000 // scale
-            entry = {"direct": summary(direct.calls(), lifetime),
-                     "gate": summary(gated.calls(), lifetime),
-                     "failed_runs": [r.output[-300:] for r in runs if r.code != 0]}
-            d, g = entry["direct"]["cost_nano"], entry["gate"]["cost_nano"]
-            entry["saved"] = 1 - g / d if d else None
-            ds, gs = entry["direct"]["cache_read_share"], entry["gate"]["cache_read_share"]
-            entry["cached_share_ratio"] = gs / ds if ds else (math.inf if gs else None)
-            res[arm_name] = entry
-        finally:
-            gate.stop()
-            direct.stop()
-            gated.stop()
+                at_once([lambda i=i, b=base, k=key: one(b, k, i) for i in range(n)])
+            entry = compare(direct, gated, scale)
+        entry["failed_runs"] = [r.output[-300:] for r in runs if r.code != 0]
+        ds, gs = entry["direct"]["cache_read_share"], entry["gate"]["cache_read_share"]
+        entry["cached_share_ratio"] = gs / ds if ds else (math.inf if gs else None)
+        res[arm_name] = entry
     return res
 
 
