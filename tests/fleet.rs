@@ -442,7 +442,7 @@ fn budget_race_across_three_instances_admits_exactly_the_ceiling() {
         );
         assert_eq!(
             ledger_all, REQUESTS as i64,
-            "rep {rep}: every decision in the ledger"
+            "rep {rep}: every decision in the ledger: {statuses:?}"
         );
         assert!(samples > 10, "rep {rep}: sampled");
         assert!(

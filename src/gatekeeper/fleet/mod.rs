@@ -20,10 +20,12 @@ mod gate;
 pub use crate::gatekeeper::booking::{Booking, NewHold, NewReservation};
 pub use gate::Shared;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{IsolationLevel, NoTls};
 
 use crate::config::{BudgetPeriod, FleetConfig};
@@ -313,6 +315,63 @@ pub struct Fleet {
     reservation_ttl_ms: u64,
     hold_ttl_ms: u64,
     answer_store_bytes: u64,
+    queues: KeyQueues,
+}
+
+/// How long an admission may wait for its key's earlier admissions in this process.
+const KEY_QUEUE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Admissions of one key wait their turn here, in this process, before they take a pool
+/// connection and the key's row lock. A burst on one key then holds one connection per
+/// instance instead of the whole pool (other keys keep being admitted), and the database's
+/// timeout measures the database rather than the queue in front of it. FIFO: tokio's mutex
+/// is fair.
+#[derive(Default)]
+struct KeyQueues(std::sync::Mutex<HashMap<String, Queue>>);
+
+type Queue = Arc<tokio::sync::Mutex<()>>;
+
+/// One admission's turn on its key; the key's queue is dropped with its last waiter.
+struct KeyTurn<'a> {
+    queues: &'a KeyQueues,
+    key_id: &'a str,
+    queue: Queue,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl KeyQueues {
+    fn queues(&self) -> std::sync::MutexGuard<'_, HashMap<String, Queue>> {
+        // Nothing panics while holding it; a poisoned map is still a valid map.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn turn<'a>(&'a self, key_id: &'a str) -> Result<KeyTurn<'a>, FleetError> {
+        let queue = self.queues().entry(key_id.to_string()).or_default().clone();
+        let mut turn = KeyTurn {
+            queues: self,
+            key_id,
+            queue: queue.clone(),
+            guard: None,
+        };
+        // A turn not granted in time is dropped (and leaves the queue) like a granted one.
+        let guard = tokio::time::timeout(KEY_QUEUE_TIMEOUT, queue.lock_owned())
+            .await
+            .map_err(|_| FleetError::Unavailable)?;
+        turn.guard = Some(guard);
+        Ok(turn)
+    }
+}
+
+impl Drop for KeyTurn<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        let mut queues = self.queues.queues();
+        // The map's handle and this one: nobody else waits (clones are made under the map's
+        // lock, which is held here).
+        if Arc::strong_count(&self.queue) == 2 {
+            queues.remove(self.key_id);
+        }
+    }
 }
 
 fn db(n: u64) -> i64 {
@@ -358,6 +417,7 @@ impl Fleet {
             reservation_ttl_ms: limits.reservation_ttl_ms,
             hold_ttl_ms: limits.hold_ttl_ms,
             answer_store_bytes: limits.answer_store_bytes,
+            queues: KeyQueues::default(),
         })
     }
 
@@ -380,6 +440,7 @@ impl Fleet {
         request: AdmitScope<'_>,
         decide: impl FnOnce(Observed) -> (T, Option<Booking>),
     ) -> Result<T, FleetError> {
+        let _turn = self.queues.turn(request.key_id).await?;
         within(CALL_TIMEOUT, self.admit_inner(request, decide)).await
     }
 
@@ -519,72 +580,85 @@ impl Fleet {
             )
             .await?;
         }
-        if booking.row.verdict != tokensaver_core::gate::Verdict::Serve {
+        // The writes below are independent of each other. Sent together they pipeline on
+        // the connection: one round trip while the key's lock is held instead of one each,
+        // which is what a burst on one key queues behind.
+        let paced = booking.row.verdict != tokensaver_core::gate::Verdict::Serve;
+        let step_writes = async {
+            if !paced {
+                return Ok::<_, FleetError>(());
+            }
             // The step's run and the session's latest step, as the in-memory windows keep
             // them (`Windows::record_session`): judged from the request's arrival.
             let arrival = now_ms.saturating_sub(booking.row.paced_ms);
             let continued = Run::continued(counts.run(), counts.run_broken, arrival, &self.steps);
             let run = Run::after(continued, now_ms);
-            tx.execute(
-                "INSERT INTO fleet_step_runs (key_id, step, steps, first_ms, last_ms) \
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (key_id, step) DO UPDATE SET \
-                 steps = EXCLUDED.steps, first_ms = EXCLUDED.first_ms, last_ms = EXCLUDED.last_ms",
-                &[
-                    &key_id,
-                    step,
-                    &db(run.steps),
-                    &db(run.first_ms),
-                    &db(run.last_ms),
-                ],
-            )
-            .await?;
-            tx.execute(
-                "INSERT INTO fleet_session_steps (key_id, session, step, at_ms) \
-                 VALUES ($1, $2, $3, $4) ON CONFLICT (key_id, session) DO UPDATE SET \
-                 step = EXCLUDED.step, at_ms = EXCLUDED.at_ms",
-                &[&key_id, request.session, step, &now],
-            )
-            .await?;
-        }
-        if booking.sent_prefixes {
+            let (steps, first, last) = (db(run.steps), db(run.first_ms), db(run.last_ms));
+            let (run_stmt, session_stmt) = tokio::try_join!(
+                tx.prepare_cached(UPSERT_STEP_RUN),
+                tx.prepare_cached(UPSERT_SESSION_STEP)
+            )?;
+            let run_params: [&(dyn ToSql + Sync); 5] = [&key_id, step, &steps, &first, &last];
+            let session_params: [&(dyn ToSql + Sync); 4] = [&key_id, request.session, step, &now];
+            tokio::try_join!(
+                tx.execute(&run_stmt, &run_params),
+                tx.execute(&session_stmt, &session_params),
+            )?;
+            Ok(())
+        };
+        let cache_writes = async {
+            if !booking.sent_prefixes {
+                return Ok::<_, FleetError>(());
+            }
             // The session's figures and the prefix's rate, as one node keeps them
             // (`SessionCache::forwarded`).
             let next = session_cache
                 .forwarded(now_ms, booking.row.cache_edits.has(CacheEdits::AFTER_PAUSE));
-            tx.execute(
-                "INSERT INTO fleet_session_cache (key_id, session, last_ms, calls, pauses, \
-                 prompt_tokens, grown_tokens) VALUES ($1, $2, $3, $4, $5, $6, $7) \
-                 ON CONFLICT (key_id, session) DO UPDATE SET last_ms = EXCLUDED.last_ms, \
-                 calls = EXCLUDED.calls, pauses = EXCLUDED.pauses",
-                &[
-                    &key_id,
-                    request.session,
-                    &next.last_ms.map(db),
-                    &db(next.calls),
-                    &db(next.pauses),
-                    &db(next.prompt_tokens),
-                    &db(next.grown_tokens),
-                ],
-            )
-            .await?;
-            if let Some(prefix) = request.route_prefix {
-                tx.execute(
-                    "INSERT INTO fleet_route_times (key_id, prefix, at_ms, session) \
-                     VALUES ($1, $2, $3, $4)",
-                    &[&key_id, prefix, &now, request.session],
-                )
-                .await?;
-            }
-        }
-        if !request.cache_points.is_empty() && booking.sent_prefixes {
-            remember_cache_points(&tx, key_id, request.cache_points, &booking, now).await?;
-        }
+            let figures = [
+                next.last_ms.map(db),
+                Some(db(next.calls)),
+                Some(db(next.pauses)),
+                Some(db(next.prompt_tokens)),
+                Some(db(next.grown_tokens)),
+            ];
+            let session_stmt = tx.prepare_cached(UPSERT_SESSION_CACHE).await?;
+            let session_params: [&(dyn ToSql + Sync); 7] = [
+                &key_id,
+                request.session,
+                &figures[0],
+                &figures[1],
+                &figures[2],
+                &figures[3],
+                &figures[4],
+            ];
+            let session_write = tx.execute(&session_stmt, &session_params);
+            let route_write = async {
+                if let Some(prefix) = request.route_prefix {
+                    let stmt = tx.prepare_cached(INSERT_ROUTE_TIME).await?;
+                    tx.execute(&stmt, &[&key_id, prefix, &now, request.session])
+                        .await?;
+                }
+                Ok::<_, FleetError>(())
+            };
+            let points_write = async {
+                if !request.cache_points.is_empty() {
+                    remember_cache_points(&tx, key_id, request.cache_points, &booking, now).await?;
+                }
+                Ok::<_, FleetError>(())
+            };
+            tokio::try_join!(
+                async { session_write.await.map_err(FleetError::from) },
+                route_write,
+                points_write
+            )?;
+            Ok(())
+        };
         let row = &booking.row;
         let row_json = serde_json::to_string(row).map_err(|_| FleetError::Unavailable)?;
         let decided_at = db(row.decided_at_ms);
         let verdict = row.verdict.as_str();
         let reserved_nano = db(row.reserved_nano);
-        let decision: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
+        let decision: [&(dyn ToSql + Sync); 10] = [
             &row.decision_id,
             &key_id,
             &decided_at,
@@ -596,43 +670,49 @@ impl Fleet {
             &reserved_nano,
             &row_json,
         ];
-        match &booking.reservation {
-            None => {
-                let insert = tx.prepare_cached(INSERT_DECISION).await?;
-                tx.execute(&insert, &decision).await?;
-            }
-            Some(r) => {
-                let reserve = tx.prepare_cached(DECIDE_AND_RESERVE).await?;
-                let ceiling = limit
-                    .ceiling_nano
-                    .filter(|_| !r.approved_past_budget)
-                    .map(db);
-                let expires = db(now_ms.saturating_add(self.reservation_ttl_ms));
-                let (nano, wire) = (db(r.nano), r.wire.as_str());
-                let output_ceiling = r.output_ceiling.map(db);
-                let (input_tokens, recorded_by) = (db(r.input_tokens), r.recorded_by.as_str());
-                let cache_edits = i16::from(r.cache_edits.0);
-                let mut params = decision.to_vec();
-                params.extend_from_slice(&[
-                    &nano,
-                    &expires,
-                    &r.served_model,
-                    &wire,
-                    &output_ceiling,
-                    &r.fingerprint,
-                    &r.reusable,
-                    &ceiling,
-                    &since,
-                    &recorded_by,
-                    &input_tokens,
-                    &cache_edits,
-                    &r.session,
-                ]);
-                if tx.execute(&reserve, &params).await? != 1 {
-                    tx.rollback().await?;
-                    return Err(FleetError::Overshoot);
+        // Whether the decision (and its reservation, if any) was written.
+        let decision_write = async {
+            match &booking.reservation {
+                None => {
+                    let insert = tx.prepare_cached(INSERT_DECISION).await?;
+                    tx.execute(&insert, &decision).await?;
+                    Ok::<_, FleetError>(true)
+                }
+                Some(r) => {
+                    let reserve = tx.prepare_cached(DECIDE_AND_RESERVE).await?;
+                    let ceiling = limit
+                        .ceiling_nano
+                        .filter(|_| !r.approved_past_budget)
+                        .map(db);
+                    let expires = db(now_ms.saturating_add(self.reservation_ttl_ms));
+                    let (nano, wire) = (db(r.nano), r.wire.as_str());
+                    let output_ceiling = r.output_ceiling.map(db);
+                    let (input_tokens, recorded_by) = (db(r.input_tokens), r.recorded_by.as_str());
+                    let cache_edits = i16::from(r.cache_edits.0);
+                    let mut params = decision.to_vec();
+                    params.extend_from_slice(&[
+                        &nano,
+                        &expires,
+                        &r.served_model,
+                        &wire,
+                        &output_ceiling,
+                        &r.fingerprint,
+                        &r.reusable,
+                        &ceiling,
+                        &since,
+                        &recorded_by,
+                        &input_tokens,
+                        &cache_edits,
+                        &r.session,
+                    ]);
+                    Ok(tx.execute(&reserve, &params).await? == 1)
                 }
             }
+        };
+        let ((), (), written) = tokio::try_join!(step_writes, cache_writes, decision_write)?;
+        if !written {
+            tx.rollback().await?;
+            return Err(FleetError::Overshoot);
         }
         tx.commit().await?;
         Ok(out)
@@ -1631,6 +1711,22 @@ impl WindowStatements {
     }
 }
 
+const UPSERT_STEP_RUN: &str = "INSERT INTO fleet_step_runs (key_id, step, steps, first_ms, \
+    last_ms) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (key_id, step) DO UPDATE SET \
+    steps = EXCLUDED.steps, first_ms = EXCLUDED.first_ms, last_ms = EXCLUDED.last_ms";
+
+const UPSERT_SESSION_STEP: &str = "INSERT INTO fleet_session_steps (key_id, session, step, at_ms) \
+    VALUES ($1, $2, $3, $4) ON CONFLICT (key_id, session) DO UPDATE SET \
+    step = EXCLUDED.step, at_ms = EXCLUDED.at_ms";
+
+const UPSERT_SESSION_CACHE: &str = "INSERT INTO fleet_session_cache (key_id, session, last_ms, \
+    calls, pauses, prompt_tokens, grown_tokens) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+    ON CONFLICT (key_id, session) DO UPDATE SET last_ms = EXCLUDED.last_ms, \
+    calls = EXCLUDED.calls, pauses = EXCLUDED.pauses";
+
+const INSERT_ROUTE_TIME: &str =
+    "INSERT INTO fleet_route_times (key_id, prefix, at_ms, session) VALUES ($1, $2, $3, $4)";
+
 const INSERT_DECISION: &str = "INSERT INTO fleet_decisions (decision_id, key_id, decided_at_ms, \
     fingerprint, step_fingerprint, model, verdict, reason, reserved_nano, row_json) \
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
@@ -1866,14 +1962,14 @@ async fn cache_memory(
         return Ok(Vec::new());
     }
     let prefixes: Vec<String> = points.iter().map(|p| p.prefix.to_hex()).collect();
-    let rows = client
-        .query(
+    let read = client
+        .prepare_cached(
             "SELECT prefix, seen_ms, placed_ms FROM fleet_cache_points \
              WHERE key_id = $1::text AND prefix = ANY($2::text[])",
-            &[&key_id, &prefixes],
         )
         .await?;
-    let mut by_prefix = std::collections::HashMap::with_capacity(rows.len());
+    let rows = client.query(&read, &[&key_id, &prefixes]).await?;
+    let mut by_prefix = HashMap::with_capacity(rows.len());
     for row in &rows {
         let memory = PointMemory {
             seen_ms: Some(un(row.get::<_, i64>("seen_ms"))),
@@ -1913,4 +2009,45 @@ async fn remember_cache_points(
     tx.execute(&upsert, &[&key_id, &now, &prefixes, &placed])
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_key_admits_one_at_a_time_and_its_queue_goes_with_its_last_turn() {
+        let queues = Arc::new(KeyQueues::default());
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let first = queues.turn("k").await.unwrap();
+        let waiters: Vec<_> = (0..3)
+            .map(|i| {
+                let (queues, order) = (queues.clone(), order.clone());
+                tokio::spawn(async move {
+                    let _turn = queues.turn("k").await.unwrap();
+                    order.lock().unwrap().push(i);
+                    tokio::task::yield_now().await;
+                    order.lock().unwrap().push(i);
+                })
+            })
+            .collect();
+        // Another key is not held up by this one's queue.
+        drop(queues.turn("other").await.unwrap());
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            order.lock().unwrap().is_empty(),
+            "nobody runs before the first turn ends"
+        );
+        drop(first);
+        for w in waiters {
+            w.await.unwrap();
+        }
+        let order = order.lock().unwrap().clone();
+        // Each turn's two marks are adjacent: the turns never overlapped.
+        assert_eq!(order.len(), 6);
+        assert!(order.chunks(2).all(|pair| pair[0] == pair[1]), "{order:?}");
+        assert!(queues.queues().is_empty(), "queues outlived their turns");
+    }
 }
