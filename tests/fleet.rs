@@ -1633,3 +1633,77 @@ fn stats_on_any_instance_count_the_whole_fleet() {
         "{after}"
     );
 }
+
+/// The ledger page reads through the gate's home: on a fleet, an instance that made none of a
+/// key's decisions lists them all (the key's view), and its admin page approves a hold the
+/// fleet keeps, which another instance then releases once.
+#[test]
+#[ignore = "needs PostgreSQL: scripts/ci-fleet.sh starts one and runs these"]
+fn the_page_on_any_instance_reads_the_fleet_and_decides_its_holds() {
+    use support::page::{csrf_of, get, origin, post_form, sign_in};
+    let url = pg_url();
+    let key = FleetKey::new(format!("page{}", run_tag()));
+    let fleet = three(&url, &key.toml(None), 3_000);
+    let bearer = key.bearer();
+    let body = agent_body("page");
+    let held = fleet[1].post(CHAT, &bearer, &body, &[]);
+    assert_eq!(held.status, 409, "{}", held.text());
+    let hold = held.header("x-tokensaver-hold").unwrap().to_string();
+    for i in 0..2 {
+        let ask = chat(
+            "gpt-4o",
+            &format!("page request {i}"),
+            json!({"max_tokens": 20}),
+        );
+        let r = fleet[0].post(CHAT, &bearer, &ask, &[]);
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+
+    // The key's view on the third instance: the fleet's three decisions and the open hold.
+    let api = origin(&fleet[2].api_url(""));
+    let key_cookie = sign_in(&api, &bearer);
+    let page = get(&format!("{api}/page/"), Some(&key_cookie));
+    assert_eq!(page.status, 200);
+    let page = page.text();
+    let rows = |verdict: &str| {
+        page.matches(&format!(r#"<tr class="decision" data-verdict="{verdict}""#))
+            .count()
+    };
+    let forwarded = rows("ALLOW") + rows("DOWNGRADE");
+    assert_eq!(
+        (forwarded, rows("CHALLENGE")),
+        (2, 1),
+        "decisions listed: {page}"
+    );
+    // The plot and the ledger's figures count them too.
+    assert!(
+        page.contains(r#"data-verdict="CHALLENGE" data-reason="score_challenge" data-count="1""#)
+    );
+    assert!(page.contains(r#"data-figure="requests" data-value="3""#));
+    assert!(page.contains(&hold), "the fleet's hold is listed");
+
+    // The admin approves it from the third instance's page; the retry through the first
+    // instance passes, once.
+    let admin = origin(&fleet[2].admin_url(""));
+    let admin_cookie = sign_in(&admin, ADMIN_KEY);
+    let csrf = csrf_of(&get(&format!("{admin}/page/"), Some(&admin_cookie)).text());
+    let approved = post_form(
+        &format!("{admin}/page/holds/{hold}/approve"),
+        Some(&admin_cookie),
+        Some(&admin),
+        &[("csrf", &csrf), ("attend_minutes", "")],
+    );
+    assert_eq!(
+        approved.header("location"),
+        Some("/page/?done=approved"),
+        "{}",
+        approved.text()
+    );
+    let retry = fleet[0].post(CHAT, &bearer, &body, &[]);
+    assert_eq!(retry.status, 200, "{}", retry.text());
+    assert_eq!(
+        fleet[0].post(CHAT, &bearer, &body, &[]).status,
+        409,
+        "once only"
+    );
+}

@@ -239,19 +239,10 @@ impl Api {
         }
     }
 
-    /// The ledger page reads the ledger (SQLite) and may summarise the economics evidence
-    /// (files, 10 000 bootstrap resamples): the blocking pool's work, not a worker's.
+    /// The ledger page reads through the gate's home (SQLite on the blocking pool, or the
+    /// fleet's database) and summarises the economics evidence on the blocking pool.
     async fn page(&self, listener: Listener, req: &ApiRequest) -> ApiResponse {
-        let (page, gatekeeper, req) = (
-            Arc::clone(&self.page),
-            Arc::clone(&self.gatekeeper),
-            req.clone(),
-        );
-        tokio::task::spawn_blocking(move || page.handle(listener, &gatekeeper, &req))
-            .await
-            .unwrap_or_else(|_| {
-                ApiResponse::error(503, "storage_unavailable", "the ledger is unavailable")
-            })
+        self.page.handle(listener, &self.gatekeeper, req).await
     }
 
     fn caller<'a>(

@@ -19,8 +19,10 @@ use crate::config::BudgetPeriod;
 use crate::receipt::DecisionId;
 use crate::store::answers::{AnswerKey, StoredAnswer};
 use crate::store::{
-    DecisionPage, DecisionQuery, LedgerDay, LedgerTotals, ResponseBinding, StoreError, UsageRow,
+    DecisionListing, DecisionPage, DecisionQuery, LedgerDay, LedgerTotals, ResponseBinding,
+    StoreError, UsageRow, VerdictCount,
 };
+use tokensaver_core::gate::Verdict;
 
 /// The gate's state could not be read or written (a fleet's database did not answer): the
 /// caller fails closed — a 503 with `Retry-After`, nothing forwarded.
@@ -141,6 +143,23 @@ pub(super) trait Backing {
         gk: &Gatekeeper,
         query: &DecisionQuery,
     ) -> Result<DecisionPage, StoreError>;
+    /// The newest decisions (newest first) with what each settled, of a key or every key
+    /// (`None`), of one verdict or all.
+    async fn latest_decisions(
+        &self,
+        gk: &Gatekeeper,
+        key_id: Option<&str>,
+        verdict: Option<Verdict>,
+        limit: usize,
+    ) -> Result<Vec<DecisionListing>, StoreError>;
+    /// Decisions since `since_ms` per `bucket_ms`-wide bucket, verdict and rule.
+    async fn verdicts_over_time(
+        &self,
+        gk: &Gatekeeper,
+        key_id: Option<&str>,
+        since_ms: u64,
+        bucket_ms: u64,
+    ) -> Result<Vec<VerdictCount>, StoreError>;
     /// Bind a created response id to its key (committed before the id reaches the client).
     async fn bind_response(
         &self,
@@ -269,6 +288,26 @@ impl Gatekeeper {
 
     pub async fn decision_page(&self, query: &DecisionQuery) -> Result<DecisionPage, StoreError> {
         on_home!(self, home => home.decisions(self, query).await)
+    }
+
+    /// The ledger page's latest decisions (newest first).
+    pub async fn latest_decisions(
+        &self,
+        key_id: Option<&str>,
+        verdict: Option<Verdict>,
+        limit: usize,
+    ) -> Result<Vec<DecisionListing>, StoreError> {
+        on_home!(self, home => home.latest_decisions(self, key_id, verdict, limit).await)
+    }
+
+    /// The ledger page's plot: decisions since `since_ms` per bucket, verdict and rule.
+    pub async fn verdicts_over_time(
+        &self,
+        key_id: Option<&str>,
+        since_ms: u64,
+        bucket_ms: u64,
+    ) -> Result<Vec<VerdictCount>, StoreError> {
+        on_home!(self, home => home.verdicts_over_time(self, key_id, since_ms, bucket_ms).await)
     }
 
     pub async fn bind_response(&self, binding: ResponseBinding) -> Result<(), Unavailable> {

@@ -13,9 +13,10 @@ use crate::config::BudgetPeriod;
 use crate::receipt::DecisionId;
 use crate::store::answers::{AnswerKey, StoredAnswer};
 use crate::store::{
-    DecisionPage, DecisionQuery, Event, LedgerDay, LedgerTotals, ResponseBinding, StoreError,
-    UsageRow,
+    DecisionListing, DecisionPage, DecisionQuery, Event, LedgerDay, LedgerTotals, ResponseBinding,
+    StoreError, UsageRow, VerdictCount,
 };
+use tokensaver_core::gate::Verdict;
 
 pub(super) struct Local;
 
@@ -124,7 +125,15 @@ impl Backing for Local {
         from: Option<&str>,
         to: Option<&str>,
     ) -> Result<(Vec<LedgerDay>, LedgerTotals), StoreError> {
-        gk.ledger_acked(key_id, from, to).await
+        let (key_id, from, to) = (
+            key_id.map(str::to_string),
+            from.map(str::to_string),
+            to.map(str::to_string),
+        );
+        gk.read_committed(move |store| {
+            store.ledger(key_id.as_deref(), from.as_deref(), to.as_deref())
+        })
+        .await
     }
 
     async fn decisions(
@@ -132,7 +141,35 @@ impl Backing for Local {
         gk: &Gatekeeper,
         query: &DecisionQuery,
     ) -> Result<DecisionPage, StoreError> {
-        gk.decisions_acked(query.clone()).await
+        let query = query.clone();
+        gk.read_committed(move |store| store.decisions(&query))
+            .await
+    }
+
+    async fn latest_decisions(
+        &self,
+        gk: &Gatekeeper,
+        key_id: Option<&str>,
+        verdict: Option<Verdict>,
+        limit: usize,
+    ) -> Result<Vec<DecisionListing>, StoreError> {
+        let key_id = key_id.map(str::to_string);
+        gk.read_committed(move |store| store.latest_decisions(key_id.as_deref(), verdict, limit))
+            .await
+    }
+
+    async fn verdicts_over_time(
+        &self,
+        gk: &Gatekeeper,
+        key_id: Option<&str>,
+        since_ms: u64,
+        bucket_ms: u64,
+    ) -> Result<Vec<VerdictCount>, StoreError> {
+        let key_id = key_id.map(str::to_string);
+        gk.read_committed(move |store| {
+            store.verdicts_over_time(key_id.as_deref(), since_ms, bucket_ms)
+        })
+        .await
     }
 
     async fn bind_response(

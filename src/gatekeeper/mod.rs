@@ -33,8 +33,8 @@ use crate::metrics::Metrics;
 use crate::receipt::{DecisionId, Envelope, ReceiptSigner};
 use crate::store::answers::{AnswerKey, AnswerStore, StoredAnswer};
 use crate::store::{
-    period_start, DecisionListing, DecisionPage, DecisionQuery, Event, HoldOpening, HoldRow,
-    HoldState, LeaseRow, LedgerDay, LedgerTotals, Store, StoreError, UsageRow, VerdictCount,
+    period_start, DecisionPage, DecisionQuery, Event, HoldOpening, HoldRow, HoldState, LeaseRow,
+    LedgerDay, LedgerTotals, Store, StoreError, UsageRow,
 };
 pub use backing::{AdmitError, HoldList, SetBudgetError, Unavailable};
 use booking::Booking;
@@ -1547,62 +1547,22 @@ impl Gatekeeper {
         self.store.decisions(query)
     }
 
-    /// [`Self::ledger`] for async callers: the flush is acknowledged over a channel and the
-    /// read (SQLite, synchronous) runs on the blocking pool, never on a worker thread.
-    pub async fn ledger_acked(
+    /// A read of what is committed, queued events first: the flush is acknowledged over a
+    /// channel and the read (SQLite, synchronous) runs on the blocking pool, never on a
+    /// worker thread.
+    pub(super) async fn read_committed<T: Send + 'static>(
         &self,
-        key_id: Option<&str>,
-        from: Option<&str>,
-        to: Option<&str>,
-    ) -> Result<(Vec<LedgerDay>, LedgerTotals), StoreError> {
+        read: impl FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
         self.store.flush_acked().await?;
         let store = Arc::clone(&self.store);
-        let (key_id, from, to) = (
-            key_id.map(str::to_string),
-            from.map(str::to_string),
-            to.map(str::to_string),
-        );
-        tokio::task::spawn_blocking(move || {
-            store.ledger(key_id.as_deref(), from.as_deref(), to.as_deref())
-        })
-        .await
-        .map_err(|_| StoreError::Unavailable)?
-    }
-
-    pub fn flush(&self) -> Result<(), StoreError> {
-        self.store.flush()
-    }
-
-    /// [`Gatekeeper::decisions`] for async callers: the commit is awaited and the read runs on
-    /// the blocking pool.
-    pub async fn decisions_acked(&self, query: DecisionQuery) -> Result<DecisionPage, StoreError> {
-        self.store.flush_acked().await?;
-        let store = Arc::clone(&self.store);
-        tokio::task::spawn_blocking(move || store.decisions(&query))
+        tokio::task::spawn_blocking(move || read(&*store))
             .await
             .map_err(|_| StoreError::Unavailable)?
     }
 
-    /// The ledger page's latest decisions (newest first), of a key or every key (`None`).
-    pub fn latest_decisions(
-        &self,
-        key_id: Option<&str>,
-        verdict: Option<Verdict>,
-        limit: usize,
-    ) -> Result<Vec<DecisionListing>, StoreError> {
-        self.store.flush()?;
-        self.store.latest_decisions(key_id, verdict, limit)
-    }
-
-    /// The ledger page's plot: decisions since `since_ms` per bucket, verdict and rule.
-    pub fn verdicts_over_time(
-        &self,
-        key_id: Option<&str>,
-        since_ms: u64,
-        bucket_ms: u64,
-    ) -> Result<Vec<VerdictCount>, StoreError> {
-        self.store.flush()?;
-        self.store.verdicts_over_time(key_id, since_ms, bucket_ms)
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.store.flush()
     }
 
     /// The signed receipt of a recent decision (kept in memory for the last

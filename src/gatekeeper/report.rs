@@ -262,12 +262,19 @@ fn all_decisions(
     let (lines, _) = match &config.fleet {
         Some(fleet) => {
             let (runtime, fleet) = connect_fleet(config, fleet)?;
-            crate::store::read_pages(query, usize::MAX, |q| runtime.block_on(fleet.decisions(q)))
+            runtime.block_on(crate::store::read_pages(query, usize::MAX, |q| {
+                let fleet = &fleet;
+                async move { fleet.decisions(&q).await }
+            }))
         }
         None => {
             let store = SqliteStore::open(&config.data_dir, config.commit_interval_ms)
                 .map_err(anyhow::Error::from)?;
-            crate::store::read_pages(query, usize::MAX, |q| store.decisions(q))
+            // SQLite reads are synchronous: the future is ready at its first poll.
+            let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+            runtime.block_on(crate::store::read_pages(query, usize::MAX, |q| {
+                std::future::ready(store.decisions(&q))
+            }))
         }
     }
     .map_err(anyhow::Error::from)?;

@@ -645,14 +645,17 @@ pub struct DecisionLine {
 
 /// Pages of decisions read one after another, from `query` on, until the last page or until
 /// at least `cap` lines: the lines, oldest first, and whether the range held more.
-pub fn read_pages<E>(
+pub async fn read_pages<E, F>(
     mut query: DecisionQuery,
     cap: usize,
-    mut read: impl FnMut(&DecisionQuery) -> Result<DecisionPage, E>,
-) -> Result<(Vec<DecisionLine>, bool), E> {
+    mut read: impl FnMut(DecisionQuery) -> F,
+) -> Result<(Vec<DecisionLine>, bool), E>
+where
+    F: std::future::Future<Output = Result<DecisionPage, E>>,
+{
     let mut lines = Vec::new();
     loop {
-        let page = read(&query)?;
+        let page = read(query.clone()).await?;
         lines.extend(page.decisions);
         match page.next_after {
             None => return Ok((lines, false)),

@@ -4,6 +4,7 @@
 
 pub mod cache_bodies;
 pub mod client;
+pub mod page;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

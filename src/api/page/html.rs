@@ -1056,10 +1056,6 @@ pub fn notice(code: Option<&str>) -> Option<(&'static str, bool)> {
             "The held request's model has no price, so its spend has no bound: set its price first.",
             false,
         ),
-        "fleet_holds" => (
-            "In a fleet, decide holds with 'tokensaver holds' or POST /holds/{id}/approve.",
-            false,
-        ),
         _ => return None,
     })
 }

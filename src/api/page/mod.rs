@@ -121,7 +121,12 @@ impl Page {
     }
 
     /// Every `/page` request of either listener.
-    pub fn handle(&self, listener: Listener, gk: &Gatekeeper, req: &ApiRequest) -> ApiResponse {
+    pub async fn handle(
+        &self,
+        listener: Listener,
+        gk: &Gatekeeper,
+        req: &ApiRequest,
+    ) -> ApiResponse {
         let now = now_ms();
         let path = req.path.as_str();
         let get = req.method == Method::GET;
@@ -131,11 +136,11 @@ impl Page {
             "/page/assets/page.js" if get => asset("text/javascript; charset=utf-8", PAGE_JS),
             "/page/assets/icon.svg" if get => asset("image/svg+xml", ICON_SVG),
             "/page" | "/page/" if get => match self.session(listener, req, now) {
-                Some(s) => self.dashboard(listener, gk, req, &s, now),
+                Some(s) => self.dashboard(listener, gk, req, &s, now).await,
                 None => html(200, html::login(listener, None)),
             },
             "/page/panel" if get => match self.session(listener, req, now) {
-                Some(s) => self.panel(gk, req, &s, now),
+                Some(s) => self.panel(gk, req, &s, now).await,
                 None => html(401, html::signed_out()),
             },
             "/page/login" if post => self.login(listener, gk, req, now),
@@ -148,7 +153,7 @@ impl Page {
             }
             _ => match HoldRoute::parse(&path["/page".len().min(path.len())..]) {
                 Some(route @ (HoldRoute::Approve(_) | HoldRoute::Deny(_))) if post => {
-                    self.decide_hold(listener, gk, req, route, now)
+                    self.decide_hold(listener, gk, req, route, now).await
                 }
                 _ if KNOWN.contains(&path) || path.starts_with("/page/receipt/") => {
                     ApiResponse::error(
@@ -210,27 +215,37 @@ impl Page {
         redirect("/page/").with_header("set-cookie", session::clear_cookie(listener))
     }
 
-    fn economics(&self, gk: &Gatekeeper, now: u64) -> EconomicsBrief {
-        let mut cache = lock(&self.economics);
-        if let Some((at, brief)) = cache.as_ref() {
+    async fn economics(&self, gk: &Gatekeeper, now: u64) -> EconomicsBrief {
+        if let Some((at, brief)) = lock(&self.economics).as_ref() {
             if now < at.saturating_add(ECONOMICS_TTL_MS) {
                 return brief.clone();
             }
         }
-        // The same summary as GET /economics: judged against this build and config.
-        let summary = crate::economics::summary_for(
-            &gk.config,
-            None,
-            &crate::economics::model::EconomicsQuery::default(),
-            now,
-        );
-        let value = serde_json::to_value(&summary).unwrap_or_default();
-        let brief = EconomicsBrief::from_summary(&value);
-        *cache = Some((now, brief.clone()));
-        brief
+        // The same summary as GET /economics, judged against this build and config: files
+        // and 10 000 bootstrap resamples, the blocking pool's work, not a worker's.
+        let config = std::sync::Arc::clone(&gk.config);
+        let summary = tokio::task::spawn_blocking(move || {
+            let summary = crate::economics::summary_for(
+                &config,
+                None,
+                &crate::economics::model::EconomicsQuery::default(),
+                now,
+            );
+            serde_json::to_value(&summary).unwrap_or_default()
+        })
+        .await;
+        match summary {
+            Ok(summary) => {
+                let brief = EconomicsBrief::from_summary(&summary);
+                *lock(&self.economics) = Some((now, brief.clone()));
+                brief
+            }
+            // Not kept: the next view tries again.
+            Err(_) => EconomicsBrief::from_summary(&serde_json::Value::Null),
+        }
     }
 
-    fn view(
+    async fn view(
         &self,
         gk: &Gatekeeper,
         req: &ApiRequest,
@@ -238,7 +253,10 @@ impl Page {
         now: u64,
     ) -> Result<model::View, ApiResponse> {
         // The economics evidence is the fleet's, served on the admin listener with the admin key.
-        let economics = (s.scope == Scope::Admin).then(|| self.economics(gk, now));
+        let economics = match s.scope {
+            Scope::Admin => Some(self.economics(gk, now).await),
+            Scope::Key(_) => None,
+        };
         model::read(
             gk,
             model::Request {
@@ -249,10 +267,11 @@ impl Page {
                 economics,
             },
         )
+        .await
         .map_err(ApiResponse::from)
     }
 
-    fn dashboard(
+    async fn dashboard(
         &self,
         listener: Listener,
         gk: &Gatekeeper,
@@ -260,7 +279,7 @@ impl Page {
         s: &Session,
         now: u64,
     ) -> ApiResponse {
-        match self.view(gk, req, s, now) {
+        match self.view(gk, req, s, now).await {
             Ok(view) => html(
                 200,
                 html::dashboard(
@@ -274,8 +293,8 @@ impl Page {
         }
     }
 
-    fn panel(&self, gk: &Gatekeeper, req: &ApiRequest, s: &Session, now: u64) -> ApiResponse {
-        match self.view(gk, req, s, now) {
+    async fn panel(&self, gk: &Gatekeeper, req: &ApiRequest, s: &Session, now: u64) -> ApiResponse {
+        match self.view(gk, req, s, now).await {
             Ok(view) => html(200, html::panel(&view, &s.csrf)),
             Err(resp) => resp,
         }
@@ -283,8 +302,8 @@ impl Page {
 
     /// Approve or deny from the page: the CSRF check, then who may decide (the admin any
     /// hold; a key's session its own holds with the owner secret), then the same
-    /// `Gatekeeper::decide_hold` as the hold routes.
-    fn decide_hold(
+    /// `Gatekeeper::decide` as the hold routes (on a fleet, the fleet's hold).
+    async fn decide_hold(
         &self,
         listener: Listener,
         gk: &Gatekeeper,
@@ -324,12 +343,7 @@ impl Page {
             HoldRoute::Deny(id) => (id, HoldAction::Deny),
             HoldRoute::List => return redirect("/page/"),
         };
-        if gk.shared() {
-            // The page decides synchronously against this instance; a fleet's holds live in
-            // its database (decided through `POST /holds/…` and `tokensaver holds`).
-            return redirect("/page/?done=fleet_holds");
-        }
-        let done = match gk.decide_hold(hold_id, owner, action, now) {
+        let done = match gk.decide(hold_id, owner, action, now).await {
             Ok(d) if d.attending_until_ms.is_some() => "attending",
             Ok(_) if action == HoldAction::Deny => "denied",
             Ok(_) => "approved",

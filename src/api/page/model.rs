@@ -164,7 +164,7 @@ pub const SESSIONS: usize = 10;
 const SESSION_DECISIONS: usize = 5_000;
 
 /// The sessions of the last 24 h (`key_filter`: one key's).
-fn recent_sessions(
+async fn recent_sessions(
     gatekeeper: &Gatekeeper,
     key_filter: Option<&str>,
     now_ms: u64,
@@ -173,7 +173,9 @@ fn recent_sessions(
     // sessions running now off the page. The newest `SESSION_DECISIONS` give the time to read
     // from; the page reads forward from there.
     let day_ago = now_ms.saturating_sub(86_400_000);
-    let newest = gatekeeper.latest_decisions(key_filter, None, SESSION_DECISIONS)?;
+    let newest = gatekeeper
+        .latest_decisions(key_filter, None, SESSION_DECISIONS)
+        .await?;
     let from_ms = match newest.last() {
         Some(oldest) if newest.len() >= SESSION_DECISIONS => oldest.row.decided_at_ms.max(day_ago),
         _ => day_ago,
@@ -186,8 +188,10 @@ fn recent_sessions(
     };
     // Decisions that share the oldest one's millisecond, and those made since, come too:
     // twice the count bounds them.
-    let (lines, _) =
-        crate::store::read_pages(query, 2 * SESSION_DECISIONS, |q| gatekeeper.decisions(q))?;
+    let (lines, _) = crate::store::read_pages(query, 2 * SESSION_DECISIONS, |q| async move {
+        gatekeeper.decision_page(&q).await
+    })
+    .await?;
     let mut sessions = crate::gatekeeper::report::sessions_of(&lines);
     sessions.truncate(SESSIONS);
     Ok(sessions)
@@ -215,7 +219,8 @@ pub struct Request<'a> {
 }
 
 /// Read one view. A key scope reads that key only; every read below is filtered by it.
-pub fn read(gatekeeper: &Gatekeeper, req: Request<'_>) -> Result<View, StoreError> {
+/// Every read goes through the gate's home: on a fleet, the whole fleet's ledger.
+pub async fn read(gatekeeper: &Gatekeeper, req: Request<'_>) -> Result<View, StoreError> {
     let key_filter = req.scope.key_id();
     let today = utc_day(req.now_ms);
     let config = &gatekeeper.config;
@@ -225,7 +230,7 @@ pub fn read(gatekeeper: &Gatekeeper, req: Request<'_>) -> Result<View, StoreErro
         .iter()
         .filter(|k| key_filter.is_none_or(|id| id == &*k.id))
     {
-        let (days, total) = gatekeeper.ledger(Some(&key.id), None, None)?;
+        let (days, total) = gatekeeper.ledger_report(Some(&key.id), None, None).await?;
         let today_totals = days
             .into_iter()
             .find(|d| d.day == today)
@@ -233,29 +238,37 @@ pub fn read(gatekeeper: &Gatekeeper, req: Request<'_>) -> Result<View, StoreErro
             .unwrap_or_default();
         keys.push(KeyLine {
             key_id: key.id.to_string(),
-            budget: gatekeeper.budget_view(&key.id, req.now_ms),
+            budget: gatekeeper
+                .budget(&key.id, req.now_ms)
+                .await
+                .map_err(|_| StoreError::Unavailable)?,
             today: today_totals,
             total,
             has_owner: key.owner_secret_hash.is_some(),
         });
     }
     let fleet = match req.scope {
-        Scope::Admin => Some(gatekeeper.ledger(None, None, None)?.1),
+        Scope::Admin => Some(gatekeeper.ledger_report(None, None, None).await?.1),
         Scope::Key(_) => None,
     };
     let (bucket_ms, _) = req.range.buckets();
-    let verdict_counts =
-        gatekeeper.verdicts_over_time(key_filter, req.range.first_ms(req.now_ms), bucket_ms)?;
+    let verdict_counts = gatekeeper
+        .verdicts_over_time(key_filter, req.range.first_ms(req.now_ms), bucket_ms)
+        .await?;
     let decisions = gatekeeper
-        .latest_decisions(key_filter, req.verdict_filter, LATEST)?
+        .latest_decisions(key_filter, req.verdict_filter, LATEST)
+        .await?
         .into_iter()
         .map(|listing| DecisionLine {
             finding_codes: finding_codes(gatekeeper, &listing.row.decision_id),
             listing,
         })
         .collect();
-    let (holds, leases) = gatekeeper.holds(key_filter, req.now_ms);
-    let sessions = recent_sessions(gatekeeper, key_filter, req.now_ms)?;
+    let holds = gatekeeper
+        .open_holds(key_filter, req.now_ms)
+        .await
+        .map_err(|_| StoreError::Unavailable)?;
+    let sessions = recent_sessions(gatekeeper, key_filter, req.now_ms).await?;
     Ok(View {
         scope: req.scope.clone(),
         now_ms: req.now_ms,
@@ -266,8 +279,8 @@ pub fn read(gatekeeper: &Gatekeeper, req: Request<'_>) -> Result<View, StoreErro
         verdict_counts,
         verdict_filter: req.verdict_filter,
         decisions,
-        holds,
-        leases,
+        holds: holds.holds,
+        leases: holds.leases,
         economics: req.economics,
         sessions,
     })

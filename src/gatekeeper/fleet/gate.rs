@@ -20,10 +20,11 @@ use crate::gatekeeper::{
 use crate::receipt::DecisionId;
 use crate::store::answers::{AnswerKey, StoredAnswer};
 use crate::store::{
-    DecisionPage, DecisionQuery, LedgerDay, LedgerTotals, ResponseBinding, StoreError,
+    DecisionListing, DecisionPage, DecisionQuery, LedgerDay, LedgerTotals, ResponseBinding,
+    StoreError, VerdictCount,
 };
 use crate::store::{HoldOpening, HoldState, UsageRow};
-use tokensaver_core::gate::{Decision, Usage};
+use tokensaver_core::gate::{Decision, Usage, Verdict};
 
 /// What an admission came to.
 enum Admitted {
@@ -461,6 +462,28 @@ impl Backing for Shared {
         query: &DecisionQuery,
     ) -> Result<DecisionPage, StoreError> {
         self.fleet.decisions(query).await
+    }
+
+    async fn latest_decisions(
+        &self,
+        _gk: &Gatekeeper,
+        key_id: Option<&str>,
+        verdict: Option<Verdict>,
+        limit: usize,
+    ) -> Result<Vec<DecisionListing>, StoreError> {
+        self.fleet.latest_decisions(key_id, verdict, limit).await
+    }
+
+    async fn verdicts_over_time(
+        &self,
+        _gk: &Gatekeeper,
+        key_id: Option<&str>,
+        since_ms: u64,
+        bucket_ms: u64,
+    ) -> Result<Vec<VerdictCount>, StoreError> {
+        self.fleet
+            .verdicts_over_time(key_id, since_ms, bucket_ms)
+            .await
     }
 
     async fn bind_response(

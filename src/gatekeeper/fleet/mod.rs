@@ -31,13 +31,14 @@ use tokio_postgres::{IsolationLevel, NoTls};
 use crate::config::{BudgetPeriod, FleetConfig};
 use crate::receipt::DecisionId;
 use crate::store::{
-    period_start, DecisionLine, DecisionPage, DecisionQuery, DecisionRow, Ending, LedgerDay,
-    LedgerTotals, RecordSource, ResponseBinding, SpendBasis, StoreError, UsageRow,
+    period_start, DecisionLine, DecisionListing, DecisionPage, DecisionQuery, DecisionRow, Ending,
+    LedgerDay, LedgerTotals, RecordSource, ResponseBinding, SpendBasis, StoreError, UsageRow,
+    VerdictCount,
 };
 use tokensaver_core::gate::cache::{CacheEdits, PointMemory, SessionCache, CACHE_TTL_MS};
 use tokensaver_core::gate::windows::Run;
 use tokensaver_core::gate::windows::{NOVELTY_WINDOW_MS, REPEAT_WINDOW_MS};
-use tokensaver_core::gate::{BudgetState, StepLimits, WindowCounts, WindowLengths};
+use tokensaver_core::gate::{BudgetState, StepLimits, Verdict, WindowCounts, WindowLengths};
 use tokensaver_core::request::{CachePoint, Hash, WireForm};
 
 /// The schema, in order; each applied once, recorded in `schema_migrations`.
@@ -376,6 +377,12 @@ impl Drop for KeyTurn<'_> {
 
 fn db(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A read the ledger could not make: logged by its SQLSTATE (as [`FleetError`] does).
+fn read_failed(e: tokio_postgres::Error) -> StoreError {
+    let _logged = FleetError::from(e);
+    StoreError::Unavailable
 }
 
 fn un(n: i64) -> u64 {
@@ -1378,6 +1385,72 @@ impl Fleet {
             lines.push(decision_line(d, kind, usage, settled_at, spend));
         }
         Ok(DecisionPage::of(lines, limit))
+    }
+
+    /// The newest decisions of the fleet (newest first), with what each settled or was
+    /// charged at expiry: the ledger page's list.
+    pub async fn latest_decisions(
+        &self,
+        key_id: Option<&str>,
+        verdict: Option<Verdict>,
+        limit: usize,
+    ) -> Result<Vec<DecisionListing>, StoreError> {
+        let client = self.pool.get().await.map_err(|_| StoreError::Unavailable)?;
+        let rows = client
+            .query(
+                "SELECT d.row_json, u.spend_nano \
+                 FROM fleet_decisions d LEFT JOIN fleet_usage u ON u.decision_id = d.decision_id \
+                 WHERE ($1::text IS NULL OR d.key_id = $1::text) \
+                   AND ($2::text IS NULL OR d.verdict = $2::text) \
+                 ORDER BY d.decided_at_ms DESC, d.decision_id DESC LIMIT $3",
+                &[&key_id, &verdict.map(Verdict::as_str), &db(limit as u64)],
+            )
+            .await
+            .map_err(read_failed)?;
+        rows.iter()
+            .map(|r| {
+                Ok(DecisionListing {
+                    row: serde_json::from_str(r.get::<_, &str>("row_json"))
+                        .map_err(|_| StoreError::Unavailable)?,
+                    spend_nano: r.get::<_, Option<i64>>("spend_nano").map(un),
+                })
+            })
+            .collect()
+    }
+
+    /// The fleet's decisions since `since_ms` per bucket, verdict and rule: the ledger page's
+    /// plot.
+    pub async fn verdicts_over_time(
+        &self,
+        key_id: Option<&str>,
+        since_ms: u64,
+        bucket_ms: u64,
+    ) -> Result<Vec<VerdictCount>, StoreError> {
+        let client = self.pool.get().await.map_err(|_| StoreError::Unavailable)?;
+        let rows = client
+            .query(
+                "SELECT (decided_at_ms / $3) * $3 AS bucket, verdict, reason, count(*) AS n \
+                 FROM fleet_decisions \
+                 WHERE ($1::text IS NULL OR key_id = $1::text) AND decided_at_ms >= $2 \
+                 GROUP BY bucket, verdict, reason ORDER BY bucket, verdict, reason",
+                &[&key_id, &db(since_ms), &db(bucket_ms.max(1))],
+            )
+            .await
+            .map_err(read_failed)?;
+        rows.iter()
+            .map(|r| {
+                let verdict: &str = r.get("verdict");
+                Ok(VerdictCount {
+                    bucket_start_ms: un(r.get("bucket")),
+                    verdict: Verdict::ALL
+                        .into_iter()
+                        .find(|v| v.as_str() == verdict)
+                        .ok_or(StoreError::Unavailable)?,
+                    reason: r.get("reason"),
+                    count: un(r.get("n")),
+                })
+            })
+            .collect()
     }
 
     /// What an admission of this request would read now, without locking or writing
