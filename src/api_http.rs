@@ -27,12 +27,12 @@ impl ApiRequest {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 
-    /// A query parameter's raw value (no percent-decoding: our parameters are plain tokens).
-    pub fn query_param(&self, name: &str) -> Option<&str> {
-        self.query.as_deref()?.split('&').find_map(|pair| {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            (k == name).then_some(v)
-        })
+    /// A query parameter's value, percent- and `+`-decoded as a form value (the first one of
+    /// that name).
+    pub fn query_param(&self, name: &str) -> Option<String> {
+        form_urlencoded::parse(self.query.as_deref()?.as_bytes())
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.into_owned())
     }
 }
 
@@ -72,5 +72,41 @@ impl ApiResponse {
     pub fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Self {
         self.headers.push((name, value.into()));
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_query(query: &str) -> ApiRequest {
+        ApiRequest {
+            method: Method::GET,
+            path: "/ledger/decisions".into(),
+            query: Some(query.into()),
+            headers: HeaderMap::new(),
+            body: Bytes::new(),
+            peer: None,
+        }
+    }
+
+    #[test]
+    fn query_values_are_decoded_as_a_browser_encodes_them() {
+        let req = with_query("key=team%2Dalpha&note=a+b&format=csv&format=json&empty=&bare");
+        assert_eq!(req.query_param("key").as_deref(), Some("team-alpha"));
+        assert_eq!(req.query_param("note").as_deref(), Some("a b"));
+        assert_eq!(
+            req.query_param("format").as_deref(),
+            Some("csv"),
+            "the first"
+        );
+        assert_eq!(req.query_param("empty").as_deref(), Some(""));
+        assert_eq!(req.query_param("bare").as_deref(), Some(""));
+        assert_eq!(req.query_param("missing"), None);
+        // An invalid escape stays as sent rather than failing the request.
+        assert_eq!(
+            with_query("key=%zz").query_param("key").as_deref(),
+            Some("%zz")
+        );
     }
 }

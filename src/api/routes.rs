@@ -308,7 +308,8 @@ impl Api {
         }
         let param = |name| found.params.get(name).unwrap_or_default();
         // The admin sees every key's, or one key's with `?key=ID`.
-        let key = || req.query_param("key").filter(|k| !k.is_empty());
+        let key_param = req.query_param("key").filter(|k| !k.is_empty());
+        let key = || key_param.as_deref();
         match found.route.endpoint {
             AdminEndpoint::Page => self.page(Listener::Admin, req).await,
             AdminEndpoint::Home => home(),
@@ -440,7 +441,7 @@ impl Api {
                     Err(e) => return invalid_digest(&e),
                 }
             } else {
-                let route = match req.query_param("route") {
+                let route = match req.query_param("route").as_deref() {
                     None | Some("openai_chat") => Route::OpenAiChat,
                     Some("anthropic_messages") => Route::AnthropicMessages,
                     Some(_) => {
@@ -633,6 +634,7 @@ impl Api {
 
     async fn ledger(&self, req: &ApiRequest, key: &KeyConfig) -> ApiResponse {
         let (from, to) = (req.query_param("from"), req.query_param("to"));
+        let (from, to) = (from.as_deref(), to.as_deref());
         if [from, to].iter().flatten().any(|d| !valid_day(d)) {
             return ApiResponse::error(
                 400,
@@ -647,7 +649,7 @@ impl Api {
         let Ok(budget) = self.gatekeeper.budget(&key.id, now_ms()).await else {
             return fleet_unavailable();
         };
-        if req.query_param("format") == Some("csv") {
+        if req.query_param("format").as_deref() == Some("csv") {
             let csv = crate::gatekeeper::report::csv(&days, &total);
             return ApiResponse::text(200, "text/csv", csv);
         }
@@ -684,7 +686,7 @@ impl Api {
             Err(resp) => return resp,
         };
         match self.gatekeeper.decision_page(&query).await {
-            Ok(page) if req.query_param("format") == Some("csv") => {
+            Ok(page) if req.query_param("format").as_deref() == Some("csv") => {
                 let csv = crate::gatekeeper::report::decisions_csv(&page);
                 let resp = ApiResponse::text(200, "text/csv", csv);
                 match page.next_after {
@@ -865,7 +867,7 @@ fn decision_query(
     key_id: Option<&str>,
 ) -> Result<crate::store::DecisionQuery, ApiResponse> {
     let bound = |name: &str, end: bool| -> Result<Option<u64>, ()> {
-        match req.query_param(name) {
+        match req.query_param(name).as_deref() {
             None | Some("") => Ok(None),
             Some(v) if valid_day(v) => crate::store::day_start_ms(v)
                 .and_then(|ms| u64::try_from(ms).ok())
@@ -881,7 +883,7 @@ fn decision_query(
             "from and to must be days as YYYY-MM-DD or unix milliseconds",
         ));
     };
-    let limit = match req.query_param("limit").map(str::parse::<usize>) {
+    let limit = match req.query_param("limit").map(|l| l.parse::<usize>()) {
         None => DEFAULT_DECISIONS_PAGE,
         Some(Ok(n)) if (1..=crate::store::sqlite::MAX_DECISIONS_PAGE).contains(&n) => n,
         Some(_) => {
@@ -902,7 +904,7 @@ fn decision_query(
     };
     let session = match req.query_param("session").filter(|s| !s.is_empty()) {
         None => None,
-        Some(s) => match tokensaver_core::request::Hash::from_hex(s) {
+        Some(s) => match tokensaver_core::request::Hash::from_hex(&s) {
             Some(h) => Some(h),
             None => {
                 return Err(ApiResponse::error(

@@ -261,7 +261,7 @@ impl Page {
             gk,
             model::Request {
                 scope: &s.scope,
-                range: Range::parse(req.query_param("range")),
+                range: Range::parse(req.query_param("range").as_deref()),
                 verdict_filter: verdict_param(req),
                 now_ms: now,
                 economics,
@@ -286,7 +286,7 @@ impl Page {
                     listener,
                     &view,
                     &s.csrf,
-                    html::notice(req.query_param("done")),
+                    html::notice(req.query_param("done").as_deref()),
                 ),
             ),
             Err(resp) => resp,
