@@ -11,8 +11,7 @@ use tokensaver::config::Config;
 use tokensaver::economics::model::*;
 use tokensaver::economics::stats::{cluster_bootstrap, median};
 use tokensaver::economics::{
-    self, evaluate_rule, identity, make_pair, Current, PairKey, RuleInputs, SEED_FLOOR,
-    SIMULATION_LABEL,
+    self, evaluate_rule, identity, make_pair, Current, PairKey, RuleInputs, FLOOR, SIMULATION_LABEL,
 };
 
 const DIR: &str = "corpus/economics";
@@ -358,15 +357,25 @@ fn good_inputs() -> RuleInputs {
 
 #[test]
 fn the_rule_is_never_looser_than_the_seeds() {
-    let mut lax = SEED_FLOOR.clone();
+    let mut lax = FLOOR.clone();
     lax.min_valid_pairs = 5;
     lax.min_categories = 1;
     lax.max_interval_width_bp = 9000;
     lax.require_current = false;
     let (rule, raised) = economics::effective_rule(&lax);
-    assert_eq!(rule, SEED_FLOOR);
+    assert_eq!(rule, FLOOR);
     assert_eq!(raised.len(), 4, "{raised:?}");
-    assert!(raised.iter().any(|r| r.starts_with("min_valid_pairs: 5")));
+    assert!(raised
+        .iter()
+        .any(|r| r == "min_valid_pairs: 5 is below the seed's 30; 30 applies"));
+    // A threshold the seed does not have is named as this project's.
+    let mut failing = FLOOR.clone();
+    failing.max_treatment_failed_rate_bp = 1000;
+    let (_, raised) = economics::effective_rule(&failing);
+    assert_eq!(
+        raised,
+        ["max_treatment_failed_rate_bp: 1000 is looser than this project's 500; 500 applies"]
+    );
     let ok = evaluate_rule(&rule, &good_inputs());
     assert!(ok.publishable && ok.unmet.is_empty(), "{:?}", ok.unmet);
     let mut thin = good_inputs();
@@ -400,7 +409,7 @@ fn the_rule_is_never_looser_than_the_seeds() {
     let unmet = inferior(90, 87).expect("2.5 points worse is refused");
     assert!(unmet.contains("8700 bp < without it 9000 bp"), "{unmet}");
     // A rule without a threshold is refused: no defaults.
-    let mut v = serde_json::to_value(&SEED_FLOOR).unwrap();
+    let mut v = serde_json::to_value(&FLOOR).unwrap();
     v.as_object_mut().unwrap().remove("require_current");
     assert!(serde_json::from_value::<EconomicsPublicationPolicy>(v).is_err());
 }
@@ -444,7 +453,7 @@ fn statement_inputs(simulated: bool) -> economics::StatementInputs {
 fn a_simulation_says_so_first_and_never_reads_as_a_real_result() {
     // Every threshold met, current evidence: only the provider is a simulation.
     let s = statement_inputs(true);
-    let outcome = evaluate_rule(&SEED_FLOOR, &s.rule);
+    let outcome = evaluate_rule(&FLOOR, &s.rule);
     assert!(!outcome.publishable, "a simulation is never publishable");
     assert!(outcome.unmet[0].starts_with("provider: recorded against a scripted provider"));
     let text = economics::verdict_statement(&s, &outcome);
@@ -494,7 +503,7 @@ fn a_simulation_says_so_first_and_never_reads_as_a_real_result() {
     );
     // The same numbers from a real provider are a claim, worded as one.
     let r = statement_inputs(false);
-    let outcome = evaluate_rule(&SEED_FLOOR, &r.rule);
+    let outcome = evaluate_rule(&FLOOR, &r.rule);
     assert!(outcome.publishable, "{:?}", outcome.unmet);
     let text = economics::verdict_statement(&r, &outcome);
     assert!(text.starts_with("Against a real provider"), "{text}");
@@ -1099,4 +1108,39 @@ fn no_methodology_is_said_plainly() {
         .unwrap()
         .get("methodology")
         .is_none());
+}
+
+/// The thresholds the diagnostics call the seed's are exactly the ones seed 001's
+/// `EconomicsPublicationPolicy` requires (read from the shipped seed's JSON Schema).
+#[test]
+fn the_floor_names_as_the_seeds_only_what_the_seed_has() {
+    let seed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/spec/seeds/001_e05ad084ae73fd8f.txt"
+    ))
+    .unwrap();
+    // The page's last schema is the summary's, with every type under `$defs`.
+    let schema_at = seed.rfind("\nJSON Schema").expect("the seed's schema");
+    let json = &seed[schema_at + seed[schema_at..].find('{').unwrap()..];
+    let schema: serde_json::Value = serde_json::Deserializer::from_str(json)
+        .into_iter()
+        .next()
+        .unwrap()
+        .unwrap();
+    let required: Vec<&str> = schema["$defs"]["EconomicsPublicationPolicy"]["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(required, economics::SEED_THRESHOLDS);
+    let floor = serde_json::to_value(&FLOOR).unwrap();
+    for (name, _) in floor.as_object().unwrap() {
+        let expected = if required.contains(&name.as_str()) {
+            "the seed's"
+        } else {
+            "this project's"
+        };
+        assert_eq!(economics::floor_of(name), expected, "{name}");
+    }
 }

@@ -40,8 +40,8 @@ use model::*;
 pub use pairs::{make_pair, outcome, pair_id, PairKey};
 pub use render::render_text;
 pub use rule::{
-    effective_rule, evaluate_rule, verdict_statement, RuleInputs, RuleOutcome, StatementInputs,
-    SEED_FLOOR, SIMULATION_LABEL,
+    effective_rule, evaluate_rule, floor_of, verdict_statement, RuleInputs, RuleOutcome,
+    StatementInputs, FLOOR, SEED_THRESHOLDS, SIMULATION_LABEL,
 };
 
 /// The evidence layout this build writes and reads.

@@ -415,8 +415,8 @@ pub struct EconomicsVariant {
 }
 
 /// When a quantitative total-token claim may be published. Every threshold must hold; none
-/// has a default. The code holds a floor under each ([`crate::SEED_FLOOR`], the
-/// seed's rule): a methodology cannot loosen the rule below it, and evidence recorded against
+/// has a default. The code holds a floor under each ([`crate::FLOOR`]: the seed's seven
+/// thresholds and this project's four): a methodology cannot loosen the rule below it, and evidence recorded against
 /// a simulated provider is never publishable, whatever the thresholds say.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
