@@ -33,8 +33,7 @@ use crate::metrics::Metrics;
 use crate::receipt::{DecisionId, Envelope, ReceiptSigner};
 use crate::store::answers::{AnswerKey, AnswerStore, StoredAnswer};
 use crate::store::{
-    period_start, DecisionPage, DecisionQuery, Event, HoldOpening, HoldRow, HoldState, LeaseRow,
-    LedgerDay, LedgerTotals, Store, StoreError, UsageRow,
+    period_start, Event, HoldOpening, HoldRow, HoldState, LeaseRow, Store, StoreError, UsageRow,
 };
 pub use backing::{AdmitError, HoldList, SetBudgetError, Unavailable};
 use booking::Booking;
@@ -1530,23 +1529,6 @@ impl Gatekeeper {
         }
     }
 
-    pub fn ledger(
-        &self,
-        key_id: Option<&str>,
-        from: Option<&str>,
-        to: Option<&str>,
-    ) -> Result<(Vec<LedgerDay>, LedgerTotals), StoreError> {
-        self.store.flush()?;
-        self.store.ledger(key_id, from, to)
-    }
-
-    /// Decisions with their settlements, oldest first (`GET /ledger/decisions`): what is
-    /// queued is committed first, so a settled call is listed as settled.
-    pub fn decisions(&self, query: &DecisionQuery) -> Result<DecisionPage, StoreError> {
-        self.store.flush()?;
-        self.store.decisions(query)
-    }
-
     /// A read of what is committed, queued events first: the flush is acknowledged over a
     /// channel and the read (SQLite, synchronous) runs on the blocking pool, never on a
     /// worker thread.
@@ -1790,5 +1772,28 @@ impl Drop for PacedGuard<'_> {
         }
         drop(load);
         self.gk.metrics.paced_waiting.dec();
+    }
+}
+
+/// The unit tests' synchronous reads of what is committed (everything else reads through the
+/// home's async [`Gatekeeper::ledger_report`] and [`Gatekeeper::decision_page`]).
+#[cfg(test)]
+use crate::store::{DecisionPage, DecisionQuery, LedgerDay, LedgerTotals};
+
+#[cfg(test)]
+impl Gatekeeper {
+    pub fn ledger(
+        &self,
+        key_id: Option<&str>,
+        from: Option<&str>,
+        to: Option<&str>,
+    ) -> Result<(Vec<LedgerDay>, LedgerTotals), StoreError> {
+        self.store.flush()?;
+        self.store.ledger(key_id, from, to)
+    }
+
+    pub fn decisions(&self, query: &DecisionQuery) -> Result<DecisionPage, StoreError> {
+        self.store.flush()?;
+        self.store.decisions(query)
     }
 }
