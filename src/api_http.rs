@@ -64,11 +64,6 @@ impl ApiResponse {
         }
     }
 
-    /// A closed-form error: a static message and a rule id, never content of the request.
-    pub fn error(status: u16, code: &'static str, message: &'static str) -> Self {
-        ApiResponse::json(status, &error_body(code, message))
-    }
-
     pub fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Self {
         self.headers.push((name, value.into()));
         self

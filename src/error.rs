@@ -91,11 +91,221 @@ pub enum GateError {
     /// A central gate said SERVE for an answer this instance does not hold (502).
     AnswerMissing,
     /// An error of the API and admin listeners (their body names no provider `type`).
-    Api {
-        status: u16,
-        code: &'static str,
-        message: &'static str,
-    },
+    Api(ApiError),
+}
+
+/// An error of the API and admin listeners: each one closed form, its status, code and
+/// message in one table ([`ApiError::parts`]), so no route answers an error of its own making.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApiError {
+    NotFound,
+    MethodNotAllowed,
+    InvalidJson,
+    MissingKey,
+    InvalidKey,
+    AdminKeyRequired,
+    OwnerSecretRequired,
+    InvalidOwnerSecret,
+    /// Too many bodies are being read at once (503, retry after a second).
+    Busy,
+    BodyTimeout,
+    /// `POST /gate` (estimate) with a route the digest cannot name.
+    UnknownDigestRoute,
+    /// The caller left while its request was held: nothing was bought or reserved.
+    CallerGone,
+    InconsistentEnding,
+    AlreadyRecorded,
+    ModelMismatch,
+    UsageExceedsDecision,
+    RecordNotCommitted,
+    UnknownDecision,
+    UnknownCursor,
+    StorageUnavailable,
+    InvalidDay,
+    InvalidTime,
+    InvalidLimit,
+    InvalidSession,
+    UnknownFilter,
+    EconomicsUnavailable,
+    UnknownKey,
+    InvalidPrices,
+    InvalidHoldBody,
+    InvalidAttendMinutes,
+    UnknownHold,
+    HoldExpired,
+    HoldNotPending,
+    /// Approving a hold whose model has no price: its spend would have no bound.
+    UnpricedHold,
+    SplitProfileUnknownRoute,
+    /// A split-profile route the seed names but this build does not cover (its reason).
+    NotCovered(&'static str),
+}
+
+impl ApiError {
+    /// Status, code and message: the one table of the API listeners' errors.
+    pub fn parts(self) -> (u16, &'static str, &'static str) {
+        match self {
+            ApiError::NotFound => (404, "not_found", "unknown route"),
+            ApiError::MethodNotAllowed => (
+                405,
+                "method_not_allowed",
+                "method not allowed on this route",
+            ),
+            ApiError::InvalidJson => (
+                400,
+                "invalid_json",
+                "request body is not valid JSON of the expected form",
+            ),
+            ApiError::MissingKey => (401, "missing_key", "a tokensaver key is required"),
+            ApiError::InvalidKey => (401, "invalid_key", "invalid tokensaver key"),
+            ApiError::AdminKeyRequired => {
+                (401, "admin_key_required", "this route needs the admin key")
+            }
+            ApiError::OwnerSecretRequired => (
+                401,
+                "owner_secret_required",
+                "deciding a hold needs the key owner's secret",
+            ),
+            ApiError::InvalidOwnerSecret => (401, "invalid_owner_secret", "invalid owner secret"),
+            ApiError::Busy => (503, "busy", "too many requests are being read"),
+            ApiError::BodyTimeout => (408, "body_timeout", "the request body took too long"),
+            ApiError::UnknownDigestRoute => (
+                400,
+                "unknown_route",
+                "route must be openai_chat or anthropic_messages",
+            ),
+            ApiError::CallerGone => (
+                499,
+                "caller_gone",
+                "the caller left while its request was held",
+            ),
+            ApiError::InconsistentEnding => (
+                400,
+                "inconsistent_ending",
+                "complete must be true exactly when ending is complete",
+            ),
+            ApiError::AlreadyRecorded => (
+                409,
+                "already_recorded",
+                "usage for this decision was already recorded",
+            ),
+            ApiError::ModelMismatch => (
+                409,
+                "model_mismatch",
+                "served_model differs from the model the gate decided",
+            ),
+            ApiError::UsageExceedsDecision => (
+                422,
+                "usage_exceeds_decision",
+                "the usage exceeds what the decision could have been billed: input at most \
+                 3 tokens per character of the request plus 4096, output at most its ceiling, \
+                 each part at most 100000000",
+            ),
+            ApiError::RecordNotCommitted => (
+                503,
+                "storage_unavailable",
+                "the ledger could not commit the record",
+            ),
+            ApiError::UnknownDecision => (
+                404,
+                "unknown_decision",
+                "no forwarded decision with this id is awaiting usage for this key",
+            ),
+            ApiError::UnknownCursor => (
+                400,
+                "unknown_cursor",
+                "after must be the decision id a previous page ended with",
+            ),
+            ApiError::StorageUnavailable => {
+                (503, "storage_unavailable", "the ledger is unavailable")
+            }
+            ApiError::InvalidDay => (400, "invalid_day", "from and to must be days as YYYY-MM-DD"),
+            ApiError::InvalidTime => (
+                400,
+                "invalid_time",
+                "from and to must be days as YYYY-MM-DD or unix milliseconds",
+            ),
+            ApiError::InvalidLimit => (400, "invalid_limit", "limit must be 1 to 1000"),
+            ApiError::InvalidSession => (
+                400,
+                "invalid_session",
+                "session must be 64 lowercase hex digits",
+            ),
+            ApiError::UnknownFilter => (
+                400,
+                "unknown_filter",
+                "filters are suite, category, model and task",
+            ),
+            ApiError::EconomicsUnavailable => (503, "economics_unavailable", "the report failed"),
+            ApiError::UnknownKey => (404, "unknown_key", "no key with this id"),
+            ApiError::InvalidPrices => (400, "invalid_prices", "max_output must be at least 1"),
+            ApiError::InvalidHoldBody => (
+                400,
+                "invalid_json",
+                "the body must be empty or {\"attend_minutes\": N}",
+            ),
+            ApiError::InvalidAttendMinutes => (
+                400,
+                "invalid_attend_minutes",
+                "attend_minutes must be a whole number from 1 to 1440",
+            ),
+            ApiError::UnknownHold => (404, "unknown_hold", "no such hold"),
+            ApiError::HoldExpired => (410, "hold_expired", "the hold has expired"),
+            ApiError::HoldNotPending => (409, "hold_not_pending", "the hold is not pending"),
+            ApiError::UnpricedHold => (
+                409,
+                "unpriced_model",
+                "the held request's model has no price, so its spend has no bound: set its price \
+                 (PUT /prices on the admin listener, or [prices] in the config), then approve",
+            ),
+            ApiError::SplitProfileUnknownRoute => {
+                (404, "unknown_route", "no such split-profile route")
+            }
+            ApiError::NotCovered(reason) => (404, "not_covered", reason),
+        }
+    }
+}
+
+impl From<ApiError> for GateError {
+    fn from(e: ApiError) -> Self {
+        GateError::Api(e)
+    }
+}
+
+impl From<ApiError> for ApiResponse {
+    fn from(e: ApiError) -> Self {
+        GateError::Api(e).into()
+    }
+}
+
+/// A body the request reader refused: its code and closed-form message (a field name, an
+/// index, a bound; never a value).
+impl From<tokensaver_core::request::ShapeError> for GateError {
+    fn from(e: tokensaver_core::request::ShapeError) -> Self {
+        GateError::BadRequest {
+            code: e.code(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// A digest `POST /gate` or `/estimate` refused (closed-form, as the reader's).
+impl From<&tokensaver_core::request::DigestError> for GateError {
+    fn from(e: &tokensaver_core::request::DigestError) -> Self {
+        GateError::BadRequest {
+            code: "invalid_digest",
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<crate::body::BodyError> for GateError {
+    fn from(e: crate::body::BodyError) -> Self {
+        match e {
+            crate::body::BodyError::TooLarge => GateError::BodyTooLarge,
+            crate::body::BodyError::Unreadable => GateError::BodyUnreadable,
+        }
+    }
 }
 
 impl std::fmt::Display for GateError {
@@ -122,15 +332,6 @@ impl GateError {
     /// The fleet's database cannot be reached; retry after [`FLEET_RETRY_AFTER_SECS`].
     pub fn fleet_unavailable() -> Self {
         GateError::FleetUnavailable
-    }
-
-    /// An error of the API and admin listeners.
-    pub fn api(status: u16, code: &'static str, message: &'static str) -> Self {
-        GateError::Api {
-            status,
-            code,
-            message,
-        }
     }
 
     /// A budget refusal for a model the price table does not know. Names the model (a request
@@ -175,7 +376,52 @@ impl GateError {
             GateError::BadGateway { .. }
             | GateError::GateUnreachable
             | GateError::AnswerMissing => 502,
-            GateError::Api { status, .. } => *status,
+            GateError::Api(e) => e.parts().0,
+        }
+    }
+
+    /// The level the edge logs it at: a fault of the gate's own (an answer it served but does
+    /// not hold) is an error, what the operator must act on (an unreachable store, provider or
+    /// central gate) a warning; a refusal the gate decided and a caller's mistake are debug,
+    /// because the access log's line (info) already names the status, verdict and rule.
+    pub fn level(&self) -> tracing::Level {
+        use tracing::Level;
+        match self {
+            GateError::AnswerMissing => Level::ERROR,
+            GateError::FleetUnavailable
+            | GateError::UpstreamTimeout
+            | GateError::BadGateway { .. }
+            | GateError::GateUnreachable => Level::WARN,
+            GateError::Api(e) if e.parts().0 >= 500 => Level::WARN,
+            GateError::BodyTooLarge
+            | GateError::BodyUnreadable
+            | GateError::BadRequest { .. }
+            | GateError::InvalidKey(_)
+            | GateError::MethodNotAllowed
+            | GateError::NotGated
+            | GateError::UnknownRoute
+            | GateError::UnknownModel { .. }
+            | GateError::UnknownResponse
+            | GateError::ChainedContextUnknown
+            | GateError::ConversationNotGated
+            | GateError::InvalidPath
+            | GateError::MissingHost
+            | GateError::UnsupportedEncoding
+            | GateError::Held { .. }
+            | GateError::Blocked { .. }
+            | GateError::Unpriced { .. }
+            | GateError::Api(_) => Level::DEBUG,
+        }
+    }
+
+    /// One log event for an answered error, at its [`level`](Self::level): its status and
+    /// code, never anything of the request.
+    pub fn log(&self) {
+        let (status, code) = (self.status(), self.code());
+        match self.level() {
+            tracing::Level::ERROR => tracing::error!(status, code, "answered with an error"),
+            tracing::Level::WARN => tracing::warn!(status, code, "answered with an error"),
+            _ => tracing::debug!(status, code, "answered with an error"),
         }
     }
 
@@ -205,7 +451,7 @@ impl GateError {
             | GateError::BadGateway { .. }
             | GateError::GateUnreachable
             | GateError::AnswerMissing => "api_error",
-            GateError::Api { .. } => "tokensaver_error",
+            GateError::Api(_) => "tokensaver_error",
         }
     }
 
@@ -230,7 +476,8 @@ impl GateError {
             GateError::Unpriced { .. } => "unpriced_model",
             GateError::FleetUnavailable => "fleet_store_unavailable",
             GateError::UpstreamTimeout => "upstream_timeout",
-            GateError::BadGateway { code, .. } | GateError::Api { code, .. } => code,
+            GateError::BadGateway { code, .. } => code,
+            GateError::Api(e) => e.parts().1,
             GateError::GateUnreachable => "gate_unreachable",
             GateError::AnswerMissing => "answer_missing",
         }
@@ -297,7 +544,8 @@ impl GateError {
             }
             GateError::FleetUnavailable => "the gate's shared store is unreachable; retry shortly",
             GateError::UpstreamTimeout => "the provider did not answer in time",
-            GateError::BadGateway { message, .. } | GateError::Api { message, .. } => message,
+            GateError::BadGateway { message, .. } => message,
+            GateError::Api(e) => e.parts().2,
             GateError::GateUnreachable => "the central gate did not decide this request",
             GateError::AnswerMissing => "the gate served an answer this instance does not hold",
         };
@@ -318,6 +566,7 @@ impl GateError {
     pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
             GateError::FleetUnavailable => Some(FLEET_RETRY_AFTER_SECS),
+            GateError::Api(ApiError::Busy) => Some(1),
             _ => None,
         }
     }
@@ -369,14 +618,8 @@ fn named_model(model: &str) -> Option<String> {
 impl From<StoreError> for GateError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::UnknownCursor => GateError::api(
-                400,
-                "unknown_cursor",
-                "after must be the decision id a previous page ended with",
-            ),
-            StoreError::Unavailable | StoreError::Sqlite(_) => {
-                GateError::api(503, "storage_unavailable", "the ledger is unavailable")
-            }
+            StoreError::UnknownCursor => ApiError::UnknownCursor.into(),
+            StoreError::Unavailable | StoreError::Sqlite(_) => ApiError::StorageUnavailable.into(),
         }
     }
 }
@@ -386,10 +629,8 @@ impl From<StoreError> for GateError {
 impl From<AuthError> for GateError {
     fn from(e: AuthError) -> Self {
         match e {
-            AuthError::Missing => {
-                GateError::api(401, "missing_key", "a tokensaver key is required")
-            }
-            AuthError::Invalid => GateError::api(401, "invalid_key", "invalid tokensaver key"),
+            AuthError::Missing => ApiError::MissingKey.into(),
+            AuthError::Invalid => ApiError::InvalidKey.into(),
         }
     }
 }
@@ -444,6 +685,7 @@ pub(crate) fn looks_like_model_id(model: &str) -> bool {
 /// The API and admin listeners' shape of an edge error.
 impl From<GateError> for ApiResponse {
     fn from(e: GateError) -> Self {
+        e.log();
         let resp = ApiResponse::json(e.status(), &e.api_body());
         match e.retry_after_secs() {
             Some(secs) => resp.with_header("retry-after", secs.to_string()),
@@ -469,8 +711,41 @@ mod tests {
         let resp = ApiResponse::from(GateError::fleet_unavailable());
         assert_eq!(resp.status, 503);
         assert_eq!(resp.headers, [("retry-after", "2".to_string())]);
-        let plain = ApiResponse::from(GateError::api(503, "x", "y"));
+        let plain = ApiResponse::from(ApiError::StorageUnavailable);
         assert!(plain.headers.is_empty());
+    }
+
+    /// The API listeners' errors come from one table: the listener's 503 for too many bodies
+    /// read at once says when to retry, and each error is logged at the level its cause needs.
+    #[test]
+    fn api_errors_answer_from_their_table_at_their_level() {
+        let busy = ApiResponse::from(ApiError::Busy);
+        assert_eq!(busy.status, 503);
+        assert_eq!(busy.headers, [("retry-after", "1".to_string())]);
+        let body: serde_json::Value = serde_json::from_slice(&busy.body).unwrap();
+        assert_eq!(body["error"]["code"], "busy");
+        let not_covered = GateError::from(ApiError::NotCovered("not covered here"));
+        assert_eq!(
+            (not_covered.status(), not_covered.code()),
+            (404, "not_covered")
+        );
+        assert_eq!(not_covered.message(), "not covered here");
+        use tracing::Level;
+        assert_eq!(GateError::AnswerMissing.level(), Level::ERROR);
+        assert_eq!(GateError::FleetUnavailable.level(), Level::WARN);
+        assert_eq!(
+            GateError::from(ApiError::StorageUnavailable).level(),
+            Level::WARN
+        );
+        assert_eq!(
+            GateError::from(ApiError::InvalidLimit).level(),
+            Level::DEBUG
+        );
+        let blocked = GateError::Blocked {
+            status: 429,
+            reason: "runaway_loop",
+        };
+        assert_eq!(blocked.level(), Level::DEBUG);
     }
 
     #[test]

@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::http::{ApiRequest, ApiResponse};
+use crate::error::ApiError;
 use crate::gatekeeper::{
     Gatekeeper, HoldAction, HoldDecided, HoldError, HoldList, MAX_ATTEND_MINUTES,
 };
@@ -70,13 +71,8 @@ fn approve_action(req: &ApiRequest) -> Result<HoldAction, ApiResponse> {
             attend_minutes: None,
         });
     }
-    let body: ApproveBody = serde_json::from_slice(&req.body).map_err(|_| {
-        ApiResponse::error(
-            400,
-            "invalid_json",
-            "the body must be empty or {\"attend_minutes\": N}",
-        )
-    })?;
+    let body: ApproveBody = serde_json::from_slice(&req.body)
+        .map_err(|_| ApiResponse::from(ApiError::InvalidHoldBody))?;
     match body.attend_minutes {
         Some(m) if !(1..=MAX_ATTEND_MINUTES).contains(&m) => Err(attend_error()),
         attend_minutes => Ok(HoldAction::Approve { attend_minutes }),
@@ -84,11 +80,7 @@ fn approve_action(req: &ApiRequest) -> Result<HoldAction, ApiResponse> {
 }
 
 fn attend_error() -> ApiResponse {
-    ApiResponse::error(
-        400,
-        "invalid_attend_minutes",
-        "attend_minutes must be a whole number from 1 to 1440",
-    )
+    ApiError::InvalidAttendMinutes.into()
 }
 
 /// Approve or deny `hold_id`. `owner`: the deciding owner's key id (`None`: the admin).
@@ -138,19 +130,12 @@ fn decided_answer(d: &HoldDecided, action: HoldAction) -> ApiResponse {
 
 pub fn hold_error(e: HoldError) -> ApiResponse {
     match e {
-        HoldError::Unknown => ApiResponse::error(404, "unknown_hold", "no such hold"),
-        HoldError::Expired => ApiResponse::error(410, "hold_expired", "the hold has expired"),
-        HoldError::NotPending => {
-            ApiResponse::error(409, "hold_not_pending", "the hold is not pending")
-        }
+        HoldError::Unknown => ApiError::UnknownHold.into(),
+        HoldError::Expired => ApiError::HoldExpired.into(),
+        HoldError::NotPending => ApiError::HoldNotPending.into(),
         HoldError::AttendMinutes => attend_error(),
         HoldError::Unavailable => crate::error::GateError::fleet_unavailable().into(),
-        HoldError::Unpriced => ApiResponse::error(
-            409,
-            "unpriced_model",
-            "the held request's model has no price, so its spend has no bound: set its price \
-             (PUT /prices on the admin listener, or [prices] in the config), then approve",
-        ),
+        HoldError::Unpriced => ApiError::UnpricedHold.into(),
     }
 }
 

@@ -18,6 +18,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::http::{ApiRequest, ApiResponse};
+use crate::error::ApiError;
 use crate::gatekeeper::Gatekeeper;
 use crate::http_client::{BlockingClient, Request};
 use crate::lifecycle;
@@ -52,11 +53,7 @@ impl Ops {
             _ => return None,
         };
         if req.method != Method::GET {
-            return Some(ApiResponse::error(
-                405,
-                "method_not_allowed",
-                "method not allowed on this route",
-            ));
+            return Some(ApiError::MethodNotAllowed.into());
         }
         Some(if ready {
             self.readiness().await

@@ -15,7 +15,7 @@ use super::http::{ApiRequest, ApiResponse};
 use super::router::{AdminEndpoint, ApiEndpoint, Table};
 use crate::auth;
 use crate::config::{BudgetPeriod, KeyConfig, Prices};
-use crate::error::GateError;
+use crate::error::{ApiError, GateError};
 use crate::gatekeeper::settlement::{RecordBody, RecordBodyError};
 use crate::gatekeeper::{
     AdmitError, GateOutcome, GateRequest, Gatekeeper, RecordError, RecordSource, SetBudgetError,
@@ -67,11 +67,7 @@ pub enum Admission {
 }
 
 fn method_not_allowed() -> ApiResponse {
-    ApiResponse::error(
-        405,
-        "method_not_allowed",
-        "method not allowed on this route",
-    )
+    ApiError::MethodNotAllowed.into()
 }
 
 /// `POST /gate`'s body: a digest, or a closed-form 400 naming what is wrong with it.
@@ -80,10 +76,7 @@ fn parse_digest(req: &ApiRequest) -> Result<Digest, ApiResponse> {
 }
 
 fn invalid_digest(e: &request::DigestError) -> ApiResponse {
-    ApiResponse::json(
-        400,
-        &json!({"error": {"code": "invalid_digest", "message": e.to_string()}}),
-    )
+    GateError::from(e).into()
 }
 
 /// What a digest asks the gate to decide, for `key`, now.
@@ -106,7 +99,7 @@ fn home() -> ApiResponse {
 }
 
 fn not_found() -> ApiResponse {
-    ApiResponse::error(404, "not_found", "unknown route")
+    ApiError::NotFound.into()
 }
 
 /// The fleet's database cannot be reached: closed-form, retry shortly.
@@ -115,11 +108,7 @@ pub(crate) fn fleet_unavailable() -> ApiResponse {
 }
 
 fn bad_json() -> ApiResponse {
-    ApiResponse::error(
-        400,
-        "invalid_json",
-        "request body is not valid JSON of the expected form",
-    )
+    ApiError::InvalidJson.into()
 }
 
 impl Api {
@@ -199,11 +188,7 @@ impl Api {
                 let found = self.routes.admin.find(path);
                 let open = found.as_ref().is_some_and(|f| f.route.endpoint.is_open());
                 if !open && !auth::is_admin(&self.gatekeeper.config, presented) {
-                    return Admission::Answer(ApiResponse::error(
-                        401,
-                        "admin_key_required",
-                        "this route needs the admin key",
-                    ));
+                    return Admission::Answer(ApiError::AdminKeyRequired.into());
                 }
                 match found.map(|f| f.route.endpoint) {
                     Some(AdminEndpoint::SplitProfile) => Admission::Read {
@@ -298,7 +283,7 @@ impl Api {
         let admin = auth::is_admin(&self.gatekeeper.config, auth::presented_key(&req.headers));
         let open = found.as_ref().is_some_and(|f| f.route.endpoint.is_open());
         if !open && !admin {
-            return ApiResponse::error(401, "admin_key_required", "this route needs the admin key");
+            return ApiError::AdminKeyRequired.into();
         }
         let Some(found) = found else {
             return not_found();
@@ -424,12 +409,7 @@ impl Api {
         // One parse: a digest (`v` and `request`) or a provider request body.
         let object = match request::parse_object(&req.body) {
             Ok(object) => object,
-            Err(e) => {
-                return ApiResponse::json(
-                    400,
-                    &json!({"error": {"code": e.code(), "message": e.to_string()}}),
-                )
-            }
+            Err(e) => return GateError::from(e).into(),
         };
         let (shape, human, held, hold_id) =
             if object.contains_key("v") && object.contains_key("request") {
@@ -444,13 +424,7 @@ impl Api {
                 let route = match req.query_param("route").as_deref() {
                     None | Some("openai_chat") => Route::OpenAiChat,
                     Some("anthropic_messages") => Route::AnthropicMessages,
-                    Some(_) => {
-                        return ApiResponse::error(
-                            400,
-                            "unknown_route",
-                            "route must be openai_chat or anthropic_messages",
-                        )
-                    }
+                    Some(_) => return ApiError::UnknownDigestRoute.into(),
                 };
                 let hashes = request::TurnHashes::WhereTheyCanRepeat;
                 match request::shape_of(
@@ -470,12 +444,7 @@ impl Api {
                         let (human, hold_id) = crate::body::caller_headers(&req.headers);
                         (shape, human, held, hold_id)
                     }
-                    Err(e) => {
-                        return ApiResponse::json(
-                            400,
-                            &json!({"error": {"code": e.code(), "message": e.to_string()}}),
-                        )
-                    }
+                    Err(e) => return GateError::from(e).into(),
                 }
             };
         let request = GateRequest {
@@ -521,11 +490,7 @@ impl Api {
         {
             Ok(outcome) => self.gate_response(&outcome),
             // Nobody reads this answer: nothing was decided for the digest client that left.
-            Err(AdmitError::CallerGone) => ApiResponse::error(
-                499,
-                "caller_gone",
-                "the caller left while its request was held",
-            ),
+            Err(AdmitError::CallerGone) => ApiError::CallerGone.into(),
             Err(AdmitError::Unavailable(_)) => fleet_unavailable(),
         }
     }
@@ -588,13 +553,7 @@ impl Api {
         };
         let report = match rec.into_report(&key.id) {
             Ok(report) => report,
-            Err(RecordBodyError::InconsistentEnding) => {
-                return ApiResponse::error(
-                    400,
-                    "inconsistent_ending",
-                    "complete must be true exactly when ending is complete",
-                )
-            }
+            Err(RecordBodyError::InconsistentEnding) => return ApiError::InconsistentEnding.into(),
             Err(RecordBodyError::UnknownDecision) => return unknown_decision(),
         };
         let recorded = self
@@ -606,29 +565,11 @@ impl Api {
                 200,
                 &json!({"recorded": true, "spend_nano": row.spend_nano}),
             ),
-            Err(RecordError::AlreadyRecorded) => ApiResponse::error(
-                409,
-                "already_recorded",
-                "usage for this decision was already recorded",
-            ),
+            Err(RecordError::AlreadyRecorded) => ApiError::AlreadyRecorded.into(),
             Err(RecordError::UnknownDecision) => unknown_decision(),
-            Err(RecordError::ModelMismatch) => ApiResponse::error(
-                409,
-                "model_mismatch",
-                "served_model differs from the model the gate decided",
-            ),
-            Err(RecordError::ExceedsDecision) => ApiResponse::error(
-                422,
-                "usage_exceeds_decision",
-                "the usage exceeds what the decision could have been billed: input at most \
-                 3 tokens per character of the request plus 4096, output at most its ceiling, \
-                 each part at most 100000000",
-            ),
-            Err(RecordError::Storage) => ApiResponse::error(
-                503,
-                "storage_unavailable",
-                "the ledger could not commit the record",
-            ),
+            Err(RecordError::ModelMismatch) => ApiError::ModelMismatch.into(),
+            Err(RecordError::ExceedsDecision) => ApiError::UsageExceedsDecision.into(),
+            Err(RecordError::Storage) => ApiError::RecordNotCommitted.into(),
         }
     }
 
@@ -636,11 +577,7 @@ impl Api {
         let (from, to) = (req.query_param("from"), req.query_param("to"));
         let (from, to) = (from.as_deref(), to.as_deref());
         if [from, to].iter().flatten().any(|d| !valid_day(d)) {
-            return ApiResponse::error(
-                400,
-                "invalid_day",
-                "from and to must be days as YYYY-MM-DD",
-            );
+            return ApiError::InvalidDay.into();
         }
         let (days, total) = match self.gatekeeper.ledger_report(Some(&key.id), from, to).await {
             Ok(x) => x,
@@ -745,17 +682,13 @@ impl Api {
                 .await;
         }
         let Some((key_id, secret)) = owner.and_then(|v| v.split_once(':')) else {
-            return ApiResponse::error(
-                401,
-                "owner_secret_required",
-                "deciding a hold needs the key owner's secret",
-            );
+            return ApiError::OwnerSecretRequired.into();
         };
         match self.gatekeeper.config.key(key_id) {
             Some(key) if auth::is_owner(key, Some(secret)) => {
                 holds::decide(&self.gatekeeper, req, route, Some(&key.id), now_ms()).await
             }
-            _ => ApiResponse::error(401, "invalid_owner_secret", "invalid owner secret"),
+            _ => ApiError::InvalidOwnerSecret.into(),
         }
     }
 
@@ -764,11 +697,7 @@ impl Api {
         let Ok(query) = serde_urlencoded::from_str::<crate::economics::model::EconomicsQuery>(
             req.query.as_deref().unwrap_or(""),
         ) else {
-            return ApiResponse::error(
-                400,
-                "unknown_filter",
-                "filters are suite, category, model and task",
-            );
+            return ApiError::UnknownFilter.into();
         };
         // Files and 10 000 bootstrap resamples: the blocking pool's work, not a worker's.
         let config = self.gatekeeper.config.clone();
@@ -778,7 +707,7 @@ impl Api {
         .await;
         match summary {
             Ok(summary) => ApiResponse::json(200, &summary),
-            Err(_) => ApiResponse::error(503, "economics_unavailable", "the report failed"),
+            Err(_) => ApiError::EconomicsUnavailable.into(),
         }
     }
 
@@ -791,7 +720,7 @@ impl Api {
             period: BudgetPeriod,
         }
         if self.gatekeeper.config.key(key_id).is_none() {
-            return ApiResponse::error(404, "unknown_key", "no key with this id");
+            return ApiError::UnknownKey.into();
         }
         let Ok(b) = serde_json::from_slice::<BudgetBody>(&req.body) else {
             return bad_json();
@@ -813,7 +742,7 @@ impl Api {
             return bad_json();
         };
         if prices.values().any(|p| p.max_output == 0) {
-            return ApiResponse::error(400, "invalid_prices", "max_output must be at least 1");
+            return ApiError::InvalidPrices.into();
         }
         match self.gatekeeper.set_prices_acked(&prices).await {
             Ok(()) => ApiResponse::json(200, &self.gatekeeper.policy().prices),
@@ -823,11 +752,7 @@ impl Api {
 }
 
 fn unknown_decision() -> ApiResponse {
-    ApiResponse::error(
-        404,
-        "unknown_decision",
-        "no forwarded decision with this id is awaiting usage for this key",
-    )
+    ApiError::UnknownDecision.into()
 }
 
 pub fn gate_answer(outcome: &GateOutcome) -> serde_json::Value {
@@ -877,22 +802,12 @@ fn decision_query(
         }
     };
     let (Ok(from_ms), Ok(to_ms)) = (bound("from", false), bound("to", true)) else {
-        return Err(ApiResponse::error(
-            400,
-            "invalid_time",
-            "from and to must be days as YYYY-MM-DD or unix milliseconds",
-        ));
+        return Err(ApiError::InvalidTime.into());
     };
     let limit = match req.query_param("limit").map(|l| l.parse::<usize>()) {
         None => DEFAULT_DECISIONS_PAGE,
         Some(Ok(n)) if (1..=crate::store::sqlite::MAX_DECISIONS_PAGE).contains(&n) => n,
-        Some(_) => {
-            return Err(ApiResponse::error(
-                400,
-                "invalid_limit",
-                "limit must be 1 to 1000",
-            ))
-        }
+        Some(_) => return Err(ApiError::InvalidLimit.into()),
     };
     // A cursor that is not a decision id names no decision: the store's own answer.
     let after = match req.query_param("after").filter(|a| !a.is_empty()) {
@@ -906,13 +821,7 @@ fn decision_query(
         None => None,
         Some(s) => match tokensaver_core::request::Hash::from_hex(&s) {
             Some(h) => Some(h),
-            None => {
-                return Err(ApiResponse::error(
-                    400,
-                    "invalid_session",
-                    "session must be 64 lowercase hex digits",
-                ))
-            }
+            None => return Err(ApiError::InvalidSession.into()),
         },
     };
     Ok(crate::store::DecisionQuery {

@@ -23,6 +23,7 @@ use tokio::sync::Semaphore;
 use super::http::{ApiRequest, ApiResponse};
 use super::ops::Ops;
 use super::routes::{Admission, Api, Listener};
+use crate::error::{ApiError, GateError};
 
 /// The longest a request's body may take to arrive: a client that trickles it is cut off.
 const BODY_DEADLINE: Duration = Duration::from_secs(30);
@@ -81,8 +82,7 @@ impl ApiApp {
                 Ok(permit) => Some(permit),
                 Err(_) => {
                     session.set_keepalive(None);
-                    return ApiResponse::error(503, "busy", "too many requests are being read")
-                        .with_header("retry-after", "1");
+                    return ApiError::Busy.into();
                 }
             },
             false => None,
@@ -92,7 +92,7 @@ impl ApiApp {
             Ok(Err(resp)) => return resp,
             Err(_) => {
                 session.set_keepalive(None);
-                return ApiResponse::error(408, "body_timeout", "the request body took too long");
+                return ApiError::BodyTimeout.into();
             }
         };
         drop(_permit);
@@ -183,29 +183,14 @@ async fn read_body(session: &mut ServerSession, cap: usize) -> Result<Bytes, Api
     // listener holds nothing for a caller that announces more than it may send.
     if crate::body::declared_length(session).is_some_and(|len| len > cap) {
         session.set_keepalive(None);
-        return Err(ApiResponse::error(
-            413,
-            "body_too_large",
-            "request body exceeds the size cap",
-        ));
+        return Err(GateError::BodyTooLarge.into());
     }
     // One `100 Continue` before the body (the declared length is within the cap).
     if crate::body::expects_continue(session) && crate::body::write_continue(session).await.is_err()
     {
-        return Err(ApiResponse::error(
-            400,
-            "body_unreadable",
-            "request body could not be read",
-        ));
+        return Err(GateError::BodyUnreadable.into());
     }
     crate::body::read_capped(session, cap)
         .await
-        .map_err(|e| match e {
-            crate::body::BodyError::TooLarge => {
-                ApiResponse::error(413, "body_too_large", "request body exceeds the size cap")
-            }
-            crate::body::BodyError::Unreadable => {
-                ApiResponse::error(400, "body_unreadable", "request body could not be read")
-            }
-        })
+        .map_err(|e| GateError::from(e).into())
 }

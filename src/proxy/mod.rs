@@ -150,6 +150,7 @@ pub(crate) async fn respond_error(
     err: &GateError,
     extra: &[(&'static str, String)],
 ) -> Result<()> {
+    err.log();
     let mut headers: Vec<(&'static str, String)> = extra.to_vec();
     if err.no_retry() {
         headers.push(("x-should-retry", "false".into()));
@@ -186,10 +187,7 @@ async fn answer_expect_passthrough(session: &mut Session) -> Result<()> {
 async fn read_body(session: &mut Session, cap: usize) -> std::result::Result<Bytes, GateError> {
     crate::body::read_capped(session.as_downstream_mut(), cap)
         .await
-        .map_err(|e| match e {
-            crate::body::BodyError::TooLarge => GateError::BodyTooLarge,
-            crate::body::BodyError::Unreadable => GateError::BodyUnreadable,
-        })
+        .map_err(GateError::from)
 }
 
 /// Ends when the client has closed its connection (its request body is read whole, so any
@@ -396,12 +394,7 @@ impl GateProxy {
         };
         let mut parsed = match parse(route, &body, &caller.fingerprint_key) {
             Ok(parsed) => parsed,
-            Err(e) => {
-                return Ok(Err(GateError::BadRequest {
-                    code: e.code(),
-                    message: e.to_string(),
-                }))
-            }
+            Err(e) => return Ok(Err(GateError::from(e))),
         };
         access.model_requested = access::Access::model(&parsed.shape.model);
         // A model no upstream takes is refused before it is decided: nothing to book.

@@ -25,6 +25,7 @@ use super::engine::{catalogue_from_value, profile_catalogue, Refusal, MAX_BODY_B
 use super::json::{self, JsValue};
 use super::report::{precheck_bytes, signed_document, signed_report, PrecheckOutcome};
 use crate::api_http::{ApiRequest, ApiResponse};
+use crate::error::ApiError;
 use crate::receipt::ReceiptSigner;
 
 /// Free pre-checks per caller per UTC day.
@@ -101,7 +102,7 @@ impl SplitProfileService {
             "budget" => not_covered("NOT COVERED — op budget is not built or offered by this worker; this worker serves op split-profile only"),
             "catalogue" => not_covered("NOT COVERED — op catalogue is not built or offered by this worker; this worker serves op split-profile only"),
             "audit" => not_covered("NOT COVERED — op audit is not built or offered by this worker; this worker serves op split-profile only"),
-            _ => ApiResponse::error(404, "unknown_route", "no such split-profile route"),
+            _ => ApiError::SplitProfileUnknownRoute.into(),
         })
     }
 
@@ -291,14 +292,9 @@ fn allowance_response(refused: AllowanceRefusal) -> ApiResponse {
 }
 
 fn not_covered(message: &'static str) -> ApiResponse {
-    ApiResponse::error(404, "not_covered", message)
+    ApiError::NotCovered(message).into()
 }
 
 fn method_not_allowed(allow: &'static str) -> ApiResponse {
-    ApiResponse::error(
-        405,
-        "method_not_allowed",
-        "method not allowed on this route",
-    )
-    .with_header("allow", allow)
+    ApiResponse::from(ApiError::MethodNotAllowed).with_header("allow", allow)
 }

@@ -36,6 +36,7 @@ use super::holds::HoldRoute;
 use super::http::{ApiRequest, ApiResponse};
 use super::Listener;
 use crate::auth;
+use crate::error::ApiError;
 use crate::gatekeeper::{Gatekeeper, HoldAction, HoldError};
 use crate::now_ms;
 use crate::receipt::DecisionId;
@@ -156,13 +157,9 @@ impl Page {
                     self.decide_hold(listener, gk, req, route, now).await
                 }
                 _ if KNOWN.contains(&path) || path.starts_with("/page/receipt/") => {
-                    ApiResponse::error(
-                        405,
-                        "method_not_allowed",
-                        "method not allowed on this route",
-                    )
+                    ApiError::MethodNotAllowed.into()
                 }
-                _ => ApiResponse::error(404, "not_found", "unknown route"),
+                _ => ApiError::NotFound.into(),
             },
         }
     }
