@@ -31,34 +31,66 @@ fn rows<'a>(
         .chain([("total", total)])
 }
 
-/// `GET /ledger?format=csv`: the same rows, every tier and usage part in its own column.
+/// Columns of `GET /ledger?format=csv`: every tier and usage part in its own column.
+const LEDGER_COLUMNS: [&str; 16] = [
+    "day",
+    "requests",
+    "serve",
+    "allow",
+    "downgrade",
+    "challenge",
+    "block",
+    "spend_nano",
+    "input",
+    "cache_write",
+    "cache_read",
+    "output",
+    "tokens_not_bought",
+    "worst_case_tokens_avoided",
+    "findings_tokens_estimated",
+    "cache_saving_nano",
+];
+
+/// `GET /ledger?format=csv`: each day's row, then the total's (day `total`).
 pub fn csv(days: &[LedgerDay], total: &LedgerTotals) -> String {
-    let mut out = String::from(
-        "day,requests,serve,allow,downgrade,challenge,block,spend_nano,input,cache_write,\
-         cache_read,output,tokens_not_bought,worst_case_tokens_avoided,findings_tokens_estimated,\
-         cache_saving_nano\n",
-    );
-    for (day, t) in rows(days, total) {
-        out.push_str(&format!(
-            "{day},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-            t.requests,
-            t.count(Verdict::Serve),
-            t.count(Verdict::Allow),
-            t.count(Verdict::Downgrade),
-            t.count(Verdict::Challenge),
-            t.count(Verdict::Block),
-            t.spend_nano,
-            t.usage.input,
-            t.usage.cache_write,
-            t.usage.cache_read,
-            t.usage.output,
-            t.tokens_not_bought,
-            t.worst_case_tokens_avoided,
-            t.findings_tokens_estimated,
-            t.cache_saving_nano
-        ));
+    table(
+        LEDGER_COLUMNS,
+        rows(days, total).map(|(day, t)| {
+            [
+                day.to_string(),
+                t.requests.to_string(),
+                t.count(Verdict::Serve).to_string(),
+                t.count(Verdict::Allow).to_string(),
+                t.count(Verdict::Downgrade).to_string(),
+                t.count(Verdict::Challenge).to_string(),
+                t.count(Verdict::Block).to_string(),
+                t.spend_nano.to_string(),
+                t.usage.input.to_string(),
+                t.usage.cache_write.to_string(),
+                t.usage.cache_read.to_string(),
+                t.usage.output.to_string(),
+                t.tokens_not_bought.to_string(),
+                t.worst_case_tokens_avoided.to_string(),
+                t.findings_tokens_estimated.to_string(),
+                t.cache_saving_nano.to_string(),
+            ]
+        }),
+    )
+}
+
+/// A CSV table by the `csv` crate (fields quoted where they must be). Every text field a
+/// caller chose goes through [`defused`] first; the header is written even with no rows.
+fn table<const N: usize>(header: [&str; N], rows: impl Iterator<Item = [String; N]>) -> String {
+    let mut w = csv::WriterBuilder::new()
+        .terminator(csv::Terminator::Any(b'\n'))
+        .from_writer(Vec::new());
+    // Writing to a Vec cannot fail.
+    let _ = w.write_record(header);
+    for row in rows {
+        let _ = w.write_record(&row);
     }
-    out
+    let bytes = w.into_inner().unwrap_or_default();
+    String::from_utf8(bytes).unwrap_or_default()
 }
 
 /// A nano-USD amount as a decimal dollar figure with all nine places (exact).
@@ -66,65 +98,84 @@ pub fn usd_exact(nano: u64) -> String {
     format!("{}.{:09}", nano / 1_000_000_000, nano % 1_000_000_000)
 }
 
-/// A CSV field: quoted when it holds a separator, a quote or a line break; a leading `=`,
-/// `+`, `-`, `@` (a formula to a spreadsheet) is defused with a `'`.
-fn csv_field(s: &str) -> String {
-    let s = if s.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+/// A text field a caller chose (a key id, a model name): a leading `=`, `+`, `-`, `@`, tab or
+/// carriage return (a formula to a spreadsheet) is defused with a `'`.
+fn defused(s: &str) -> String {
+    if s.starts_with(['=', '+', '-', '@', '\t', '\r']) {
         format!("'{s}")
     } else {
         s.to_string()
-    };
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s
     }
 }
+
+/// Columns of `GET /ledger/decisions?format=csv`.
+const DECISION_COLUMNS: [&str; 26] = [
+    "decision_id",
+    "key_id",
+    "decided_at_ms",
+    "decided_at",
+    "verdict",
+    "reason",
+    "model_requested",
+    "model_served",
+    "wire",
+    "status",
+    "ending",
+    "basis",
+    "settled_at_ms",
+    "input",
+    "cache_write",
+    "cache_write_1h",
+    "cache_read",
+    "output",
+    "web_search_requests",
+    "reserved_nano",
+    "spend_nano",
+    "spend_usd",
+    "tokens_not_bought",
+    "worst_case_tokens_avoided",
+    "hold_id",
+    "cache_saving_nano",
+];
 
 /// `GET /ledger/decisions?format=csv`: one line per decision, every usage part and billed
 /// item in its own column, spend in nano-USD and as an exact dollar figure. Never content.
 pub fn decisions_csv(page: &DecisionPage) -> String {
-    let mut out = String::from(
-        "decision_id,key_id,decided_at_ms,decided_at,verdict,reason,model_requested,\
-         model_served,wire,status,ending,basis,settled_at_ms,input,cache_write,cache_write_1h,\
-         cache_read,output,web_search_requests,reserved_nano,spend_nano,spend_usd,\
-         tokens_not_bought,worst_case_tokens_avoided,hold_id,cache_saving_nano\n",
-    );
-    for d in &page.decisions {
-        let fields = [
-            d.decision_id.to_string(),
-            csv_field(&d.key_id),
-            d.decided_at_ms.to_string(),
-            utc_time(d.decided_at_ms),
-            d.verdict.as_str().to_string(),
-            csv_field(&d.reason),
-            csv_field(&d.model_requested),
-            csv_field(d.model_served.as_deref().unwrap_or("")),
-            d.wire.as_str().to_string(),
-            d.status.to_string(),
-            d.ending.map(|e| e.as_str()).unwrap_or("").to_string(),
-            d.basis.map(|b| b.as_str()).unwrap_or("").to_string(),
-            d.settled_at_ms.map(|t| t.to_string()).unwrap_or_default(),
-            d.input.to_string(),
-            d.cache_write.to_string(),
-            d.cache_write_1h.to_string(),
-            d.cache_read.to_string(),
-            d.output.to_string(),
-            d.web_search_requests.to_string(),
-            d.reserved_nano.to_string(),
-            d.spend_nano.to_string(),
-            usd_exact(d.spend_nano),
-            d.tokens_not_bought.to_string(),
-            d.worst_case_tokens_avoided.to_string(),
-            csv_field(d.hold_id.as_deref().unwrap_or("")),
-            d.cache_saving_nano
-                .map(|n| n.to_string())
-                .unwrap_or_default(),
-        ];
-        out.push_str(&fields.join(","));
-        out.push('\n');
-    }
-    out
+    table(
+        DECISION_COLUMNS,
+        page.decisions.iter().map(|d| {
+            [
+                d.decision_id.to_string(),
+                defused(&d.key_id),
+                d.decided_at_ms.to_string(),
+                utc_time(d.decided_at_ms),
+                d.verdict.as_str().to_string(),
+                defused(&d.reason),
+                defused(&d.model_requested),
+                defused(d.model_served.as_deref().unwrap_or("")),
+                d.wire.as_str().to_string(),
+                d.status.to_string(),
+                d.ending.map(|e| e.as_str()).unwrap_or("").to_string(),
+                d.basis.map(|b| b.as_str()).unwrap_or("").to_string(),
+                d.settled_at_ms.map(|t| t.to_string()).unwrap_or_default(),
+                d.input.to_string(),
+                d.cache_write.to_string(),
+                d.cache_write_1h.to_string(),
+                d.cache_read.to_string(),
+                d.output.to_string(),
+                d.web_search_requests.to_string(),
+                d.reserved_nano.to_string(),
+                d.spend_nano.to_string(),
+                usd_exact(d.spend_nano),
+                d.tokens_not_bought.to_string(),
+                d.worst_case_tokens_avoided.to_string(),
+                defused(d.hold_id.as_deref().unwrap_or("")),
+                d.cache_saving_nano
+                    .map(|n| n.to_string())
+                    .unwrap_or_default(),
+            ]
+        }),
+    )
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ` for a unix-milliseconds time.
@@ -505,6 +556,23 @@ mod tests {
         assert_eq!(lines[1], "2026-11-30,3,1,2,0,0,0,1500,0,0,0,0,40,0,0,-25");
         assert_eq!(lines[2], "total,3,1,2,0,0,0,1500,0,0,0,0,40,0,0,-25");
         assert_eq!(lines.len(), 3);
+    }
+
+    /// A caller's text reads back as written (quoted where it holds a separator, a quote or a
+    /// line break) and never as a formula; an empty page is its header alone.
+    #[test]
+    fn csv_fields_are_quoted_and_defused() {
+        let text = table(
+            ["key_id", "model"],
+            [[defused("=HYPERLINK(1)"), defused("a,\"b\"\nc")]].into_iter(),
+        );
+        let mut r = csv::Reader::from_reader(text.as_bytes());
+        assert_eq!(r.headers().unwrap(), vec!["key_id", "model"]);
+        let rows: Vec<csv::StringRecord> = r.records().map(Result::unwrap).collect();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(&rows[0][0], "'=HYPERLINK(1)");
+        assert_eq!(&rows[0][1], "a,\"b\"\nc");
+        assert_eq!(table(["a", "b"], std::iter::empty()), "a,b\n");
     }
 
     #[test]
