@@ -92,10 +92,10 @@ fn main() {
         .expect("gatekeeper")
     };
     let fleet_settings = fleet_config.fleet.clone().expect("fleet config");
-    let limits = tokensaver::gatekeeper::fleet::FleetLimits::from_config(&fleet_config);
+    let limits = tokensaver::store::postgres::FleetLimits::from_config(&fleet_config);
     let single = open(single_config);
     let fleet = open(fleet_config).with_fleet(
-        rt.block_on(tokensaver::gatekeeper::fleet::Fleet::connect(
+        rt.block_on(tokensaver::store::postgres::Fleet::connect(
             &fleet_settings,
             limits,
         ))

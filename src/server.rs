@@ -34,7 +34,7 @@ pub fn open_gatekeeper(config: Config) -> anyhow::Result<Arc<Gatekeeper>> {
     let fleet = match &config.fleet {
         Some(fleet) => Some(connect_fleet(
             fleet,
-            crate::gatekeeper::fleet::FleetLimits::from_config(&config),
+            crate::store::postgres::FleetLimits::from_config(&config),
         )?),
         None => None,
     };
@@ -50,13 +50,13 @@ pub fn open_gatekeeper(config: Config) -> anyhow::Result<Arc<Gatekeeper>> {
 /// build the pool, which connects on first use.
 fn connect_fleet(
     fleet: &crate::config::FleetConfig,
-    limits: crate::gatekeeper::fleet::FleetLimits,
-) -> anyhow::Result<crate::gatekeeper::fleet::Fleet> {
+    limits: crate::store::postgres::FleetLimits,
+) -> anyhow::Result<crate::store::postgres::Fleet> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| anyhow::anyhow!("fleet: cannot start a runtime: {e}"))?
-        .block_on(crate::gatekeeper::fleet::Fleet::connect(fleet, limits))
+        .block_on(crate::store::postgres::Fleet::connect(fleet, limits))
 }
 
 /// Digest mode's settings: the central gate and the tokensaver key used with it.

@@ -17,9 +17,9 @@ use serde_json::json;
 use support::*;
 use tokensaver::config::{FleetConfig, Prices};
 use tokensaver::gate::{Verdict, Windows};
-use tokensaver::gatekeeper::fleet::Fleet;
 use tokensaver::receipt::decision_id;
 use tokensaver::request::{Hash, Route, WireForm};
+use tokensaver::store::postgres::Fleet;
 use tokensaver::store::DecisionRow;
 
 /// The fleet's PostgreSQL. The tests are `#[ignore]`d, so they run only when asked for
@@ -218,7 +218,7 @@ fn windows_agree(url: &str, lengths: tokensaver::gate::WindowLengths, compressio
                 url: url.to_string(),
                 max_connections: 2,
             },
-            tokensaver::gatekeeper::fleet::FleetLimits {
+            tokensaver::store::postgres::FleetLimits {
                 reservation_ttl_ms: 600_000,
                 hold_ttl_ms: 900_000,
                 answer_store_bytes: 1 << 20,
@@ -1251,9 +1251,8 @@ fn digest_mode_gates_and_records_on_any_instance() {
 #[ignore = "needs PostgreSQL: scripts/ci-fleet.sh starts one and runs these"]
 fn the_conditional_reservation_refuses_an_overshoot_and_rolls_back() {
     let url = pg_url();
-    use tokensaver::gatekeeper::fleet::{
-        AdmitScope, Booking, FleetError, FleetLimits, KeyLimit, NewReservation,
-    };
+    use tokensaver::store::booking::{Booking, NewReservation};
+    use tokensaver::store::postgres::{AdmitScope, FleetError, FleetLimits, KeyLimit};
     runtime().block_on(async {
         let fleet = Fleet::connect(
             &FleetConfig {
@@ -1522,6 +1521,32 @@ fn a_paused_session_gets_the_same_lifetimes_on_three_instances_as_on_one() {
         (0..8).map(|t| (t >= 2).then(|| "1h".to_string())).collect();
     assert_eq!(one, expected);
     assert_eq!(three_of, one);
+    // The ledger reads the session's cache health alike from SQLite and from PostgreSQL: the
+    // rebuild at the first pause and the one-hour premium from it on (the fleet's read once
+    // left them out).
+    std::thread::sleep(Duration::from_millis(700));
+    let total = |h: &Harness| {
+        let r = call(
+            client::get(&h.api_url("/ledger"))
+                .set("authorization", &format!("Bearer {}", key.bearer())),
+            None,
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["total"].clone()
+    };
+    let (single_total, fleet_total) = (total(&single), total(&fleet[1]));
+    let n = |v: &serde_json::Value, f: &str| v[f].as_u64().unwrap_or_default();
+    assert_eq!(n(&single_total, "cache_rebuilds"), 1, "{single_total}");
+    for field in ["cache_rebuilds", "requests"] {
+        assert_eq!(
+            n(&fleet_total, field),
+            n(&single_total, field),
+            "{field}: {fleet_total}"
+        );
+    }
+    for field in ["cache_rebuild", "cache_premium_1h", "spend_nano"] {
+        assert!(n(&fleet_total, field) > 0, "{field}: {fleet_total}");
+    }
 }
 
 /// OpenAI routing keys: a lone session keeps the shared route at any rate, and past the rate

@@ -645,7 +645,7 @@ impl Api {
             Ok(query) => query,
             Err(resp) => return resp,
         };
-        query.limit = crate::store::sqlite::MAX_DECISIONS_PAGE;
+        query.limit = crate::store::ledger::MAX_DECISIONS_PAGE;
         let mut lines = Vec::new();
         let truncated = loop {
             let page = match self.gatekeeper.decision_page(&query).await {
@@ -806,7 +806,7 @@ fn decision_query(
     };
     let limit = match req.query_param("limit").map(|l| l.parse::<usize>()) {
         None => DEFAULT_DECISIONS_PAGE,
-        Some(Ok(n)) if (1..=crate::store::sqlite::MAX_DECISIONS_PAGE).contains(&n) => n,
+        Some(Ok(n)) if (1..=crate::store::ledger::MAX_DECISIONS_PAGE).contains(&n) => n,
         Some(_) => return Err(ApiError::InvalidLimit.into()),
     };
     // A cursor that is not a decision id names no decision: the store's own answer.

@@ -28,10 +28,10 @@ use serde::Serialize;
 
 use crate::config::{BudgetPeriod, CachePolicy, Config, KeyConfig, Prices};
 use crate::gatekeeper::fleet::spool::Spool;
-use crate::gatekeeper::fleet::Fleet;
 use crate::metrics::Metrics;
 use crate::receipt::{DecisionId, Envelope, ReceiptSigner};
 use crate::store::answers::{AnswerKey, AnswerStore, StoredAnswer};
+use crate::store::postgres::Fleet;
 use crate::store::{
     period_start, Event, HoldOpening, HoldRow, HoldState, LeaseRow, Store, StoreError, UsageRow,
 };

@@ -287,14 +287,14 @@ pub fn print(config: &Config, key: Option<&str>, sessions: bool) -> anyhow::Resu
 fn connect_fleet(
     config: &Config,
     fleet: &crate::config::FleetConfig,
-) -> anyhow::Result<(tokio::runtime::Runtime, crate::gatekeeper::fleet::Fleet)> {
+) -> anyhow::Result<(tokio::runtime::Runtime, crate::store::postgres::Fleet)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(anyhow::Error::from)?;
-    let fleet = runtime.block_on(crate::gatekeeper::fleet::Fleet::connect(
+    let fleet = runtime.block_on(crate::store::postgres::Fleet::connect(
         fleet,
-        crate::gatekeeper::fleet::FleetLimits::from_config(config),
+        crate::store::postgres::FleetLimits::from_config(config),
     ))?;
     Ok((runtime, fleet))
 }
@@ -307,7 +307,7 @@ fn all_decisions(
 ) -> anyhow::Result<Vec<crate::store::DecisionLine>> {
     let query = crate::store::DecisionQuery {
         key_id: key.map(str::to_string),
-        limit: crate::store::sqlite::MAX_DECISIONS_PAGE,
+        limit: crate::store::ledger::MAX_DECISIONS_PAGE,
         ..Default::default()
     };
     let (lines, _) = match &config.fleet {

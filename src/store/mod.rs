@@ -7,6 +7,9 @@
 //! instances implements this same trait.
 
 pub mod answers;
+pub mod booking;
+pub mod ledger;
+pub mod postgres;
 pub mod sqlite;
 
 use serde::{Deserialize, Serialize};

@@ -52,10 +52,11 @@ use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 
 mod page_reads;
 
+use super::ledger::{DecisionSums, LedgerFold, Settlement, UsageSums, MAX_DECISIONS_PAGE};
 use super::{
-    civil_from_days, period_start, Acked, DecisionLine, DecisionPage, DecisionQuery, DecisionRow,
-    Ending, Event, HoldOpening, HoldRow, HoldState, LeaseRow, LedgerDay, LedgerTotals,
-    ResponseBinding, Snapshot, SpendBasis, Store, StoreError, UsageRow,
+    period_start, Acked, DecisionLine, DecisionPage, DecisionQuery, DecisionRow, Ending, Event,
+    HoldOpening, HoldRow, HoldState, LeaseRow, LedgerDay, LedgerTotals, ResponseBinding, Snapshot,
+    SpendBasis, Store, StoreError, UsageRow,
 };
 use super::{CacheHealth, DecisionListing, RecordSource, VerdictCount};
 use crate::config::{BudgetPeriod, Prices};
@@ -826,8 +827,8 @@ impl Store for SqliteStore {
         };
         let bind = params![key_id, from_ms, to_ms];
 
-        let days = self.read(|tx| {
-            let mut days: BTreeMap<u64, LedgerTotals> = BTreeMap::new();
+        let fold = self.read(|tx| {
+            let mut fold = LedgerFold::default();
 
             let sql = format!(
                 "SELECT decided_at_ms / 86400000 AS day, verdict, COUNT(*), {}, {}, {} \
@@ -840,18 +841,13 @@ impl Store for SqliteStore {
             let mut stmt = tx.prepare_cached(&sql).map_err(sql_error)?;
             let mut rows = stmt.query(bind).map_err(sql_error)?;
             while let Some(r) = rows.next().map_err(sql_error)? {
-                let t = days.entry(get_u64(r, 0).map_err(sql_error)?).or_default();
-                let verdict = verdict_from(r, 1).map_err(sql_error)?;
-                let n = get_u64(r, 2).map_err(sql_error)?;
-                t.requests = t.requests.saturating_add(n);
-                let slot = t.by_verdict.entry(verdict.as_str().to_owned()).or_default();
-                *slot = slot.saturating_add(n);
-                let nb = get_sum(r, 3).map_err(sql_error)?;
-                t.tokens_not_bought = t.tokens_not_bought.saturating_add(nb);
-                let avoided = get_sum(r, 5).map_err(sql_error)?;
-                t.worst_case_tokens_avoided = t.worst_case_tokens_avoided.saturating_add(avoided);
-                let est = get_sum(r, 7).map_err(sql_error)?;
-                t.findings_tokens_estimated = t.findings_tokens_estimated.saturating_add(est);
+                let sums = DecisionSums {
+                    count: get_u64(r, 2)?,
+                    tokens_not_bought: get_sum(r, 3)?,
+                    worst_case_tokens_avoided: get_sum(r, 5)?,
+                    findings_tokens: get_sum(r, 7)?,
+                };
+                fold.decisions(get_u64(r, 0)?, verdict_from(r, 1)?, sums);
             }
             drop(rows);
 
@@ -872,34 +868,23 @@ impl Store for SqliteStore {
             let mut stmt = tx.prepare_cached(&sql).map_err(sql_error)?;
             let mut rows = stmt.query(bind).map_err(sql_error)?;
             while let Some(r) = rows.next().map_err(sql_error)? {
-                let t = days.entry(get_u64(r, 0).map_err(sql_error)?).or_default();
-                let spend = get_sum(r, 1).map_err(sql_error)?;
-                t.spend_nano = t.spend_nano.saturating_add(spend);
-                let usage = Usage {
-                    input: get_sum(r, 3).map_err(sql_error)?,
-                    cache_write: get_sum(r, 5).map_err(sql_error)?,
-                    cache_read: get_sum(r, 7).map_err(sql_error)?,
-                    output: get_sum(r, 9).map_err(sql_error)?,
+                let sums = UsageSums {
+                    spend_nano: get_sum(r, 1)?,
+                    usage: Usage {
+                        input: get_sum(r, 3)?,
+                        cache_write: get_sum(r, 5)?,
+                        cache_read: get_sum(r, 7)?,
+                        output: get_sum(r, 9)?,
+                    },
+                    unpriced_calls: get_u64(r, 11)?,
+                    cache_saving_nano: r.get(12)?,
+                    cache_saving_lifetimes_nano: r.get(13)?,
+                    cache_saving_routing_nano: r.get(14)?,
+                    cache_rebuilds: get_u64(r, 15)?,
+                    cache_rebuild_nano: get_u64(r, 16)?,
+                    cache_premium_1h_nano: get_u64(r, 17)?,
                 };
-                t.usage.add(&usage);
-                let unpriced = get_u64(r, 11).map_err(sql_error)?;
-                t.unpriced_calls = t.unpriced_calls.saturating_add(unpriced);
-                let saving: i64 = r.get(12).map_err(sql_error)?;
-                t.cache_saving_nano = t.cache_saving_nano.saturating_add(saving);
-                let lifetimes: i64 = r.get(13).map_err(sql_error)?;
-                t.cache_saving_lifetimes_nano =
-                    t.cache_saving_lifetimes_nano.saturating_add(lifetimes);
-                let routing: i64 = r.get(14).map_err(sql_error)?;
-                t.cache_saving_routing_nano = t.cache_saving_routing_nano.saturating_add(routing);
-                t.cache_rebuilds = t
-                    .cache_rebuilds
-                    .saturating_add(get_u64(r, 15).map_err(sql_error)?);
-                t.cache_rebuild_nano = t
-                    .cache_rebuild_nano
-                    .saturating_add(get_u64(r, 16).map_err(sql_error)?);
-                t.cache_premium_1h_nano = t
-                    .cache_premium_1h_nano
-                    .saturating_add(get_u64(r, 17).map_err(sql_error)?);
+                fold.usage(get_u64(r, 0)?, sums);
             }
             drop(rows);
 
@@ -911,9 +896,7 @@ impl Store for SqliteStore {
             let mut stmt = tx.prepare_cached(&sql).map_err(sql_error)?;
             let mut rows = stmt.query(bind).map_err(sql_error)?;
             while let Some(r) = rows.next().map_err(sql_error)? {
-                let t = days.entry(get_u64(r, 0).map_err(sql_error)?).or_default();
-                let charged = get_sum(r, 1).map_err(sql_error)?;
-                t.spend_nano = t.spend_nano.saturating_add(charged);
+                fold.expiry_charges(get_u64(r, 0)?, get_sum(r, 1)?);
             }
             drop(rows);
 
@@ -928,26 +911,11 @@ impl Store for SqliteStore {
             let mut stmt = tx.prepare_cached(&sql).map_err(sql_error)?;
             let mut rows = stmt.query(bind).map_err(sql_error)?;
             while let Some(r) = rows.next().map_err(sql_error)? {
-                let t = days.entry(get_u64(r, 0).map_err(sql_error)?).or_default();
-                let avoided = get_sum(r, 1).map_err(sql_error)?;
-                t.worst_case_tokens_avoided = t.worst_case_tokens_avoided.saturating_add(avoided);
+                fold.unused_holds(get_u64(r, 0)?, get_sum(r, 1)?);
             }
-            Ok(days)
+            Ok(fold)
         })?;
-
-        let mut total = empty_totals();
-        let mut out = Vec::with_capacity(days.len());
-        for (day, t) in days {
-            let mut totals = empty_totals();
-            add_totals(&mut totals, &t);
-            add_totals(&mut total, &t);
-            let (y, m, d) = civil_from_days(i64::try_from(day).unwrap_or(i64::MAX));
-            out.push(LedgerDay {
-                day: format!("{y:04}-{m:02}-{d:02}"),
-                totals,
-            });
-        }
-        Ok((out, total))
+        Ok(fold.finish())
     }
 
     fn response_binding(&self, response_id: &str) -> Result<Option<ResponseBinding>, StoreError> {
@@ -1051,9 +1019,6 @@ impl Store for SqliteStore {
     }
 }
 
-/// The most decisions one page lists.
-pub const MAX_DECISIONS_PAGE: usize = 1000;
-
 /// A row of the decisions listing ([`Store::decisions`]).
 fn decision_line(r: &Row<'_>) -> rusqlite::Result<DecisionLine> {
     let verdict = verdict_from(r, 3)?;
@@ -1062,31 +1027,25 @@ fn decision_line(r: &Row<'_>) -> rusqlite::Result<DecisionLine> {
         .get::<_, Option<String>>(15)?
         .and_then(|e| Ending::parse(&e));
     let expired_at: Option<i64> = r.get(24)?;
-    let (status, basis, settled_at_ms, spend_nano) = if usage_row.is_some() {
-        let complete: bool = r.get(14)?;
-        let status = match ending {
-            Some(Ending::Complete) => "complete",
-            Some(e) if !e.billable() => "not_billed",
-            Some(_) => "incomplete",
-            None if complete => "complete",
-            None => "incomplete",
-        };
-        let basis = r
-            .get::<_, Option<String>>(16)?
-            .and_then(|b| SpendBasis::parse(&b));
-        (status, basis, Some(get_u64(r, 13)?), get_u64(r, 23)?)
+    let settlement = if usage_row.is_some() {
+        Settlement::Usage {
+            ending,
+            complete: r.get(14)?,
+            basis: r
+                .get::<_, Option<String>>(16)?
+                .and_then(|b| SpendBasis::parse(&b)),
+            at_ms: get_u64(r, 13)?,
+            spend_nano: get_u64(r, 23)?,
+        }
     } else if let Some(at) = expired_at {
-        (
-            "expired",
-            Some(SpendBasis::WorstCase),
-            Some(to_u64(at)),
-            get_u64(r, 25)?,
-        )
-    } else if verdict.forwards() {
-        ("open", None, None, 0)
+        Settlement::Expired {
+            at_ms: to_u64(at),
+            charged_nano: get_u64(r, 25)?,
+        }
     } else {
-        ("not_forwarded", None, None, 0)
+        Settlement::None
     };
+    let (status, basis, settled_at_ms, spend_nano) = settlement.line_terms(verdict);
     Ok(DecisionLine {
         decision_id: r.get(0)?,
         key_id: r.get(1)?,
@@ -1127,45 +1086,6 @@ fn decision_line(r: &Row<'_>) -> rusqlite::Result<DecisionLine> {
         paced_ms: get_u64(r, 28)?,
         step: r.get(29)?,
     })
-}
-
-/// Totals with every verdict present (zero when none), so per-day rows share one shape.
-pub(crate) fn empty_totals() -> LedgerTotals {
-    let mut t = LedgerTotals::default();
-    for v in Verdict::ALL {
-        t.by_verdict.insert(v.as_str().to_owned(), 0);
-    }
-    t
-}
-
-pub(crate) fn add_totals(into: &mut LedgerTotals, t: &LedgerTotals) {
-    into.requests = into.requests.saturating_add(t.requests);
-    for (v, n) in &t.by_verdict {
-        let slot = into.by_verdict.entry(v.clone()).or_default();
-        *slot = slot.saturating_add(*n);
-    }
-    into.spend_nano = into.spend_nano.saturating_add(t.spend_nano);
-    into.usage.add(&t.usage);
-    into.tokens_not_bought = into.tokens_not_bought.saturating_add(t.tokens_not_bought);
-    into.worst_case_tokens_avoided = into
-        .worst_case_tokens_avoided
-        .saturating_add(t.worst_case_tokens_avoided);
-    into.findings_tokens_estimated = into
-        .findings_tokens_estimated
-        .saturating_add(t.findings_tokens_estimated);
-    into.unpriced_calls = into.unpriced_calls.saturating_add(t.unpriced_calls);
-    into.cache_saving_nano = into.cache_saving_nano.saturating_add(t.cache_saving_nano);
-    into.cache_saving_lifetimes_nano = into
-        .cache_saving_lifetimes_nano
-        .saturating_add(t.cache_saving_lifetimes_nano);
-    into.cache_saving_routing_nano = into
-        .cache_saving_routing_nano
-        .saturating_add(t.cache_saving_routing_nano);
-    into.cache_rebuilds = into.cache_rebuilds.saturating_add(t.cache_rebuilds);
-    into.cache_rebuild_nano = into.cache_rebuild_nano.saturating_add(t.cache_rebuild_nano);
-    into.cache_premium_1h_nano = into
-        .cache_premium_1h_nano
-        .saturating_add(t.cache_premium_1h_nano);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1872,11 +1792,7 @@ fn bad_value(idx: usize) -> rusqlite::Error {
 }
 
 fn verdict_from(row: &Row<'_>, idx: usize) -> rusqlite::Result<Verdict> {
-    let s: String = row.get(idx)?;
-    Verdict::ALL
-        .into_iter()
-        .find(|v| v.as_str() == s)
-        .ok_or_else(|| bad_value(idx))
+    Verdict::parse(row.get_ref(idx)?.as_str()?).ok_or_else(|| bad_value(idx))
 }
 
 fn wire_from(row: &Row<'_>, idx: usize) -> rusqlite::Result<WireForm> {
@@ -1981,6 +1897,12 @@ fn error_kind(e: &rusqlite::Error) -> String {
 
 fn sql_error(e: rusqlite::Error) -> StoreError {
     StoreError::Sqlite(error_kind(&e))
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        sql_error(e)
+    }
 }
 
 #[cfg(test)]

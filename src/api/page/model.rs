@@ -183,7 +183,7 @@ async fn recent_sessions(
     let query = crate::store::DecisionQuery {
         key_id: key_filter.map(str::to_string),
         from_ms: Some(from_ms),
-        limit: crate::store::sqlite::MAX_DECISIONS_PAGE,
+        limit: crate::store::ledger::MAX_DECISIONS_PAGE,
         ..Default::default()
     };
     // Decisions that share the oldest one's millisecond, and those made since, come too:

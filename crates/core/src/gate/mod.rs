@@ -50,6 +50,11 @@ impl Verdict {
         }
     }
 
+    /// The verdict [`as_str`](Self::as_str) names.
+    pub fn parse(s: &str) -> Option<Verdict> {
+        Verdict::ALL.into_iter().find(|v| v.as_str() == s)
+    }
+
     /// Whether the request goes to the provider.
     pub fn forwards(self) -> bool {
         matches!(self, Verdict::Allow | Verdict::Downgrade)
