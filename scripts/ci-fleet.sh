@@ -17,3 +17,5 @@ export TOKENSAVER_TEST_PG_URL
 timeout 1200 cargo test --test fleet -- --include-ignored --test-threads=1
 # Prompt caching placed by a fleet (tests/gate_caching.rs: the one test there that needs it).
 timeout 300 cargo test --test gate_caching fleet -- --include-ignored --test-threads=1
+# The conformance suite's fleet home (its local and remote homes run with every cargo test).
+timeout 300 cargo test --test conformance fleet -- --include-ignored --test-threads=1
