@@ -101,7 +101,7 @@ impl Ops {
 
     /// The writer acknowledges a flush in time, and the data dir takes a synced write.
     async fn store_writable(&self) -> bool {
-        let flushed = tokio::time::timeout(STORE_PROBE_TIMEOUT, self.gatekeeper.flush_acked())
+        let flushed = tokio::time::timeout(STORE_PROBE_TIMEOUT, self.gatekeeper.flush())
             .await
             .is_ok_and(|r| r.is_ok());
         if !flushed {

@@ -252,24 +252,29 @@ impl Api {
             ApiEndpoint::Spec => self.spec(),
             ApiEndpoint::Stats => self.stats().await,
             ApiEndpoint::Verify => self.verify(req),
-            ApiEndpoint::Estimate => self.estimate_route(req).await,
-            ApiEndpoint::Gate => self.keyed_async(req, |k| self.gate(req, k, gone)).await,
-            ApiEndpoint::Record => self.keyed_async(req, |k| self.record(req, k)).await,
-            ApiEndpoint::Renew => self.keyed_async(req, |k| self.renew(req, k)).await,
-            ApiEndpoint::Ledger => self.keyed_async(req, |k| self.ledger(req, k)).await,
+            ApiEndpoint::Estimate => self.keyed(req, |k, c| self.estimate(req, k, c)).await,
+            ApiEndpoint::Gate => self.keyed(req, |k, _| self.gate(req, k, gone)).await,
+            ApiEndpoint::Record => self.keyed(req, |k, _| self.record(req, k)).await,
+            ApiEndpoint::Renew => self.keyed(req, |k, _| self.renew(req, k)).await,
+            ApiEndpoint::Ledger => self.keyed(req, |k, _| self.ledger(req, k)).await,
             ApiEndpoint::Decisions => {
-                self.keyed_async(req, |k| self.decisions(req, Some(&k.id)))
+                self.keyed(req, |k, _| self.decisions(req, Some(&k.id)))
                     .await
             }
             ApiEndpoint::Sessions => {
-                self.keyed_async(req, |k| self.sessions(req, Some(&k.id)))
+                self.keyed(req, |k, _| self.sessions(req, Some(&k.id)))
                     .await
             }
-            ApiEndpoint::Budget => self.keyed_async(req, |k| self.budget(k)).await,
-            ApiEndpoint::Prices => self.keyed(req, |_, _| {
-                ApiResponse::json(200, &self.gatekeeper.policy().prices)
-            }),
-            ApiEndpoint::Forget => self.keyed_async(req, |k| self.forget(k)).await,
+            ApiEndpoint::Budget => self.keyed(req, |k, _| self.budget(k)).await,
+            ApiEndpoint::Prices => {
+                let prices = self.gatekeeper.policy();
+                self.keyed(
+                    req,
+                    |_, _| async move { ApiResponse::json(200, &prices.prices) },
+                )
+                .await
+            }
+            ApiEndpoint::Forget => self.keyed(req, |k, _| self.forget(k)).await,
             ApiEndpoint::Holds => self.owner_holds(req, HoldRoute::List).await,
             ApiEndpoint::HoldApprove => self.owner_holds(req, HoldRoute::Approve(id)).await,
             ApiEndpoint::HoldDeny => self.owner_holds(req, HoldRoute::Deny(id)).await,
@@ -326,25 +331,14 @@ impl Api {
         }
     }
 
-    fn keyed(
-        &self,
-        req: &ApiRequest,
-        f: impl FnOnce(&KeyConfig, auth::Caller) -> ApiResponse,
-    ) -> ApiResponse {
-        match self.caller(req) {
-            Ok((key, caller)) => f(key, caller),
-            Err(resp) => resp,
-        }
-    }
-
-    /// [`Self::keyed`] for a handler that awaits (a commit, a read).
-    async fn keyed_async<'a, F, Fut>(&'a self, req: &ApiRequest, f: F) -> ApiResponse
+    /// A keyed route: its handler with the caller's key, or the closed-form 401.
+    async fn keyed<'a, F, Fut>(&'a self, req: &ApiRequest, f: F) -> ApiResponse
     where
-        F: FnOnce(&'a KeyConfig) -> Fut,
+        F: FnOnce(&'a KeyConfig, auth::Caller) -> Fut,
         Fut: std::future::Future<Output = ApiResponse>,
     {
         match self.caller(req) {
-            Ok((key, _)) => f(key).await,
+            Ok((key, caller)) => f(key, caller).await,
             Err(resp) => resp,
         }
     }
@@ -393,13 +387,6 @@ impl Api {
     }
 
     /// A request body (`?route=openai_chat|anthropic_messages`, default OpenAI) or a digest.
-    async fn estimate_route(&self, req: &ApiRequest) -> ApiResponse {
-        match self.caller(req) {
-            Ok((key, caller)) => self.estimate(req, key, caller).await,
-            Err(resp) => resp,
-        }
-    }
-
     async fn estimate(
         &self,
         req: &ApiRequest,
@@ -676,7 +663,7 @@ impl Api {
         let owner = req.header("x-tokensaver-owner");
         if route == HoldRoute::List && owner.is_none() {
             return self
-                .keyed_async(req, |k| {
+                .keyed(req, |k, _| {
                     holds::list(&self.gatekeeper, Some(&k.id), now_ms())
                 })
                 .await;
@@ -744,7 +731,7 @@ impl Api {
         if prices.values().any(|p| p.max_output == 0) {
             return ApiError::InvalidPrices.into();
         }
-        match self.gatekeeper.set_prices_acked(&prices).await {
+        match self.gatekeeper.set_prices(&prices).await {
             Ok(()) => ApiResponse::json(200, &self.gatekeeper.policy().prices),
             Err(e) => e.into(),
         }

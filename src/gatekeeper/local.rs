@@ -45,11 +45,9 @@ impl Backing for Local {
         source: RecordSource,
         now_ms: u64,
     ) -> Result<UsageRow, RecordError> {
-        match source {
-            // The digest client is told it may forget its report: committed first.
-            RecordSource::Digest => gk.record_usage_acked(report, now_ms, source).await,
-            RecordSource::Proxy => gk.record_usage(report, now_ms, source),
-        }
+        // A digest client is told it may forget its report, so its row is committed before
+        // this returns; the proxy's own is queued (`settle_usage` says which).
+        gk.record_usage(report, now_ms, source).await
     }
 
     async fn renew(&self, gk: &Gatekeeper, decision_id: &DecisionId, now_ms: u64) {
@@ -115,7 +113,7 @@ impl Backing for Local {
         ceiling_nano: Option<u64>,
         period: BudgetPeriod,
     ) -> Result<(), SetBudgetError> {
-        Ok(gk.set_budget_acked(key_id, ceiling_nano, period).await?)
+        Ok(gk.set_budget(key_id, ceiling_nano, period).await?)
     }
 
     async fn ledger(
@@ -198,7 +196,7 @@ impl Backing for Local {
     }
 
     async fn forget(&self, gk: &Gatekeeper, key_id: &str) -> Result<(), StoreError> {
-        gk.forget_acked(key_id).await
+        gk.forget(key_id).await
     }
 
     fn shared(&self) -> bool {

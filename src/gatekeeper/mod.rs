@@ -1139,31 +1139,10 @@ impl Gatekeeper {
 
     /// Settle a forwarded decision with what the provider reported and how its answer ended
     /// ([`settlement`]): nothing is invented, and an answer that may have been billed without
-    /// its usage reported is charged its worst case.
-    pub fn record_usage(
-        &self,
-        report: &UsageReport,
-        now_ms: u64,
-        source: RecordSource,
-    ) -> Result<UsageRow, RecordError> {
-        let (row, commit) = match self.settle_usage(report, now_ms, source) {
-            Ok(settled) => settled,
-            Err(Unsettled::Refused(e)) => return Err(e),
-            Err(Unsettled::NotReserved) => {
-                return Err(not_reserved(self.store.usage_recorded(&report.decision_id)))
-            }
-        };
-        if let Some(event) = commit {
-            self.store
-                .submit_and_wait(event)
-                .map_err(|_| RecordError::Storage)?;
-        }
-        Ok(row)
-    }
-
-    /// [`Self::record_usage`] for async callers (`POST /record`): the commit a digest client's
-    /// record waits for is acknowledged over a channel, so no thread blocks on the disk.
-    pub async fn record_usage_acked(
+    /// its usage reported is charged its worst case. The commit a digest client's record
+    /// waits for is acknowledged over a channel, and an unknown id is read on the blocking
+    /// pool, so no worker blocks on the disk.
+    pub async fn record_usage(
         &self,
         report: &UsageReport,
         now_ms: u64,
@@ -1424,13 +1403,9 @@ impl Gatekeeper {
         (holds, leases)
     }
 
-    /// Delete the key's stored answers and fingerprint records; windows stay.
-    pub fn forget(&self, key_id: &str) -> Result<(), StoreError> {
-        self.store.submit_and_wait(self.forget_in_memory(key_id))
-    }
-
-    /// [`Self::forget`], acknowledged over a channel.
-    pub async fn forget_acked(&self, key_id: &str) -> Result<(), StoreError> {
+    /// Delete the key's stored answers and fingerprint records (windows stay), acknowledged
+    /// over a channel.
+    pub async fn forget(&self, key_id: &str) -> Result<(), StoreError> {
         self.store.submit_acked(self.forget_in_memory(key_id)).await
     }
 
@@ -1461,18 +1436,8 @@ impl Gatekeeper {
         }
     }
 
-    pub fn set_budget(
-        &self,
-        key_id: &str,
-        ceiling_nano: Option<u64>,
-        period: BudgetPeriod,
-    ) -> Result<(), StoreError> {
-        let event = self.set_budget_in_memory(key_id, ceiling_nano, period)?;
-        self.store.submit_and_wait(event)
-    }
-
-    /// [`Self::set_budget`], acknowledged over a channel.
-    pub async fn set_budget_acked(
+    /// Set a key's budget, acknowledged over a channel.
+    pub async fn set_budget(
         &self,
         key_id: &str,
         ceiling_nano: Option<u64>,
@@ -1499,16 +1464,8 @@ impl Gatekeeper {
         })
     }
 
-    pub fn set_prices(&self, prices: &BTreeMap<String, Prices>) -> Result<(), StoreError> {
-        self.set_prices_in_memory(prices);
-        self.store.flush()
-    }
-
-    /// [`Self::set_prices`], acknowledged over a channel.
-    pub async fn set_prices_acked(
-        &self,
-        prices: &BTreeMap<String, Prices>,
-    ) -> Result<(), StoreError> {
+    /// Set prices (the store wins after a PUT), acknowledged over a channel.
+    pub async fn set_prices(&self, prices: &BTreeMap<String, Prices>) -> Result<(), StoreError> {
         self.set_prices_in_memory(prices);
         self.store.flush_acked().await
     }
@@ -1543,10 +1500,6 @@ impl Gatekeeper {
             .map_err(|_| StoreError::Unavailable)?
     }
 
-    pub fn flush(&self) -> Result<(), StoreError> {
-        self.store.flush()
-    }
-
     /// The signed receipt of a recent decision (kept in memory for the last
     /// [`recent::RECENT_RECEIPTS`] decisions since start), if it belongs to `key_id`
     /// (`None`: any key).
@@ -1558,8 +1511,8 @@ impl Gatekeeper {
         lock(&self.recent).get(decision_id, key_id)
     }
 
-    /// [`Self::flush`] for async callers.
-    pub async fn flush_acked(&self) -> Result<(), StoreError> {
+    /// Commit what is queued, acknowledged over a channel.
+    pub async fn flush(&self) -> Result<(), StoreError> {
         self.store.flush_acked().await
     }
 
@@ -1772,28 +1725,5 @@ impl Drop for PacedGuard<'_> {
         }
         drop(load);
         self.gk.metrics.paced_waiting.dec();
-    }
-}
-
-/// The unit tests' synchronous reads of what is committed (everything else reads through the
-/// home's async [`Gatekeeper::ledger_report`] and [`Gatekeeper::decision_page`]).
-#[cfg(test)]
-use crate::store::{DecisionPage, DecisionQuery, LedgerDay, LedgerTotals};
-
-#[cfg(test)]
-impl Gatekeeper {
-    pub fn ledger(
-        &self,
-        key_id: Option<&str>,
-        from: Option<&str>,
-        to: Option<&str>,
-    ) -> Result<(Vec<LedgerDay>, LedgerTotals), StoreError> {
-        self.store.flush()?;
-        self.store.ledger(key_id, from, to)
-    }
-
-    pub fn decisions(&self, query: &DecisionQuery) -> Result<DecisionPage, StoreError> {
-        self.store.flush()?;
-        self.store.decisions(query)
     }
 }

@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 
-use super::tests::{open, shape_of, T0};
+use super::tests::{block_on, open, shape_of, T0};
 use super::*;
 use crate::store::Ending;
 use tokensaver_core::gate::Billed;
@@ -68,8 +68,7 @@ fn record(gk: &Gatekeeper, o: &GateOutcome, now_ms: u64) {
         wire: WireForm::Json,
         ending: Ending::Complete,
     };
-    gk.record_usage(&report, now_ms, RecordSource::Proxy)
-        .unwrap();
+    block_on(gk.record_usage(&report, now_ms, RecordSource::Proxy)).unwrap();
 }
 
 #[test]
@@ -178,7 +177,7 @@ fn a_restart_counts_serves_as_the_live_gate_did() {
             );
             now += 1_000;
         }
-        gk.flush().unwrap();
+        block_on(gk.flush()).unwrap();
     }
     let gk = open(dir.path());
     let poll = shape_of(&session(3, 4));

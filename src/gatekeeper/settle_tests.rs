@@ -6,10 +6,10 @@
 
 use serde_json::json;
 
-use super::tests::{config, gate, open, shape_of, T0};
+use super::tests::{block_on, config, gate, open, shape_of, T0};
 use super::*;
 use crate::config::Prices;
-use crate::store::DecisionLine;
+use crate::store::{DecisionLine, DecisionQuery};
 use crate::store::{Ending, SpendBasis};
 use tokensaver_core::gate::Billed;
 
@@ -159,13 +159,12 @@ fn an_incomplete_answer_is_charged_its_worst_case_and_never_counts_as_bought() {
     let o = forward(&gk, "a", T0);
     let reserved = o.decision.worst_case.cost_nano.unwrap();
     assert!(reserved > 0);
-    let row = gk
-        .record_usage(
-            &report(&o, None, Ending::ErrorEvent),
-            T0 + 5,
-            RecordSource::Proxy,
-        )
-        .unwrap();
+    let row = block_on(gk.record_usage(
+        &report(&o, None, Ending::ErrorEvent),
+        T0 + 5,
+        RecordSource::Proxy,
+    ))
+    .unwrap();
     assert_eq!(row.spend_nano, reserved);
     assert_eq!(row.basis, SpendBasis::WorstCase);
     assert_eq!(row.ending, Some(Ending::ErrorEvent));
@@ -177,7 +176,7 @@ fn an_incomplete_answer_is_charged_its_worst_case_and_never_counts_as_bought() {
     let again = forward(&gk, "a", T0 + 10);
     assert_eq!(again.decision.verdict, Verdict::Allow);
     assert!(again.decision.tokens_not_bought.is_none());
-    let (_, total) = gk.ledger(Some("alpha"), None, None).unwrap();
+    let (_, total) = block_on(gk.ledger_report(Some("alpha"), None, None)).unwrap();
     assert_eq!(total.tokens_not_bought, 0);
     assert_eq!(total.spend_nano, reserved);
 }
@@ -187,38 +186,35 @@ fn a_refused_or_unsent_call_is_not_billed_and_a_complete_one_is_exact() {
     let dir = tempfile::tempdir().unwrap();
     let gk = open(dir.path());
     let refused = forward(&gk, "r", T0);
-    let row = gk
-        .record_usage(
-            &report(&refused, None, Ending::ProviderError),
-            T0 + 1,
-            RecordSource::Proxy,
-        )
-        .unwrap();
+    let row = block_on(gk.record_usage(
+        &report(&refused, None, Ending::ProviderError),
+        T0 + 1,
+        RecordSource::Proxy,
+    ))
+    .unwrap();
     assert_eq!((row.spend_nano, row.basis), (0, SpendBasis::None));
 
     let done = forward(&gk, "d", T0 + 2);
     let mut b = billed(40, 0, 10, 30);
     b.web_search_requests = 1;
-    let row = gk
-        .record_usage(
-            &report(&done, Some(b), Ending::Complete),
-            T0 + 3,
-            RecordSource::Proxy,
-        )
-        .unwrap();
+    let row = block_on(gk.record_usage(
+        &report(&done, Some(b), Ending::Complete),
+        T0 + 3,
+        RecordSource::Proxy,
+    ))
+    .unwrap();
     // gpt-4o has no web search price in this config: the search is recorded, not priced.
     assert_eq!(row.spend_nano, b.cost_nano(&prices()));
     assert_eq!(row.web_search_requests, 1);
     assert_eq!(row.basis, SpendBasis::Reported);
     // A "complete" report without usage is an answer that reported none.
     let silent = forward(&gk, "s", T0 + 4);
-    let row = gk
-        .record_usage(
-            &report(&silent, None, Ending::Complete),
-            T0 + 5,
-            RecordSource::Proxy,
-        )
-        .unwrap();
+    let row = block_on(gk.record_usage(
+        &report(&silent, None, Ending::Complete),
+        T0 + 5,
+        RecordSource::Proxy,
+    ))
+    .unwrap();
     assert_eq!(row.ending, Some(Ending::NoUsage));
     assert_eq!(
         row.spend_nano,
@@ -236,23 +232,23 @@ fn the_decisions_listing_pages_by_time_and_names_each_settlement() {
     let open_call = forward(&gk, "4", T0 + 3_000);
     let mut b = billed(40, 20, 10, 30);
     b.cache_write_1h = 5;
-    gk.record_usage(
+    block_on(gk.record_usage(
         &report(&complete, Some(b), Ending::Complete),
         T0 + 10,
         RecordSource::Proxy,
-    )
+    ))
     .unwrap();
-    gk.record_usage(
+    block_on(gk.record_usage(
         &report(&broken, Some(billed(40, 0, 0, 1)), Ending::Reset),
         T0 + 1_010,
         RecordSource::Proxy,
-    )
+    ))
     .unwrap();
-    gk.record_usage(
+    block_on(gk.record_usage(
         &report(&refused, None, Ending::ProviderError),
         T0 + 2_010,
         RecordSource::Proxy,
-    )
+    ))
     .unwrap();
 
     let query = |after: Option<DecisionId>, limit| DecisionQuery {
@@ -263,10 +259,10 @@ fn the_decisions_listing_pages_by_time_and_names_each_settlement() {
         limit,
         session: None,
     };
-    let first = gk.decisions(&query(None, 2)).unwrap();
+    let first = block_on(gk.decision_page(&query(None, 2))).unwrap();
     assert_eq!(first.decisions.len(), 2);
     assert_eq!(first.next_after, Some(broken.decision_id));
-    let rest = gk.decisions(&query(first.next_after, 2)).unwrap();
+    let rest = block_on(gk.decision_page(&query(first.next_after, 2))).unwrap();
     assert_eq!(rest.next_after, None);
     let all: Vec<&DecisionLine> = first.decisions.iter().chain(&rest.decisions).collect();
     let ids: Vec<DecisionId> = all.iter().map(|d| d.decision_id).collect();
@@ -306,34 +302,35 @@ fn the_decisions_listing_pages_by_time_and_names_each_settlement() {
     assert_eq!(all[3].settled_at_ms, None);
 
     // Time bounds; another key sees nothing, and may not page with this key's cursor.
-    let late = gk
-        .decisions(&DecisionQuery {
-            from_ms: Some(T0 + 1_500),
-            ..query(None, 10)
-        })
-        .unwrap();
+    let late = block_on(gk.decision_page(&DecisionQuery {
+        from_ms: Some(T0 + 1_500),
+        ..query(None, 10)
+    }))
+    .unwrap();
     assert_eq!(late.decisions.len(), 2);
     let other = DecisionQuery {
         key_id: Some("beta".into()),
         ..query(None, 10)
     };
-    assert!(gk.decisions(&other).unwrap().decisions.is_empty());
+    assert!(block_on(gk.decision_page(&other))
+        .unwrap()
+        .decisions
+        .is_empty());
     assert!(matches!(
-        gk.decisions(&DecisionQuery {
+        block_on(gk.decision_page(&DecisionQuery {
             after: Some(complete.decision_id),
             ..other
-        }),
+        })),
         Err(StoreError::UnknownCursor)
     ));
 
     // An unsettled reservation past its TTL is listed as expired, charged its reservation.
     gk.tick(T0 + 3_000 + gk.config.reservation_ttl_ms + 1_000);
-    let last = gk
-        .decisions(&DecisionQuery {
-            from_ms: Some(T0 + 3_000),
-            ..query(None, 10)
-        })
-        .unwrap();
+    let last = block_on(gk.decision_page(&DecisionQuery {
+        from_ms: Some(T0 + 3_000),
+        ..query(None, 10)
+    }))
+    .unwrap();
     assert_eq!(last.decisions[0].status, "expired");
     assert_eq!(
         last.decisions[0].spend_nano,
@@ -364,21 +361,20 @@ fn a_renewed_reservation_outlives_its_ttl_and_an_abandoned_one_expires() {
     gk.tick(T0 + 2 * ttl + 1_000);
 
     let usage = billed(100, 0, 0, 10);
-    let row = gk
-        .record_usage(
-            &report(&relayed, Some(usage), Ending::Complete),
-            T0 + 2 * ttl + 2_000,
-            RecordSource::Proxy,
-        )
-        .unwrap();
+    let row = block_on(gk.record_usage(
+        &report(&relayed, Some(usage), Ending::Complete),
+        T0 + 2 * ttl + 2_000,
+        RecordSource::Proxy,
+    ))
+    .unwrap();
     assert_eq!(row.spend_nano, usage.cost_nano(&prices()));
     // Expired a TTL after its one renewal, at its worst case: its usage finds no reservation.
     assert!(matches!(
-        gk.record_usage(
+        block_on(gk.record_usage(
             &report(&abandoned, Some(usage), Ending::Complete),
             T0 + 2 * ttl + 2_000,
             RecordSource::Proxy,
-        ),
+        )),
         Err(RecordError::UnknownDecision)
     ));
 }

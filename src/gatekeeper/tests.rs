@@ -19,6 +19,16 @@ const SECRET: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 pub(super) const T0: u64 = 1_795_991_949_000;
 const TTL_MS: u64 = 900_000;
 
+/// An async call of the gatekeeper, awaited on a runtime of the test's own (the store's
+/// writer is a thread of its own, so nothing here waits on this runtime).
+pub(super) fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(f)
+}
+
 pub(super) fn config() -> Config {
     let hash = hex::encode(crate::auth::secret_hash(SECRET));
     let text = format!(
@@ -117,7 +127,10 @@ fn receipt(o: &GateOutcome) -> Value {
 }
 
 fn requests(gk: &Gatekeeper) -> u64 {
-    gk.ledger(Some("alpha"), None, None).unwrap().1.requests
+    block_on(gk.ledger_report(Some("alpha"), None, None))
+        .unwrap()
+        .1
+        .requests
 }
 
 fn approve(gk: &Gatekeeper, id: &str, attend_minutes: Option<u64>, now_ms: u64) -> HoldDecided {
@@ -268,7 +281,9 @@ fn holds_expire_and_an_expired_approval_releases_nothing() {
     assert!(after.decision.approved_hold.is_none());
     // A pending hold expires the same way: its worst case counts as avoided.
     let (_, _) = gk.holds(None, late + TTL_MS);
-    let totals = gk.ledger(Some("alpha"), None, None).unwrap().1;
+    let totals = block_on(gk.ledger_report(Some("alpha"), None, None))
+        .unwrap()
+        .1;
     let worst = first.decision.worst_case.tokens().unwrap();
     assert_eq!(totals.worst_case_tokens_avoided, 2 * worst);
 }
@@ -321,7 +336,9 @@ fn a_denied_hold_counts_as_avoided_and_the_next_request_is_decided_afresh() {
         gk.decide_hold(&hold, None, HoldAction::Deny, T0 + 1_100),
         Err(HoldError::Unknown)
     );
-    let totals = gk.ledger(Some("alpha"), None, None).unwrap().1;
+    let totals = block_on(gk.ledger_report(Some("alpha"), None, None))
+        .unwrap()
+        .1;
     assert_eq!(
         totals.worst_case_tokens_avoided,
         first.decision.worst_case.tokens().unwrap()
@@ -420,7 +437,7 @@ fn holds_and_leases_survive_a_restart() {
         let (o, id) = challenged(&gk, &pending_shape, T0 + 1_000);
         (pending, pending_hold) = (o, id);
         approve(&gk, &approved_hold, Some(60), T0 + 2_000);
-        gk.flush().unwrap();
+        block_on(gk.flush()).unwrap();
     }
     let gk = open(dir.path());
     let (holds, leases) = gk.holds(None, T0 + 3_000);
@@ -457,7 +474,7 @@ fn holds_and_leases_survive_a_restart() {
         released.decision.approved_hold.as_deref(),
         Some(approved_hold.as_str())
     );
-    gk.flush().unwrap();
+    block_on(gk.flush()).unwrap();
     drop(gk);
 
     // Used stays used across the next restart.

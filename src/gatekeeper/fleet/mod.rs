@@ -432,7 +432,7 @@ impl Backing for Shared {
             .set_budget(key_id, ceiling_nano, period)
             .await
             .map_err(|_| Unavailable)?;
-        Ok(gk.set_budget_acked(key_id, ceiling_nano, period).await?)
+        Ok(gk.set_budget(key_id, ceiling_nano, period).await?)
     }
 
     /// The database's ledger: every instance's decisions and usage.
@@ -519,7 +519,7 @@ impl Backing for Shared {
             .forget(key_id)
             .await
             .map_err(|_| StoreError::Unavailable)?;
-        gk.forget_acked(key_id).await
+        gk.forget(key_id).await
     }
 
     fn shared(&self) -> bool {
