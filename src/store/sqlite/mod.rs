@@ -135,20 +135,26 @@ fn decisions_sql(by_key: bool) -> String {
         "SELECT d.decision_id, d.key_id, d.decided_at_ms, d.verdict, d.reason, \
          d.model_requested, d.model_served, d.wire, d.hold_id, d.reserved_nano, \
          d.tokens_not_bought, d.worst_case_tokens_avoided, \
-         COALESCE(u1.id, u2.id), COALESCE(u1.at_ms, u2.at_ms), \
-         COALESCE(u1.complete, u2.complete), COALESCE(u1.ending, u2.ending), \
-         COALESCE(u1.basis, u2.basis), COALESCE(u1.input, u2.input), \
-         COALESCE(u1.cache_write, u2.cache_write), \
-         COALESCE(u1.cache_write_1h, u2.cache_write_1h), \
-         COALESCE(u1.cache_read, u2.cache_read), COALESCE(u1.output, u2.output), \
-         COALESCE(u1.web_search_requests, u2.web_search_requests), \
-         COALESCE(u1.spend_nano, u2.spend_nano), e.at_ms, e.charged_nano, \
-         COALESCE(u1.cache_saving_nano, u2.cache_saving_nano), \
          d.session, d.paced_ms, d.step_fingerprint, d.cache_edits, \
-         COALESCE(u1.cache_saving_lifetimes_nano, u2.cache_saving_lifetimes_nano), \
-         COALESCE(u1.cache_saving_routing_nano, u2.cache_saving_routing_nano), \
-         COALESCE(u1.cache_rebuild_nano, u2.cache_rebuild_nano), \
+         COALESCE(u1.id, u2.id) AS usage_row, COALESCE(u1.at_ms, u2.at_ms) AS usage_at_ms, \
+         COALESCE(u1.complete, u2.complete) AS complete, \
+         COALESCE(u1.ending, u2.ending) AS ending, COALESCE(u1.basis, u2.basis) AS basis, \
+         COALESCE(u1.input, u2.input) AS input, \
+         COALESCE(u1.cache_write, u2.cache_write) AS cache_write, \
+         COALESCE(u1.cache_write_1h, u2.cache_write_1h) AS cache_write_1h, \
+         COALESCE(u1.cache_read, u2.cache_read) AS cache_read, \
+         COALESCE(u1.output, u2.output) AS output, \
+         COALESCE(u1.web_search_requests, u2.web_search_requests) AS web_search_requests, \
+         COALESCE(u1.spend_nano, u2.spend_nano) AS spend_nano, \
+         e.at_ms AS expired_at_ms, e.charged_nano AS charged_nano, \
+         COALESCE(u1.cache_saving_nano, u2.cache_saving_nano) AS cache_saving_nano, \
+         COALESCE(u1.cache_saving_lifetimes_nano, u2.cache_saving_lifetimes_nano) \
+             AS cache_saving_lifetimes_nano, \
+         COALESCE(u1.cache_saving_routing_nano, u2.cache_saving_routing_nano) \
+             AS cache_saving_routing_nano, \
+         COALESCE(u1.cache_rebuild_nano, u2.cache_rebuild_nano) AS cache_rebuild_nano, \
          COALESCE(u1.cache_premium_1h_nano, u2.cache_premium_1h_nano, 0) \
+             AS cache_premium_1h_nano \
          FROM decisions AS d \
          LEFT JOIN usage AS u1 ON u1.decision = d.id \
          LEFT JOIN usage AS u2 ON u2.decision IS NULL AND u2.decision_id = d.decision_id \
@@ -767,72 +773,75 @@ impl Store for SqliteStore {
     }
 }
 
-/// A row of the decisions listing ([`Store::decisions`]).
+/// A row of the decisions listing ([`Store::decisions`]), its columns read by name.
 fn decision_line(r: &Row<'_>) -> rusqlite::Result<DecisionLine> {
-    let verdict = verdict_from(r, 3)?;
-    let usage_row: Option<i64> = r.get(12)?;
+    let c = |name: &str| r.as_ref().column_index(name);
+    let verdict = verdict_from(r, c("verdict")?)?;
     let ending = r
-        .get::<_, Option<String>>(15)?
+        .get::<_, Option<String>>(c("ending")?)?
         .and_then(|e| Ending::parse(&e));
-    let expired_at: Option<i64> = r.get(24)?;
-    let settlement = if usage_row.is_some() {
+    let expired_at: Option<i64> = r.get(c("expired_at_ms")?)?;
+    let settlement = if r.get::<_, Option<i64>>(c("usage_row")?)?.is_some() {
         Settlement::Usage {
             ending,
-            complete: r.get(14)?,
+            complete: r.get(c("complete")?)?,
             basis: r
-                .get::<_, Option<String>>(16)?
+                .get::<_, Option<String>>(c("basis")?)?
                 .and_then(|b| SpendBasis::parse(&b)),
-            at_ms: get_u64(r, 13)?,
-            spend_nano: get_u64(r, 23)?,
+            at_ms: get_u64(r, c("usage_at_ms")?)?,
+            spend_nano: get_u64(r, c("spend_nano")?)?,
         }
     } else if let Some(at) = expired_at {
         Settlement::Expired {
             at_ms: to_u64(at),
-            charged_nano: get_u64(r, 25)?,
+            charged_nano: get_u64(r, c("charged_nano")?)?,
         }
     } else {
         Settlement::None
     };
     let (status, basis, settled_at_ms, spend_nano) = settlement.line_terms(verdict);
+    let n = |name: &str| get_u64(r, c(name)?);
     Ok(DecisionLine {
-        decision_id: r.get(0)?,
-        key_id: r.get(1)?,
-        decided_at_ms: get_u64(r, 2)?,
+        decision_id: r.get(c("decision_id")?)?,
+        key_id: r.get(c("key_id")?)?,
+        decided_at_ms: n("decided_at_ms")?,
         verdict,
-        reason: r.get(4)?,
-        model_requested: r.get(5)?,
-        model_served: r.get(6)?,
-        wire: wire_from(r, 7)?,
-        hold_id: r.get(8)?,
-        reserved_nano: get_u64(r, 9)?,
+        reason: r.get(c("reason")?)?,
+        model_requested: r.get(c("model_requested")?)?,
+        model_served: r.get(c("model_served")?)?,
+        wire: wire_from(r, c("wire")?)?,
+        hold_id: r.get(c("hold_id")?)?,
+        reserved_nano: n("reserved_nano")?,
         status,
         ending,
         basis,
         settled_at_ms,
-        input: get_u64(r, 17)?,
-        cache_write: get_u64(r, 18)?,
-        cache_write_1h: get_u64(r, 19)?,
-        cache_read: get_u64(r, 20)?,
-        output: get_u64(r, 21)?,
-        web_search_requests: get_u64(r, 22)?,
+        input: n("input")?,
+        cache_write: n("cache_write")?,
+        cache_write_1h: n("cache_write_1h")?,
+        cache_read: n("cache_read")?,
+        output: n("output")?,
+        web_search_requests: n("web_search_requests")?,
         spend_nano,
-        tokens_not_bought: get_u64(r, 10)?,
+        tokens_not_bought: n("tokens_not_bought")?,
         worst_case_tokens_avoided: if verdict == Verdict::Block {
-            get_u64(r, 11)?
+            n("worst_case_tokens_avoided")?
         } else {
             0
         },
-        cache_saving_nano: r.get(26)?,
+        cache_saving_nano: r.get(c("cache_saving_nano")?)?,
         cache: CacheHealth {
-            cache_saving_lifetimes_nano: r.get(31)?,
-            cache_saving_routing_nano: r.get(32)?,
-            cache_rebuild_nano: r.get::<_, Option<i64>>(33)?.map(to_u64),
-            cache_premium_1h_nano: get_u64(r, 34)?,
+            cache_saving_lifetimes_nano: r.get(c("cache_saving_lifetimes_nano")?)?,
+            cache_saving_routing_nano: r.get(c("cache_saving_routing_nano")?)?,
+            cache_rebuild_nano: r
+                .get::<_, Option<i64>>(c("cache_rebuild_nano")?)?
+                .map(to_u64),
+            cache_premium_1h_nano: n("cache_premium_1h_nano")?,
         },
-        cache_edits: cache_edits_from(r, 30)?,
-        session: r.get(27)?,
-        paced_ms: get_u64(r, 28)?,
-        step: r.get(29)?,
+        cache_edits: cache_edits_from(r, c("cache_edits")?)?,
+        session: r.get(c("session")?)?,
+        paced_ms: n("paced_ms")?,
+        step: r.get(c("step_fingerprint")?)?,
     })
 }
 
