@@ -190,6 +190,120 @@ async fn read_body(session: &mut Session, cap: usize) -> std::result::Result<Byt
         .map_err(GateError::from)
 }
 
+/// A path the gate neither decides nor relays: a billable one it does not gate (never
+/// forwarded, so spend never bypasses the gate), or no route at all.
+fn unserved(path: &str) -> GateError {
+    if UNGATED_BILLABLE.iter().any(|p| path.starts_with(p)) {
+        GateError::NotGated
+    } else {
+        GateError::UnknownRoute
+    }
+}
+
+/// Where a request the gate does not decide goes, when it goes anywhere.
+enum PassRoute {
+    /// `GET /v1/models` of a shape with several upstreams: answered here, as their union.
+    ModelsUnion(Provider),
+    /// Relayed to this upstream (`None`: the shape has none configured).
+    Upstream(Option<ProviderPeer>),
+}
+
+impl GateProxy {
+    /// The pass-through a path names: `GET /v1/models` (a model of one upstream, the union of
+    /// several, or the shape's default) or a route that is not billable.
+    fn pass_route(
+        &self,
+        method: &http::Method,
+        path: &str,
+        header: &pingora::http::RequestHeader,
+    ) -> Option<PassRoute> {
+        if !(path.starts_with("/v1/models") && method == http::Method::GET) {
+            return not_billable(method, path)
+                .map(|provider| PassRoute::Upstream(self.upstreams.default_of(provider)));
+        }
+        // Anthropic SDKs send x-api-key; OpenAI SDKs a bearer token.
+        let (first, second) = if header.headers.contains_key("x-api-key") {
+            (Provider::Anthropic, Provider::OpenAi)
+        } else {
+            (Provider::OpenAi, Provider::Anthropic)
+        };
+        let api = match self.upstreams.count_of(first) {
+            0 => second,
+            _ => first,
+        };
+        Some(match path.strip_prefix("/v1/models/") {
+            Some(id) if !id.is_empty() => PassRoute::Upstream(self.upstreams.for_model(api, id)),
+            _ if self.upstreams.count_of(api) > 1 => PassRoute::ModelsUnion(api),
+            _ => PassRoute::Upstream(self.upstreams.default_of(api)),
+        })
+    }
+
+    /// A pass-through, in order: the caller's key; a stored Responses object only for the key
+    /// that created it, read back on its own upstream; the models union answered here; else
+    /// relayed (`Ok(false)`: pingora goes on upstream).
+    async fn pass(
+        &self,
+        session: &mut Session,
+        ctx: &mut Ctx,
+        pass: PassRoute,
+        method: &http::Method,
+        path: &str,
+    ) -> Result<bool> {
+        let presented = auth::presented_key(&session.req_header().headers);
+        let Some(key_id) = self.passthrough_key(presented) else {
+            let err = GateError::InvalidKey(auth::AuthError::Invalid);
+            respond_error(session, None, &err, &[]).await?;
+            return Ok(true);
+        };
+        let mut upstream = match pass {
+            PassRoute::ModelsUnion(api) => {
+                ctx.access.route = "models_union";
+                ctx.access.upstream = Some("*".into());
+                models::answer_union(&self.connector, &self.upstreams, session, api).await?;
+                return Ok(true);
+            }
+            PassRoute::Upstream(upstream) => upstream,
+        };
+        if let Some((id, tail)) = stored_response(path) {
+            match self.registry.owner(&self.gatekeeper, id).await {
+                Ok(Some(owned)) if *owned.key_id == *key_id => {
+                    // Read back where it was created, with that upstream's credential.
+                    if let Some(created_on) = owned.upstream.as_deref() {
+                        upstream = self.upstreams.by_name(Provider::OpenAi, created_on);
+                    }
+                    if matches!((method.as_str(), tail), ("GET", "") | ("POST", "cancel")) {
+                        ctx.stored_read = Some(StoredRead {
+                            id: id.to_string(),
+                            key_id: key_id.to_string(),
+                            status: 0,
+                            body: Vec::new(),
+                            overflow: false,
+                        });
+                    }
+                }
+                Ok(_) => {
+                    respond_error(session, None, &responses::not_found(), &[]).await?;
+                    return Ok(true);
+                }
+                Err(responses::Unavailable) => {
+                    respond_error(session, None, &GateError::fleet_unavailable(), &[]).await?;
+                    return Ok(true);
+                }
+            }
+        }
+        ctx.access.key_id = Some(key_id.clone());
+        let Some(p) = upstream else {
+            respond_error(session, None, &unserved(path), &[]).await?;
+            return Ok(true);
+        };
+        answer_expect_passthrough(session).await?;
+        ctx.access.route = "passthrough";
+        ctx.access.upstream = Some(p.name().to_string());
+        ctx.passthrough = Some(p);
+        Ok(false)
+    }
+}
+
 /// Ends when the client has closed its connection (its request body is read whole, so any
 /// end of the stream now is the client going; bytes of a pipelined request are kept).
 use crate::gatekeeper::CallerGone as Gone;
@@ -858,88 +972,13 @@ impl ProxyHttp for GateProxy {
             }
             return Ok(true);
         }
-        // `GET /v1/models` of a shape with several upstreams is answered here, as their union.
-        let mut models_union = None;
-        let passthrough = if path.starts_with("/v1/models") && method == http::Method::GET {
-            // Anthropic SDKs send x-api-key; OpenAI SDKs a bearer token.
-            let anthropic = session.req_header().headers.contains_key("x-api-key");
-            let (first, second) = if anthropic {
-                (Provider::Anthropic, Provider::OpenAi)
-            } else {
-                (Provider::OpenAi, Provider::Anthropic)
-            };
-            let api = match self.upstreams.count_of(first) {
-                0 => second,
-                _ => first,
-            };
-            match path.strip_prefix("/v1/models/") {
-                Some(id) if !id.is_empty() => Some(self.upstreams.for_model(api, id)),
-                _ if self.upstreams.count_of(api) > 1 => {
-                    models_union = Some(api);
-                    Some(None)
-                }
-                _ => Some(self.upstreams.default_of(api)),
-            }
-        } else {
-            not_billable(&method, &path).map(|provider| self.upstreams.default_of(provider))
-        };
-        if let Some(mut provider) = passthrough {
-            let presented = auth::presented_key(&session.req_header().headers);
-            let Some(key_id) = self.passthrough_key(presented) else {
-                let err = GateError::InvalidKey(auth::AuthError::Invalid);
-                respond_error(session, None, &err, &[]).await?;
-                return Ok(true);
-            };
-            // A stored Responses object passes only for the key that created it.
-            if let Some((id, tail)) = stored_response(&path) {
-                match self.registry.owner(&self.gatekeeper, id).await {
-                    Ok(Some(owned)) if *owned.key_id == *key_id => {
-                        // Read back where it was created, with that upstream's credential.
-                        if let Some(created_on) = owned.upstream.as_deref() {
-                            provider = self.upstreams.by_name(Provider::OpenAi, created_on);
-                        }
-                        if matches!((method.as_str(), tail), ("GET", "") | ("POST", "cancel")) {
-                            ctx.stored_read = Some(StoredRead {
-                                id: id.to_string(),
-                                key_id: key_id.to_string(),
-                                status: 0,
-                                body: Vec::new(),
-                                overflow: false,
-                            });
-                        }
-                    }
-                    Ok(_) => {
-                        respond_error(session, None, &responses::not_found(), &[]).await?;
-                        return Ok(true);
-                    }
-                    Err(responses::Unavailable) => {
-                        respond_error(session, None, &GateError::fleet_unavailable(), &[]).await?;
-                        return Ok(true);
-                    }
-                }
-            }
-            if let Some(api) = models_union {
-                ctx.access.route = "models_union";
-                ctx.access.upstream = Some("*".into());
-                models::answer_union(&self.connector, &self.upstreams, session, api).await?;
-                return Ok(true);
-            }
-            ctx.access.key_id = Some(key_id.clone());
-            if let Some(p) = provider {
-                answer_expect_passthrough(session).await?;
-                ctx.access.route = "passthrough";
-                ctx.access.upstream = Some(p.name().to_string());
-                ctx.passthrough = Some(p);
-                return Ok(false);
+        match self.pass_route(&method, &path, session.req_header()) {
+            Some(pass) => self.pass(session, ctx, pass, &method, &path).await,
+            None => {
+                respond_error(session, None, &unserved(&path), &[]).await?;
+                Ok(true)
             }
         }
-        let err = if UNGATED_BILLABLE.iter().any(|p| path.starts_with(p)) {
-            GateError::NotGated
-        } else {
-            GateError::UnknownRoute
-        };
-        respond_error(session, None, &err, &[]).await?;
-        Ok(true)
     }
 
     async fn upstream_response_filter(
