@@ -23,24 +23,6 @@ pub enum HoldRoute<'a> {
     Deny(&'a str),
 }
 
-impl<'a> HoldRoute<'a> {
-    pub fn parse(path: &'a str) -> Option<Self> {
-        if path == "/holds" || path == "/holds/" {
-            return Some(HoldRoute::List);
-        }
-        let rest = path.strip_prefix("/holds/")?;
-        let (id, action) = rest.split_once('/')?;
-        if id.is_empty() || action.contains('/') {
-            return None;
-        }
-        match action {
-            "approve" => Some(HoldRoute::Approve(id)),
-            "deny" => Some(HoldRoute::Deny(id)),
-            _ => None,
-        }
-    }
-}
-
 /// `GET /holds`: pending and approved-unused holds (no content: ids, reason, times, worst
 /// case, a truncated keyed fingerprint) and the attending leases that run now.
 pub async fn list(gatekeeper: &Gatekeeper, key_id: Option<&str>, now_ms: u64) -> ApiResponse {
@@ -136,32 +118,5 @@ pub fn hold_error(e: HoldError) -> ApiResponse {
         HoldError::AttendMinutes => attend_error(),
         HoldError::Unavailable => crate::error::GateError::fleet_unavailable().into(),
         HoldError::Unpriced => ApiError::UnpricedHold.into(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn routes_parse() {
-        assert_eq!(HoldRoute::parse("/holds"), Some(HoldRoute::List));
-        assert_eq!(
-            HoldRoute::parse("/holds/hold_1/approve"),
-            Some(HoldRoute::Approve("hold_1"))
-        );
-        assert_eq!(
-            HoldRoute::parse("/holds/hold_1/deny"),
-            Some(HoldRoute::Deny("hold_1"))
-        );
-        for bad in [
-            "/holds//approve",
-            "/holds/a/b/approve",
-            "/holds/a/other",
-            "/holdsx",
-            "/holds/a",
-        ] {
-            assert_eq!(HoldRoute::parse(bad), None, "{bad}");
-        }
     }
 }

@@ -4,13 +4,49 @@
 
 use http::Method;
 
+/// What a path of the ledger page names, on either listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageEndpoint {
+    /// `GET /page`, `/page/`: the page, or its sign-in form.
+    Dashboard,
+    /// `GET /page/panel`: the page's live region.
+    Panel,
+    Login,
+    Logout,
+    /// `GET /page/receipt/{id}`
+    Receipt,
+    /// `POST /page/holds/{id}/approve`, `.../deny`
+    HoldApprove,
+    HoldDeny,
+    Css,
+    Js,
+    Icon,
+}
+
+/// The page's routes, the same on both listeners.
+const PAGE_ROUTES: &[(&str, Option<Method>, PageEndpoint)] = {
+    use PageEndpoint::*;
+    &[
+        ("/page", GET, Dashboard),
+        ("/page/", GET, Dashboard),
+        ("/page/panel", GET, Panel),
+        ("/page/login", POST, Login),
+        ("/page/logout", POST, Logout),
+        ("/page/receipt/{id}", GET, Receipt),
+        ("/page/holds/{id}/approve", POST, HoldApprove),
+        ("/page/holds/{id}/deny", POST, HoldDeny),
+        ("/page/assets/page.css", GET, Css),
+        ("/page/assets/page.js", GET, Js),
+        ("/page/assets/icon.svg", GET, Icon),
+    ]
+};
+
 /// What a path of the API listener names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ApiEndpoint {
     /// `GET /`: 303 to the ledger page.
     Home,
-    /// `/page`, `/page/...`: the ledger page, which answers its own methods.
-    Page,
+    Page(PageEndpoint),
     Spec,
     Stats,
     Verify,
@@ -37,7 +73,7 @@ pub enum ApiEndpoint {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AdminEndpoint {
     Home,
-    Page,
+    Page(PageEndpoint),
     Metrics,
     /// `/split-profile/...`: the split-profile service, which answers its own methods.
     SplitProfile,
@@ -59,7 +95,7 @@ impl AdminEndpoint {
     pub fn is_open(self) -> bool {
         matches!(
             self,
-            AdminEndpoint::Page
+            AdminEndpoint::Page(_)
                 | AdminEndpoint::Home
                 | AdminEndpoint::Metrics
                 | AdminEndpoint::SplitProfile
@@ -93,15 +129,17 @@ const POST: Option<Method> = Some(Method::POST);
 const PUT: Option<Method> = Some(Method::PUT);
 
 impl<E: Copy> Table<E> {
-    fn of(routes: &[(&str, Option<Method>, E)]) -> Table<E> {
+    /// The listener's own routes and the page's (`page` names the listener's page endpoint).
+    fn of(routes: &[(&str, Option<Method>, E)], page: fn(PageEndpoint) -> E) -> Table<E> {
         let mut router = matchit::Router::new();
         let mut conflicts = 0;
-        for (path, method, endpoint) in routes {
-            let route = Route {
-                method: method.clone(),
-                endpoint: *endpoint,
-            };
-            if router.insert(*path, route).is_err() {
+        let pages = PAGE_ROUTES
+            .iter()
+            .map(|(p, m, e)| (*p, m.clone(), page(*e)));
+        let own = routes.iter().map(|(p, m, e)| (*p, m.clone(), *e));
+        for (path, method, endpoint) in own.chain(pages) {
+            let route = Route { method, endpoint };
+            if router.insert(path, route).is_err() {
                 tracing::error!(path, "route table: a conflicting route is not served");
                 conflicts += 1;
             }
@@ -122,29 +160,29 @@ impl Table<ApiEndpoint> {
     /// The API listener's routes (SPEC §3).
     pub fn api() -> Self {
         use ApiEndpoint::*;
-        Table::of(&[
-            ("/", GET, Home),
-            ("/page", ANY, Page),
-            ("/page/", ANY, Page),
-            ("/page/{*rest}", ANY, Page),
-            ("/spec", GET, Spec),
-            ("/stats", GET, Stats),
-            ("/verify", POST, Verify),
-            ("/estimate", POST, Estimate),
-            ("/gate", POST, Gate),
-            ("/record", POST, Record),
-            ("/renew", POST, Renew),
-            ("/ledger", GET, Ledger),
-            ("/ledger/decisions", GET, Decisions),
-            ("/ledger/sessions", GET, Sessions),
-            ("/budget", GET, Budget),
-            ("/prices", GET, Prices),
-            ("/forget", POST, Forget),
-            ("/holds", GET, Holds),
-            ("/holds/", GET, Holds),
-            ("/holds/{id}/approve", POST, HoldApprove),
-            ("/holds/{id}/deny", POST, HoldDeny),
-        ])
+        Table::of(
+            &[
+                ("/", GET, Home),
+                ("/spec", GET, Spec),
+                ("/stats", GET, Stats),
+                ("/verify", POST, Verify),
+                ("/estimate", POST, Estimate),
+                ("/gate", POST, Gate),
+                ("/record", POST, Record),
+                ("/renew", POST, Renew),
+                ("/ledger", GET, Ledger),
+                ("/ledger/decisions", GET, Decisions),
+                ("/ledger/sessions", GET, Sessions),
+                ("/budget", GET, Budget),
+                ("/prices", GET, Prices),
+                ("/forget", POST, Forget),
+                ("/holds", GET, Holds),
+                ("/holds/", GET, Holds),
+                ("/holds/{id}/approve", POST, HoldApprove),
+                ("/holds/{id}/deny", POST, HoldDeny),
+            ],
+            Page,
+        )
     }
 }
 
@@ -153,24 +191,24 @@ impl Table<AdminEndpoint> {
     /// the listener's shell).
     pub fn admin() -> Self {
         use AdminEndpoint::*;
-        Table::of(&[
-            ("/", GET, Home),
-            ("/page", ANY, Page),
-            ("/page/", ANY, Page),
-            ("/page/{*rest}", ANY, Page),
-            ("/metrics", GET, Metrics),
-            ("/split-profile/", ANY, SplitProfile),
-            ("/split-profile/{*rest}", ANY, SplitProfile),
-            ("/prices", PUT, PutPrices),
-            ("/budget/{key_id}", PUT, PutBudget),
-            ("/holds", GET, Holds),
-            ("/holds/", GET, Holds),
-            ("/holds/{id}/approve", POST, HoldApprove),
-            ("/holds/{id}/deny", POST, HoldDeny),
-            ("/economics", GET, Economics),
-            ("/ledger/decisions", GET, Decisions),
-            ("/ledger/sessions", GET, Sessions),
-        ])
+        Table::of(
+            &[
+                ("/", GET, Home),
+                ("/metrics", GET, Metrics),
+                ("/split-profile/", ANY, SplitProfile),
+                ("/split-profile/{*rest}", ANY, SplitProfile),
+                ("/prices", PUT, PutPrices),
+                ("/budget/{key_id}", PUT, PutBudget),
+                ("/holds", GET, Holds),
+                ("/holds/", GET, Holds),
+                ("/holds/{id}/approve", POST, HoldApprove),
+                ("/holds/{id}/deny", POST, HoldDeny),
+                ("/economics", GET, Economics),
+                ("/ledger/decisions", GET, Decisions),
+                ("/ledger/sessions", GET, Sessions),
+            ],
+            Page,
+        )
     }
 }
 
@@ -192,9 +230,23 @@ mod tests {
         let at = |p: &str| api.find(p).map(|f| f.route.endpoint);
         let at_admin = |p: &str| admin.find(p).map(|f| f.route.endpoint);
         assert_eq!(at("/record"), Some(ApiEndpoint::Record));
-        assert_eq!(at("/page/receipt"), Some(ApiEndpoint::Page));
-        assert_eq!(at("/page"), Some(ApiEndpoint::Page));
-        assert_eq!(at_admin("/page/"), Some(AdminEndpoint::Page));
+        assert_eq!(
+            at("/page/receipt/d1"),
+            Some(ApiEndpoint::Page(PageEndpoint::Receipt))
+        );
+        assert_eq!(at("/page/receipt"), None);
+        assert_eq!(
+            at("/page"),
+            Some(ApiEndpoint::Page(PageEndpoint::Dashboard))
+        );
+        assert_eq!(
+            at_admin("/page/"),
+            Some(AdminEndpoint::Page(PageEndpoint::Dashboard))
+        );
+        assert_eq!(
+            at_admin("/page/holds/hold_1/deny"),
+            Some(AdminEndpoint::Page(PageEndpoint::HoldDeny))
+        );
         let found = api.find("/holds/hold_ab12/approve").unwrap();
         assert_eq!(found.route.endpoint, ApiEndpoint::HoldApprove);
         assert_eq!(found.params.get("id"), Some("hold_ab12"));
@@ -211,7 +263,27 @@ mod tests {
             Some(AdminEndpoint::SplitProfile)
         );
         assert_eq!(at_admin("/forget"), None);
+        // The hold routes, as `HoldRoute` names them.
+        assert_eq!(at_admin("/holds"), Some(AdminEndpoint::Holds));
+        assert_eq!(at_admin("/holds/"), Some(AdminEndpoint::Holds));
+        let deny = admin.find("/holds/hold_1/deny").unwrap();
+        assert_eq!(
+            (deny.route.endpoint, deny.params.get("id")),
+            (AdminEndpoint::HoldDeny, Some("hold_1"))
+        );
+        for bad in [
+            "/holds//approve",
+            "/holds/a/b/approve",
+            "/holds/a/other",
+            "/holdsx",
+            "/holds/a",
+        ] {
+            assert_eq!(at_admin(bad), None, "{bad}");
+            assert_eq!(at(bad), None, "{bad}");
+        }
         assert!(!api.find("/gate").unwrap().route.allows(&Method::GET));
-        assert!(api.find("/page/x").unwrap().route.allows(&Method::POST));
+        assert_eq!(at("/page/x"), None);
+        assert!(api.find("/page/login").unwrap().route.allows(&Method::POST));
+        assert!(!api.find("/page/panel").unwrap().route.allows(&Method::POST));
     }
 }

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::holds::{self, HoldRoute};
 use super::http::{ApiRequest, ApiResponse};
-use super::router::{AdminEndpoint, ApiEndpoint, Table};
+use super::router::{AdminEndpoint, ApiEndpoint, PageEndpoint, Table};
 use crate::auth;
 use crate::config::{BudgetPeriod, KeyConfig, Prices};
 use crate::error::{ApiError, GateError};
@@ -175,7 +175,7 @@ impl Api {
                         cap: ADMIN_BODY_CAP,
                         public: true,
                     },
-                    ApiEndpoint::Page
+                    ApiEndpoint::Page(_)
                     | ApiEndpoint::Home
                     | ApiEndpoint::Spec
                     | ApiEndpoint::Stats => Admission::Read {
@@ -195,7 +195,7 @@ impl Api {
                         cap: ADMIN_BODY_CAP,
                         public: true,
                     },
-                    Some(AdminEndpoint::Page | AdminEndpoint::Home | AdminEndpoint::Metrics) => {
+                    Some(AdminEndpoint::Page(_) | AdminEndpoint::Home | AdminEndpoint::Metrics) => {
                         Admission::Read {
                             cap: FORM_BODY_CAP,
                             public: true,
@@ -226,8 +226,16 @@ impl Api {
 
     /// The ledger page reads through the gate's home (SQLite on the blocking pool, or the
     /// fleet's database) and summarises the economics evidence on the blocking pool.
-    async fn page(&self, listener: Listener, req: &ApiRequest) -> ApiResponse {
-        self.page.handle(listener, &self.gatekeeper, req).await
+    async fn page(
+        &self,
+        listener: Listener,
+        req: &ApiRequest,
+        page: PageEndpoint,
+        id: &str,
+    ) -> ApiResponse {
+        self.page
+            .handle(listener, &self.gatekeeper, req, page, id)
+            .await
     }
 
     fn caller<'a>(
@@ -247,7 +255,7 @@ impl Api {
         }
         let id = found.params.get("id").unwrap_or_default();
         match found.route.endpoint {
-            ApiEndpoint::Page => self.page(Listener::Api, req).await,
+            ApiEndpoint::Page(page) => self.page(Listener::Api, req, page, id).await,
             ApiEndpoint::Home => home(),
             ApiEndpoint::Spec => self.spec(),
             ApiEndpoint::Stats => self.stats().await,
@@ -301,7 +309,7 @@ impl Api {
         let key_param = req.query_param("key").filter(|k| !k.is_empty());
         let key = || key_param.as_deref();
         match found.route.endpoint {
-            AdminEndpoint::Page => self.page(Listener::Admin, req).await,
+            AdminEndpoint::Page(page) => self.page(Listener::Admin, req, page, param("id")).await,
             AdminEndpoint::Home => home(),
             AdminEndpoint::Metrics => ApiResponse::text(
                 200,

@@ -29,14 +29,13 @@ mod svg;
 
 use std::sync::{Mutex, MutexGuard};
 
-use http::Method;
 use maud::Markup;
 
 use super::holds::HoldRoute;
 use super::http::{ApiRequest, ApiResponse};
+use super::router::PageEndpoint;
 use super::Listener;
 use crate::auth;
-use crate::error::ApiError;
 use crate::gatekeeper::{Gatekeeper, HoldAction, HoldError};
 use crate::now_ms;
 use crate::receipt::DecisionId;
@@ -121,46 +120,43 @@ impl Page {
         Page::default()
     }
 
-    /// Every `/page` request of either listener.
+    /// A `/page` request of either listener, as the route table named it (`id`: the receipt's
+    /// or the hold's).
     pub async fn handle(
         &self,
         listener: Listener,
         gk: &Gatekeeper,
         req: &ApiRequest,
+        page: PageEndpoint,
+        id: &str,
     ) -> ApiResponse {
         let now = now_ms();
-        let path = req.path.as_str();
-        let get = req.method == Method::GET;
-        let post = req.method == Method::POST;
-        match path {
-            "/page/assets/page.css" if get => asset("text/css; charset=utf-8", PAGE_CSS),
-            "/page/assets/page.js" if get => asset("text/javascript; charset=utf-8", PAGE_JS),
-            "/page/assets/icon.svg" if get => asset("image/svg+xml", ICON_SVG),
-            "/page" | "/page/" if get => match self.session(listener, req, now) {
+        match page {
+            PageEndpoint::Css => asset("text/css; charset=utf-8", PAGE_CSS),
+            PageEndpoint::Js => asset("text/javascript; charset=utf-8", PAGE_JS),
+            PageEndpoint::Icon => asset("image/svg+xml", ICON_SVG),
+            PageEndpoint::Dashboard => match self.session(listener, req, now) {
                 Some(s) => self.dashboard(listener, gk, req, &s, now).await,
                 None => html(200, html::login(listener, None)),
             },
-            "/page/panel" if get => match self.session(listener, req, now) {
+            PageEndpoint::Panel => match self.session(listener, req, now) {
                 Some(s) => self.panel(gk, req, &s, now).await,
                 None => html(401, html::signed_out()),
             },
-            "/page/login" if post => self.login(listener, gk, req, now),
-            "/page/logout" if post => self.logout(listener, req, now),
-            _ if get && path.starts_with("/page/receipt/") => {
-                match self.session(listener, req, now) {
-                    Some(s) => receipt(listener, gk, &s, &path["/page/receipt/".len()..]),
-                    None => redirect("/page/"),
-                }
-            }
-            _ => match HoldRoute::parse(&path["/page".len().min(path.len())..]) {
-                Some(route @ (HoldRoute::Approve(_) | HoldRoute::Deny(_))) if post => {
-                    self.decide_hold(listener, gk, req, route, now).await
-                }
-                _ if KNOWN.contains(&path) || path.starts_with("/page/receipt/") => {
-                    ApiError::MethodNotAllowed.into()
-                }
-                _ => ApiError::NotFound.into(),
+            PageEndpoint::Login => self.login(listener, gk, req, now),
+            PageEndpoint::Logout => self.logout(listener, req, now),
+            PageEndpoint::Receipt => match self.session(listener, req, now) {
+                Some(s) => receipt(listener, gk, &s, id),
+                None => redirect("/page/"),
             },
+            PageEndpoint::HoldApprove => {
+                let route = HoldRoute::Approve(id);
+                self.decide_hold(listener, gk, req, route, now).await
+            }
+            PageEndpoint::HoldDeny => {
+                let route = HoldRoute::Deny(id);
+                self.decide_hold(listener, gk, req, route, now).await
+            }
         }
     }
 
@@ -354,17 +350,6 @@ impl Page {
         redirect(&format!("/page/?done={done}"))
     }
 }
-
-const KNOWN: &[&str] = &[
-    "/page",
-    "/page/",
-    "/page/panel",
-    "/page/login",
-    "/page/logout",
-    "/page/assets/page.css",
-    "/page/assets/page.js",
-    "/page/assets/icon.svg",
-];
 
 fn csrf_refused(listener: Listener) -> ApiResponse {
     html(
