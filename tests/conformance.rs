@@ -228,10 +228,12 @@ fn a_session_meets_every_verdict(u: &Under) -> Vec<(u16, String, String)> {
     out
 }
 
+/// One call's expected outcome: status, verdict, reason.
+fn row(status: u16, verdict: &str, reason: &str) -> (u16, String, String) {
+    (status, verdict.to_string(), reason.to_string())
+}
+
 fn expected_session() -> Vec<(u16, String, String)> {
-    let row = |status: u16, verdict: &str, reason: &str| {
-        (status, verdict.to_string(), reason.to_string())
-    };
     vec![
         row(200, "ALLOW", "allowed"),
         row(200, "ALLOW", "allowed"),
@@ -298,9 +300,6 @@ fn forget_forgets_answers_not_windows(kind: &str) -> Vec<(u16, String, String)> 
 }
 
 fn expected_forget() -> Vec<(u16, String, String)> {
-    let row = |status: u16, verdict: &str, reason: &str| {
-        (status, verdict.to_string(), reason.to_string())
-    };
     // A small unattended call still earns its DOWNGRADE (§2.5: a score under 0.30, 100 output
     // tokens, one turn, no tools).
     vec![
@@ -364,7 +363,7 @@ fn a_stuck_step_is_paced_then_stopped(kind: &str) -> Vec<(u16, String, String, b
     );
     let mut out = Vec::new();
     for steps in 1..=14 {
-        let r = u.send(&polling_step(steps), &[]);
+        let r = u.send(&polling("Wait for job 9 (conformance).", steps, 20), &[]);
         let paced = r.header("x-tokensaver-receipt").is_some()
             && r.receipt()["paced_ms"].as_u64().unwrap_or(0) > 0;
         let (status, verdict, reason) = seen(&r);
@@ -382,18 +381,6 @@ fn a_stuck_step_is_paced_then_stopped(kind: &str) -> Vec<(u16, String, String, b
     assert!(out.iter().filter(|s| s.3).count() >= 3, "{kind}: {out:?}");
     assert_eq!(u.provider_calls(), out.len() - 1, "{kind}: {out:?}");
     out
-}
-
-fn polling_step(steps: usize) -> Value {
-    let mut messages = vec![json!({"role": "user", "content": "Wait for job 9 (conformance)."})];
-    for i in 0..steps {
-        let id = format!("call_conf_{i}");
-        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
-            {"id": id, "type": "function", "function": {"name": "job_status",
-             "arguments": "{\"job\":9}"}}]}));
-        messages.push(json!({"role": "tool", "tool_call_id": id, "content": "running"}));
-    }
-    json!({"model": "gpt-4o", "max_tokens": 20, "messages": messages})
 }
 
 #[test]

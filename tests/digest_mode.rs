@@ -337,18 +337,6 @@ fn a_digest_client_reports_the_chained_context() {
     );
 }
 
-/// A chat request after `steps` identical tool steps (the same call and result, history grown).
-fn polling(steps: usize) -> serde_json::Value {
-    let mut messages = vec![json!({"role": "user", "content": "Wait for job 7."})];
-    for i in 0..steps {
-        let id = format!("call_{i}");
-        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
-            {"id": id, "type": "function", "function": {"name": "job_status", "arguments": "{\"job\":7}"}}]}));
-        messages.push(json!({"role": "tool", "tool_call_id": id, "content": "running"}));
-    }
-    json!({"model": "gpt-4o", "max_tokens": 100, "messages": messages})
-}
-
 #[test]
 fn a_repeated_step_is_paced_by_the_central_gate_as_in_request_mode() {
     // The central gate's step windows scaled down: pace in 2 s, stop a run 4 s old (the 5th
@@ -362,14 +350,26 @@ fn a_repeated_step_is_paced_by_the_central_gate_as_in_request_mode() {
     let client = start_client(&h, h.api, KEY_A);
     let mut paced = Vec::new();
     for step in 1..=4 {
-        let r = post_to(client.1, CHAT, KEY_A, &polling(step), &[]);
+        let r = post_to(
+            client.1,
+            CHAT,
+            KEY_A,
+            &polling("Wait for job 7.", step, 100),
+            &[],
+        );
         assert_eq!(r.status, 200, "step {step}: {}", r.text());
         paced.push(r.receipt()["paced_ms"].as_u64().unwrap_or(0));
     }
     // The 4th identical step (unattended) waited for the window, as the proxy would have.
     assert_eq!(&paced[..3], &[0, 0, 0], "{paced:?}");
     assert!(paced[3] >= 1_500, "{paced:?}");
-    let r = post_to(client.1, CHAT, KEY_A, &polling(5), &[]);
+    let r = post_to(
+        client.1,
+        CHAT,
+        KEY_A,
+        &polling("Wait for job 7.", 5, 100),
+        &[],
+    );
     assert_eq!(r.status, 429, "{}", r.text());
     assert_eq!(r.receipt()["rule"], "runaway_step");
     assert_eq!(h.calls(CHAT), 4, "the refused step reached no provider");

@@ -602,19 +602,6 @@ fn runaway_rules_fire_across_instances_where_a_single_node_fires_them() {
     );
 }
 
-/// An agent's request after `steps` tool steps that all poll one job: one step fingerprint.
-fn polling_step(steps: usize) -> serde_json::Value {
-    let mut messages = vec![json!({"role": "user", "content": "Wait for job 7 (fleet)."})];
-    for i in 0..steps {
-        let id = format!("call_fleet_{i}");
-        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
-            {"id": id, "type": "function", "function": {"name": "job_status",
-             "arguments": "{\"job\":7}"}}]}));
-        messages.push(json!({"role": "tool", "tool_call_id": id, "content": "running"}));
-    }
-    json!({"model": "gpt-4o", "max_tokens": 20, "messages": messages})
-}
-
 /// Issue "fair over hours": a stuck agent whose calls are spread over three instances is paced
 /// and stopped exactly as one instance paces and stops it — the same verdicts, the same calls
 /// held, the same calls bought, to the request — from the runs the fleet keeps in PostgreSQL.
@@ -636,7 +623,12 @@ fn a_repeated_step_is_paced_across_three_instances_as_on_one() {
     let run = |targets: &[&Harness]| {
         let mut seen = Vec::new();
         for i in 1..=12 {
-            let r = targets[i % targets.len()].post(CHAT, &key.bearer(), &polling_step(i), &[]);
+            let r = targets[i % targets.len()].post(
+                CHAT,
+                &key.bearer(),
+                &polling("Wait for job 7 (fleet).", i, 20),
+                &[],
+            );
             let paced = r
                 .header("x-tokensaver-receipt")
                 .and_then(|_| r.receipt()["paced_ms"].as_u64())

@@ -518,6 +518,21 @@ pub fn anthropic(model: &str, text: &str, extra: Value) -> Value {
 }
 
 /// Give the engine a moment to record usage and store an answer after the response ended.
+/// A chat request after `steps` identical tool steps that poll one job (the same call and
+/// result, the history grown): a stuck agent's, or a patient poller's. `ask`: the user's
+/// request, which names the session's task.
+pub fn polling(ask: &str, steps: usize, max_tokens: u64) -> Value {
+    let mut messages = vec![json!({"role": "user", "content": ask})];
+    for i in 0..steps {
+        let id = format!("call_{i}");
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": id, "type": "function", "function": {"name": "job_status",
+             "arguments": "{\"job\":7}"}}]}));
+        messages.push(json!({"role": "tool", "tool_call_id": id, "content": "running"}));
+    }
+    json!({"model": "gpt-4o", "max_tokens": max_tokens, "messages": messages})
+}
+
 pub fn settle() {
     std::thread::sleep(Duration::from_millis(150));
 }
