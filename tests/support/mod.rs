@@ -7,7 +7,7 @@ pub mod client;
 pub mod page;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -279,7 +279,10 @@ impl Harness {
             .child
             .as_mut()
             .is_some_and(|c| matches!(c.try_wait(), Ok(None)));
-        healthy && running
+        // A running, healthy server may still have lost one port to another test: the port
+        // then answers, but for someone else (a 404 from another gate's admin listener).
+        let pid = self.child.as_ref().map_or(0, Child::id);
+        healthy && running && [proxy, api, admin].iter().all(|&p| listens_on(pid, p))
     }
 
     fn stop(&mut self) {
@@ -554,6 +557,15 @@ impl Drop for Client {
 pub fn start_client(h: &Harness, gate: SocketAddr, key: &str) -> Client {
     let dir = h.dir.path().join("client");
     std::fs::create_dir_all(&dir).unwrap();
+    for _ in 0..5 {
+        if let Some(client) = try_start_client(h, &dir, gate, key) {
+            return client;
+        }
+    }
+    panic!("the digest-mode client did not come up on free ports in 5 tries");
+}
+
+fn try_start_client(h: &Harness, dir: &Path, gate: SocketAddr, key: &str) -> Option<Client> {
     let [proxy_port, api_port, admin_port] = free_ports::<3>().unwrap();
     let proxy: SocketAddr = ([127, 0, 0, 1], proxy_port).into();
     let config = format!(
@@ -579,9 +591,34 @@ pub fn start_client(h: &Harness, gate: SocketAddr, key: &str) -> Client {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    assert!(
-        wait_for_port(proxy, Duration::from_secs(20)),
-        "client did not start"
-    );
-    Client(child, proxy)
+    let client = Client(child, proxy);
+    // A digest-mode client listens on its proxy port only.
+    let up = wait_for_port(proxy, Duration::from_secs(20)) && listens_on(client.0.id(), proxy_port);
+    up.then_some(client)
+}
+
+/// Whether process `pid` holds the listening TCP socket on 127.0.0.1:`port` — read from
+/// `/proc` (the listening sockets' inodes in `/proc/net/tcp`, the process's descriptors), so a
+/// port that answers for another process does not count.
+pub fn listens_on(pid: u32, port: u16) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+        return false;
+    };
+    let wanted = format!("0100007F:{port:04X}");
+    let inodes: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // local address, state 0A = LISTEN, inode
+            (f.len() > 9 && f[1] == wanted && f[3] == "0A").then(|| format!("socket:[{}]", f[9]))
+        })
+        .collect();
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .is_ok_and(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
+    })
 }
