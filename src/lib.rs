@@ -4,14 +4,15 @@
 //! path: `request` (provider body → shape, digest, fingerprint) → `gate` (pure decision:
 //! rules, score, findings) → `receipt` (signed) — those three are the gate core,
 //! `tokensaver-core`, re-exported here — then `store`/`gatekeeper` (answers, spend, budgets; embedded or a fleet's);
-//! `proxy` and `api` are the shells that read the network and answer it.
+//! `proxy` and `api` are the shells that read the network and answer it; `cli` is the
+//! command line (`src/main.rs` only calls it).
 
 pub mod api;
 pub mod api_http;
 pub mod auth;
 pub mod body;
+pub mod cli;
 pub mod config;
-pub mod demo;
 pub mod economics;
 pub mod error;
 pub mod gatekeeper;
@@ -19,8 +20,10 @@ pub mod http_client;
 pub mod lifecycle;
 pub mod logging;
 pub mod metrics;
+pub mod processes;
 pub mod proxy;
 pub mod receipt;
+pub mod report;
 pub mod server;
 pub mod spec_card;
 pub mod split_profile;

@@ -194,7 +194,7 @@ fn a_person_approves_at_the_terminal_and_the_same_request_passes_once() {
     let text = std::fs::read_to_string(&config).unwrap();
     let elsewhere = text.replace(
         &h.admin.to_string(),
-        &format!("127.0.0.1:{}", tokensaver::demo::free_port().unwrap()),
+        &format!("127.0.0.1:{}", tokensaver::processes::free_port().unwrap()),
     );
     let down = h.dir.path().join("down.toml");
     std::fs::write(&down, elsewhere).unwrap();

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use tokensaver::demo::{free_port, wait_for_port, MOCK_PROVIDER_BIN};
+use tokensaver::processes::{free_port, wait_for_port, MOCK_PROVIDER_BIN};
 
 /// One request on a fresh connection; the raw answer.
 fn exchange(addr: SocketAddr, request: &str) -> String {

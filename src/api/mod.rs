@@ -36,7 +36,6 @@
 //! - `GET  /`                      303 to `/page/`
 
 mod holds;
-pub mod holds_client;
 /// The request/response pair of the API and admin handlers (`crate::api_http`; split-profile
 /// speaks it too, without standing on the listener).
 pub use crate::api_http as http;

@@ -582,7 +582,7 @@ impl Api {
             return fleet_unavailable();
         };
         if req.query_param("format").as_deref() == Some("csv") {
-            let csv = crate::gatekeeper::report::csv(&days, &total);
+            let csv = crate::report::csv(&days, &total);
             return ApiResponse::text(200, "text/csv", csv);
         }
         ApiResponse::json(
@@ -619,7 +619,7 @@ impl Api {
         };
         match self.gatekeeper.decision_page(&query).await {
             Ok(page) if req.query_param("format").as_deref() == Some("csv") => {
-                let csv = crate::gatekeeper::report::decisions_csv(&page);
+                let csv = crate::report::decisions_csv(&page);
                 let resp = ApiResponse::text(200, "text/csv", csv);
                 match page.next_after {
                     Some(next) => resp.with_header("x-tokensaver-next-after", next.to_string()),
@@ -654,7 +654,7 @@ impl Api {
                 Some(next) => query.after = Some(next),
             }
         };
-        let sessions = crate::gatekeeper::report::sessions_of(&lines);
+        let sessions = crate::report::sessions_of(&lines);
         ApiResponse::json(200, &json!({"sessions": sessions, "truncated": truncated}))
     }
 

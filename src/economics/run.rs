@@ -496,7 +496,7 @@ fn record(
 ) -> anyhow::Result<PathBuf> {
     // Five distinct ports: the gate's three listeners and the simulated providers' (one per
     // arm, so that the arms share no prompt cache).
-    let [proxy, api, admin, mock_port, treatment_mock_port] = crate::demo::free_ports::<5>()?;
+    let [proxy, api, admin, mock_port, treatment_mock_port] = crate::processes::free_ports::<5>()?;
     let ports = BTreeMap::from([("proxy", proxy), ("api", api), ("admin", admin)]);
     let gate_toml = treatment_config(
         &args.config,

@@ -9,7 +9,6 @@ pub mod fleet;
 mod local;
 pub mod recent;
 mod relays;
-pub mod report;
 mod reservations;
 #[cfg(test)]
 mod session_tests;

@@ -337,7 +337,7 @@ fn the_decisions_listing_pages_by_time_and_names_each_settlement() {
         open_call.decision.worst_case.cost_nano.unwrap()
     );
 
-    let csv = report::decisions_csv(&first);
+    let csv = crate::report::decisions_csv(&first);
     let mut lines = csv.lines();
     assert!(lines
         .next()

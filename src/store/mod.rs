@@ -640,7 +640,7 @@ pub struct DecisionLine {
     pub session: Option<Hash>,
     /// How long the gate held the request before deciding it (a paced repeated step).
     pub paced_ms: u64,
-    /// The step fingerprint, for grouping sessions ([`crate::gatekeeper::report::sessions_of`]);
+    /// The step fingerprint, for grouping sessions ([`crate::report::sessions_of`]);
     /// not listed.
     #[serde(skip)]
     pub step: Option<Hash>,

@@ -12,7 +12,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tokensaver::demo::{free_ports, wait_for_port};
+use tokensaver::processes::{free_ports, wait_for_port};
 pub use tokensaver_mock_provider::UsageCounting;
 use tokensaver_mock_provider::{MockProvider, ProviderOptions};
 

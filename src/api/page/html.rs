@@ -479,7 +479,7 @@ fn cache_row(label: &str, key: &str, t: &LedgerTotals) -> Markup {
     html! {
         tr {
             td { (label) }
-            td.n { (crate::gatekeeper::report::percent(t.cache_read_share())) }
+            td.n { (crate::report::percent(t.cache_read_share())) }
             (count_cell(key, "cache_rebuilds", t.cache_rebuilds))
             (usd_cell(key, "cache_rebuild", t.cache_rebuild_nano))
             (usd_cell(key, "cache_premium_1h", t.cache_premium_1h_nano))
@@ -806,7 +806,7 @@ fn sessions(view: &View) -> Markup {
                                 td { (datetime(s.last_ms)) }
                                 td.n { (num(s.calls)) }
                                 td.n { (usd(s.spend_nano)) }
-                                td.n { (crate::gatekeeper::report::percent(s.cache.cache_read_share)) }
+                                td.n { (crate::report::percent(s.cache.cache_read_share)) }
                                 td.n {
                                     (num(s.cache.cache_rebuilds))
                                     @if s.cache.cache_rebuilds > 0 {

@@ -156,7 +156,7 @@ pub struct View {
     pub leases: Vec<LeaseView>,
     pub economics: Option<EconomicsBrief>,
     /// The agent sessions active in the last 24 h, most recent first (at most [`SESSIONS`]).
-    pub sessions: Vec<crate::gatekeeper::report::SessionSummary>,
+    pub sessions: Vec<crate::report::SessionSummary>,
 }
 
 /// Sessions the page lists, and the decisions it reads to group them.
@@ -168,7 +168,7 @@ async fn recent_sessions(
     gatekeeper: &Gatekeeper,
     key_filter: Option<&str>,
     now_ms: u64,
-) -> Result<Vec<crate::gatekeeper::report::SessionSummary>, StoreError> {
+) -> Result<Vec<crate::report::SessionSummary>, StoreError> {
     // The newest decisions of the day, not the oldest: another key's flood must not push the
     // sessions running now off the page. The newest `SESSION_DECISIONS` give the time to read
     // from; the page reads forward from there.
@@ -192,7 +192,7 @@ async fn recent_sessions(
         gatekeeper.decision_page(&q).await
     })
     .await?;
-    let mut sessions = crate::gatekeeper::report::sessions_of(&lines);
+    let mut sessions = crate::report::sessions_of(&lines);
     sessions.truncate(SESSIONS);
     Ok(sessions)
 }

@@ -8,8 +8,8 @@ use super::*;
 /// session and the economics verdict. `text` goes into every string the view carries.
 fn full_view(text: &str) -> View {
     use super::super::model::KeyLine;
-    use crate::gatekeeper::report::SessionSummary;
     use crate::gatekeeper::{BudgetView, LeaseView};
+    use crate::report::SessionSummary;
     use crate::store::{DecisionListing, DecisionRow, RecordSource, VerdictCount};
     use tokensaver_core::request::{Hash, WireForm};
     let now = 1_795_991_949_000;

@@ -2,9 +2,14 @@
 //! server's admin listener (the config's `[listen] admin`) with the admin key.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
 
+use anyhow::Context;
+use clap::Subcommand;
 use serde_json::{json, Value};
+
+use crate::config::Config;
 
 use crate::http_client::{Answer, BlockingClient, ClientError, Request};
 
@@ -269,4 +274,84 @@ mod tests {
                 .contains("TOKENSAVER_ADMIN_KEY")
         );
     }
+}
+
+/// Where the running server is and how to authenticate with it.
+#[derive(clap::Args)]
+pub(super) struct AdminArgs {
+    #[arg(long, default_value = "config/tokensaver.toml")]
+    config: PathBuf,
+    /// The server's admin key (else $TOKENSAVER_ADMIN_KEY).
+    #[arg(long, env = "TOKENSAVER_ADMIN_KEY", hide_env_values = true)]
+    admin_key: Option<String>,
+}
+
+#[derive(Subcommand)]
+pub(super) enum HoldsCommand {
+    /// Pending and approved (not yet used) holds, and the attending leases that run.
+    List {
+        #[command(flatten)]
+        admin: AdminArgs,
+        /// Only this key's holds.
+        #[arg(long)]
+        key: Option<String>,
+        /// Print the server's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a hold: the key's next identical request passes once, no header needed.
+    Approve {
+        /// The hold id (from the 409, or `tokensaver holds list`).
+        id: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+        /// Also attend the key for N minutes (1-1440): its requests that declare no
+        /// x-tokensaver-human are scored as attended meanwhile.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1440))]
+        attend_minutes: Option<u64>,
+    },
+    /// Deny a pending hold: its worst case counts as avoided.
+    Deny {
+        id: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+}
+
+impl AdminArgs {
+    fn client(self) -> anyhow::Result<AdminClient> {
+        let config = Config::load(&self.config)?;
+        let key = self
+            .admin_key
+            .filter(|k| !k.trim().is_empty())
+            .context("the admin key is needed: --admin-key KEY or TOKENSAVER_ADMIN_KEY")?;
+        AdminClient::new(config.admin_addr, key.trim().to_string())
+    }
+}
+
+/// `tokensaver holds ...`: ask the running server's admin listener, print its answer.
+pub(super) fn run(command: HoldsCommand) -> anyhow::Result<()> {
+    match command {
+        HoldsCommand::List { admin, key, json } => {
+            let answer = admin.client()?.list(key.as_deref())?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&answer)?);
+            } else {
+                print!("{}", render_list(&answer));
+            }
+        }
+        HoldsCommand::Approve {
+            id,
+            admin,
+            attend_minutes,
+        } => {
+            let answer = admin.client()?.approve(&id, attend_minutes)?;
+            print!("{}", render_decided(&answer, crate::now_ms()));
+        }
+        HoldsCommand::Deny { id, admin } => {
+            let answer = admin.client()?.deny(&id)?;
+            print!("{}", render_decided(&answer, crate::now_ms()));
+        }
+    }
+    Ok(())
 }
