@@ -108,8 +108,6 @@ macro_rules! decision_columns {
     };
 }
 const DECISION_COLUMNS: &str = decision_columns!();
-/// How many columns [`DECISION_COLUMNS`] names: a query's own columns follow them.
-const DECISION_COLUMN_COUNT: usize = 21;
 /// Built once: the statement cache is keyed by the SQL text.
 const INSERT_DECISION: &str = concat!(
     "INSERT INTO decisions (",
@@ -377,7 +375,7 @@ impl Store for SqliteStore {
             // is a union of such buckets, so the sums the gate makes are exact.
             let mut stmt = tx
                 .prepare_cached(
-                    "SELECT key_id, day, SUM(spend >> 32), SUM(spend & 4294967295) FROM ( \
+                    "SELECT key_id, day, SUM(spend >> 32) AS spend_high, SUM(spend & 4294967295) AS spend_low FROM ( \
                        SELECT key_id, at_ms / 86400000 AS day, spend_nano AS spend FROM usage \
                        UNION ALL \
                        SELECT key_id, at_ms / 86400000, charged_nano FROM reservation_expiries \
@@ -387,9 +385,9 @@ impl Store for SqliteStore {
             let mut rows = stmt.query([]).map_err(sql_error)?;
             let mut spend: BTreeMap<(String, u64), u64> = BTreeMap::new();
             while let Some(row) = rows.next().map_err(sql_error)? {
-                let key: String = row.get(0).map_err(sql_error)?;
-                let day = get_u64(row, 1).map_err(sql_error)?;
-                let sum = get_sum(row, 2).map_err(sql_error)?;
+                let key: String = row.get("key_id").map_err(sql_error)?;
+                let day = get_u64(row, "day").map_err(sql_error)?;
+                let sum = get_sum(row, "spend").map_err(sql_error)?;
                 let at = if day < month_start_day {
                     period_start(BudgetPeriod::Month, day.saturating_mul(DAY_MS))
                 } else {
@@ -410,17 +408,17 @@ impl Store for SqliteStore {
             let holds: Vec<(HoldRow, Option<HoldOpening>)> = stmt
                 .query_map([], |r| {
                     let hold = HoldRow {
-                        hold_id: r.get(0)?,
-                        key_id: r.get(1)?,
+                        hold_id: r.get("hold_id")?,
+                        key_id: r.get("key_id")?,
                         // One that does not read as a fingerprint indexes nothing, as blank.
-                        fingerprint: r.get::<_, Option<Hash>>(2).ok().flatten(),
-                        created_ms: get_u64(r, 3)?,
-                        expires_ms: get_u64(r, 4)?,
-                        state: hold_state_from(r, 5)?,
-                        worst_case_tokens: get_u64(r, 6)?,
+                        fingerprint: r.get::<_, Option<Hash>>("fingerprint").ok().flatten(),
+                        created_ms: get_u64(r, "created_ms")?,
+                        expires_ms: get_u64(r, "expires_ms")?,
+                        state: hold_state_from(r, "state")?,
+                        worst_case_tokens: get_u64(r, "worst_case_tokens")?,
                     };
-                    let decision: Option<String> = r.get(7)?;
-                    let receipt: Option<Vec<u8>> = r.get(8)?;
+                    let decision: Option<String> = r.get("decision")?;
+                    let receipt: Option<Vec<u8>> = r.get("receipt")?;
                     let opening = match (hold.state, decision, receipt) {
                         (HoldState::Pending, Some(decision), Some(receipt)) => Some(HoldOpening {
                             hold_id: hold.hold_id.clone(),
@@ -447,10 +445,10 @@ impl Store for SqliteStore {
             snap.leases = stmt
                 .query_map([to_i64(now_ms)], |r| {
                     Ok(LeaseRow {
-                        hold_id: r.get(0)?,
-                        key_id: r.get(1)?,
-                        granted_ms: get_u64(r, 2)?,
-                        until_ms: get_u64(r, 3)?,
+                        hold_id: r.get("hold_id")?,
+                        key_id: r.get("key_id")?,
+                        granted_ms: get_u64(r, "granted_ms")?,
+                        until_ms: get_u64(r, "until_ms")?,
                     })
                 })
                 .and_then(Iterator::collect)
@@ -465,14 +463,14 @@ impl Store for SqliteStore {
             // A fingerprint that does not read as one can match no request: left out.
             let recorded: Vec<Option<(String, Hash, WireForm, Usage)>> = stmt
                 .query_map([], |r| {
-                    let Ok(fingerprint) = r.get::<_, Hash>(1) else {
+                    let Ok(fingerprint) = r.get::<_, Hash>("fingerprint") else {
                         return Ok(None);
                     };
                     Ok(Some((
-                        r.get(0)?,
+                        r.get("key_id")?,
                         fingerprint,
-                        wire_from(r, 2)?,
-                        usage_from(r, 3)?,
+                        wire_from(r, "wire")?,
+                        usage_from(r)?,
                     )))
                 })
                 .and_then(Iterator::collect)
@@ -484,8 +482,12 @@ impl Store for SqliteStore {
                 .map_err(sql_error)?;
             snap.budgets = stmt
                 .query_map([], |r| {
-                    let ceiling: Option<i64> = r.get(1)?;
-                    Ok((r.get(0)?, ceiling.map(to_u64), period_from(r, 2)?))
+                    let ceiling: Option<i64> = r.get("ceiling_nano")?;
+                    Ok((
+                        r.get("key_id")?,
+                        ceiling.map(to_u64),
+                        period_from(r, "period")?,
+                    ))
                 })
                 .and_then(Iterator::collect)
                 .map_err(sql_error)?;
@@ -499,15 +501,17 @@ impl Store for SqliteStore {
             snap.prices = stmt
                 .query_map([], |r| {
                     Ok((
-                        r.get(0)?,
+                        r.get("model")?,
                         Prices {
-                            input: get_u64(r, 1)?,
-                            cache_write: get_u64(r, 2)?,
-                            cache_read: get_u64(r, 3)?,
-                            output: get_u64(r, 4)?,
-                            max_output: get_u64(r, 5)?,
-                            cache_write_1h: r.get::<_, Option<i64>>(6)?.map(to_u64),
-                            web_search_per_1k: r.get::<_, Option<i64>>(7)?.map(to_u64),
+                            input: get_u64(r, "input")?,
+                            cache_write: get_u64(r, "cache_write")?,
+                            cache_read: get_u64(r, "cache_read")?,
+                            output: get_u64(r, "output")?,
+                            max_output: get_u64(r, "max_output")?,
+                            cache_write_1h: r.get::<_, Option<i64>>("cache_write_1h")?.map(to_u64),
+                            web_search_per_1k: r
+                                .get::<_, Option<i64>>("web_search_per_1k")?
+                                .map(to_u64),
                         },
                     ))
                 })
@@ -585,72 +589,77 @@ impl Store for SqliteStore {
             let mut fold = LedgerFold::default();
 
             let sql = format!(
-                "SELECT decided_at_ms / 86400000 AS day, verdict, COUNT(*), {}, {}, {} \
+                "SELECT decided_at_ms / 86400000 AS day, verdict, COUNT(*) AS count, {}, {}, {} \
                  FROM decisions WHERE {key_clause} AND decided_at_ms >= ?2 AND decided_at_ms < ?3 \
                  GROUP BY day, verdict",
-                split_sum("tokens_not_bought"),
-                split_sum("CASE WHEN verdict = 'BLOCK' THEN worst_case_tokens_avoided ELSE 0 END"),
-                split_sum("findings_tokens"),
+                split_sum("tokens_not_bought", "not_bought"),
+                split_sum(
+                    "CASE WHEN verdict = 'BLOCK' THEN worst_case_tokens_avoided ELSE 0 END",
+                    "avoided"
+                ),
+                split_sum("findings_tokens", "findings"),
             );
             let mut stmt = tx.prepare_cached(&sql).map_err(sql_error)?;
             let mut rows = stmt.query(bind).map_err(sql_error)?;
             while let Some(r) = rows.next().map_err(sql_error)? {
                 let sums = DecisionSums {
-                    count: get_u64(r, 2)?,
-                    tokens_not_bought: get_sum(r, 3)?,
-                    worst_case_tokens_avoided: get_sum(r, 5)?,
-                    findings_tokens: get_sum(r, 7)?,
+                    count: get_u64(r, "count")?,
+                    tokens_not_bought: get_sum(r, "not_bought")?,
+                    worst_case_tokens_avoided: get_sum(r, "avoided")?,
+                    findings_tokens: get_sum(r, "findings")?,
                 };
-                fold.decisions(get_u64(r, 0)?, verdict_from(r, 1)?, sums);
+                fold.decisions(get_u64(r, "day")?, verdict_from(r, "verdict")?, sums);
             }
             drop(rows);
 
             let sql = format!(
                 "SELECT at_ms / 86400000 AS day, {}, {}, {}, {}, {}, \
-                 SUM(basis = 'unpriced'), COALESCE(SUM(cache_saving_nano), 0), \
-                 COALESCE(SUM(cache_saving_lifetimes_nano), 0), \
-                 COALESCE(SUM(cache_saving_routing_nano), 0), \
-                 COUNT(cache_rebuild_nano), COALESCE(SUM(cache_rebuild_nano), 0), \
-                 COALESCE(SUM(cache_premium_1h_nano), 0) \
+                 SUM(basis = 'unpriced') AS unpriced, \
+                 COALESCE(SUM(cache_saving_nano), 0) AS cache_saving, \
+                 COALESCE(SUM(cache_saving_lifetimes_nano), 0) AS cache_saving_lifetimes, \
+                 COALESCE(SUM(cache_saving_routing_nano), 0) AS cache_saving_routing, \
+                 COUNT(cache_rebuild_nano) AS rebuilds, \
+                 COALESCE(SUM(cache_rebuild_nano), 0) AS rebuild, \
+                 COALESCE(SUM(cache_premium_1h_nano), 0) AS premium_1h \
                  FROM usage WHERE {key_clause} AND at_ms >= ?2 AND at_ms < ?3 GROUP BY day",
-                split_sum("spend_nano"),
-                split_sum("input"),
-                split_sum("cache_write"),
-                split_sum("cache_read"),
-                split_sum("output"),
+                split_sum("spend_nano", "spend"),
+                split_sum("input", "input"),
+                split_sum("cache_write", "cache_write"),
+                split_sum("cache_read", "cache_read"),
+                split_sum("output", "output"),
             );
             let mut stmt = tx.prepare_cached(&sql).map_err(sql_error)?;
             let mut rows = stmt.query(bind).map_err(sql_error)?;
             while let Some(r) = rows.next().map_err(sql_error)? {
                 let sums = UsageSums {
-                    spend_nano: get_sum(r, 1)?,
+                    spend_nano: get_sum(r, "spend")?,
                     usage: Usage {
-                        input: get_sum(r, 3)?,
-                        cache_write: get_sum(r, 5)?,
-                        cache_read: get_sum(r, 7)?,
-                        output: get_sum(r, 9)?,
+                        input: get_sum(r, "input")?,
+                        cache_write: get_sum(r, "cache_write")?,
+                        cache_read: get_sum(r, "cache_read")?,
+                        output: get_sum(r, "output")?,
                     },
-                    unpriced_calls: get_u64(r, 11)?,
-                    cache_saving_nano: r.get(12)?,
-                    cache_saving_lifetimes_nano: r.get(13)?,
-                    cache_saving_routing_nano: r.get(14)?,
-                    cache_rebuilds: get_u64(r, 15)?,
-                    cache_rebuild_nano: get_u64(r, 16)?,
-                    cache_premium_1h_nano: get_u64(r, 17)?,
+                    unpriced_calls: get_u64(r, "unpriced")?,
+                    cache_saving_nano: r.get("cache_saving")?,
+                    cache_saving_lifetimes_nano: r.get("cache_saving_lifetimes")?,
+                    cache_saving_routing_nano: r.get("cache_saving_routing")?,
+                    cache_rebuilds: get_u64(r, "rebuilds")?,
+                    cache_rebuild_nano: get_u64(r, "rebuild")?,
+                    cache_premium_1h_nano: get_u64(r, "premium_1h")?,
                 };
-                fold.usage(get_u64(r, 0)?, sums);
+                fold.usage(get_u64(r, "day")?, sums);
             }
             drop(rows);
 
             let sql = format!(
                 "SELECT at_ms / 86400000 AS day, {} FROM reservation_expiries \
                  WHERE {key_clause} AND at_ms >= ?2 AND at_ms < ?3 GROUP BY day",
-                split_sum("charged_nano"),
+                split_sum("charged_nano", "charged"),
             );
             let mut stmt = tx.prepare_cached(&sql).map_err(sql_error)?;
             let mut rows = stmt.query(bind).map_err(sql_error)?;
             while let Some(r) = rows.next().map_err(sql_error)? {
-                fold.expiry_charges(get_u64(r, 0)?, get_sum(r, 1)?);
+                fold.expiry_charges(get_u64(r, "day")?, get_sum(r, "charged")?);
             }
             drop(rows);
 
@@ -660,12 +669,12 @@ impl Store for SqliteStore {
                 "SELECT created_ms / 86400000 AS day, {} FROM holds \
                  WHERE {key_clause} AND state IN ('expired', 'denied') \
                  AND created_ms >= ?2 AND created_ms < ?3 GROUP BY day",
-                split_sum("worst_case_tokens"),
+                split_sum("worst_case_tokens", "worst_case"),
             );
             let mut stmt = tx.prepare_cached(&sql).map_err(sql_error)?;
             let mut rows = stmt.query(bind).map_err(sql_error)?;
             while let Some(r) = rows.next().map_err(sql_error)? {
-                fold.unused_holds(get_u64(r, 0)?, get_sum(r, 1)?);
+                fold.unused_holds(get_u64(r, "day")?, get_sum(r, "worst_case")?);
             }
             Ok(fold)
         })?;
@@ -682,11 +691,11 @@ impl Store for SqliteStore {
                 s.query_row([response_id], |r| {
                     Ok(ResponseBinding {
                         response_id: response_id.to_string(),
-                        key_id: r.get(0)?,
-                        created_ms: get_u64(r, 1)?,
-                        context_tokens: r.get::<_, Option<i64>>(2)?.map(to_u64),
-                        upstream: r.get(3)?,
-                        answer: r.get(4)?,
+                        key_id: r.get("key_id")?,
+                        created_ms: get_u64(r, "created_ms")?,
+                        context_tokens: r.get::<_, Option<i64>>("context_tokens")?.map(to_u64),
+                        upstream: r.get("upstream")?,
+                        answer: r.get("answer")?,
                     })
                 })
                 .optional()
@@ -723,7 +732,7 @@ impl Store for SqliteStore {
                     tx.prepare_cached(&sql)
                         .and_then(|mut s| {
                             s.query_row(params![q.key_id, id], |r| {
-                                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+                                Ok((r.get::<_, i64>("decided_at_ms")?, r.get::<_, i64>("id")?))
                             })
                             .optional()
                         })
@@ -775,42 +784,41 @@ impl Store for SqliteStore {
 
 /// A row of the decisions listing ([`Store::decisions`]), its columns read by name.
 fn decision_line(r: &Row<'_>) -> rusqlite::Result<DecisionLine> {
-    let c = |name: &str| r.as_ref().column_index(name);
-    let verdict = verdict_from(r, c("verdict")?)?;
+    let verdict = verdict_from(r, "verdict")?;
     let ending = r
-        .get::<_, Option<String>>(c("ending")?)?
+        .get::<_, Option<String>>("ending")?
         .and_then(|e| Ending::parse(&e));
-    let expired_at: Option<i64> = r.get(c("expired_at_ms")?)?;
-    let settlement = if r.get::<_, Option<i64>>(c("usage_row")?)?.is_some() {
+    let expired_at: Option<i64> = r.get("expired_at_ms")?;
+    let settlement = if r.get::<_, Option<i64>>("usage_row")?.is_some() {
         Settlement::Usage {
             ending,
-            complete: r.get(c("complete")?)?,
+            complete: r.get("complete")?,
             basis: r
-                .get::<_, Option<String>>(c("basis")?)?
+                .get::<_, Option<String>>("basis")?
                 .and_then(|b| SpendBasis::parse(&b)),
-            at_ms: get_u64(r, c("usage_at_ms")?)?,
-            spend_nano: get_u64(r, c("spend_nano")?)?,
+            at_ms: get_u64(r, "usage_at_ms")?,
+            spend_nano: get_u64(r, "spend_nano")?,
         }
     } else if let Some(at) = expired_at {
         Settlement::Expired {
             at_ms: to_u64(at),
-            charged_nano: get_u64(r, c("charged_nano")?)?,
+            charged_nano: get_u64(r, "charged_nano")?,
         }
     } else {
         Settlement::None
     };
     let (status, basis, settled_at_ms, spend_nano) = settlement.line_terms(verdict);
-    let n = |name: &str| get_u64(r, c(name)?);
+    let n = |name: &str| get_u64(r, name);
     Ok(DecisionLine {
-        decision_id: r.get(c("decision_id")?)?,
-        key_id: r.get(c("key_id")?)?,
+        decision_id: r.get("decision_id")?,
+        key_id: r.get("key_id")?,
         decided_at_ms: n("decided_at_ms")?,
         verdict,
-        reason: r.get(c("reason")?)?,
-        model_requested: r.get(c("model_requested")?)?,
-        model_served: r.get(c("model_served")?)?,
-        wire: wire_from(r, c("wire")?)?,
-        hold_id: r.get(c("hold_id")?)?,
+        reason: r.get("reason")?,
+        model_requested: r.get("model_requested")?,
+        model_served: r.get("model_served")?,
+        wire: wire_from(r, "wire")?,
+        hold_id: r.get("hold_id")?,
         reserved_nano: n("reserved_nano")?,
         status,
         ending,
@@ -829,19 +837,17 @@ fn decision_line(r: &Row<'_>) -> rusqlite::Result<DecisionLine> {
         } else {
             0
         },
-        cache_saving_nano: r.get(c("cache_saving_nano")?)?,
+        cache_saving_nano: r.get("cache_saving_nano")?,
         cache: CacheHealth {
-            cache_saving_lifetimes_nano: r.get(c("cache_saving_lifetimes_nano")?)?,
-            cache_saving_routing_nano: r.get(c("cache_saving_routing_nano")?)?,
-            cache_rebuild_nano: r
-                .get::<_, Option<i64>>(c("cache_rebuild_nano")?)?
-                .map(to_u64),
+            cache_saving_lifetimes_nano: r.get("cache_saving_lifetimes_nano")?,
+            cache_saving_routing_nano: r.get("cache_saving_routing_nano")?,
+            cache_rebuild_nano: r.get::<_, Option<i64>>("cache_rebuild_nano")?.map(to_u64),
             cache_premium_1h_nano: n("cache_premium_1h_nano")?,
         },
-        cache_edits: cache_edits_from(r, c("cache_edits")?)?,
-        session: r.get(c("session")?)?,
+        cache_edits: cache_edits_from(r, "cache_edits")?,
+        session: r.get("session")?,
         paced_ms: n("paced_ms")?,
-        step: r.get(c("step_fingerprint")?)?,
+        step: r.get("step_fingerprint")?,
     })
 }
 
@@ -1322,7 +1328,7 @@ fn insert_usage(conn: &Connection, u: &UsageRow, written: Option<i64>) -> rusqli
         Some(row) => Some((row, false)),
         None => conn
             .prepare_cached("SELECT id, open FROM decisions WHERE decision_id = ?1")?
-            .query_row([&id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .query_row([&id], |r| Ok((r.get("id")?, r.get("open")?)))
             .optional()?,
     };
     if decision.is_some() {
@@ -1521,22 +1527,24 @@ fn to_u64(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
 
-fn get_u64(row: &Row<'_>, idx: usize) -> rusqlite::Result<u64> {
-    Ok(row.get::<_, Option<i64>>(idx)?.map(to_u64).unwrap_or(0))
+/// Columns are read by name, never by position: a column added or moved in a SELECT cannot
+/// shift what another field reads.
+fn get_u64(row: &Row<'_>, column: &str) -> rusqlite::Result<u64> {
+    Ok(row.get::<_, Option<i64>>(column)?.map(to_u64).unwrap_or(0))
 }
 
 /// `SUM(expr)` as two columns, its high and low 32 bits summed apart: SQLite's `SUM` raises
 /// "integer overflow" past `i64::MAX`, and stored figures can be near it (saturated values,
 /// absurd usage reported by a client), which would break a ledger for good. Each half is
 /// below 2³², so the halves cannot overflow below 2³¹ rows per group. Read with [`get_sum`].
-fn split_sum(expr: &str) -> String {
-    format!("SUM(({expr}) >> 32), SUM(({expr}) & 4294967295)")
+fn split_sum(expr: &str, name: &str) -> String {
+    format!("SUM(({expr}) >> 32) AS {name}_high, SUM(({expr}) & 4294967295) AS {name}_low")
 }
 
-/// The two columns of a [`split_sum`] from `idx`, recombined (saturating at `u64::MAX`).
-fn get_sum(row: &Row<'_>, idx: usize) -> rusqlite::Result<u64> {
-    let high = u128::from(get_u64(row, idx)?);
-    let low = u128::from(get_u64(row, idx + 1)?);
+/// The two columns of the [`split_sum`] named `name`, recombined (saturating at `u64::MAX`).
+fn get_sum(row: &Row<'_>, name: &str) -> rusqlite::Result<u64> {
+    let high = u128::from(get_u64(row, &format!("{name}_high"))?);
+    let low = u128::from(get_u64(row, &format!("{name}_low"))?);
     Ok(u64::try_from((high << 32) + low).unwrap_or(u64::MAX))
 }
 
@@ -1544,90 +1552,87 @@ fn get_sum(row: &Row<'_>, idx: usize) -> rusqlite::Result<u64> {
 #[error("unknown value in an enumerated column")]
 struct UnknownValue;
 
-fn bad_value(idx: usize) -> rusqlite::Error {
+fn bad_value(row: &Row<'_>, column: &str) -> rusqlite::Error {
+    let idx = row.as_ref().column_index(column).unwrap_or(0);
     rusqlite::Error::FromSqlConversionFailure(idx, Type::Text, Box::new(UnknownValue))
 }
 
-fn verdict_from(row: &Row<'_>, idx: usize) -> rusqlite::Result<Verdict> {
-    Verdict::parse(row.get_ref(idx)?.as_str()?).ok_or_else(|| bad_value(idx))
+fn verdict_from(row: &Row<'_>, column: &str) -> rusqlite::Result<Verdict> {
+    Verdict::parse(row.get_ref(column)?.as_str()?).ok_or_else(|| bad_value(row, column))
 }
 
-fn wire_from(row: &Row<'_>, idx: usize) -> rusqlite::Result<WireForm> {
-    match row.get_ref(idx)?.as_str()? {
+fn wire_from(row: &Row<'_>, column: &str) -> rusqlite::Result<WireForm> {
+    match row.get_ref(column)?.as_str()? {
         "json" => Ok(WireForm::Json),
         "sse" => Ok(WireForm::Sse),
-        _ => Err(bad_value(idx)),
+        _ => Err(bad_value(row, column)),
     }
 }
 
-fn hold_state_from(row: &Row<'_>, idx: usize) -> rusqlite::Result<HoldState> {
-    match row.get_ref(idx)?.as_str()? {
+fn hold_state_from(row: &Row<'_>, column: &str) -> rusqlite::Result<HoldState> {
+    match row.get_ref(column)?.as_str()? {
         "pending" => Ok(HoldState::Pending),
         "approved" => Ok(HoldState::Approved),
         "used" => Ok(HoldState::Used),
         "expired" => Ok(HoldState::Expired),
         "denied" => Ok(HoldState::Denied),
-        _ => Err(bad_value(idx)),
+        _ => Err(bad_value(row, column)),
     }
 }
 
-fn period_from(row: &Row<'_>, idx: usize) -> rusqlite::Result<BudgetPeriod> {
-    match row.get_ref(idx)?.as_str()? {
+fn period_from(row: &Row<'_>, column: &str) -> rusqlite::Result<BudgetPeriod> {
+    match row.get_ref(column)?.as_str()? {
         "lifetime" => Ok(BudgetPeriod::Lifetime),
         "day" => Ok(BudgetPeriod::Day),
         "month" => Ok(BudgetPeriod::Month),
-        _ => Err(bad_value(idx)),
+        _ => Err(bad_value(row, column)),
     }
 }
 
-/// Four consecutive columns: input, cache write, cache read, output.
-fn usage_from(row: &Row<'_>, first: usize) -> rusqlite::Result<Usage> {
+/// The columns `input`, `cache_write`, `cache_read`, `output`.
+fn usage_from(row: &Row<'_>) -> rusqlite::Result<Usage> {
     Ok(Usage {
-        input: get_u64(row, first)?,
-        cache_write: get_u64(row, first + 1)?,
-        cache_read: get_u64(row, first + 2)?,
-        output: get_u64(row, first + 3)?,
+        input: get_u64(row, "input")?,
+        cache_write: get_u64(row, "cache_write")?,
+        cache_read: get_u64(row, "cache_read")?,
+        output: get_u64(row, "output")?,
     })
 }
 
 /// A row selected with [`DECISION_COLUMNS`].
 fn decision_from_row(r: &Row<'_>) -> rusqlite::Result<DecisionRow> {
     Ok(DecisionRow {
-        decision_id: r.get(0)?,
-        key_id: r.get(1)?,
-        fingerprint: r.get(2)?,
-        verdict: verdict_from(r, 3)?,
-        reason: r.get(4)?,
-        score: r.get::<_, Option<f64>>(5)?.unwrap_or(f64::NAN),
-        model_requested: r.get(6)?,
-        model_served: r.get(7)?,
-        wire: wire_from(r, 8)?,
-        decided_at_ms: get_u64(r, 9)?,
-        reserved_nano: get_u64(r, 10)?,
-        worst_case_tokens: r.get::<_, Option<i64>>(11)?.map(to_u64),
-        tokens_not_bought: get_u64(r, 12)?,
-        worst_case_tokens_avoided: get_u64(r, 13)?,
-        findings_tokens: get_u64(r, 14)?,
-        hold_id: r.get(15)?,
-        step_fingerprint: r.get(16)?,
+        decision_id: r.get("decision_id")?,
+        key_id: r.get("key_id")?,
+        fingerprint: r.get("fingerprint")?,
+        verdict: verdict_from(r, "verdict")?,
+        reason: r.get("reason")?,
+        score: r.get::<_, Option<f64>>("score")?.unwrap_or(f64::NAN),
+        model_requested: r.get("model_requested")?,
+        model_served: r.get("model_served")?,
+        wire: wire_from(r, "wire")?,
+        decided_at_ms: get_u64(r, "decided_at_ms")?,
+        reserved_nano: get_u64(r, "reserved_nano")?,
+        worst_case_tokens: r.get::<_, Option<i64>>("worst_case_tokens")?.map(to_u64),
+        tokens_not_bought: get_u64(r, "tokens_not_bought")?,
+        worst_case_tokens_avoided: get_u64(r, "worst_case_tokens_avoided")?,
+        findings_tokens: get_u64(r, "findings_tokens")?,
+        hold_id: r.get("hold_id")?,
+        step_fingerprint: r.get("step_fingerprint")?,
         recorded_by: {
-            let by: String = r.get(17)?;
-            RecordSource::parse(&by).ok_or_else(|| {
-                rusqlite::Error::FromSqlConversionFailure(
-                    17,
-                    rusqlite::types::Type::Text,
-                    "unknown recorded_by".into(),
-                )
-            })?
+            let by: String = r.get("recorded_by")?;
+            RecordSource::parse(&by).ok_or_else(|| bad_value(r, "recorded_by"))?
         },
-        session: r.get(18)?,
-        paced_ms: get_u64(r, 19)?,
-        cache_edits: cache_edits_from(r, 20)?,
+        session: r.get("session")?,
+        paced_ms: get_u64(r, "paced_ms")?,
+        cache_edits: cache_edits_from(r, "cache_edits")?,
     })
 }
 
-fn cache_edits_from(r: &Row<'_>, i: usize) -> rusqlite::Result<CacheEdits> {
-    Ok(CacheEdits(u8::try_from(r.get::<_, i64>(i)?).unwrap_or(0)))
+fn cache_edits_from(r: &Row<'_>, column: &str) -> rusqlite::Result<CacheEdits> {
+    Ok(CacheEdits(
+        u8::try_from(r.get::<_, i64>(column)?).unwrap_or(0),
+    ))
 }
 
 /// Start (unix ms) of a `YYYY-MM-DD` UTC day; anything else (including 2026-02-30) is

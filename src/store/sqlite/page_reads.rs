@@ -6,7 +6,6 @@ use rusqlite::params;
 
 use super::{
     decision_from_row, get_u64, sql_error, to_i64, verdict_from, SqliteStore, DECISION_COLUMNS,
-    DECISION_COLUMN_COUNT,
 };
 use crate::store::{DecisionListing, StoreError, VerdictCount};
 use tokensaver_core::gate::Verdict;
@@ -31,7 +30,7 @@ pub(super) fn latest_decisions(
         "?1 IS NULL"
     };
     let sql = format!(
-        "SELECT {DECISION_COLUMNS}, {SPEND} FROM decisions AS d \
+        "SELECT {DECISION_COLUMNS}, {SPEND} AS spend_nano FROM decisions AS d \
          WHERE {key_clause} AND (?2 IS NULL OR verdict = ?2) \
          ORDER BY decided_at_ms DESC, id DESC LIMIT ?3"
     );
@@ -41,9 +40,7 @@ pub(super) fn latest_decisions(
         stmt.query_map(params![key_id, verdict.map(Verdict::as_str), limit], |r| {
             Ok(DecisionListing {
                 row: decision_from_row(r)?,
-                spend_nano: r
-                    .get::<_, Option<i64>>(DECISION_COLUMN_COUNT)?
-                    .map(super::to_u64),
+                spend_nano: r.get::<_, Option<i64>>("spend_nano")?.map(super::to_u64),
             })
         })
         .and_then(Iterator::collect)
@@ -63,7 +60,8 @@ pub(super) fn verdicts_over_time(
         "?1 IS NULL"
     };
     let sql = format!(
-        "SELECT (decided_at_ms / ?3) * ?3 AS bucket, verdict, reason, COUNT(*) FROM decisions \
+        "SELECT (decided_at_ms / ?3) * ?3 AS bucket, verdict, reason, COUNT(*) AS count \
+         FROM decisions \
          WHERE {key_clause} AND decided_at_ms >= ?2 \
          GROUP BY bucket, verdict, reason ORDER BY bucket, verdict, reason"
     );
@@ -72,10 +70,10 @@ pub(super) fn verdicts_over_time(
         let mut stmt = tx.prepare_cached(&sql).map_err(sql_error)?;
         stmt.query_map(params![key_id, to_i64(since_ms), bucket_ms], |r| {
             Ok(VerdictCount {
-                bucket_start_ms: get_u64(r, 0)?,
-                verdict: verdict_from(r, 1)?,
-                reason: r.get(2)?,
-                count: get_u64(r, 3)?,
+                bucket_start_ms: get_u64(r, "bucket")?,
+                verdict: verdict_from(r, "verdict")?,
+                reason: r.get("reason")?,
+                count: get_u64(r, "count")?,
             })
         })
         .and_then(Iterator::collect)
