@@ -480,10 +480,10 @@ impl Fleet {
             ))
             .await?;
         let locked = tx.query_one(&lock, &[&key_id]).await?;
-        let now: i64 = locked.get(0);
+        let now: i64 = locked.get("last_decided_ms");
         let now_ms = un(now);
         let seq = u32::try_from(locked.get::<_, i32>("last_seq")).unwrap_or(u32::MAX);
-        let limit = shared_limit(&locked, 1).unwrap_or(limit);
+        let limit = shared_limit(&locked).unwrap_or(limit);
         let since = db(period_start(limit.period, now_ms));
         let read = tx.prepare_cached(&self.statements.admit_read).await?;
         let found = tx
@@ -522,8 +522,8 @@ impl Fleet {
                     .await?;
                 Some(PendingHold {
                     hold_id,
-                    decision: opening.get(0),
-                    receipt: opening.get(1),
+                    decision: opening.get("opening_decision"),
+                    receipt: opening.get("opening_receipt"),
                 })
             }
             None => None,
@@ -756,8 +756,8 @@ impl Fleet {
                 "DELETE FROM fleet_reservations \
                  WHERE decision_id = $1 AND key_id = $2 AND wire = $3 AND served_model = $4 \
                    AND recorded_by = $5 \
-                 RETURNING nano, output_ceiling, fingerprint, reusable, {DB_NOW_MS}, input_tokens, \
-                           cache_edits, session"
+                 RETURNING nano, output_ceiling, fingerprint, reusable, {DB_NOW_MS} AS now_ms, \
+                           input_tokens, cache_edits, session"
             ))
             .await?;
         let taken = tx
@@ -777,34 +777,37 @@ impl Fleet {
                 .query_one(
                     "SELECT EXISTS (SELECT 1 FROM fleet_reservations \
                                     WHERE decision_id = $1 AND key_id = $2 AND wire = $3 \
-                                      AND recorded_by = $4), \
-                            EXISTS (SELECT 1 FROM fleet_usage WHERE decision_id = $1)",
+                                      AND recorded_by = $4) AS model_differs, \
+                            EXISTS (SELECT 1 FROM fleet_usage WHERE decision_id = $1) AS settled",
                     &[decision_id, &key_id, &wire.as_str(), &recorded_by.as_str()],
                 )
                 .await?;
-            return Err(if why.get::<_, bool>(0) {
+            return Err(if why.get::<_, bool>("model_differs") {
                 SettleError::ModelMismatch
-            } else if why.get::<_, bool>(1) {
+            } else if why.get::<_, bool>("settled") {
                 SettleError::AlreadySettled
             } else {
                 SettleError::Unknown
             });
         };
         let reservation = OpenReservation {
-            nano: un(taken.get::<_, i64>(0)),
-            output_ceiling: taken.get::<_, Option<i64>>(1).map(un),
+            nano: un(taken.get::<_, i64>("nano")),
+            output_ceiling: taken.get::<_, Option<i64>>("output_ceiling").map(un),
             // A stored fingerprint that does not read as one is no fingerprint.
-            fingerprint: taken.try_get::<_, Option<Hash>>(2).ok().flatten(),
-            reusable: taken.get(3),
-            input_tokens: un(taken.get::<_, i64>(5)),
-            cache_edits: CacheEdits(u8::try_from(taken.get::<_, i16>(6)).unwrap_or(0)),
-            session: taken.try_get::<_, Option<Hash>>(7).ok().flatten(),
+            fingerprint: taken
+                .try_get::<_, Option<Hash>>("fingerprint")
+                .ok()
+                .flatten(),
+            reusable: taken.get("reusable"),
+            input_tokens: un(taken.get::<_, i64>("input_tokens")),
+            cache_edits: CacheEdits(u8::try_from(taken.get::<_, i16>("cache_edits")).unwrap_or(0)),
+            session: taken.try_get::<_, Option<Hash>>("session").ok().flatten(),
         };
-        let at_ms = un(taken.get::<_, i64>(4));
+        let at_ms = un(taken.get::<_, i64>("now_ms"));
         // An error leaves with the transaction unfinished: the reservation stays.
         let (row, recorded) = charge(&reservation, at_ms)?;
         if let Some(usage) = recorded {
-            let fingerprint: &str = taken.get(2);
+            let fingerprint: &str = taken.get("fingerprint");
             tx.execute(
                 "INSERT INTO fleet_recorded (key_id, fingerprint, wire, usage, at_ms) \
                  VALUES ($1, $2, $3, $4, $5) \
@@ -1002,7 +1005,7 @@ impl Fleet {
                     "UPDATE fleet_holds SET state = $3 \
                      WHERE hold_id = $1 AND ($2::text IS NULL OR key_id = $2::text) \
                        AND state = 'pending' AND expires_ms > {DB_NOW_MS} \
-                     RETURNING key_id, expires_ms, {DB_NOW_MS}"
+                     RETURNING key_id, expires_ms, {DB_NOW_MS} AS now_ms"
                 ),
                 &[&hold_id, &owner, &state],
             )
@@ -1011,14 +1014,15 @@ impl Fleet {
             let found = tx
                 .query_opt(
                     &format!(
-                        "SELECT key_id, expires_ms <= {DB_NOW_MS} FROM fleet_holds WHERE hold_id = $1"
+                        "SELECT key_id, expires_ms <= {DB_NOW_MS} AS expired FROM fleet_holds \
+                         WHERE hold_id = $1"
                     ),
                     &[&hold_id],
                 )
                 .await?;
             return Ok(Err(match found {
-                Some(f) if owner.is_none_or(|o| o == f.get::<_, &str>(0)) => {
-                    if f.get::<_, bool>(1) {
+                Some(f) if owner.is_none_or(|o| o == f.get::<_, &str>("key_id")) => {
+                    if f.get::<_, bool>("expired") {
                         HoldRefusal::Expired
                     } else {
                         HoldRefusal::NotPending
@@ -1027,8 +1031,8 @@ impl Fleet {
                 _ => HoldRefusal::Unknown,
             }));
         };
-        let key_id: String = row.get(0);
-        let now = un(row.get::<_, i64>(2));
+        let key_id: String = row.get("key_id");
+        let now = un(row.get::<_, i64>("now_ms"));
         let mut attending_until_ms = None;
         if let (true, Some(m)) = (approve, attend_minutes) {
             let until = now.saturating_add(m.saturating_mul(60_000));
@@ -1043,7 +1047,7 @@ impl Fleet {
         tx.commit().await?;
         Ok(Ok(DecidedHold {
             key_id,
-            expires_ms: un(row.get::<_, i64>(1)),
+            expires_ms: un(row.get::<_, i64>("expires_ms")),
             attending_until_ms,
         }))
     }
@@ -1071,14 +1075,14 @@ impl Fleet {
             .await?
             .iter()
             .map(|r| ListedHold {
-                hold_id: r.get(0),
-                key_id: r.get(1),
-                approved: r.get::<_, &str>(2) == "approved",
-                reason: r.get(3),
-                created_ms: un(r.get(4)),
-                expires_ms: un(r.get(5)),
-                worst_case_tokens: un(r.get(6)),
-                fingerprint: r.try_get::<_, Option<Hash>>(7).ok().flatten(),
+                hold_id: r.get("hold_id"),
+                key_id: r.get("key_id"),
+                approved: r.get::<_, &str>("state") == "approved",
+                reason: r.get("reason"),
+                created_ms: un(r.get("created_ms")),
+                expires_ms: un(r.get("expires_ms")),
+                worst_case_tokens: un(r.get("worst_case_tokens")),
+                fingerprint: r.try_get::<_, Option<Hash>>("fingerprint").ok().flatten(),
             })
             .collect();
         let leases = client
@@ -1091,10 +1095,10 @@ impl Fleet {
             .await?
             .iter()
             .map(|r| crate::store::LeaseRow {
-                hold_id: r.get(0),
-                key_id: r.get(1),
-                granted_ms: un(r.get(2)),
-                until_ms: un(r.get(3)),
+                hold_id: r.get("hold_id"),
+                key_id: r.get("key_id"),
+                granted_ms: un(r.get("granted_ms")),
+                until_ms: un(r.get("until_ms")),
             })
             .collect();
         Ok((un(now), holds, leases))
@@ -1119,7 +1123,7 @@ impl Fleet {
             let row = client
                 .query_opt(&stmt, &[&key_id, fingerprint, &wire.as_str()])
                 .await?;
-            Ok::<_, FleetError>(row.map(|r| (r.get(0), r.get(1))))
+            Ok::<_, FleetError>(row.map(|r| (r.get("content_type"), r.get("body"))))
         };
         within(ANSWER_TIMEOUT, read).await
     }
@@ -1174,11 +1178,11 @@ impl Fleet {
             let row = client.query_opt(&stmt, &[&response_id]).await?;
             Ok::<_, FleetError>(row.map(|r| ResponseBinding {
                 response_id: response_id.to_string(),
-                key_id: r.get(0),
-                created_ms: un(r.get(1)),
-                context_tokens: r.get::<_, Option<i64>>(2).map(un),
-                upstream: r.get(3),
-                answer: r.get(4),
+                key_id: r.get("key_id"),
+                created_ms: un(r.get("created_ms")),
+                context_tokens: r.get::<_, Option<i64>>("context_tokens").map(un),
+                upstream: r.get("upstream"),
+                answer: r.get("answer"),
             }))
         };
         within(CALL_TIMEOUT, read).await
@@ -1316,7 +1320,8 @@ impl Fleet {
         // A hold never used (expired, or denied) counts on the day of the request it held.
         let holds = client
             .query(
-                "SELECT created_ms / 86400000 AS day, COALESCE(sum(worst_case_tokens), 0)::bigint \
+                "SELECT created_ms / 86400000 AS day, \
+                        COALESCE(sum(worst_case_tokens), 0)::bigint AS worst_case \
                  FROM fleet_holds WHERE ($1::text IS NULL OR key_id = $1::text) \
                    AND state IN ('expired', 'denied') AND created_ms >= $2 AND created_ms < $3 \
                  GROUP BY day",
@@ -1324,7 +1329,7 @@ impl Fleet {
             )
             .await?;
         for r in &holds {
-            fold.unused_holds(un(r.get(0)), un(r.get(1)));
+            fold.unused_holds(un(r.get("day")), un(r.get("worst_case")));
         }
         Ok(fold.finish())
     }
@@ -1349,14 +1354,15 @@ impl Fleet {
                     .await
                     .map_err(|e| unavailable(FleetError::from(e)))?
                     .ok_or(StoreError::UnknownCursor)?;
-                (found.get(0), id.to_string())
+                (found.get("decided_at_ms"), id.to_string())
             }
         };
         let from = q.from_ms.map(db).unwrap_or(i64::MIN);
         let to = q.to_ms.map(db).unwrap_or(i64::MAX);
         let rows = client
             .query(
-                "SELECT d.row_json, u.kind, u.row_json, u.at_ms, u.spend_nano \
+                "SELECT d.row_json AS decision_json, u.kind, u.row_json AS usage_json, u.at_ms, \
+                        u.spend_nano \
                  FROM fleet_decisions d LEFT JOIN fleet_usage u ON u.decision_id = d.decision_id \
                  WHERE ($1::text IS NULL OR d.key_id = $1::text) \
                    AND d.decided_at_ms >= $2 AND d.decided_at_ms < $3 \
@@ -1377,14 +1383,14 @@ impl Fleet {
             .map_err(|e| unavailable(FleetError::from(e)))?;
         let mut lines = Vec::with_capacity(rows.len());
         for r in &rows {
-            let d: DecisionRow =
-                serde_json::from_str(r.get::<_, &str>(0)).map_err(|_| StoreError::Unavailable)?;
-            let kind: Option<&str> = r.get(1);
+            let d: DecisionRow = serde_json::from_str(r.get::<_, &str>("decision_json"))
+                .map_err(|_| StoreError::Unavailable)?;
+            let kind: Option<&str> = r.get("kind");
             let usage: Option<UsageRow> = r
-                .get::<_, Option<&str>>(2)
+                .get::<_, Option<&str>>("usage_json")
                 .and_then(|u| serde_json::from_str(u).ok());
-            let settled_at: Option<i64> = r.get(3);
-            let spend: Option<i64> = r.get(4);
+            let settled_at: Option<i64> = r.get("at_ms");
+            let spend: Option<i64> = r.get("spend_nano");
             lines.push(decision_line(d, kind, usage, settled_at, spend));
         }
         Ok(DecisionPage::of(lines, limit))
@@ -1463,17 +1469,17 @@ impl Fleet {
         let key = client
             .query_opt(
                 &format!(
-                    "SELECT {DB_NOW_MS}, budget_set, ceiling_nano, period \
+                    "SELECT {DB_NOW_MS} AS now_ms, budget_set, ceiling_nano, period \
                      FROM (SELECT 1) one LEFT JOIN fleet_keys ON key_id = $1"
                 ),
                 &[&request.key_id],
             )
             .await?
             .ok_or(FleetError::Unavailable)?;
-        let now: i64 = key.get(0);
-        let limit = match key.get::<_, Option<bool>>(1) {
-            Some(true) => shared_limit(&key, 1).unwrap_or(request.limit),
-            _ => request.limit,
+        let now: i64 = key.get("now_ms");
+        let limit = match shared_limit(&key) {
+            Some(shared) => shared,
+            None => request.limit,
         };
         let since = db(period_start(limit.period, un(now)));
         let read = client.prepare_cached(&self.statements.admit_read).await?;
@@ -1589,7 +1595,7 @@ impl Fleet {
                 &[&key_id],
             )
             .await?;
-        Ok(row.and_then(|r| shared_limit(&r, 0)))
+        Ok(row.and_then(|r| shared_limit(&r)))
     }
 
     /// A key's spend since `since_ms` and its open reservations, read in one statement.
@@ -1602,15 +1608,15 @@ impl Fleet {
         let row = client
             .query_one(
                 "SELECT COALESCE((SELECT sum(spend_nano) FROM fleet_usage \
-                                  WHERE key_id = $1 AND at_ms >= $2), 0)::bigint, \
+                                  WHERE key_id = $1 AND at_ms >= $2), 0)::bigint AS spend_nano, \
                         COALESCE((SELECT sum(nano) FROM fleet_reservations \
-                                  WHERE key_id = $1), 0)::bigint",
+                                  WHERE key_id = $1), 0)::bigint AS reserved_nano",
                 &[&key_id, &db(since_ms)],
             )
             .await?;
         Ok(BudgetSample {
-            spend_nano: un(row.get(0)),
-            reserved_nano: un(row.get(1)),
+            spend_nano: un(row.get("spend_nano")),
+            reserved_nano: un(row.get("reserved_nano")),
         })
     }
 
@@ -1891,17 +1897,18 @@ fn decision_line(
 
 /// The budget set through `PUT /budget` on the key's row (columns `at..at+3`: set, ceiling,
 /// period), if one was.
-fn shared_limit(row: &tokio_postgres::Row, at: usize) -> Option<KeyLimit> {
-    if !row.get::<_, bool>(at) {
+/// The columns `budget_set`, `ceiling_nano` and `period` of `fleet_keys`.
+fn shared_limit(row: &tokio_postgres::Row) -> Option<KeyLimit> {
+    if !row.get::<_, Option<bool>>("budget_set").unwrap_or(false) {
         return None;
     }
-    let period = match row.get::<_, Option<&str>>(at + 2) {
+    let period = match row.get::<_, Option<&str>>("period") {
         Some("day") => BudgetPeriod::Day,
         Some("month") => BudgetPeriod::Month,
         _ => BudgetPeriod::Lifetime,
     };
     Some(KeyLimit {
-        ceiling_nano: row.get::<_, Option<i64>>(at + 1).map(un),
+        ceiling_nano: row.get::<_, Option<i64>>("ceiling_nano").map(un),
         period,
     })
 }
