@@ -48,7 +48,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rusqlite::types::Type;
-use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
+use rusqlite::{named_params, params, Connection, OptionalExtension, Row, TransactionBehavior};
 
 mod page_reads;
 
@@ -109,11 +109,14 @@ macro_rules! decision_columns {
 }
 const DECISION_COLUMNS: &str = decision_columns!();
 /// Built once: the statement cache is keyed by the SQL text.
+/// Its values bound by name (`named_params!` in [`apply`]): none can take another's place.
 const INSERT_DECISION: &str = concat!(
     "INSERT INTO decisions (",
     decision_columns!(),
-    ", open) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
-     ?18, ?19, ?20, ?21, ?22)"
+    ", open) VALUES (:decision_id, :key_id, :fingerprint, :verdict, :reason, :score, \
+     :model_requested, :model_served, :wire, :decided_at_ms, :reserved_nano, \
+     :worst_case_tokens, :tokens_not_bought, :worst_case_tokens_avoided, :findings_tokens, \
+     :hold_id, :step_fingerprint, :recorded_by, :session, :paced_ms, :cache_edits, :open)"
 );
 /// Who a decisions query reads: the key `?1`, or every key (`?1` is NULL).
 fn key_clause(by_key: bool) -> &'static str {
@@ -1089,31 +1092,32 @@ fn apply(conn: &Connection, event: &Event, pairs: &mut Pairs) -> rusqlite::Resul
             // written after it in this batch settles it now (`Pairs`).
             let settled_here = pairs.usage_of.contains(&d.decision_id);
             let open = d.verdict.forwards() && d.reserved_nano > 0 && !settled_here;
-            conn.prepare_cached(INSERT_DECISION)?.execute(params![
-                d.decision_id,
-                d.key_id,
-                d.fingerprint,
-                d.verdict.as_str(),
-                d.reason,
-                // NaN would be stored as NULL; it reads back as NaN.
-                d.score,
-                d.model_requested,
-                d.model_served,
-                d.wire.as_str(),
-                to_i64(d.decided_at_ms),
-                to_i64(d.reserved_nano),
-                d.worst_case_tokens.map(to_i64),
-                to_i64(d.tokens_not_bought),
-                to_i64(d.worst_case_tokens_avoided),
-                to_i64(d.findings_tokens),
-                d.hold_id,
-                d.step_fingerprint,
-                d.recorded_by.as_str(),
-                d.session,
-                to_i64(d.paced_ms),
-                i64::from(d.cache_edits.0),
-                open,
-            ])?;
+            conn.prepare_cached(INSERT_DECISION)?
+                .execute(named_params! {
+                    ":decision_id": d.decision_id,
+                    ":key_id": d.key_id,
+                    ":fingerprint": d.fingerprint,
+                    ":verdict": d.verdict.as_str(),
+                    ":reason": d.reason,
+                    // NaN would be stored as NULL; it reads back as NaN.
+                    ":score": d.score,
+                    ":model_requested": d.model_requested,
+                    ":model_served": d.model_served,
+                    ":wire": d.wire.as_str(),
+                    ":decided_at_ms": to_i64(d.decided_at_ms),
+                    ":reserved_nano": to_i64(d.reserved_nano),
+                    ":worst_case_tokens": d.worst_case_tokens.map(to_i64),
+                    ":tokens_not_bought": to_i64(d.tokens_not_bought),
+                    ":worst_case_tokens_avoided": to_i64(d.worst_case_tokens_avoided),
+                    ":findings_tokens": to_i64(d.findings_tokens),
+                    ":hold_id": d.hold_id,
+                    ":step_fingerprint": d.step_fingerprint,
+                    ":recorded_by": d.recorded_by.as_str(),
+                    ":session": d.session,
+                    ":paced_ms": to_i64(d.paced_ms),
+                    ":cache_edits": i64::from(d.cache_edits.0),
+                    ":open": open,
+                })?;
             if settled_here {
                 pairs
                     .written
@@ -1229,21 +1233,22 @@ fn apply(conn: &Connection, event: &Event, pairs: &mut Pairs) -> rusqlite::Resul
         } => {
             conn.prepare_cached(
                 "INSERT INTO recorded (key_id, fingerprint, wire, input, cache_write, cache_read, \
-                 output, at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
+                 output, at_ms) VALUES (:key_id, :fingerprint, :wire, :input, :cache_write, \
+                 :cache_read, :output, :at_ms) \
                  ON CONFLICT (key_id, fingerprint, wire) DO UPDATE SET input = excluded.input, \
                  cache_write = excluded.cache_write, cache_read = excluded.cache_read, \
                  output = excluded.output, at_ms = excluded.at_ms",
             )?
-            .execute(params![
-                key_id,
-                fingerprint,
-                wire.as_str(),
-                to_i64(usage.input),
-                to_i64(usage.cache_write),
-                to_i64(usage.cache_read),
-                to_i64(usage.output),
-                to_i64(*at_ms),
-            ])?;
+            .execute(named_params! {
+                ":key_id": key_id,
+                ":fingerprint": fingerprint,
+                ":wire": wire.as_str(),
+                ":input": to_i64(usage.input),
+                ":cache_write": to_i64(usage.cache_write),
+                ":cache_read": to_i64(usage.cache_read),
+                ":output": to_i64(usage.output),
+                ":at_ms": to_i64(*at_ms),
+            })?;
         }
         Event::BudgetSet {
             key_id,
@@ -1261,22 +1266,23 @@ fn apply(conn: &Connection, event: &Event, pairs: &mut Pairs) -> rusqlite::Resul
             conn.prepare_cached(
                 "INSERT INTO prices (model, input, cache_write, cache_read, output, max_output, \
                  cache_write_1h, web_search_per_1k) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (model) DO UPDATE SET \
+                 VALUES (:model, :input, :cache_write, :cache_read, :output, :max_output, \
+                 :cache_write_1h, :web_search_per_1k) ON CONFLICT (model) DO UPDATE SET \
                  input = excluded.input, cache_write = excluded.cache_write, \
                  cache_read = excluded.cache_read, output = excluded.output, \
                  max_output = excluded.max_output, cache_write_1h = excluded.cache_write_1h, \
                  web_search_per_1k = excluded.web_search_per_1k",
             )?
-            .execute(params![
-                model,
-                to_i64(prices.input),
-                to_i64(prices.cache_write),
-                to_i64(prices.cache_read),
-                to_i64(prices.output),
-                to_i64(prices.max_output),
-                prices.cache_write_1h.map(to_i64),
-                prices.web_search_per_1k.map(to_i64),
-            ])?;
+            .execute(named_params! {
+                ":model": model,
+                ":input": to_i64(prices.input),
+                ":cache_write": to_i64(prices.cache_write),
+                ":cache_read": to_i64(prices.cache_read),
+                ":output": to_i64(prices.output),
+                ":max_output": to_i64(prices.max_output),
+                ":cache_write_1h": prices.cache_write_1h.map(to_i64),
+                ":web_search_per_1k": prices.web_search_per_1k.map(to_i64),
+            })?;
         }
         Event::ResponseBound(b) => {
             // The first key keeps the id; the same key may fill in the context figure.
@@ -1351,32 +1357,35 @@ fn insert_usage(conn: &Connection, u: &UsageRow, written: Option<i64>) -> rusqli
          input, cache_write, cache_read, output, spend_nano, cache_write_1h, \
          web_search_requests, ending, basis, cache_saving_nano, cache_saving_lifetimes_nano, \
          cache_saving_routing_nano, cache_rebuild_nano, cache_premium_1h_nano) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19, ?20, ?21)",
+         VALUES (:decision_id, :decision, :key_id, :at_ms, :served_model, :wire, :complete, \
+         :input, :cache_write, :cache_read, :output, :spend_nano, :cache_write_1h, \
+         :web_search_requests, :ending, :basis, :cache_saving_nano, \
+         :cache_saving_lifetimes_nano, :cache_saving_routing_nano, :cache_rebuild_nano, \
+         :cache_premium_1h_nano)",
     )?
-    .execute(params![
-        id,
-        decision.map(|(row, _)| row),
-        u.key_id,
-        to_i64(u.at_ms),
-        u.served_model,
-        u.wire.as_str(),
-        u.complete,
-        to_i64(u.usage.input),
-        to_i64(u.usage.cache_write),
-        to_i64(u.usage.cache_read),
-        to_i64(u.usage.output),
-        to_i64(u.spend_nano),
-        to_i64(u.cache_write_1h),
-        to_i64(u.web_search_requests),
-        u.ending.map(Ending::as_str),
-        u.basis.as_str(),
-        u.cache_saving_nano,
-        u.cache.cache_saving_lifetimes_nano,
-        u.cache.cache_saving_routing_nano,
-        u.cache.cache_rebuild_nano.map(to_i64),
-        to_i64(u.cache.cache_premium_1h_nano),
-    ])?;
+    .execute(named_params! {
+        ":decision_id": id,
+        ":decision": decision.map(|(row, _)| row),
+        ":key_id": u.key_id,
+        ":at_ms": to_i64(u.at_ms),
+        ":served_model": u.served_model,
+        ":wire": u.wire.as_str(),
+        ":complete": u.complete,
+        ":input": to_i64(u.usage.input),
+        ":cache_write": to_i64(u.usage.cache_write),
+        ":cache_read": to_i64(u.usage.cache_read),
+        ":output": to_i64(u.usage.output),
+        ":spend_nano": to_i64(u.spend_nano),
+        ":cache_write_1h": to_i64(u.cache_write_1h),
+        ":web_search_requests": to_i64(u.web_search_requests),
+        ":ending": u.ending.map(Ending::as_str),
+        ":basis": u.basis.as_str(),
+        ":cache_saving_nano": u.cache_saving_nano,
+        ":cache_saving_lifetimes_nano": u.cache.cache_saving_lifetimes_nano,
+        ":cache_saving_routing_nano": u.cache.cache_saving_routing_nano,
+        ":cache_rebuild_nano": u.cache.cache_rebuild_nano.map(to_i64),
+        ":cache_premium_1h_nano": to_i64(u.cache.cache_premium_1h_nano),
+    })?;
     if let Some((row, true)) = decision {
         let result = conn
             .prepare_cached("UPDATE decisions SET open = 0 WHERE id = ?1")
