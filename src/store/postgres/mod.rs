@@ -661,28 +661,28 @@ impl Fleet {
         let decided_at = db(row.decided_at_ms);
         let verdict = row.verdict.as_str();
         let reserved_nano = db(row.reserved_nano);
-        let decision: [&(dyn ToSql + Sync); 10] = [
-            &row.decision_id,
-            &key_id,
-            &decided_at,
-            &row.fingerprint,
-            &row.step_fingerprint,
-            &row.model_requested,
-            &verdict,
-            &row.reason,
-            &reserved_nano,
-            &row_json,
+        let decision: [Bind<'_>; 10] = [
+            ("decision_id", &row.decision_id),
+            ("key_id", &key_id),
+            ("decided_at_ms", &decided_at),
+            ("fingerprint", &row.fingerprint),
+            ("step_fingerprint", &row.step_fingerprint),
+            ("model", &row.model_requested),
+            ("verdict", &verdict),
+            ("reason", &row.reason),
+            ("reserved_nano", &reserved_nano),
+            ("row_json", &row_json),
         ];
         // Whether the decision (and its reservation, if any) was written.
         let decision_write = async {
             match &booking.reservation {
                 None => {
-                    let insert = tx.prepare_cached(INSERT_DECISION).await?;
-                    tx.execute(&insert, &decision).await?;
+                    let (sql, values) = by_name(INSERT_DECISION, &decision);
+                    let insert = tx.prepare_cached(&sql).await?;
+                    tx.execute(&insert, &values).await?;
                     Ok::<_, FleetError>(true)
                 }
                 Some(r) => {
-                    let reserve = tx.prepare_cached(DECIDE_AND_RESERVE).await?;
                     let ceiling = limit
                         .ceiling_nano
                         .filter(|_| !r.approved_past_budget)
@@ -692,23 +692,25 @@ impl Fleet {
                     let output_ceiling = r.output_ceiling.map(db);
                     let (input_tokens, recorded_by) = (db(r.input_tokens), r.recorded_by.as_str());
                     let cache_edits = i16::from(r.cache_edits.0);
-                    let mut params = decision.to_vec();
-                    params.extend_from_slice(&[
-                        &nano,
-                        &expires,
-                        &r.served_model,
-                        &wire,
-                        &output_ceiling,
-                        &r.fingerprint,
-                        &r.reusable,
-                        &ceiling,
-                        &since,
-                        &recorded_by,
-                        &input_tokens,
-                        &cache_edits,
-                        &r.session,
+                    let mut binds = decision.to_vec();
+                    binds.extend_from_slice(&[
+                        ("nano", &nano as &(dyn ToSql + Sync)),
+                        ("expires_ms", &expires),
+                        ("served_model", &r.served_model),
+                        ("wire", &wire),
+                        ("output_ceiling", &output_ceiling),
+                        ("reservation_fingerprint", &r.fingerprint),
+                        ("reusable", &r.reusable),
+                        ("ceiling", &ceiling),
+                        ("since", &since),
+                        ("recorded_by", &recorded_by),
+                        ("input_tokens", &input_tokens),
+                        ("cache_edits", &cache_edits),
+                        ("session", &r.session),
                     ]);
-                    Ok(tx.execute(&reserve, &params).await? == 1)
+                    let (sql, values) = by_name(DECIDE_AND_RESERVE, &binds);
+                    let reserve = tx.prepare_cached(&sql).await?;
+                    Ok(tx.execute(&reserve, &values).await? == 1)
                 }
             }
         };
@@ -1653,25 +1655,26 @@ impl Fleet {
     /// Record a decision row without a decision (the windows' equivalence test).
     pub async fn record_attempt(&self, row: &DecisionRow) -> Result<(), FleetError> {
         let client = self.pool.get().await?;
-        let stmt = client.prepare_cached(INSERT_DECISION).await?;
         let row_json = serde_json::to_string(row).map_err(|_| FleetError::Unavailable)?;
-        client
-            .execute(
-                &stmt,
-                &[
-                    &row.decision_id,
-                    &row.key_id,
-                    &db(row.decided_at_ms),
-                    &row.fingerprint,
-                    &row.step_fingerprint,
-                    &row.model_requested,
-                    &row.verdict.as_str(),
-                    &row.reason,
-                    &db(row.reserved_nano),
-                    &row_json,
-                ],
-            )
-            .await?;
+        let (decided_at, reserved) = (db(row.decided_at_ms), db(row.reserved_nano));
+        let verdict = row.verdict.as_str();
+        let (sql, values) = by_name(
+            INSERT_DECISION,
+            &[
+                ("decision_id", &row.decision_id),
+                ("key_id", &row.key_id),
+                ("decided_at_ms", &decided_at),
+                ("fingerprint", &row.fingerprint),
+                ("step_fingerprint", &row.step_fingerprint),
+                ("model", &row.model_requested),
+                ("verdict", &verdict),
+                ("reason", &row.reason),
+                ("reserved_nano", &reserved),
+                ("row_json", &row_json),
+            ],
+        );
+        let stmt = client.prepare_cached(&sql).await?;
+        client.execute(&stmt, &values).await?;
         Ok(())
     }
 }
@@ -1811,27 +1814,73 @@ const INSERT_ROUTE_TIME: &str =
 
 const INSERT_DECISION: &str = "INSERT INTO fleet_decisions (decision_id, key_id, decided_at_ms, \
     fingerprint, step_fingerprint, model, verdict, reason, reserved_nano, row_json) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+    VALUES (:decision_id, :key_id, :decided_at_ms, :fingerprint, :step_fingerprint, :model, \
+    :verdict, :reason, :reserved_nano, :row_json)";
 
 /// A forwarded decision's row and its conditional reservation, in one statement: the
-/// decision (`$1`–`$10`, as [`INSERT_DECISION`]) is written by the CTE, the reservation only if
-/// the key's spend in its period (`$19` period start), its open reservations and this worst
-/// case (`$11`) fit under the ceiling (`$18`; NULL: no ceiling), all read by this statement.
-/// No reservation (0 rows) rolls the whole admission back.
+/// decision (as [`INSERT_DECISION`]) is written by the CTE, the reservation only if the key's
+/// spend since `:since` (its period's start), its open reservations and this worst case
+/// (`:nano`) fit under `:ceiling` (NULL: no ceiling), all read by this statement. No
+/// reservation (0 rows) rolls the whole admission back.
 const DECIDE_AND_RESERVE: &str = "WITH decision AS (\
     INSERT INTO fleet_decisions (decision_id, key_id, decided_at_ms, fingerprint, \
     step_fingerprint, model, verdict, reason, reserved_nano, row_json) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)) \
+    VALUES (:decision_id, :key_id, :decided_at_ms, :fingerprint, :step_fingerprint, :model, \
+    :verdict, :reason, :reserved_nano, :row_json)) \
     INSERT INTO fleet_reservations (decision_id, key_id, nano, expires_ms, \
     served_model, wire, output_ceiling, fingerprint, reusable, recorded_by, input_tokens, \
     cache_edits, session) \
-    SELECT $1::text, $2::text, $11::bigint, $12::bigint, $13::text, $14::text, $15::bigint, \
-           $16::text, $17::boolean, $20::text, $21::bigint, $22::smallint, $23::text \
-    WHERE $18::bigint IS NULL \
+    SELECT :decision_id::text, :key_id::text, :nano::bigint, :expires_ms::bigint, \
+           :served_model::text, :wire::text, :output_ceiling::bigint, \
+           :reservation_fingerprint::text, :reusable::boolean, :recorded_by::text, \
+           :input_tokens::bigint, :cache_edits::smallint, :session::text \
+    WHERE :ceiling::bigint IS NULL \
        OR COALESCE((SELECT sum(spend_nano) FROM fleet_usage \
-                    WHERE key_id = $2::text AND at_ms >= $19::bigint), 0) \
-        + COALESCE((SELECT sum(nano) FROM fleet_reservations WHERE key_id = $2::text), 0) \
-        + $11::bigint <= $18::bigint";
+                    WHERE key_id = :key_id::text AND at_ms >= :since::bigint), 0) \
+        + COALESCE((SELECT sum(nano) FROM fleet_reservations WHERE key_id = :key_id::text), 0) \
+        + :nano::bigint <= :ceiling::bigint";
+
+/// A value bound by name (see [`by_name`]).
+type Bind<'a> = (&'static str, &'a (dyn ToSql + Sync));
+
+/// `template` with each `:name` made `$N`, N the place of `name` in `binds`, and the values in
+/// that order: a value cannot take another's place, and one used twice is bound once. `::type`
+/// casts are left alone. The text is the same at every call, so `prepare_cached` prepares it
+/// once per connection.
+fn by_name<'a>(template: &str, binds: &[Bind<'a>]) -> (String, Vec<&'a (dyn ToSql + Sync)>) {
+    let mut sql = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(at) = rest.find(':') {
+        sql.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let len = after
+            .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+            .unwrap_or(after.len());
+        let place = (len > 0 && !sql.ends_with(':'))
+            .then(|| binds.iter().position(|(name, _)| *name == &after[..len]))
+            .flatten();
+        match place {
+            Some(i) => {
+                sql.push('$');
+                sql.push_str(&(i + 1).to_string());
+                rest = &after[len..];
+            }
+            None => {
+                // A cast's `::`, or a name no value is bound to (the database refuses the
+                // statement; the debug builds' tests stop here first).
+                debug_assert!(
+                    len == 0 || sql.ends_with(':'),
+                    "no value bound to :{}",
+                    &after[..len]
+                );
+                sql.push(':');
+                rest = after;
+            }
+        }
+    }
+    sql.push_str(rest);
+    (sql, binds.iter().map(|&(_, value)| value).collect())
+}
 
 /// One decision and its settlement as `GET /ledger/decisions` lists it (the SQLite store's
 /// statuses: `complete`, `incomplete`, `not_billed`, `expired`, `open`, `not_forwarded`).
@@ -2092,6 +2141,60 @@ async fn remember_cache_points(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn values_are_bound_by_name_once_each_and_casts_are_kept() {
+        let (a, b, c) = (1_i64, "k", true);
+        let (sql, values) = by_name(
+            "SELECT :b::text, :a, :b, x::int, :c::boolean, ':'",
+            &[("a", &a), ("b", &b), ("c", &c)],
+        );
+        assert_eq!(sql, "SELECT $2::text, $1, $2, x::int, $3::boolean, ':'");
+        assert_eq!(values.len(), 3);
+    }
+
+    #[test]
+    fn the_admission_statements_bind_every_name() {
+        let v = 0_i64;
+        let names = [
+            "decision_id",
+            "key_id",
+            "decided_at_ms",
+            "fingerprint",
+            "step_fingerprint",
+            "model",
+            "verdict",
+            "reason",
+            "reserved_nano",
+            "row_json",
+            "nano",
+            "expires_ms",
+            "served_model",
+            "wire",
+            "output_ceiling",
+            "reservation_fingerprint",
+            "reusable",
+            "ceiling",
+            "since",
+            "recorded_by",
+            "input_tokens",
+            "cache_edits",
+            "session",
+        ];
+        let binds: Vec<Bind<'_>> = names.iter().map(|&n| (n, &v as _)).collect();
+        for template in [INSERT_DECISION, DECIDE_AND_RESERVE] {
+            let (sql, _) = by_name(template, &binds);
+            // Only casts keep a colon.
+            assert_eq!(
+                sql.matches(':').count(),
+                2 * sql.matches("::").count(),
+                "{sql}"
+            );
+            assert!(sql.contains("$1"), "{sql}");
+        }
+        let (sql, _) = by_name(DECIDE_AND_RESERVE, &binds);
+        assert!(sql.contains("$23::text") && sql.contains("$11::bigint <= $18::bigint"));
+    }
 
     #[tokio::test]
     async fn a_key_admits_one_at_a_time_and_its_queue_goes_with_its_last_turn() {
