@@ -304,7 +304,7 @@ impl FleetLimits {
 
 pub struct Fleet {
     pool: Pool,
-    statements: WindowStatements,
+    statements: Statements,
     /// The schedule of repeated steps (a run's continuation is judged here, as on one node).
     steps: StepLimits,
     /// The loop window's length: a forget keeps the fingerprints the loop rules still count.
@@ -414,7 +414,7 @@ impl Fleet {
             .map_err(|_| anyhow::anyhow!("fleet database: cannot build the connection pool"))?;
         Ok(Fleet {
             pool,
-            statements: WindowStatements::new(&limits.windows, &limits.steps),
+            statements: Statements::new(&limits.windows, &limits.steps),
             steps: limits.steps,
             loop_ms: limits.windows.loop_secs * 1_000,
             reservation_ttl_ms: limits.reservation_ttl_ms,
@@ -454,9 +454,7 @@ impl Fleet {
     ) -> Result<T, FleetError> {
         let AdmitScope {
             key_id,
-            fingerprint,
             step,
-            model,
             limit,
             ..
         } = request;
@@ -486,23 +484,11 @@ impl Fleet {
         let limit = shared_limit(&locked).unwrap_or(limit);
         let since = db(period_start(limit.period, now_ms));
         let wire = request.wire.as_str();
-        let (sql, values) = by_name(
-            &self.statements.admit_read,
-            &[
-                ("key_id", &key_id),
-                ("fingerprint", fingerprint),
-                ("step", step),
-                ("model", &model),
-                ("now", &now),
-                ("since", &since),
-                ("named_hold", &request.named_hold),
-                ("wire", &wire),
-                ("session", request.session),
-                ("route_prefix", &request.route_prefix),
-            ],
-        );
-        let read = tx.prepare_cached(&sql).await?;
-        let found = tx.query_one(&read, &values).await?;
+        let read = &self.statements.admit_read;
+        let values = read.values(&request.read_binds(&now, &since, &wire));
+        let found = tx
+            .query_one(&tx.prepare_cached(&read.sql).await?, &values)
+            .await?;
         let counts = paced_counts(&found, step);
         let spend = un(found.get::<_, i64>("spend_nano"));
         let reserved = un(found.get::<_, i64>("reserved_nano"));
@@ -657,29 +643,16 @@ impl Fleet {
             Ok(())
         };
         let row = &booking.row;
-        let row_json = serde_json::to_string(row).map_err(|_| FleetError::Unavailable)?;
-        let decided_at = db(row.decided_at_ms);
-        let verdict = row.verdict.as_str();
-        let reserved_nano = db(row.reserved_nano);
-        let decision: [Bind<'_>; 10] = [
-            ("decision_id", &row.decision_id),
-            ("key_id", &key_id),
-            ("decided_at_ms", &decided_at),
-            ("fingerprint", &row.fingerprint),
-            ("step_fingerprint", &row.step_fingerprint),
-            ("model", &row.model_requested),
-            ("verdict", &verdict),
-            ("reason", &row.reason),
-            ("reserved_nano", &reserved_nano),
-            ("row_json", &row_json),
-        ];
+        let columns = DecisionColumns::of(row)?;
+        let decision = columns.binds(row, &key_id);
         // Whether the decision (and its reservation, if any) was written.
         let decision_write = async {
             match &booking.reservation {
                 None => {
-                    let (sql, values) = by_name(INSERT_DECISION, &decision);
-                    let insert = tx.prepare_cached(&sql).await?;
-                    tx.execute(&insert, &values).await?;
+                    let insert = &self.statements.insert_decision;
+                    let values = insert.values(&decision);
+                    tx.execute(&tx.prepare_cached(&insert.sql).await?, &values)
+                        .await?;
                     Ok::<_, FleetError>(true)
                 }
                 Some(r) => {
@@ -708,9 +681,10 @@ impl Fleet {
                         ("cache_edits", &cache_edits),
                         ("session", &r.session),
                     ]);
-                    let (sql, values) = by_name(DECIDE_AND_RESERVE, &binds);
-                    let reserve = tx.prepare_cached(&sql).await?;
-                    Ok(tx.execute(&reserve, &values).await? == 1)
+                    let reserve = &self.statements.decide_and_reserve;
+                    let values = reserve.values(&binds);
+                    let stmt = tx.prepare_cached(&reserve.sql).await?;
+                    Ok(tx.execute(&stmt, &values).await? == 1)
                 }
             }
         };
@@ -1485,23 +1459,11 @@ impl Fleet {
         };
         let since = db(period_start(limit.period, un(now)));
         let wire = request.wire.as_str();
-        let (sql, values) = by_name(
-            &self.statements.admit_read,
-            &[
-                ("key_id", &request.key_id),
-                ("fingerprint", request.fingerprint),
-                ("step", request.step),
-                ("model", &request.model),
-                ("now", &now),
-                ("since", &since),
-                ("named_hold", &request.named_hold),
-                ("wire", &wire),
-                ("session", request.session),
-                ("route_prefix", &request.route_prefix),
-            ],
-        );
-        let read = client.prepare_cached(&sql).await?;
-        let found = client.query_one(&read, &values).await?;
+        let read = &self.statements.admit_read;
+        let values = read.values(&request.read_binds(&now, &since, &wire));
+        let found = client
+            .query_one(&client.prepare_cached(&read.sql).await?, &values)
+            .await?;
         Ok(Observed {
             now_ms: un(now),
             seq: 0,
@@ -1643,18 +1605,16 @@ impl Fleet {
     ) -> Result<WindowCounts, FleetError> {
         let client = self.pool.get().await?;
         let (now, since) = (db(now_ms), 0_i64);
-        let (sql, values) = by_name(
-            &self.statements.observe,
-            &[
-                ("key_id", &key_id),
-                ("fingerprint", fingerprint),
-                ("step", step),
-                ("model", &model),
-                ("now", &now),
-                ("since", &since),
-            ],
-        );
-        let stmt = client.prepare_cached(&sql).await?;
+        let observe = &self.statements.observe;
+        let values = observe.values(&[
+            ("key_id", &key_id),
+            ("fingerprint", fingerprint),
+            ("step", step),
+            ("model", &model),
+            ("now", &now),
+            ("since", &since),
+        ]);
+        let stmt = client.prepare_cached(&observe.sql).await?;
         let row = client.query_one(&stmt, &values).await?;
         Ok(counts_from(&row))
     }
@@ -1662,25 +1622,10 @@ impl Fleet {
     /// Record a decision row without a decision (the windows' equivalence test).
     pub async fn record_attempt(&self, row: &DecisionRow) -> Result<(), FleetError> {
         let client = self.pool.get().await?;
-        let row_json = serde_json::to_string(row).map_err(|_| FleetError::Unavailable)?;
-        let (decided_at, reserved) = (db(row.decided_at_ms), db(row.reserved_nano));
-        let verdict = row.verdict.as_str();
-        let (sql, values) = by_name(
-            INSERT_DECISION,
-            &[
-                ("decision_id", &row.decision_id),
-                ("key_id", &row.key_id),
-                ("decided_at_ms", &decided_at),
-                ("fingerprint", &row.fingerprint),
-                ("step_fingerprint", &row.step_fingerprint),
-                ("model", &row.model_requested),
-                ("verdict", &verdict),
-                ("reason", &row.reason),
-                ("reserved_nano", &reserved),
-                ("row_json", &row_json),
-            ],
-        );
-        let stmt = client.prepare_cached(&sql).await?;
+        let columns = DecisionColumns::of(row)?;
+        let insert = &self.statements.insert_decision;
+        let values = insert.values(&columns.binds(row, &row.key_id));
+        let stmt = client.prepare_cached(&insert.sql).await?;
         client.execute(&stmt, &values).await?;
         Ok(())
     }
@@ -1727,18 +1672,21 @@ fn window_columns(w: &WindowLengths) -> String {
     )
 }
 
-/// The statements whose text carries the configured window lengths (integers from the
-/// validated config, never request content), built once when the fleet connects.
-struct WindowStatements {
+/// The statements bound by name ([`Named`]), built once when the fleet connects; the reads'
+/// text carries the configured window lengths (integers from the validated config, never
+/// request content).
+struct Statements {
+    insert_decision: Named,
+    decide_and_reserve: Named,
     /// The windows alone ([`Fleet::observe`], the equivalence test): the same columns
     /// admission reads.
-    observe: String,
+    observe: Named,
     /// Everything an admission reads under the key's lock, in one statement: the windows,
     /// spend and reservations ([`window_columns`]), the schedule's ([`pacing_columns`]), then
     /// the key's pending hold for this
     /// request, the approved hold that releases it (`:named_hold`, the named one, first), its
     /// attending lease, and the recorded usage of the answer in its wire form (`:wire`).
-    admit_read: String,
+    admit_read: Named,
 }
 
 /// The columns of the schedule of repeated steps ([`tokensaver_core::gate::schedule`]): the
@@ -1779,13 +1727,15 @@ fn pacing_columns(steps: &StepLimits, w: &WindowLengths) -> String {
     )
 }
 
-impl WindowStatements {
-    fn new(w: &WindowLengths, steps: &StepLimits) -> WindowStatements {
+impl Statements {
+    fn new(w: &WindowLengths, steps: &StepLimits) -> Statements {
         let columns = window_columns(w);
         let pacing = pacing_columns(steps, w);
-        WindowStatements {
-            observe: format!("SELECT {columns}"),
-            admit_read: format!(
+        Statements {
+            insert_decision: Named::new(INSERT_DECISION),
+            decide_and_reserve: Named::new(DECIDE_AND_RESERVE),
+            observe: Named::new(&format!("SELECT {columns}")),
+            admit_read: Named::new(&format!(
                 "SELECT {columns}, {pacing}, \
                 (SELECT hold_id FROM fleet_holds WHERE key_id = :key_id AND fingerprint = :fingerprint \
                     AND state = 'pending' AND expires_ms > :now::bigint \
@@ -1798,7 +1748,7 @@ impl WindowStatements {
                     ORDER BY until_ms DESC LIMIT 1) AS lease_hold, \
                 (SELECT usage FROM fleet_recorded WHERE key_id = :key_id AND fingerprint = :fingerprint \
                     AND wire = :wire::text) AS recorded_usage"
-            ),
+            )),
         }
     }
 }
@@ -1847,55 +1797,118 @@ const DECIDE_AND_RESERVE: &str = "WITH decision AS (\
         + COALESCE((SELECT sum(nano) FROM fleet_reservations WHERE key_id = :key_id::text), 0) \
         + :nano::bigint <= :ceiling::bigint";
 
-/// A value bound by name (see [`by_name`]).
+/// A value bound by name (see [`Named`]).
 type Bind<'a> = (&'static str, &'a (dyn ToSql + Sync));
 
-/// `template` with each `:name` made `$N`, numbered in the order the names first appear, and
-/// the values of `binds` in that order (a bound name the statement does not use is left out):
-/// a value cannot take another's place, and one used twice is bound once. `::type` casts are
-/// left alone. The text is the same at every call, so `prepare_cached` prepares it once per
-/// connection.
-fn by_name<'a>(template: &str, binds: &[Bind<'a>]) -> (String, Vec<&'a (dyn ToSql + Sync)>) {
-    let mut sql = String::with_capacity(template.len());
-    let mut used: Vec<usize> = Vec::with_capacity(binds.len());
-    let mut rest = template;
-    while let Some(at) = rest.find(':') {
-        sql.push_str(&rest[..at]);
-        let after = &rest[at + 1..];
-        let len = after
-            .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
-            .unwrap_or(after.len());
-        let place = (len > 0 && !sql.ends_with(':'))
-            .then(|| binds.iter().position(|(name, _)| *name == &after[..len]))
-            .flatten();
-        match place {
-            Some(i) => {
-                let n = match used.iter().position(|&u| u == i) {
-                    Some(n) => n,
-                    None => {
-                        used.push(i);
-                        used.len() - 1
-                    }
-                };
-                sql.push('$');
-                sql.push_str(&(n + 1).to_string());
-                rest = &after[len..];
-            }
-            None => {
-                // A cast's `::`, or a name no value is bound to (the database refuses the
-                // statement; the debug builds' tests stop here first).
-                debug_assert!(
-                    len == 0 || sql.ends_with(':'),
-                    "no value bound to :{}",
-                    &after[..len]
-                );
+/// A statement written with `:name` placeholders, made `$N` once, when the fleet connects
+/// (numbered in the order the names first appear; `::type` casts are left alone). At each call
+/// [`Named::values`] puts the values given by name in that order: a value cannot take
+/// another's place, and one used twice is bound once.
+struct Named {
+    sql: String,
+    /// `names[n]` is `$n+1`.
+    names: Vec<String>,
+}
+
+impl Named {
+    fn new(template: &str) -> Named {
+        let mut sql = String::with_capacity(template.len());
+        let mut names: Vec<String> = Vec::new();
+        let mut rest = template;
+        while let Some(at) = rest.find(':') {
+            sql.push_str(&rest[..at]);
+            let after = &rest[at + 1..];
+            let len = after
+                .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+                .unwrap_or(after.len());
+            if len == 0 || sql.ends_with(':') {
+                // A cast's `::`, or a colon that names nothing.
                 sql.push(':');
                 rest = after;
+                continue;
             }
+            let name = &after[..len];
+            let n = match names.iter().position(|known| known == name) {
+                Some(n) => n,
+                None => {
+                    names.push(name.to_owned());
+                    names.len() - 1
+                }
+            };
+            sql.push('$');
+            sql.push_str(&(n + 1).to_string());
+            rest = &after[len..];
         }
+        sql.push_str(rest);
+        Named { sql, names }
     }
-    sql.push_str(rest);
-    (sql, used.into_iter().map(|i| binds[i].1).collect())
+
+    /// The values of `binds` in the statement's order (a bound name it does not use is left
+    /// out). A name of the statement left unbound leaves it short of a value, which the
+    /// database refuses; the debug builds' tests stop here first.
+    fn values<'a>(&self, binds: &[Bind<'a>]) -> Vec<&'a (dyn ToSql + Sync)> {
+        self.names
+            .iter()
+            .filter_map(|name| {
+                let value = binds.iter().find(|(bound, _)| bound == name);
+                debug_assert!(value.is_some(), "no value bound to :{name}");
+                value.map(|&(_, value)| value)
+            })
+            .collect()
+    }
+}
+
+/// A decision row's values that are not its fields as they are: [`INSERT_DECISION`]'s columns.
+struct DecisionColumns {
+    decided_at: i64,
+    verdict: &'static str,
+    reserved_nano: i64,
+    row_json: String,
+}
+
+impl DecisionColumns {
+    fn of(row: &DecisionRow) -> Result<DecisionColumns, FleetError> {
+        Ok(DecisionColumns {
+            decided_at: db(row.decided_at_ms),
+            verdict: row.verdict.as_str(),
+            reserved_nano: db(row.reserved_nano),
+            row_json: serde_json::to_string(row).map_err(|_| FleetError::Unavailable)?,
+        })
+    }
+
+    fn binds<'a>(&'a self, row: &'a DecisionRow, key_id: &'a (dyn ToSql + Sync)) -> [Bind<'a>; 10] {
+        [
+            ("decision_id", &row.decision_id),
+            ("key_id", key_id),
+            ("decided_at_ms", &self.decided_at),
+            ("fingerprint", &row.fingerprint),
+            ("step_fingerprint", &row.step_fingerprint),
+            ("model", &row.model_requested),
+            ("verdict", &self.verdict),
+            ("reason", &row.reason),
+            ("reserved_nano", &self.reserved_nano),
+            ("row_json", &self.row_json),
+        ]
+    }
+}
+
+impl<'r> AdmitScope<'r> {
+    /// The admission read's values ([`Statements::admit_read`]), at `now` for a budget period
+    /// from `since`.
+    fn read_binds<'a>(&'a self, now: &'a i64, since: &'a i64, wire: &'a &str) -> [Bind<'a>; 10] {
+        [
+            ("key_id", &self.key_id),
+            ("fingerprint", self.fingerprint),
+            ("step", self.step),
+            ("model", &self.model),
+            ("now", now),
+            ("since", since),
+            ("named_hold", &self.named_hold),
+            ("wire", wire),
+            ("session", self.session),
+            ("route_prefix", &self.route_prefix),
+        ]
+    }
 }
 
 /// One decision and its settlement as `GET /ledger/decisions` lists it (the SQLite store's
@@ -2161,11 +2174,12 @@ mod tests {
     #[test]
     fn values_are_bound_by_name_once_each_and_casts_are_kept() {
         let (a, b, c) = (1_i64, "k", true);
-        let (sql, values) = by_name(
-            "SELECT :b::text, :a, :b, x::int, :c::boolean, ':'",
-            &[("a", &a), ("b", &b), ("c", &c), ("unused", &a)],
+        let named = Named::new("SELECT :b::text, :a, :b, x::int, :c::boolean, ':'");
+        let values = named.values(&[("a", &a), ("b", &b), ("c", &c), ("unused", &a)]);
+        assert_eq!(
+            named.sql,
+            "SELECT $1::text, $2, $1, x::int, $3::boolean, ':'"
         );
-        assert_eq!(sql, "SELECT $1::text, $2, $1, x::int, $3::boolean, ':'");
         assert_eq!(values.len(), 3);
     }
 
@@ -2199,7 +2213,8 @@ mod tests {
         ];
         let binds: Vec<Bind<'_>> = names.iter().map(|&n| (n, &v as _)).collect();
         for (template, bound) in [(INSERT_DECISION, 10), (DECIDE_AND_RESERVE, 23)] {
-            let (sql, values) = by_name(template, &binds);
+            let named = Named::new(template);
+            let (sql, values) = (&named.sql, named.values(&binds));
             // Only casts keep a colon.
             assert_eq!(
                 sql.matches(':').count(),
