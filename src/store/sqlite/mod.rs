@@ -1168,48 +1168,12 @@ fn apply(conn: &Connection, event: &Event, pairs: &mut Pairs) -> rusqlite::Resul
                 .and_then(|mut s| s.execute([decision_id]));
             settle(conn, result)?;
         }
-        Event::Hold(h) => {
-            // The latest state wins. The fingerprint is set when the hold is created and never
-            // rewritten, so a `Forget` stays in force for the hold's later states.
-            conn.prepare_cached(
-                "INSERT INTO holds (hold_id, key_id, fingerprint, created_ms, expires_ms, state, \
-                 worst_case_tokens) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
-                 ON CONFLICT (hold_id) DO UPDATE SET key_id = excluded.key_id, \
-                 created_ms = excluded.created_ms, expires_ms = excluded.expires_ms, \
-                 state = excluded.state, worst_case_tokens = excluded.worst_case_tokens",
-            )?
-            .execute(params![
-                h.hold_id,
-                h.key_id,
-                h.fingerprint,
-                to_i64(h.created_ms),
-                to_i64(h.expires_ms),
-                h.state.as_str(),
-                to_i64(h.worst_case_tokens),
-            ])?;
-        }
-        Event::HoldOpened { hold: h, opening } => {
-            // Written once, when the CHALLENGE opens the hold; a later state (`Hold`) keeps
-            // the opening, a `Forget` blanks it.
-            conn.prepare_cached(
-                "INSERT INTO holds (hold_id, key_id, fingerprint, created_ms, expires_ms, state, \
-                 worst_case_tokens, decision, receipt) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
-                 ON CONFLICT (hold_id) DO UPDATE SET key_id = excluded.key_id, \
-                 created_ms = excluded.created_ms, expires_ms = excluded.expires_ms, \
-                 state = excluded.state, worst_case_tokens = excluded.worst_case_tokens",
-            )?
-            .execute(params![
-                h.hold_id,
-                h.key_id,
-                h.fingerprint,
-                to_i64(h.created_ms),
-                to_i64(h.expires_ms),
-                h.state.as_str(),
-                to_i64(h.worst_case_tokens),
-                opening.decision,
-                opening.receipt,
-            ])?;
-        }
+        // The latest state wins. The fingerprint is set when the hold is created and never
+        // rewritten, so a `Forget` stays in force for the hold's later states. The opening is
+        // written once, when the CHALLENGE opens the hold (`HoldOpened`); a later state keeps
+        // it, a `Forget` blanks it.
+        Event::Hold(h) => insert_hold(conn, h, None)?,
+        Event::HoldOpened { hold, opening } => insert_hold(conn, hold, Some(opening))?,
         Event::Lease(l) => {
             conn.prepare_cached(
                 "INSERT INTO leases (hold_id, key_id, granted_ms, until_ms) \
@@ -1320,6 +1284,34 @@ fn apply(conn: &Connection, event: &Event, pairs: &mut Pairs) -> rusqlite::Resul
             .execute([key_id])?;
         }
     }
+    Ok(())
+}
+
+/// A hold's row: inserted with its opening (`None` for a state change, which never carries
+/// one), or its latest state over the row already there.
+fn insert_hold(
+    conn: &Connection,
+    h: &HoldRow,
+    opening: Option<&HoldOpening>,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO holds (hold_id, key_id, fingerprint, created_ms, expires_ms, state, \
+         worst_case_tokens, decision, receipt) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
+         ON CONFLICT (hold_id) DO UPDATE SET key_id = excluded.key_id, \
+         created_ms = excluded.created_ms, expires_ms = excluded.expires_ms, \
+         state = excluded.state, worst_case_tokens = excluded.worst_case_tokens",
+    )?
+    .execute(params![
+        h.hold_id,
+        h.key_id,
+        h.fingerprint,
+        to_i64(h.created_ms),
+        to_i64(h.expires_ms),
+        h.state.as_str(),
+        to_i64(h.worst_case_tokens),
+        opening.map(|o| &o.decision),
+        opening.map(|o| &o.receipt),
+    ])?;
     Ok(())
 }
 
