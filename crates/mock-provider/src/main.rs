@@ -33,6 +33,10 @@ struct Args {
     /// divided by N), as `[gate.windows]` shortens the gate's windows for a compressed run.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=3600))]
     time_scale: u64,
+    /// Pause between a stream's events, in milliseconds (0: the whole stream at once), as a
+    /// provider paces its tokens: the load benchmark's streams measure a gateway's frame gaps.
+    #[arg(long, default_value_t = 0)]
+    stream_delay_ms: u64,
 }
 
 /// Why the mock provider stopped, as its one line on stderr says.
@@ -53,6 +57,7 @@ fn run(args: Args) -> Result<(), Stopped> {
         expected_credential: args.expected_credential,
         prompt_cache: !args.no_prompt_cache,
         time_scale: args.time_scale,
+        stream_delay_ms: args.stream_delay_ms,
         ..ProviderOptions::scripted(&args.usage, args.tasks.as_deref())?
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
