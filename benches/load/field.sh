@@ -63,6 +63,8 @@ trap cleanup EXIT INT TERM
 ulimit -n 65536 2>/dev/null || true
 
 python3 benches/load/gen.py config/tokensaver.toml "$WORK" $P_TS $P_API $P_ADMIN $P_MOCK $N_ALLOW $N_SERVE "$BIN" >/dev/null
+# ANSWER_STORE_BYTES: the answer store's cap (the example config's 256 MiB otherwise).
+[ -z "${ANSWER_STORE_BYTES:-}" ] || sed -i "s/^answer_store_bytes = .*/answer_store_bytes = $ANSWER_STORE_BYTES/" "$WORK/config.toml"
 "$BIN" check-config "$WORK/config.toml" >/dev/null
 
 on_load() { taskset -c "$LOAD_CPUS" "$@"; }
@@ -89,7 +91,7 @@ sleep 1 # idle: the servers' start-up done
 rss_kib() { awk '/^VmRSS/{print $2}' "/proc/$1/status"; }
 RES=$WORK/results.jsonl; : >"$RES"
 note() { echo "$1" >>"$RES"; }
-note "{\"kind\":\"meta\",\"gate_cpus\":\"$GATE_CPUS\",\"load_cpus\":\"$LOAD_CPUS\",\"nproc\":$(nproc),\"secs\":$SECS,\"sweep_secs\":$SWEEP_SECS,\"pace_ms\":$PACE_MS,\"mem_rate\":$MEM_RATE,\"mem_secs\":$MEM_SECS,\"commit\":\"$(git rev-parse --short HEAD 2>/dev/null || echo unknown)\",\"loadavg\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
+note "{\"kind\":\"meta\",\"gate_cpus\":\"$GATE_CPUS\",\"load_cpus\":\"$LOAD_CPUS\",\"nproc\":$(nproc),\"secs\":$SECS,\"sweep_secs\":$SWEEP_SECS,\"pace_ms\":$PACE_MS,\"mem_rate\":$MEM_RATE,\"mem_secs\":$MEM_SECS,\"answer_store_bytes\":$(awk '/^answer_store_bytes/{gsub(/_/,"",$3); print $3}' "$WORK/config.toml"),\"commit\":\"$(git rev-parse --short HEAD 2>/dev/null || echo unknown)\",\"loadavg\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
 note "{\"kind\":\"idle_rss\",\"lane\":\"passthrough\",\"kib\":$(rss_kib $PT_PID)}"
 note "{\"kind\":\"idle_rss\",\"lane\":\"tokensaver\",\"kib\":$(rss_kib $TS_PID)}"
 
@@ -106,11 +108,13 @@ measure() { # kind lane conns secs
 }
 
 # SERVE needs its answers stored: each pair once (ALLOW), then repeats are SERVEd.
-case " $LANES " in *" serve "*)
+[ -n "${MEM_ONLY:-}" ] || case " $LANES " in *" serve "*)
   on_load "$GEN" warm "http://127.0.0.1:$P_TS/v1/chat/completions" "$WORK" 16 600 warm >"$WORK/warm.json"
   echo "warm-up: $(cat "$WORK/warm.json")" >&2 ;;
 esac
 
+# MEM_ONLY=1: the memory run alone.
+if [ -z "${MEM_ONLY:-}" ]; then
 echo "-- concurrency 1, ${SECS}s each" >&2
 for lane in $LANES; do measure c1 "$lane" 1 "$SECS"; done
 echo "-- sweep, ${SWEEP_SECS}s per rung" >&2
@@ -119,6 +123,7 @@ echo "-- streams (the mock pauses ${PACE_MS} ms between frames)" >&2
 STREAM_LANES="stream_direct stream_passthrough stream_allow"
 for lane in $STREAM_LANES; do measure stream_c1 "$lane" 1 "$SECS"; done
 for c in $STREAM_RUNGS; do for lane in $STREAM_LANES; do measure stream "$lane" "$c" "$SWEEP_SECS"; done; done
+fi
 
 note "{\"kind\":\"verdicts\",\"metrics\":\"$(curl -s -H 'Authorization: Bearer tsa_demo-admin-key-not-for-production' http://127.0.0.1:$P_ADMIN/metrics | grep '^tokensaver_requests_total' | tr '\n' ';' | tr -d '"')\"}"
 if [ "$MEM_SECS" -gt 0 ]; then
