@@ -25,11 +25,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
+use http_body_util::BodyExt;
+
+mod load;
+use load::Sender;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
@@ -62,8 +61,6 @@ struct Tally {
     non2xx: u64,
     errors: u64,
 }
-
-type Sender = http1::SendRequest<Full<Bytes>>;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -134,7 +131,7 @@ async fn run(load: Arc<Load>, conns: usize, length: Duration) -> (Duration, Tall
     let tally = Arc::new(Mutex::new(Tally::default()));
     let mut opened = Vec::new();
     for _ in 0..conns {
-        opened.push(connect(&load).await);
+        opened.push(load::connect(&load.authority).await);
     }
     let start = Instant::now();
     if std::env::var_os("TRACE").is_some() {
@@ -171,20 +168,6 @@ async fn run(load: Arc<Load>, conns: usize, length: Duration) -> (Duration, Tall
     (elapsed, tally)
 }
 
-async fn connect(load: &Load) -> Option<Sender> {
-    let open = async {
-        let stream = TcpStream::connect(&load.authority).await.ok()?;
-        stream.set_nodelay(true).ok()?;
-        let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.ok()?;
-        tokio::spawn(conn);
-        Some(sender)
-    };
-    tokio::time::timeout(Duration::from_secs(1), open)
-        .await
-        .ok()
-        .flatten()
-}
-
 /// What one answer measured.
 struct Answered {
     ok: bool,
@@ -203,14 +186,7 @@ async fn client(
         let Some((key, body)) = request(&load, i) else {
             return; // `warm`: every pair sent
         };
-        if let Some(s) = sender.as_mut() {
-            if s.ready().await.is_err() {
-                sender = None;
-            }
-        }
-        if sender.is_none() {
-            sender = connect(&load).await;
-        }
+        load::make_ready(&mut sender, &load.authority).await;
         let start = Instant::now();
         let outcome = match sender.as_mut() {
             Some(s) => send(&load, s, key, body).await,
@@ -254,13 +230,7 @@ fn request(load: &Load, i: u64) -> Option<(&str, String)> {
 
 /// The answer, read to its end; None on a connection error.
 async fn send(load: &Load, sender: &mut Sender, key: &str, body: String) -> Option<Answered> {
-    let req = hyper::Request::post(&load.path)
-        .header("host", &load.authority)
-        .header("authorization", key)
-        .header("content-type", "application/json")
-        .header("x-tokensaver-human", "true")
-        .body(Full::new(Bytes::from(body)))
-        .unwrap();
+    let req = load::chat_request(&load.authority, &load.path, key, body);
     let sent = Instant::now();
     let resp = sender.send_request(req).await.ok()?;
     let ok = resp.status().is_success();

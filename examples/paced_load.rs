@@ -29,19 +29,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
+use http_body_util::BodyExt;
 use tokio::sync::{mpsc, Mutex};
+
+mod load;
+use load::Sender;
 
 /// How long after the last request was due the run waits for answers before it gives up on
 /// the rest. A lane that keeps up answers within milliseconds of the schedule's end.
 const GRACE: Duration = Duration::from_secs(2);
-/// A connect that takes longer (a full accept queue drops SYNs; the kernel retries for up to
-/// two minutes) counts as an error instead of parking a connection's worker.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Answers per second below this share of RATE: the lane fell behind.
 const KEPT_UP: f64 = 0.99;
 /// A median wait for a free connection above this: the lane fell behind.
@@ -80,8 +76,6 @@ struct Tally {
     connects: u64,
     last_done: Option<Instant>,
 }
-
-type Sender = http1::SendRequest<Full<Bytes>>;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -124,7 +118,7 @@ async fn run(load: Arc<Load>, rate: f64, total: u64, conns: usize) -> (Instant, 
     // 32 handshakes; a worker whose connection fails opens another.
     let mut opened = Vec::new();
     for _ in 0..conns {
-        opened.push(connect(&load).await);
+        opened.push(load::connect(&load.authority).await);
     }
     tally.lock().unwrap().connects = opened.iter().flatten().count() as u64;
     let (tx, rx) = mpsc::unbounded_channel::<Due>();
@@ -168,20 +162,6 @@ async fn run(load: Arc<Load>, rate: f64, total: u64, conns: usize) -> (Instant, 
     (start, tally)
 }
 
-async fn connect(load: &Load) -> Option<Sender> {
-    let open = async {
-        let stream = TcpStream::connect(&load.authority).await.ok()?;
-        stream.set_nodelay(true).ok()?;
-        let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.ok()?;
-        tokio::spawn(conn);
-        Some(sender)
-    };
-    tokio::time::timeout(CONNECT_TIMEOUT, open)
-        .await
-        .ok()
-        .flatten()
-}
-
 async fn worker(
     load: Arc<Load>,
     rx: Arc<Mutex<mpsc::UnboundedReceiver<Due>>>,
@@ -194,18 +174,8 @@ async fn worker(
             return;
         };
         let waited = at.elapsed();
-        // hyper refuses a request on a connection that is not ready yet, or closed: wait for
-        // it, and replace a closed one.
-        if let Some(s) = sender.as_mut() {
-            if s.ready().await.is_err() {
-                sender = None;
-            }
-        }
-        if sender.is_none() {
-            sender = connect(&load).await;
-            if sender.is_some() {
-                tally.lock().unwrap().connects += 1;
-            }
+        if load::make_ready(&mut sender, &load.authority).await {
+            tally.lock().unwrap().connects += 1;
         }
         let outcome = match sender.as_mut() {
             Some(s) => send(&load, s, i).await,
@@ -237,13 +207,7 @@ async fn worker(
 async fn send(load: &Load, sender: &mut Sender, i: u64) -> Option<bool> {
     let body = format!("{}{}-{i}{}", load.prefix, load.tag, load.suffix);
     let key = &load.keys[i as usize % load.keys.len()];
-    let req = hyper::Request::post(&load.path)
-        .header("host", &load.authority)
-        .header("authorization", key)
-        .header("content-type", "application/json")
-        .header("x-tokensaver-human", "true")
-        .body(Full::new(Bytes::from(body)))
-        .unwrap();
+    let req = load::chat_request(&load.authority, &load.path, key, body);
     let resp = sender.send_request(req).await.ok()?;
     let status = resp.status();
     resp.into_body().collect().await.ok()?;
