@@ -238,7 +238,8 @@ async fn send(load: &Load, sender: &mut Sender, key: &str, body: String) -> Opti
     let (mut first, mut last, mut gaps) = (None, None::<Instant>, Vec::new());
     while let Some(frame) = body.frame().await {
         let frame = frame.ok()?;
-        if frame.data_ref().is_none_or(|d| d.is_empty()) {
+        // Only a stream's frames are timed; other answers are just read to their end.
+        if load.mode != Mode::Stream || frame.data_ref().is_none_or(|d| d.is_empty()) {
             continue;
         }
         let now = Instant::now();
@@ -247,9 +248,6 @@ async fn send(load: &Load, sender: &mut Sender, key: &str, body: String) -> Opti
             Some(prev) => gaps.push((now - prev).as_micros() as u64),
         }
         last = Some(now);
-    }
-    if load.mode != Mode::Stream {
-        (first, gaps) = (None, Vec::new());
     }
     Some(Answered {
         ok,

@@ -27,8 +27,6 @@ export PROMPTS=${PROMPTS:-32}         # SERVE pairs: N_SERVE × PROMPTS, each SE
 P_MOCK=${P_MOCK:-18811} P_PT=${P_PT:-18812} P_TS=${P_TS:-18813} P_API=${P_API:-18814} P_ADMIN=${P_ADMIN:-18815}
 P_LL=${P_LL:-18816}
 OUT=${OUT:-$ROOT/target/field/field-$(date -u +%Y%m%dT%H%M%SZ).json}
-LITELLM_VERSION=1.82.6   # as run.sh: the last release before the compromised 1.82.7/1.82.8
-LL_VENV=${LITELLM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/tokensaver-bench/litellm-$LITELLM_VERSION}
 
 ncpus() { # CPUs in a taskset list such as "1" or "2-3" or "1,3"
   python3 -c 'import sys; n=0
@@ -38,10 +36,7 @@ print(n)' "$1"
 }
 GATE_THREADS=$(ncpus "$GATE_CPUS")
 
-if [ -n "${LITELLM:-}" ] && [ ! -x "$LL_VENV/bin/litellm" ]; then
-  python3 -m venv "$LL_VENV"
-  "$LL_VENV/bin/pip" install -q "litellm[proxy]==$LITELLM_VERSION"
-fi
+. benches/load/litellm.sh # LITELLM_VERSION, LL_VENV; installs it with LITELLM=1
 if [ -z "${SKIP_BUILD:-}" ]; then
   cargo build --release --bin tokensaver --bin tokensaver-mock-provider --example passthrough \
     --example paced_load --example field_load

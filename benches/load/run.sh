@@ -14,20 +14,11 @@ N_SERVE=${N_SERVE:-3200}         # SERVE keys (× PROMPTS pairs, each served ≤
 PROMPTS=${PROMPTS:-16}
 P_MOCK=${P_MOCK:-18801} P_PT=${P_PT:-18802} P_TS=${P_TS:-18803} P_API=${P_API:-18804} P_ADMIN=${P_ADMIN:-18805}
 P_LL=${P_LL:-18806}              # LiteLLM's proxy (LITELLM=1)
-# 1.82.6: the last release before the compromised 1.82.7 and 1.82.8 (March 2026), checked
-# then by many projects that pinned it. Change it only to a version you have vetted.
-LITELLM_VERSION=1.82.6
-LL_VENV=${LITELLM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/tokensaver-bench/litellm-$LITELLM_VERSION}
 ADMIN_KEY=tsa_demo-admin-key-not-for-production
 
 command -v wrk >/dev/null || { echo "installing wrk"; apt-get install -y wrk >/dev/null; }
 
-# LITELLM=1: LiteLLM's proxy from PyPI, in a venv of its own kept between runs.
-if [ -n "${LITELLM:-}" ] && [ ! -x "$LL_VENV/bin/litellm" ]; then
-  echo "installing litellm[proxy]==$LITELLM_VERSION into $LL_VENV"
-  python3 -m venv "$LL_VENV"
-  "$LL_VENV/bin/pip" install -q "litellm[proxy]==$LITELLM_VERSION"
-fi
+. benches/load/litellm.sh # LITELLM_VERSION, LL_VENV; installs it with LITELLM=1
 
 if [ -z "${SKIP_BUILD:-}" ]; then
   cargo build --release --bin tokensaver --bin tokensaver-mock-provider --example passthrough \

@@ -58,7 +58,7 @@ impl Checkpointer {
     /// writer's automatic checkpoint then does the work alone, as it did before.
     pub(super) fn start(path: &Path) -> Option<Checkpointer> {
         let conn = Connection::open(path).ok()?;
-        conn.busy_timeout(Duration::from_secs(5)).ok()?;
+        conn.busy_timeout(super::BUSY_TIMEOUT).ok()?;
         // A checkpoint fsyncs the log before it copies and the database after, as the
         // writer's would.
         conn.pragma_update(None, "synchronous", "FULL").ok()?;
