@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # Record the economics evidence (corpus/economics/evidence/): `tokensaver economics run` with
 # corpus/economics/recording.toml — the example config with every window of the gate shortened
-# 30 times (loop 4 s, burst 2 s, grind 120 s, pace 4 s, slack 1 s, runaway 60 s), and a price for
+# 60 times (pace 2 s, hold 4 s, runaway 90 s, loop 2 s, burst 1 s, grind 60 s), and a price for
 # Codex's model (below). The built-in
 # provider answers at once, so a session is compressed in time together with the windows that
-# judge it: the gate decides it as the default gate decides the same session 30 times slower
-# (`a_gate_compressed_30_times_decides_an_agent_30_times_faster_alike`), and a recording takes
-# minutes, not hours of paced polls. The file is written here from config/tokensaver.toml
+# judge it: the gate decides it as the default gate decides the same session 60 times slower
+# (`a_gate_compressed_30_times_decides_an_agent_30_times_faster_alike`, and alike at 60), and a
+# recording takes minutes, not hours of paced polls: a stuck agent is stopped after 90 s (90
+# minutes scaled), a poll of an hour's job takes a minute. The file is written here from config/tokensaver.toml
 # (tests/economics.rs checks the two agree but for the windows). Arguments go to
 # `economics run` (e.g. --reps 3, --only task:client); --generate-only writes the file alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 - <<'PY'
 from pathlib import Path
-COMPRESSION = 30
+COMPRESSION = 60
 text = Path("config/tokensaver.toml").read_text()
 edits = [('dir = "../data"', 'dir = "../../data"'),
          ('economics = "../corpus/economics"', 'economics = "."')]

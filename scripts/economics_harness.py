@@ -43,7 +43,7 @@ sys.path.insert(0, str(HERE.parent / "tests" / "agents"))
 import clients  # noqa: E402
 from economics_tap import Tap  # noqa: E402
 
-HARNESS_VERSION = "3"
+HARNESS_VERSION = "4"
 
 
 def log(msg: str) -> None:

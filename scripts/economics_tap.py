@@ -131,7 +131,7 @@ def read_receipt(header: str | None) -> dict:
     except (ValueError, KeyError, TypeError):
         return {}
     return {"reason": body.get("reason"), "findings": list(body.get("findings") or []),
-            "score": body.get("score"),
+            "score": body.get("score"), "paced_ms": body.get("paced_ms"),
             "worst_case_tokens_avoided": body.get("worst_case_tokens_avoided")}
 
 

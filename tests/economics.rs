@@ -89,11 +89,15 @@ fn step(i: usize, session: u32, verdict: Option<&str>, status: u16, total: u64) 
             None => None,
         },
         findings: vec![],
+        paced_ms: None,
         usage: (status == 200).then(|| usage(total)),
         tool_calls: 1,
         model_requested: Some("claude-sonnet-5-5".into()),
         model_reported: Some("claude-sonnet-5-5".into()),
         context: None,
+        at_ms: None,
+        round_trip_ms: None,
+        digest: None,
     }
 }
 
@@ -558,7 +562,7 @@ fn fresh_copy() -> (tempfile::TempDir, PathBuf) {
     assert!(loaded.diagnostics.is_empty(), "{:?}", loaded.diagnostics);
     let m = loaded.methodology.clone().unwrap();
     let mut runs = Vec::new();
-    for (task, (t, digest)) in &loaded.tasks {
+    for (task, (t, digest)) in loaded.tasks_of("healthy-work") {
         for client in &t.clients {
             for arm in ["control", "treatment"] {
                 let mut r = run(
@@ -585,7 +589,7 @@ fn fresh_copy() -> (tempfile::TempDir, PathBuf) {
     }
     let ev = EvidenceFile {
         format: economics::EVIDENCE_FORMAT,
-        suite: "agent-sessions".into(),
+        suite: "healthy-work".into(),
         methodology: m.version,
         methodology_blake3: loaded.methodology_blake3.clone().unwrap(),
         recorded_at_unix_ms: 1_000,
@@ -604,15 +608,14 @@ fn fresh_copy() -> (tempfile::TempDir, PathBuf) {
             blake3: "h".into(),
         },
         tasks: loaded
-            .tasks
-            .iter()
+            .tasks_of("healthy-work")
             .map(|(k, (_, d))| (k.clone(), d.clone()))
             .collect(),
         repetitions: 1,
         tokenizer: economics::context_tokenizer(),
         runs,
     };
-    let ev_dir = d.join("evidence/agent-sessions");
+    let ev_dir = d.join("evidence/healthy-work");
     std::fs::create_dir_all(&ev_dir).unwrap();
     std::fs::write(ev_dir.join("a.json"), serde_json::to_vec(&ev).unwrap()).unwrap();
     (tmp, d)
@@ -675,7 +678,7 @@ fn stale_when_the_gate_config_changes() {
 fn stale_when_the_clients_the_provider_or_the_tokenizer_changed() {
     let (_tmp, d) = fresh_copy();
     let c = config();
-    let file = d.join("evidence/agent-sessions/a.json");
+    let file = d.join("evidence/healthy-work/a.json");
     let mut ev: EvidenceFile = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     let pinned = economics::pinned_clients();
     assert!(pinned.contains_key("claude-code") && pinned.contains_key("openai-agents"));
@@ -772,7 +775,7 @@ fn stale_when_the_methodology_changes_and_incompatible_under_a_new_version() {
     // With a new version: another methodology, not comparable at all.
     std::fs::write(
         &path,
-        original.replace("\"version\": 3,", "\"version\": 4,"),
+        original.replace("\"version\": 4,", "\"version\": 5,"),
     )
     .unwrap();
     let s = economics::summarize(
@@ -794,7 +797,7 @@ fn stale_when_the_methodology_changes_and_incompatible_under_a_new_version() {
 fn history_appends_and_the_latest_is_judged() {
     let (_tmp, d) = fresh_copy();
     let c = config();
-    let ev_dir = d.join("evidence/agent-sessions");
+    let ev_dir = d.join("evidence/healthy-work");
     let mut ev: EvidenceFile =
         serde_json::from_slice(&std::fs::read(ev_dir.join("a.json")).unwrap()).unwrap();
     ev.recorded_at_unix_ms = 1_500;
@@ -817,13 +820,136 @@ fn history_appends_and_the_latest_is_judged() {
     let v = s.suites.iter().find(|v| v.kind == SuiteKind::Live).unwrap();
     assert_eq!(
         v.evidence_file.as_deref(),
-        Some("evidence/agent-sessions/b.json")
+        Some("evidence/healthy-work/b.json")
     );
     assert_eq!(
         v.freshness,
         EconomicsFreshness::Stale,
         "the latest file, from another build"
     );
+}
+
+/// The two recorded suites stay apart: stuck agents (failing in both arms by design) are
+/// reported as what each run bought, per task and client, and never enter healthy work's pairs
+/// or its statement. The figures here are worked out from the runs this test writes.
+#[test]
+fn stuck_agents_are_reported_apart_from_healthy_work() {
+    let (_tmp, d) = fresh_copy();
+    let c = config();
+    let loaded = economics::load(&d);
+    let healthy_pairs: usize = loaded
+        .tasks_of("healthy-work")
+        .map(|(_, (t, _))| t.clients.len())
+        .sum();
+    let mut ev: EvidenceFile =
+        serde_json::from_slice(&std::fs::read(d.join("evidence/healthy-work/a.json")).unwrap())
+            .unwrap();
+    ev.suite = "stuck-agents".into();
+    ev.tasks = loaded
+        .tasks_of("stuck-agents")
+        .map(|(k, (_, d))| (k.clone(), d.clone()))
+        .collect();
+    ev.runs.clear();
+    // Straight: 40 calls of 1,000 tokens, 10 s. Through the gate: 12 calls, each held 500 ms,
+    // then a BLOCK (runaway_step); 90 s. Every run fails its check.
+    let mut stuck_rows = 0;
+    for (task, (t, digest)) in loaded.tasks_of("stuck-agents") {
+        for client in &t.clients {
+            stuck_rows += 1;
+            for rep in 1..=2 {
+                let straight = vec![(None, 200, 1_000); 40];
+                let mut gated = vec![(Some("ALLOW"), 200, 1_000); 12];
+                gated.push((Some("BLOCK"), 429, 0));
+                for (arm, steps, secs) in [("control", straight, 10.0), ("treatment", gated, 90.0)]
+                {
+                    let mut r = run(task, client, arm, rep, false, &[&steps]);
+                    r.category = t.category.clone();
+                    r.task_digest = digest.clone();
+                    r.seconds = secs;
+                    for st in r.steps.iter_mut().filter(|_| arm == "treatment") {
+                        match st.verdict.as_deref() {
+                            Some("BLOCK") => st.reason = Some("runaway_step".into()),
+                            _ => st.paced_ms = Some(500),
+                        }
+                    }
+                    ev.runs.push(r);
+                }
+            }
+        }
+    }
+    assert!(stuck_rows >= 8, "two stuck tasks, four clients each");
+    let stuck_dir = d.join("evidence/stuck-agents");
+    std::fs::create_dir_all(&stuck_dir).unwrap();
+    std::fs::write(stuck_dir.join("a.json"), serde_json::to_vec(&ev).unwrap()).unwrap();
+
+    let s = economics::summarize(
+        &economics::load(&d),
+        &EconomicsQuery::default(),
+        NOW,
+        &economics::this_build(Some(&c)),
+        Some(50),
+    );
+    let view = |id: &str| s.suites.iter().find(|v| v.id == id).unwrap();
+    assert_eq!(view("healthy-work").pairs.attempted, healthy_pairs);
+    assert_eq!(view("healthy-work").pairs.both_failed, 0);
+    assert_eq!(view("stuck-agents").pairs.both_failed, 2 * stuck_rows);
+    assert_eq!(view("stuck-agents").freshness, EconomicsFreshness::Current);
+    assert!(
+        s.verdict
+            .statement
+            .contains(&format!("of {healthy_pairs} attempted pairs")),
+        "{}",
+        s.verdict.statement
+    );
+    assert!(!s.verdict.statement.contains("Failed in both arms"));
+    assert_eq!(s.stuck.len(), stuck_rows);
+    for r in &s.stuck {
+        assert_eq!((r.control.runs, r.treatment.runs), (2, 2));
+        assert_eq!((r.control.calls, r.treatment.calls), (40.0, 12.0));
+        assert_eq!(r.treatment.max_calls, 12);
+        assert_eq!((r.control.seconds, r.treatment.seconds), (10.0, 90.0));
+        // 3 nano-USD a token (the test's price): 120,000 straight, 36,000 through the gate.
+        assert_eq!(
+            (r.control.cost_nano_usd, r.treatment.cost_nano_usd),
+            (120_000.0, 36_000.0)
+        );
+        assert!((r.cost_reduction.unwrap() - 0.7).abs() < 1e-12);
+        assert_eq!(r.stopped, 2);
+        assert_eq!(r.paced_seconds, 6.0);
+    }
+    let metric = |id: &str| s.metrics.iter().find(|m| m.id == id).unwrap();
+    assert!((metric("stuck_cost_reduction").value.unwrap() - 0.7).abs() < 1e-12);
+    assert_eq!(metric("stuck_most_calls_bought").value, Some(12.0));
+    assert_eq!(
+        metric("stuck_runs_stopped").value,
+        Some((2 * stuck_rows) as f64)
+    );
+    assert_eq!(metric("stuck_cost_reduction").suite, "stuck-agents");
+    assert_eq!(metric("token_reduction").suite, "healthy-work");
+    // Hypotheses: tested where every metric they name was measured, with the figures.
+    let h = |id: &str| s.hypotheses.iter().find(|h| h.id == id).unwrap();
+    assert_eq!(h("stuck").status, "tested");
+    assert_eq!(h("stuck").figures.len(), 3);
+    assert!(
+        h("stuck").figures[0].starts_with("stuck_cost_reduction = 70.0%"),
+        "{:?}",
+        h("stuck").figures
+    );
+    let text = economics::render_text(&s);
+    assert!(text.contains("stuck agents (mean per run"), "{text}");
+    assert!(text.contains("70.0% less"), "{text}");
+    // Without the stuck suite's evidence the hypothesis stays as the methodology left it.
+    std::fs::remove_file(stuck_dir.join("a.json")).unwrap();
+    let s = economics::summarize(
+        &economics::load(&d),
+        &EconomicsQuery::default(),
+        NOW,
+        &economics::this_build(Some(&c)),
+        Some(50),
+    );
+    let h = s.hypotheses.iter().find(|h| h.id == "stuck").unwrap();
+    assert_eq!((h.status.as_str(), h.figures.len()), ("untested", 0));
+    assert!(s.stuck.is_empty());
 }
 
 // ------------------------------------------------------------------------------ the corpus
@@ -846,10 +972,10 @@ fn every_methodology_version_is_pinned() {
 }
 
 /// The evidence is recorded with `corpus/economics/recording.toml`: the example config with every
-/// window of the gate shortened 30 times (`scripts/economics-record.sh`) and a price for the
+/// window of the gate shortened 60 times (`scripts/economics-record.sh`) and a price for the
 /// model Codex runs the simulation on, and nothing else changed.
 #[test]
-fn the_recording_config_is_the_example_with_every_window_shortened_30_times() {
+fn the_recording_config_is_the_example_with_every_window_shortened_60_times() {
     let mut recording = Config::load(&dir().join("recording.toml"))
         .unwrap()
         .policy();
@@ -872,8 +998,8 @@ fn the_recording_config_is_the_example_with_every_window_shortened_30_times() {
         &mut st.max_hold_secs,
         &mut st.runaway_after_secs,
     ] {
-        assert_eq!(*secs % 30, 0);
-        *secs /= 30;
+        assert_eq!(*secs % 60, 0);
+        *secs /= 60;
     }
     assert_eq!(recording, expected);
     assert_ne!(recording.gate, config().policy().gate);

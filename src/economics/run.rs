@@ -31,9 +31,10 @@ use crate::config::Config;
 /// `tokensaver economics run` arguments.
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
-    /// The live suite to record.
-    #[arg(long, default_value = "agent-sessions")]
-    pub suite: String,
+    /// The recorded suite to run (`healthy-work`, `stuck-agents`); default: every one, each
+    /// written to its own evidence file.
+    #[arg(long)]
+    pub suite: Option<String>,
     /// The economics directory (methodology.json, tasks/, evidence/).
     #[arg(long, default_value = "corpus/economics")]
     pub dir: PathBuf,
@@ -99,11 +100,11 @@ fn selected(only: &[String], task: &str, client: &str) -> bool {
         })
 }
 
+/// Every pair of `tasks` (each with its suite's repetitions) that `--only` selects.
 fn plan_pairs(
     args: &RunArgs,
     m: &Methodology,
-    tasks: &BTreeMap<String, (TaskDecl, String)>,
-    reps: u32,
+    tasks: &[(&String, &TaskDecl, u32)],
     real: bool,
 ) -> anyhow::Result<Vec<Planned>> {
     let mut overrides = BTreeMap::new();
@@ -115,7 +116,7 @@ fn plan_pairs(
     }
     let profile = m.treatment_key.profile.as_deref();
     let mut out = Vec::new();
-    for (task, (t, _)) in tasks {
+    for &(task, t, reps) in tasks {
         for client in &t.clients {
             if !selected(&args.only, task, client) {
                 continue;
@@ -275,6 +276,8 @@ struct TapRecord {
     #[serde(default)]
     findings: Vec<String>,
     #[serde(default)]
+    paced_ms: Option<u64>,
+    #[serde(default)]
     usage: Option<StepUsage>,
     #[serde(default)]
     tool_calls: u64,
@@ -287,6 +290,11 @@ struct TapRecord {
     /// What the provider's answer said it is (`x-mock-provider`), if it said.
     #[serde(default)]
     provider_identity: Option<String>,
+    /// When the request reached the tap, and how long until its answer ended.
+    #[serde(default)]
+    at_unix_ms: Option<u64>,
+    #[serde(default)]
+    ms: Option<u64>,
 }
 
 fn cost(config: &Config, model: Option<&str>, u: Option<&StepUsage>) -> Option<u64> {
@@ -324,11 +332,27 @@ fn context_of(m: &Methodology, t: &TapRecord) -> Option<ContextCount> {
     })
 }
 
+/// The digest the gate decided a recorded request on (`tokensaver digest`, under the pair's
+/// key): fingerprints and counts, no content.
+fn digest_of(key: &str, t: &TapRecord) -> Option<Value> {
+    let route = match t.path.as_str() {
+        "/v1/messages" => crate::request::Route::AnthropicMessages,
+        "/v1/chat/completions" => crate::request::Route::OpenAiChat,
+        "/v1/responses" => crate::request::Route::OpenAiResponses,
+        _ => return None,
+    };
+    let body = std::fs::read(t.body_file.as_ref()?).ok()?;
+    let fp_key = crate::auth::fingerprint_key(crate::auth::parse_key(key)?.secret);
+    let parsed = crate::request::parse(route, &body, &fp_key).ok()?;
+    serde_json::to_value(crate::request::Digest::new(parsed.shape)).ok()
+}
+
 fn to_record(
     r: HarnessRun,
     m: &Methodology,
     config: &Config,
     tasks: &BTreeMap<String, (TaskDecl, String)>,
+    keys: &BTreeMap<&str, &str>,
 ) -> RunRecord {
     let (category, digest) = tasks
         .get(&r.task)
@@ -347,11 +371,19 @@ fn to_record(
             verdict: c.verdict.clone(),
             reason: c.reason.clone(),
             findings: c.findings.clone(),
+            paced_ms: c.paced_ms,
             usage: c.usage.clone(),
             tool_calls: c.tool_calls,
             model_requested: c.model_requested.clone(),
             model_reported: c.model_reported.clone(),
             context: if treatment { context_of(m, c) } else { None },
+            at_ms: c
+                .at_unix_ms
+                .map(|at| at.saturating_sub(r.started_at_unix_ms)),
+            round_trip_ms: c.ms,
+            digest: treatment
+                .then(|| keys.get(r.pair.as_str()).and_then(|k| digest_of(k, c)))
+                .flatten(),
         })
         .collect();
     let bought = r
@@ -431,18 +463,31 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
             loaded.diagnostics.join("; ")
         ));
     }
-    let decl = m
+    let decls: Vec<&SuiteDecl> = m
         .suites
         .iter()
-        .find(|s| s.id == args.suite && s.kind == super::model::SuiteKind::Live)
-        .ok_or_else(|| {
-            anyhow::anyhow!("methodology.json declares no live suite {:?}", args.suite)
-        })?;
+        .filter(|s| s.kind.is_recorded())
+        .filter(|s| args.suite.as_ref().is_none_or(|id| &s.id == id))
+        .collect();
+    if decls.is_empty() {
+        return Err(anyhow::anyhow!(
+            "methodology.json declares no recorded suite {:?}",
+            args.suite.as_deref().unwrap_or("at all")
+        ));
+    }
     let config = Config::load(&args.config).map_err(anyhow::Error::from)?;
     let policy = identity::gate_policy_blake3(&config, &m.treatment_key)?;
     let real = args.upstream.is_some();
-    let reps = args.reps.unwrap_or(decl.repetitions).max(1);
-    let planned = plan_pairs(args, &m, &loaded.tasks, reps, real)?;
+    let tasks: Vec<(&String, &TaskDecl, u32)> = decls
+        .iter()
+        .flat_map(|d| {
+            let reps = args.reps.unwrap_or(d.repetitions).max(1);
+            loaded
+                .tasks_of(&d.id)
+                .map(move |(id, (t, _))| (id, t, reps))
+        })
+        .collect();
+    let planned = plan_pairs(args, &m, &tasks, real)?;
     let root = identity::repo_root(&args.dir).unwrap_or_else(|| PathBuf::from("."));
     let harness_blake3 = identity::harness_blake3(&root)
         .ok_or_else(|| anyhow::anyhow!("the harness files are not under {}", root.display()))?;
@@ -451,7 +496,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let result = record(
         args,
         &m,
-        decl,
+        &decls,
         &loaded,
         &config,
         &policy,
@@ -465,7 +510,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     } else {
         let _ = std::fs::remove_dir_all(&scratch);
     }
-    let path = result?;
+    let paths = result?;
     let now = crate::now_ms();
     let s = super::summary(
         &args.dir,
@@ -473,7 +518,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         now,
         &super::this_build(Some(&config)),
     );
-    println!("wrote {}", path.display());
+    for path in paths {
+        println!("wrote {}", path.display());
+    }
     println!("{}", s.verdict.statement);
     Ok(())
 }
@@ -485,7 +532,7 @@ const GATE_CREDENTIAL_ENV: &str = "TOKENSAVER_ECONOMICS_PROVIDER_KEY";
 fn record(
     args: &RunArgs,
     m: &Methodology,
-    decl: &SuiteDecl,
+    decls: &[&SuiteDecl],
     loaded: &super::Loaded,
     config: &Config,
     policy: &str,
@@ -493,7 +540,7 @@ fn record(
     scratch: &Path,
     real: bool,
     harness_blake3: &str,
-) -> anyhow::Result<PathBuf> {
+) -> anyhow::Result<Vec<PathBuf>> {
     // Five distinct ports: the gate's three listeners and the simulated providers' (one per
     // arm, so that the arms share no prompt cache).
     let [proxy, api, admin, mock_port, treatment_mock_port] = crate::processes::free_ports::<5>()?;
@@ -550,7 +597,7 @@ fn record(
     let out_path = scratch.join("runs.json");
     let bin = std::env::current_exe().map_err(anyhow::Error::from)?;
     let plan = json!({
-        "suite": decl.id, "scratch": scratch, "out": out_path, "bin": bin,
+        "scratch": scratch, "out": out_path, "bin": bin,
         "provider": provider,
         "gate": {"config": config_path, "ports": ports, "credential_env": GATE_CREDENTIAL_ENV,
                  "upstream_placeholder": PROVIDER_PLACEHOLDER},
@@ -576,26 +623,48 @@ fn record(
             scratch.display()
         ));
     }
-    let out: HarnessOut = serde_json::from_slice(
+    let mut out: HarnessOut = serde_json::from_slice(
         &std::fs::read(&out_path).map_err(|e| anyhow::anyhow!("{}: {e}", out_path.display()))?,
     )
     .map_err(|e| anyhow::anyhow!("the harness's output: {e}"))?;
-    let ev = evidence(
-        m,
-        decl,
-        loaded,
-        config,
-        policy,
-        out,
-        recorded_at,
-        real,
-        args,
-        harness_blake3,
-    );
     // Signed with the receipt key of the config's data dir, like the gate's receipts.
     let signer = crate::receipt::load_or_create(&config.data_dir)
         .map_err(|e| anyhow::anyhow!("the receipt key: {e}"))?;
-    write_evidence(&args.dir, &ev, &signer)
+    // Each pair's treatment key: the digests are computed under it, as the gate computed them.
+    let keys: BTreeMap<&str, &str> = planned
+        .iter()
+        .map(|p| (p.id.as_str(), p.key.as_str()))
+        .collect();
+    let mut written = Vec::new();
+    // One evidence file per suite, each with its own tasks' runs.
+    for decl in decls {
+        let (mine, rest): (Vec<HarnessRun>, Vec<HarnessRun>) =
+            std::mem::take(&mut out.runs).into_iter().partition(|r| {
+                loaded
+                    .tasks
+                    .get(&r.task)
+                    .is_some_and(|(t, _)| t.suite == decl.id)
+            });
+        out.runs = rest;
+        if mine.is_empty() {
+            continue;
+        }
+        let ev = evidence(
+            m,
+            decl,
+            loaded,
+            config,
+            policy,
+            (&out.harness, &out.clients, mine),
+            &keys,
+            recorded_at,
+            real,
+            args,
+            harness_blake3,
+        );
+        written.push(write_evidence(&args.dir, &ev, &signer)?);
+    }
+    Ok(written)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -605,14 +674,15 @@ fn evidence(
     loaded: &super::Loaded,
     config: &Config,
     policy: &str,
-    out: HarnessOut,
+    (harness, client_versions, runs): (&HarnessId, &BTreeMap<String, String>, Vec<HarnessRun>),
+    keys: &BTreeMap<&str, &str>,
     recorded_at: u64,
     real: bool,
     args: &RunArgs,
     harness_blake3: &str,
 ) -> EvidenceFile {
     let mut clients: BTreeMap<String, ClientInfo> = BTreeMap::new();
-    for r in &out.runs {
+    for r in &runs {
         let program = m
             .clients
             .get(&r.client)
@@ -624,8 +694,7 @@ fn evidence(
             .or_insert_with(|| ClientInfo {
                 id: r.client.clone(),
                 program,
-                version: out
-                    .clients
+                version: client_versions
                     .get(version_key)
                     .cloned()
                     .unwrap_or_else(|| "unknown".into()),
@@ -634,8 +703,7 @@ fn evidence(
     }
     // The built-in provider names itself on its answers: what was recorded against it is a
     // simulation, whatever `--upstream` said.
-    let identified = out
-        .runs
+    let identified = runs
         .iter()
         .flat_map(|r| r.calls.iter().chain(r.provider_calls.iter()))
         .find_map(|c| c.provider_identity.clone());
@@ -665,10 +733,9 @@ fn evidence(
             usage_counting: super::SIMULATED_USAGE_COUNTING.into(),
         }
     };
-    let runs = out
-        .runs
+    let runs = runs
         .into_iter()
-        .map(|r| to_record(r, m, config, &loaded.tasks))
+        .map(|r| to_record(r, m, config, &loaded.tasks, keys))
         .collect();
     EvidenceFile {
         format: EVIDENCE_FORMAT,
@@ -681,13 +748,12 @@ fn evidence(
         provider,
         clients: clients.into_values().collect(),
         harness: HarnessInfo {
-            path: out.harness.path,
-            version: out.harness.version,
+            path: harness.path.clone(),
+            version: harness.version.clone(),
             blake3: harness_blake3.to_string(),
         },
         tasks: loaded
-            .tasks
-            .iter()
+            .tasks_of(&decl.id)
             .map(|(id, (_, d))| (id.clone(), d.clone()))
             .collect(),
         repetitions: args.reps.unwrap_or(decl.repetitions),

@@ -33,6 +33,7 @@ pub mod plot;
 pub mod render;
 pub mod rule;
 pub mod stats;
+mod stuck;
 
 use std::collections::BTreeMap;
 
@@ -62,6 +63,18 @@ pub struct Loaded {
     /// BLAKE3 of the harness beside the directory (`None`: not found here).
     pub harness_blake3: Option<String>,
     pub diagnostics: Vec<String>,
+}
+
+impl Loaded {
+    /// The tasks of one recorded suite (a task names its suite).
+    pub fn tasks_of<'a>(
+        &'a self,
+        suite: &'a str,
+    ) -> impl Iterator<Item = (&'a String, &'a (TaskDecl, String))> + 'a {
+        self.tasks
+            .iter()
+            .filter(move |(_, (t, _))| t.suite == suite)
+    }
 }
 
 /// The gate config in force, as far as freshness needs it: the BLAKE3 of the policy it applies
@@ -185,7 +198,7 @@ pub fn freshness_of(
             ev.tokenizer.encoding, ev.tokenizer.implementation, t.encoding, t.implementation
         ));
     }
-    for (id, (_, digest)) in &loaded.tasks {
+    for (id, (_, digest)) in loaded.tasks_of(&ev.suite) {
         match ev.tasks.get(id) {
             None => reasons.push(format!("task {id} is declared but was not recorded")),
             Some(d) if d != digest => reasons.push(format!(
@@ -196,7 +209,12 @@ pub fn freshness_of(
             Some(_) => {}
         }
     }
-    for id in ev.tasks.keys().filter(|id| !loaded.tasks.contains_key(*id)) {
+    for id in ev.tasks.keys().filter(|id| {
+        loaded
+            .tasks
+            .get(*id)
+            .is_none_or(|(t, _)| t.suite != ev.suite)
+    }) {
         reasons.push(format!("task {id} was recorded but is no longer declared"));
     }
     if let Some(h) = &loaded.harness_blake3 {
@@ -249,7 +267,7 @@ pub fn pairs_of(
             .unwrap_or_default()
     };
     let mut keys: BTreeMap<String, Declared<'_>> = BTreeMap::new();
-    for (id, (t, _)) in &loaded.tasks {
+    for (id, (t, _)) in loaded.tasks_of(suite) {
         for client in &t.clients {
             for rep in 1..=repetitions {
                 keys.insert(

@@ -265,6 +265,13 @@ pub struct EconomicsPair {
     /// (observed; the gate's `tokens_not_bought`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_not_bought: Option<u64>,
+    /// Wall-clock seconds of each arm's run (`[control, treatment]`), when both ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<[f64; 2]>,
+    /// Treatment: the time the gate held the client's requests in all (paced repeated steps),
+    /// in milliseconds, from its receipts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paced_ms: Option<u64>,
 }
 
 /// Pair counts of a suite, so that nothing is dropped out of sight.
@@ -336,16 +343,51 @@ pub struct EconomicsSuiteView {
     pub tasks: usize,
 }
 
+/// One arm's means over a stuck task's runs by one client.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EconomicsStuckArm {
+    pub runs: usize,
+    /// Provider calls bought, mean per run.
+    pub calls: f64,
+    /// The most provider calls one run bought.
+    pub max_calls: u64,
+    /// Total tokens bought, mean per run.
+    pub tokens: f64,
+    /// Cost at the recorded price table, mean per run, in nano-USD.
+    pub cost_nano_usd: f64,
+    /// Wall-clock seconds until the client gave up or was stopped, mean per run.
+    pub seconds: f64,
+}
+
+/// What a stuck session bought through the gate against straight to the provider.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EconomicsStuckRow {
+    pub suite: String,
+    pub task: String,
+    pub client: String,
+    pub control: EconomicsStuckArm,
+    pub treatment: EconomicsStuckArm,
+    /// Treatment runs the gate stopped (a BLOCK with `runaway_step`).
+    pub stopped: usize,
+    /// `1 - treatment cost / control cost` over the runs (pooled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_reduction: Option<f64>,
+    /// The gate's holds (paced steps), mean seconds per treatment run.
+    pub paced_seconds: f64,
+}
+
 /// A metric's value within one segment of the pairs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EconomicsSegment {
-    /// `category`, `client`, `model`.
+    /// `category`, `client`, `model`, `session_length`.
     pub dimension: String,
     pub value: String,
     /// Valid pairs in it.
     pub n: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_reduction: Option<EconomicsDistribution>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_reduction: Option<EconomicsDistribution>,
 }
 
 /// The identity of a tokenizer, recorded with every count it produced.
@@ -397,8 +439,16 @@ pub struct EconomicsHistoryPoint {
 pub struct EconomicsHypothesis {
     pub id: String,
     pub statement: String,
-    /// `untested`, `supported`, `refuted` — set by a person reading the evidence.
+    /// `untested`, `supported`, `refuted` — set by a person reading the evidence. The summary
+    /// says `tested` in its place where the evidence holds every metric of `tested_by` and the
+    /// methodology left it `untested`: the data tests it, and a person has not yet judged how.
     pub status: String,
+    /// The summary's metrics (ids) whose figures test it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tested_by: Vec<String>,
+    /// Summary only: the figures of `tested_by` in the evidence judged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub figures: Vec<String>,
 }
 
 /// One arm of the experiment.
@@ -486,6 +536,10 @@ pub struct EconomicsSummary {
     pub hypotheses: Vec<EconomicsHypothesis>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<EconomicsContextView>,
+    /// The stuck-agent suite: what a stuck session bought through the gate against straight,
+    /// per task and client.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stuck: Vec<EconomicsStuckRow>,
     /// The narrowing applied to pairs and metrics (never to the verdict).
     #[serde(default)]
     pub query: EconomicsQuery,
@@ -497,12 +551,16 @@ pub struct EconomicsSummary {
 // Declarations and evidence on disk
 // ---------------------------------------------------------------------------------------------
 
-/// The two kinds of suite: measured on real clients in two arms, or counted in the live
-/// suite's treatment requests. They are separate metrics and never merged.
+/// The three kinds of suite: healthy work measured on real clients in two arms and judged by
+/// the publication rule (`live`); stuck agents recorded the same way and reported as what a
+/// stuck session bought in each arm, never judged by the rule nor pooled with healthy work
+/// (`stuck`); or counted in a live suite's treatment requests (`context`). They are separate
+/// metrics and never merged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SuiteKind {
     Live,
+    Stuck,
     Context,
 }
 
@@ -510,8 +568,14 @@ impl SuiteKind {
     pub fn as_str(self) -> &'static str {
         match self {
             SuiteKind::Live => "live",
+            SuiteKind::Stuck => "stuck",
             SuiteKind::Context => "context",
         }
+    }
+
+    /// Recorded by the harness in two arms (`tokensaver economics run`).
+    pub fn is_recorded(self) -> bool {
+        matches!(self, SuiteKind::Live | SuiteKind::Stuck)
     }
 }
 
@@ -602,6 +666,8 @@ pub struct Methodology {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TaskDecl {
+    /// The recorded suite it belongs to (`healthy-work`, `stuck-agents`).
+    pub suite: String,
     pub category: String,
     pub title: String,
     /// The task as a user would type it (against the built-in provider the harness appends
@@ -690,6 +756,10 @@ pub struct StepRecord {
     /// Treatment: the finding codes in the gate's receipt.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub findings: Vec<String>,
+    /// Treatment: how long the gate held the request before deciding it (a paced repeated
+    /// step; the receipt's `paced_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paced_ms: Option<u64>,
     /// The usage the answer reports (for a SERVE: the stored answer's, not bought again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<StepUsage>,
@@ -703,6 +773,19 @@ pub struct StepRecord {
     /// Treatment: counted context and what the findings flag as removable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<ContextCount>,
+    /// When the request reached the recording tap (in front of the gate, or of the provider in
+    /// the control arm), in milliseconds after the run started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_ms: Option<u64>,
+    /// From the request reaching the tap to its answer's end, in milliseconds (the gate's
+    /// holds included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round_trip_ms: Option<u64>,
+    /// Treatment: the request's digest (`tokensaver digest`: fingerprints and counts under the
+    /// pair's key, no content), what the gate decided on, kept so that another build's gate can
+    /// decide the recorded calls again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<serde_json::Value>,
 }
 
 /// One provider call an arm bought (recorded in front of the provider).

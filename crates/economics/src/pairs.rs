@@ -127,6 +127,8 @@ pub fn make_pair(
         succeeded: None,
         refusals: vec![],
         tokens_not_bought: None,
+        seconds: None,
+        paced_ms: None,
     };
     let (c, t) = match (control, treatment) {
         (Some(c), Some(t)) => (c, t),
@@ -143,6 +145,8 @@ pub fn make_pair(
     p.control_usage = Some(co.usage.clone());
     p.treatment_usage = Some(to.usage.clone());
     p.tokens_not_bought = Some(to.not_bought);
+    p.seconds = Some([c.seconds, t.seconds]);
+    p.paced_ms = Some(t.steps.iter().filter_map(|s| s.paced_ms).sum());
     p.succeeded = Some([co.succeeded, to.succeeded]);
     p.refusals = to
         .refusals

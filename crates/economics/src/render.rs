@@ -47,6 +47,8 @@ pub fn render_text(s: &EconomicsSummary) -> String {
     suites(&mut o, s);
     metrics(&mut o, s);
     context(&mut o, s);
+    stuck(&mut o, s);
+    hypotheses(&mut o, s);
     segments(&mut o, s);
     pairs(&mut o, s);
     if !s.history.is_empty() {
@@ -248,14 +250,70 @@ fn segments(o: &mut String, s: &EconomicsSummary) {
     if s.segments.is_empty() {
         return;
     }
-    let _ = writeln!(o, "\nsegments (median token reduction over valid pairs):");
+    let _ = writeln!(
+        o,
+        "\nsegments (median token and cost reduction over valid pairs):"
+    );
     for g in &s.segments {
-        let med = g
-            .token_reduction
-            .as_ref()
-            .map(|d| pct(d.median))
-            .unwrap_or_else(|| "—".into());
-        let _ = writeln!(o, "  {}={}: {med} (n {})", g.dimension, g.value, g.n);
+        let med = |d: &Option<EconomicsDistribution>| {
+            d.as_ref()
+                .map(|d| pct(d.median))
+                .unwrap_or_else(|| "—".into())
+        };
+        let _ = writeln!(
+            o,
+            "  {}={}: tokens {}, cost {} (n {})",
+            g.dimension,
+            g.value,
+            med(&g.token_reduction),
+            med(&g.cost_reduction),
+            g.n
+        );
+    }
+}
+
+fn stuck(o: &mut String, s: &EconomicsSummary) {
+    if s.stuck.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\nstuck agents (mean per run: provider calls, cost, seconds; straight → through the gate):"
+    );
+    for r in &s.stuck {
+        let usd = |n: f64| format!("${:.4}", n / 1e9);
+        let _ = writeln!(
+            o,
+            "  {} on {}: {:.1} calls, {}, {:.0} s → {:.1} calls (at most {}), {}, {:.0} s ({:.0} s held); {} of {} stopped; cost {}",
+            r.client,
+            r.task,
+            r.control.calls,
+            usd(r.control.cost_nano_usd),
+            r.control.seconds,
+            r.treatment.calls,
+            r.treatment.max_calls,
+            usd(r.treatment.cost_nano_usd),
+            r.treatment.seconds,
+            r.paced_seconds,
+            r.stopped,
+            r.treatment.runs,
+            r.cost_reduction
+                .map(|c| format!("{} less", pct(c)))
+                .unwrap_or_else(|| "—".into())
+        );
+    }
+}
+
+fn hypotheses(o: &mut String, s: &EconomicsSummary) {
+    if s.hypotheses.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "\nhypotheses:");
+    for h in &s.hypotheses {
+        let _ = writeln!(o, "  {} ({}): {}", h.id, h.status, h.statement);
+        for f in &h.figures {
+            let _ = writeln!(o, "    {f}");
+        }
     }
 }
 

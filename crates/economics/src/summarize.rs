@@ -14,7 +14,7 @@ use super::{format_utc, freshness_of, pairs_of, stats, Current, Loaded};
 const CLUSTER_METHOD: &str =
     "cluster bootstrap over tasks (a task's pairs, every client and repetition, resampled together), percentile interval";
 
-const SIMULATION_WARNING: &str = "a simulation against a scripted provider: it measures the gate's mechanisms on scripted agent behaviour, not a real model's costs";
+pub(crate) const SIMULATION_WARNING: &str = "a simulation against a scripted provider: it measures the gate's mechanisms on scripted agent behaviour, not a real model's costs";
 
 /// What the usage figures are: the provider's word (`observed`), or, against the built-in
 /// provider, the count its tokenizer made of the bytes (`counted`).
@@ -140,6 +140,7 @@ fn empty(query: &EconomicsQuery, diagnostics: Vec<String>) -> EconomicsSummary {
         variants: vec![],
         hypotheses: vec![],
         context: None,
+        stuck: vec![],
         query: query.clone(),
         diagnostics,
     }
@@ -224,13 +225,27 @@ pub fn summarize(
         view.pairs = count_pairs(
             &all,
             loaded
-                .tasks
-                .values()
-                .map(|(t, _)| t.clients.len())
+                .tasks_of(&decl.id)
+                .map(|(_, (t, _))| t.clients.len())
                 .sum::<usize>()
                 * decl.repetitions as usize,
         );
         let simulated = usable.is_some_and(|e| e.provider.kind == ProviderKind::Simulated);
+        if decl.kind == SuiteKind::Stuck {
+            if query.suite.as_deref().is_some_and(|q| q != decl.id) {
+                s.suites.push(view);
+                continue;
+            }
+            let narrowed: Vec<&EconomicsPair> =
+                all_pairs.iter().filter(|p| matches(query, p)).collect();
+            let rows = super::stuck::rows(&narrowed);
+            s.metrics
+                .extend(super::stuck::metrics(&decl.id, &rows, simulated));
+            s.stuck.extend(rows);
+            s.pairs.extend(narrowed.into_iter().cloned());
+            s.suites.push(view);
+            continue;
+        }
         if primary_verdict.is_none() {
             s.simulated = simulated;
             primary_verdict = Some(verdict(
@@ -258,6 +273,7 @@ pub fn summarize(
         s.pairs.extend(narrowed.into_iter().cloned());
         s.suites.push(view);
     }
+    s.hypotheses = tested(&s.hypotheses, &s.metrics);
     s.verdict = primary_verdict.unwrap_or_else(|| EconomicsVerdict {
         publishable: false,
         statement: "No quantitative token claim: the methodology declares no live suite.".into(),
@@ -284,7 +300,16 @@ fn suite_view(
         kind: decl.kind,
         version: decl.version,
         title: decl.title.clone(),
-        model: None,
+        // The models its clients asked for, as recorded (`client=model`).
+        model: ev
+            .map(|e| {
+                e.clients
+                    .iter()
+                    .map(|c| format!("{}={}", c.id, c.model))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .filter(|m| !m.is_empty()),
         freshness,
         freshness_detail: (!reasons.is_empty()).then(|| reasons.join("; ")),
         stale_reasons: if freshness == EconomicsFreshness::Stale {
@@ -315,7 +340,52 @@ fn suite_view(
         provider: ev.map(|e| e.provider.clone()),
         clients: ev.map(|e| e.clients.clone()).unwrap_or_default(),
         evidence_file: latest.map(|(n, _)| format!("evidence/{n}")),
-        tasks: loaded.tasks.len(),
+        tasks: loaded
+            .tasks_of(decl.reads.as_deref().unwrap_or(&decl.id))
+            .count(),
+    }
+}
+
+/// The hypotheses, each marked `tested` (where the methodology left it `untested`) when the
+/// summary holds a measured figure for every metric it names, with those figures.
+fn tested(
+    hypotheses: &[EconomicsHypothesis],
+    metrics: &[EconomicsMetric],
+) -> Vec<EconomicsHypothesis> {
+    hypotheses
+        .iter()
+        .map(|h| {
+            let mut h = h.clone();
+            let figures: Vec<String> = h
+                .tested_by
+                .iter()
+                .filter_map(|id| {
+                    let m = metrics.iter().find(|m| &m.id == id && m.n > 0)?;
+                    let v = m.value?;
+                    Some(format!(
+                        "{id} = {} (n = {}, suite {})",
+                        figure(v, &m.unit),
+                        m.n,
+                        m.suite
+                    ))
+                })
+                .collect();
+            if !h.tested_by.is_empty() && figures.len() == h.tested_by.len() {
+                if h.status == "untested" {
+                    h.status = "tested".into();
+                }
+                h.figures = figures;
+            }
+            h
+        })
+        .collect()
+}
+
+fn figure(v: f64, unit: &str) -> String {
+    match unit {
+        "ratio" => format!("{:.1}%", v * 100.0),
+        "seconds" => format!("{v:.1} s"),
+        _ => format!("{v}"),
     }
 }
 
@@ -358,7 +428,7 @@ fn verdict(
     let vals: Vec<f64> = cl.iter().flatten().copied().collect();
     let interval = boot.interval(&cl, stats::median, CLUSTER_METHOD);
     let mut category_pairs: BTreeMap<String, usize> = BTreeMap::new();
-    for (t, _) in loaded.tasks.values() {
+    for (_, (t, _)) in loaded.tasks_of(suite) {
         category_pairs.entry(t.category.clone()).or_insert(0);
     }
     for p in all
@@ -368,8 +438,7 @@ fn verdict(
         *category_pairs.entry(p.category.clone()).or_insert(0) += 1;
     }
     let min_reps = loaded
-        .tasks
-        .iter()
+        .tasks_of(suite)
         .flat_map(|(id, (t, _))| {
             t.clients.iter().flat_map(move |c| {
                 ["control", "treatment"].map(|arm| {
@@ -627,6 +696,33 @@ fn live_metrics(
         out.push(mm);
     }
 
+    // What pacing costs in time, a metric of its own: the gate's holds, and the whole run's
+    // wall time against the control's.
+    for (id, title, formula, f) in [
+        (
+            "paced_seconds",
+            "Time the gate held the agent's requests (pacing)",
+            "median over valid pairs of the treatment's paced time in all (the receipts' paced_ms), in seconds",
+            (|p: &EconomicsPair| p.paced_ms.map(|ms| ms as f64 / 1_000.0))
+                as fn(&EconomicsPair) -> Option<f64>,
+        ),
+        (
+            "time_added_seconds",
+            "Wall time added through the gate",
+            "median over valid pairs of the treatment run's wall-clock seconds minus the control run's",
+            |p| p.seconds.map(|[c, t]| t - c),
+        ),
+    ] {
+        let v = valid_values(pairs, f);
+        let mut mm = metric(id, title, EconomicsClass::Observed, None, "seconds", formula, suite);
+        mm.value = stats::median(&v);
+        mm.distribution = stats::distribution(&v);
+        mm.evidence = per_task_medians(pairs, f);
+        measured(&mut mm, v.len());
+        mm.not = Some("not a cost: time the agent waited, which the provider does not bill; on a compressed recording it is compressed time".into());
+        out.push(mm);
+    }
+
     let nb: Vec<&&EconomicsPair> = pairs
         .iter()
         .filter(|p| p.status == EconomicsPairStatus::Valid)
@@ -722,31 +818,59 @@ impl Headline<'_> {
     }
 }
 
-/// A dimension the pairs are segmented by: its name, and a pair's value in it.
-type Dimension = (&'static str, fn(&EconomicsPair) -> &String);
+/// A per-task line for a metric's evidence: `task: median (n)`.
+fn per_task_medians(pairs: &[&EconomicsPair], f: fn(&EconomicsPair) -> Option<f64>) -> Vec<String> {
+    task_clusters(pairs, f)
+        .into_iter()
+        .filter_map(|(task, v)| {
+            Some(format!(
+                "{task}: {:.1} ({} pairs)",
+                stats::median(&v)?,
+                v.len()
+            ))
+        })
+        .collect()
+}
 
-const DIMENSIONS: [Dimension; 3] = [
-    ("category", |p| &p.category),
-    ("client", |p| &p.client),
-    ("model", |p| &p.model),
+/// A dimension the pairs are segmented by: its name, and a pair's value in it.
+type Dimension = (&'static str, fn(&EconomicsPair) -> String);
+
+const DIMENSIONS: [Dimension; 4] = [
+    ("category", |p| p.category.clone()),
+    ("client", |p| p.client.clone()),
+    ("model", |p| p.model.clone()),
+    ("session_length", session_length),
 ];
+
+/// A pair's session length, by the provider calls its control bought: the seed's segment by
+/// session length, in three bands.
+fn session_length(p: &EconomicsPair) -> String {
+    match p.control_usage.as_ref().map(|u| u.requests) {
+        None => "unknown".into(),
+        Some(0..=9) => "short (under 10 calls)".into(),
+        Some(10..=29) => "medium (10-29 calls)".into(),
+        Some(_) => "long (30 calls or more)".into(),
+    }
+}
 
 fn segments(pairs: &[&EconomicsPair]) -> Vec<EconomicsSegment> {
     let mut out = Vec::new();
     for (dim, value_of) in DIMENSIONS {
-        let mut seg: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        let mut seg: BTreeMap<String, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
         for p in pairs {
-            let e = seg.entry(value_of(p).clone()).or_default();
-            if let (EconomicsPairStatus::Valid, Some(r)) = (p.status, p.token_reduction) {
-                e.push(r);
+            let (tokens, cost) = seg.entry(value_of(p)).or_default();
+            if p.status == EconomicsPairStatus::Valid {
+                tokens.extend(p.token_reduction);
+                cost.extend(p.cost_reduction);
             }
         }
-        for (value, v) in seg {
+        for (value, (tokens, cost)) in seg {
             out.push(EconomicsSegment {
                 dimension: dim.into(),
                 value,
-                n: v.len(),
-                token_reduction: stats::distribution(&v),
+                n: tokens.len(),
+                token_reduction: stats::distribution(&tokens),
+                cost_reduction: stats::distribution(&cost),
             });
         }
     }
@@ -764,6 +888,7 @@ fn history(loaded: &Loaded) -> Vec<EconomicsHistoryPoint> {
             .filter(|p| p.control.is_some() || p.treatment.is_some())
             .collect();
         let vals = valid_values(&refs, |p| p.token_reduction);
+        let costs = valid_values(&refs, |p| p.cost_reduction);
         let rows: Vec<SuccessRow> = row_clusters(&refs)
             .into_iter()
             .flat_map(|(_, r)| r)
@@ -789,6 +914,9 @@ fn history(loaded: &Loaded) -> Vec<EconomicsHistoryPoint> {
         };
         if let Some(v) = stats::median(&vals) {
             out.push(point("token_reduction", v, vals.len()));
+        }
+        if let Some(v) = stats::median(&costs) {
+            out.push(point("cost_reduction", v, costs.len()));
         }
         if let Some(v) = per_success_reduction(&rows) {
             out.push(point("tokens_per_success_reduction", v, rows.len()));

@@ -1047,25 +1047,31 @@ mod tests {
             p
         }
 
+        /// The economics recording compresses every window 60 times (earlier recordings 30):
+        /// a session that much faster is decided alike, call for call.
         #[test]
         fn a_gate_compressed_30_times_decides_an_agent_30_times_faster_alike() {
-            let scaled = compressed(30);
-            for human in [false, true] {
-                // A poll every 30 s that finishes after 8 answers; a stuck agent that would
-                // repeat its step 100 times, 3 s after each answer.
-                for (gap_ms, want) in [(30_000, 8), (3_000, 100)] {
-                    let (calls, refused, scores) =
-                        run_agent_under(&Policy::default(), human, gap_ms, want);
-                    let (fast, fast_refused, fast_scores) =
-                        run_agent_under(&scaled, human, gap_ms / 30, want);
-                    let rel = |t: &[u64]| t.iter().map(|&x| x - t[0]).collect::<Vec<_>>();
-                    let stretched: Vec<u64> = rel(&fast).iter().map(|x| x * 30).collect();
-                    assert_eq!(stretched, rel(&calls), "attended {human}, gap {gap_ms}");
-                    assert_eq!(
-                        fast_refused.map(|d| d.reason()),
-                        refused.map(|d| d.reason()),
-                    );
-                    assert_eq!(fast_scores, scores, "attended {human}, gap {gap_ms}");
+            for factor in [30, 60] {
+                let scaled = compressed(factor);
+                for human in [false, true] {
+                    // A poll every 30 s that finishes after 8 answers; a stuck agent that
+                    // would repeat its step 100 times, 3 s after each answer.
+                    for (gap_ms, want) in [(30_000, 8), (3_000, 100)] {
+                        let (calls, refused, scores) =
+                            run_agent_under(&Policy::default(), human, gap_ms, want);
+                        let (fast, fast_refused, fast_scores) =
+                            run_agent_under(&scaled, human, gap_ms / factor, want);
+                        let rel = |t: &[u64]| t.iter().map(|&x| x - t[0]).collect::<Vec<_>>();
+                        let stretched: Vec<u64> = rel(&fast).iter().map(|x| x * factor).collect();
+                        let case = format!("{factor}x, attended {human}, gap {gap_ms}");
+                        assert_eq!(stretched, rel(&calls), "{case}");
+                        assert_eq!(
+                            fast_refused.map(|d| d.reason()),
+                            refused.map(|d| d.reason()),
+                            "{case}"
+                        );
+                        assert_eq!(fast_scores, scores, "{case}");
+                    }
                 }
             }
         }
