@@ -11,7 +11,8 @@ use tokensaver::config::Config;
 use tokensaver::economics::model::*;
 use tokensaver::economics::stats::{cluster_bootstrap, median};
 use tokensaver::economics::{
-    self, evaluate_rule, identity, make_pair, Current, PairKey, RuleInputs, FLOOR, SIMULATION_LABEL,
+    self, evaluate_rule, identity, make_pair, Current, GateConfigInForce, PairKey, RuleInputs,
+    FLOOR, SIMULATION_LABEL,
 };
 
 const DIR: &str = "corpus/economics";
@@ -623,14 +624,19 @@ fn fresh_copy() -> (tempfile::TempDir, PathBuf) {
 
 const NOW: u64 = 2_000;
 
-fn live(dir: &Path, current: &Current<'_>) -> EconomicsSuiteView {
-    let s = economics::summarize(
+/// The summary of an economics directory at `NOW`, against `current`.
+fn summary_at_now(dir: &Path, current: &Current<'_>) -> EconomicsSummary {
+    economics::summarize(
         &economics::load(dir),
         &EconomicsQuery::default(),
         NOW,
         current,
         Some(50),
-    );
+    )
+}
+
+fn live(dir: &Path, current: &Current<'_>) -> EconomicsSuiteView {
+    let s = summary_at_now(dir, current);
     s.suites
         .into_iter()
         .find(|v| v.kind == SuiteKind::Live)
@@ -778,13 +784,7 @@ fn stale_when_the_methodology_changes_and_incompatible_under_a_new_version() {
         original.replace("\"version\": 4,", "\"version\": 5,"),
     )
     .unwrap();
-    let s = economics::summarize(
-        &economics::load(&d),
-        &EconomicsQuery::default(),
-        NOW,
-        &economics::this_build(Some(&c)),
-        Some(50),
-    );
+    let s = summary_at_now(&d, &economics::this_build(Some(&c)));
     let v = s.suites.iter().find(|v| v.kind == SuiteKind::Live).unwrap();
     assert_eq!(v.freshness, EconomicsFreshness::Incompatible);
     assert!(s
@@ -803,13 +803,7 @@ fn history_appends_and_the_latest_is_judged() {
     ev.recorded_at_unix_ms = 1_500;
     ev.build.source_blake3 = "1".repeat(64);
     std::fs::write(ev_dir.join("b.json"), serde_json::to_vec(&ev).unwrap()).unwrap();
-    let s = economics::summarize(
-        &economics::load(&d),
-        &EconomicsQuery::default(),
-        NOW,
-        &economics::this_build(Some(&c)),
-        Some(50),
-    );
+    let s = summary_at_now(&d, &economics::this_build(Some(&c)));
     let files: std::collections::BTreeSet<_> = s.history.iter().map(|h| h.file.as_str()).collect();
     assert_eq!(
         files.len(),
@@ -882,13 +876,7 @@ fn stuck_agents_are_reported_apart_from_healthy_work() {
     std::fs::create_dir_all(&stuck_dir).unwrap();
     std::fs::write(stuck_dir.join("a.json"), serde_json::to_vec(&ev).unwrap()).unwrap();
 
-    let s = economics::summarize(
-        &economics::load(&d),
-        &EconomicsQuery::default(),
-        NOW,
-        &economics::this_build(Some(&c)),
-        Some(50),
-    );
+    let s = summary_at_now(&d, &economics::this_build(Some(&c)));
     let view = |id: &str| s.suites.iter().find(|v| v.id == id).unwrap();
     assert_eq!(view("healthy-work").pairs.attempted, healthy_pairs);
     assert_eq!(view("healthy-work").pairs.both_failed, 0);
@@ -940,13 +928,7 @@ fn stuck_agents_are_reported_apart_from_healthy_work() {
     assert!(text.contains("70.0% less"), "{text}");
     // Without the stuck suite's evidence the hypothesis stays as the methodology left it.
     std::fs::remove_file(stuck_dir.join("a.json")).unwrap();
-    let s = economics::summarize(
-        &economics::load(&d),
-        &EconomicsQuery::default(),
-        NOW,
-        &economics::this_build(Some(&c)),
-        Some(50),
-    );
+    let s = summary_at_now(&d, &economics::this_build(Some(&c)));
     let h = s.hypotheses.iter().find(|h| h.id == "stuck").unwrap();
     assert_eq!((h.status.as_str(), h.figures.len()), ("untested", 0));
     assert!(s.stuck.is_empty());
@@ -1011,13 +993,8 @@ fn summary_over_the_committed_evidence() {
     assert!(loaded.diagnostics.is_empty(), "{:?}", loaded.diagnostics);
     assert!(loaded.tasks.len() >= 6);
     let c = config();
-    let latest = loaded
-        .evidence
-        .iter()
-        .map(|(_, e)| e)
-        .max_by_key(|e| e.recorded_at_unix_ms)
-        .expect("committed evidence");
-    let now = latest.recorded_at_unix_ms + 86_400_000;
+    let latest = |suite: &str| committed(&loaded, suite);
+    let now = latest("healthy-work").recorded_at_unix_ms + 86_400_000;
     let s = economics::summarize(
         &loaded,
         &EconomicsQuery::default(),
@@ -1033,43 +1010,60 @@ fn summary_over_the_committed_evidence() {
         s.verdict.statement
     );
     assert!(!s.verdict.publishable);
+    // The rule judges healthy work alone: a simulation is all that keeps it from publishing.
+    assert!(
+        s.verdict
+            .unmet
+            .iter()
+            .all(|u| !u.starts_with("min_valid_pair_rate_bp")
+                && !u.starts_with("max_treatment_failed_rate_bp")),
+        "{:?}",
+        s.verdict.unmet
+    );
     let live = s.suites.iter().find(|v| v.kind == SuiteKind::Live).unwrap();
+    assert_eq!(live.id, "healthy-work");
     assert_eq!(
         live.provider.as_ref().unwrap().kind,
         ProviderKind::Simulated
     );
-    assert!(live.clients.len() >= 3, "{:?}", live.clients);
+    assert!(live.clients.len() >= 4, "{:?}", live.clients);
     let p = &live.pairs;
     assert_eq!(
         p.valid + p.control_failed + p.treatment_failed + p.both_failed + p.other,
         p.attempted
     );
     assert!(p.attempted >= 30, "the full run: {p:?}");
+    let stuck = s
+        .suites
+        .iter()
+        .find(|v| v.kind == SuiteKind::Stuck)
+        .unwrap();
+    assert_eq!(stuck.id, "stuck-agents");
+    assert!(stuck.pairs.attempted >= 16, "{:?}", stuck.pairs);
+    // The suites never mix: every pair sits in its task's suite.
+    for pair in &s.pairs {
+        assert_eq!(
+            pair.suite, loaded.tasks[&pair.task].0.suite,
+            "{}",
+            pair.task
+        );
+    }
     assert!(s
         .metrics
         .iter()
         .all(|m| m.status != EconomicsMetricStatus::Verified));
-    let tr = s
-        .metrics
-        .iter()
-        .find(|m| m.id == "token_reduction")
-        .unwrap();
+    let metric = |id: &str| s.metrics.iter().find(|m| m.id == id).unwrap();
+    let tr = metric("token_reduction");
     assert!(
         tr.warnings[0].starts_with("a simulation"),
         "{:?}",
         tr.warnings
     );
-    assert!(s
-        .metrics
-        .iter()
-        .any(|m| m.id == "tokens_per_success_reduction"));
-    assert!(s.metrics.iter().any(|m| m.id == "gate_caused_failures"));
+    assert_eq!(tr.suite, "healthy-work");
+    assert_eq!(metric("tokens_per_success_reduction").suite, "healthy-work");
+    assert_eq!(metric("stuck_cost_reduction").suite, "stuck-agents");
     // Context and total-token reduction: separate metrics, never merged.
-    let cr = s
-        .metrics
-        .iter()
-        .find(|m| m.id == "context_reduction")
-        .unwrap();
+    let cr = metric("context_reduction");
     assert_eq!(cr.inputs, Some(EconomicsClass::Counted));
     assert_ne!(cr.suite, tr.suite);
     // Nothing was removed: what removing would have saved is counterfactual.
@@ -1079,26 +1073,24 @@ fn summary_over_the_committed_evidence() {
     // What the gate broke is stated before any reduction.
     let at = |id: &str| s.metrics.iter().position(|m| m.id == id).unwrap();
     assert!(at("gate_caused_failures") < at("token_reduction"));
+    assert_eq!(metric("gate_caused_failures").value, Some(0.0));
     // Cost stands with tokens: its own interval and leave-one-task-out range.
-    let cost = &s.metrics[at("cost_reduction")];
+    let cost = metric("cost_reduction");
     assert!(
         cost.interval.is_some() && cost.leave_one_task_out.is_some(),
         "{cost:?}"
     );
     assert_eq!(cost.status, tr.status);
-    // The per-success figure comes with its range. Every task weighs the same, so the stuck
-    // agent stopped at its 30th repeat (failing in both arms by design) moves it most, and
-    // without it the figure is small: what the gate saves on work that succeeds is in cost
-    // (prompt caching), not in tokens.
-    let ps = &s.metrics[at("tokens_per_success_reduction")];
-    let range = ps.leave_one_task_out.as_ref().unwrap();
-    assert_eq!(range.low_without, "stuck-noisy-deploy", "{range:?}");
-    let v = ps.value.unwrap();
-    assert!(
-        range.low < 0.05 && range.low < v && v < range.high,
-        "{range:?} {v}"
-    );
-    issue_23_targets(&s.pairs);
+    // What pacing costs in time is a figure of its own.
+    assert!(metric("paced_seconds").n >= 30);
+    assert!(metric("time_added_seconds").n >= 30);
+    // Every hypothesis the evidence holds figures for is marked tested, with them.
+    for h in &s.hypotheses {
+        assert_eq!(h.status, "tested", "{}: {:?}", h.id, h.figures);
+        assert_eq!(h.figures.len(), h.tested_by.len(), "{}", h.id);
+    }
+    healthy_work_targets(&latest("healthy-work"));
+    stuck_agent_targets(&latest("stuck-agents"), &s.stuck);
     // Same input, same output (the bootstrap is seeded); the text says what the JSON says.
     let again = economics::summarize(
         &loaded,
@@ -1114,64 +1106,305 @@ fn summary_over_the_committed_evidence() {
     assert!(text.contains("    not: "));
     assert!(text.contains("    warning: a simulation"));
     assert!(text.contains("arms:\n  direct (control)"));
+    assert!(text.contains("stuck agents (mean per run"));
     if live.freshness != EconomicsFreshness::Current {
         assert!(text.contains(live.freshness_detail.as_deref().unwrap()));
     }
 }
 
-/// Issue 23's targets, read off the committed evidence's pairs by this test (cost sums of the
-/// provider-reported parts at the price table, per client, over the tasks that succeed
-/// straight to the provider):
-/// the caching-naive loop on the `anthropic` SDK costs at least 50 % less per successful task
-/// through the gate; Claude Code and Codex, which cache on their own, within ±2 %; no task that
-/// succeeds straight to the provider fails through the gate; the stuck agent with noisy output
-/// costs at least 80 % less (a lower bound on what it spends after its last progress: the steps
-/// before it are the same in both arms).
-fn issue_23_targets(pairs: &[EconomicsPair]) {
-    let cost = |u: &Option<EconomicsUsage>| u.as_ref().and_then(|u| u.cost_nano_usd);
-    let mut by_client: BTreeMap<&str, [f64; 4]> = BTreeMap::new();
-    let mut stuck: BTreeMap<&str, [f64; 2]> = BTreeMap::new();
-    for p in pairs {
-        let (Some(c), Some(t), Some([c_ok, t_ok])) = (
-            cost(&p.control_usage),
-            cost(&p.treatment_usage),
-            p.succeeded,
-        ) else {
-            continue;
-        };
-        assert!(t_ok || !c_ok, "the gate broke {} on {}", p.task, p.client);
-        if p.task == "stuck-noisy-deploy" {
-            let e = stuck.entry(&p.client).or_default();
-            e[0] += c as f64;
-            e[1] += t as f64;
-        }
-        if !c_ok {
-            // A task failing straight to the provider (by design) is no successful task.
-            continue;
-        }
-        let e = by_client.entry(&p.client).or_default();
-        e[0] += c as f64;
-        e[1] += t as f64;
-        e[2] += 1.0;
-        e[3] += f64::from(u8::from(t_ok));
+/// The latest committed evidence file of `suite`.
+fn committed(loaded: &economics::Loaded, suite: &str) -> EvidenceFile {
+    loaded
+        .evidence
+        .iter()
+        .map(|(_, e)| e)
+        .filter(|e| e.suite == suite)
+        .max_by_key(|e| e.recorded_at_unix_ms)
+        .cloned()
+        .unwrap_or_else(|| panic!("no committed evidence of {suite}"))
+}
+
+/// A run's pair, arm and the cost of what it bought (nano-USD), read off the raw runs.
+fn by_pair(ev: &EvidenceFile) -> BTreeMap<&str, [Option<&RunRecord>; 2]> {
+    let mut out: BTreeMap<&str, [Option<&RunRecord>; 2]> = BTreeMap::new();
+    for r in &ev.runs {
+        out.entry(r.pair.as_str()).or_default()[usize::from(r.arm == "treatment")] = Some(r);
     }
-    let per_success = |client: &str| {
-        let [c, t, c_ok, t_ok] = by_client[client];
-        1.0 - (t / t_ok) / (c / c_ok)
+    out
+}
+
+fn bought_cost(r: &RunRecord) -> u64 {
+    r.bought.iter().filter_map(|b| b.cost_nano_usd).sum()
+}
+
+/// The digest's step fingerprint of a treatment step (what the client asked the model to do
+/// next; the same for every repeat of one tool call).
+fn step_fp(s: &StepRecord) -> Option<&str> {
+    s.digest.as_ref()?["request"]["step_fingerprint"].as_str()
+}
+
+/// The step a run repeated most, how often the client sent it, and the times (ms after the run
+/// started) at which the gate let it through to the provider (arrival plus the gate's hold),
+/// split into segments wherever the client sent another step in between (which ends a run of
+/// repeated steps: SPEC §2.3).
+fn repeated_step_bought(r: &RunRecord) -> (usize, Vec<Vec<u64>>) {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for s in &r.steps {
+        if let Some(fp) = step_fp(s) {
+            *counts.entry(fp).or_default() += 1;
+        }
+    }
+    let Some((fp, sent)) = counts.into_iter().max_by_key(|(_, n)| *n) else {
+        return (0, vec![]);
     };
+    let mut steps: Vec<&StepRecord> = r.steps.iter().filter(|s| step_fp(s).is_some()).collect();
+    steps.sort_by_key(|s| s.at_ms);
+    let mut segments: Vec<Vec<u64>> = vec![vec![]];
+    for s in steps {
+        if step_fp(s) != Some(fp) {
+            if !segments.last().unwrap().is_empty() {
+                segments.push(vec![]);
+            }
+            continue;
+        }
+        if matches!(s.verdict.as_deref(), Some("ALLOW" | "DOWNGRADE")) {
+            segments
+                .last_mut()
+                .unwrap()
+                .push(s.at_ms.unwrap() + s.paced_ms.unwrap_or(0));
+        }
+    }
+    segments.retain(|s| !s.is_empty());
+    (sent, segments)
+}
+
+/// Issue "evidence"'s targets for healthy work, off the committed runs themselves (each run's
+/// own check; costs summed from what the provider tap saw bought, at the recorded price table):
+/// valid pairs at least 80 %, treatment failures at most 5 %, no task that succeeded straight
+/// failing through the gate — the hour's poll (scaled) included, for every client — and that
+/// poll reaching the provider at most 20 times through the gate (issue "fair over hours").
+fn healthy_work_targets(ev: &EvidenceFile) {
+    let pairs = by_pair(ev);
+    let (mut attempted, mut valid, mut treatment_failed) = (0, 0, 0);
+    let mut by_client: BTreeMap<&str, [u64; 2]> = BTreeMap::new();
+    let mut long_polls: BTreeMap<&str, usize> = BTreeMap::new();
+    for (pair, arms) in &pairs {
+        let [Some(c), Some(t)] = *arms else {
+            panic!("{pair}: an arm is missing");
+        };
+        attempted += 1;
+        let (c_ok, t_ok) = (c.check.passed, t.check.passed);
+        assert!(t_ok || !c_ok, "the gate broke {pair}: {}", t.check.output);
+        valid += usize::from(c_ok && t_ok);
+        treatment_failed += usize::from(!t_ok);
+        if c_ok && t_ok {
+            let e = by_client.entry(&c.client).or_default();
+            e[0] += bought_cost(c);
+            e[1] += bought_cost(t);
+        }
+        if c.task == "poll-long-job" {
+            assert!(
+                c_ok && t_ok,
+                "{pair}: the hour's poll must complete in both arms"
+            );
+            let (sent_straight, _) = (c.steps.len(), ());
+            let through: Vec<u64> = repeated_step_bought(t).1.concat();
+            eprintln!(
+                "{pair}: {sent_straight} calls straight, {} through the gate ({} of them the poll's check), {:.0} s against {:.0} s",
+                t.bought.len(),
+                through.len(),
+                t.seconds,
+                c.seconds
+            );
+            assert!(
+                through.len() <= 20,
+                "{pair}: {} checks bought",
+                through.len()
+            );
+            // Straight, the client checks every fraction of a second, a hundred times and more.
+            assert!(through.len() * 4 < c.bought.len(), "{pair}");
+            *long_polls.entry(&c.client).or_default() += 1;
+        }
+    }
     assert!(
-        per_success("anthropic-sdk") >= 0.50,
-        "{}",
-        per_success("anthropic-sdk")
+        valid * 100 >= attempted * 80,
+        "{valid} valid of {attempted}"
     );
-    for client in ["claude-code", "codex"] {
-        let r = per_success(client);
-        assert!(r.abs() <= 0.02, "{client}: {r}");
+    assert!(
+        treatment_failed * 100 <= attempted * 5,
+        "{treatment_failed} of {attempted}"
+    );
+    assert_eq!(
+        long_polls.keys().copied().collect::<Vec<_>>(),
+        ["agents-sdk", "anthropic-sdk", "claude-code", "codex"],
+        "the hour's poll, for every client"
+    );
+    assert!(long_polls.values().all(|&n| n >= 3), "{long_polls:?}");
+    for (client, [c, t]) in &by_client {
+        eprintln!(
+            "healthy work, {client}: ${:.4} straight, ${:.4} through the gate, {:+.1} %",
+            *c as f64 / 1e9,
+            *t as f64 / 1e9,
+            -100.0 * (1.0 - *t as f64 / *c as f64)
+        );
+        assert!(t <= c, "{client} costs more through the gate");
     }
-    assert!(stuck.len() >= 3, "{stuck:?}");
-    for (client, [c, t]) in &stuck {
-        assert!(1.0 - t / c >= 0.80, "{client}: {c} → {t}");
+}
+
+/// Issue "fair over hours"'s targets for stuck agents, off the committed runs: every client's
+/// stuck agent with noisy output is stopped (`runaway_step`), each run of its repeated step
+/// bought at most 30 times through the gate and at most 15 times in any hour (60 s at the
+/// recording's 60-fold compression) after its first 10 minutes (10 s); a short stuck loop that
+/// gives up on its own is slowed, not cut. The issue's "at most 30 in all" is not met where
+/// the client sent another step in between, which ends a run (SPEC §2.3) — an attempt id the
+/// step normaliser does not recognise (8 hex digits, all digits or all letters) is such a step
+/// — and this test pins that as the only way past it. The summary's rows say what the runs say.
+fn stuck_agent_targets(ev: &EvidenceFile, rows: &[EconomicsStuckRow]) {
+    const HOUR_MS: u64 = 60_000;
+    const TEN_MINUTES_MS: u64 = 10_000;
+    let mut stopped_clients = std::collections::BTreeSet::new();
+    let mut past_30 = Vec::new();
+    for (pair, arms) in by_pair(ev) {
+        let [Some(c), Some(t)] = arms else {
+            panic!("{pair}: an arm is missing");
+        };
+        assert!(
+            !c.check.passed && !t.check.passed,
+            "{pair}: stuck by design"
+        );
+        let (sent, segments) = repeated_step_bought(t);
+        let bought: usize = segments.iter().map(Vec::len).sum();
+        let most_in_an_hour = segments
+            .iter()
+            .flat_map(|times| {
+                let first = times[0];
+                times
+                    .iter()
+                    .filter(move |&&x| x >= first + TEN_MINUTES_MS)
+                    .map(move |&x| times.iter().filter(|&&y| y >= x && y < x + HOUR_MS).count())
+            })
+            .max()
+            .unwrap_or(0);
+        let stopped = t
+            .steps
+            .iter()
+            .any(|s| s.reason.as_deref() == Some("runaway_step"));
+        eprintln!(
+            "{pair}: straight {} calls in {:.0} s; through the gate {bought} of {sent} repeats bought in {} run(s) {:?}, {most_in_an_hour} in the busiest hour after the first ten minutes, {:.0} s, stopped {stopped}",
+            c.bought.len(),
+            c.seconds,
+            segments.len(),
+            segments.iter().map(Vec::len).collect::<Vec<_>>(),
+            t.seconds
+        );
+        if c.task == "stuck-noisy-deploy" {
+            assert!(stopped, "{pair}: not stopped");
+            assert!(
+                segments.iter().all(|s| s.len() <= 30),
+                "{pair}: {segments:?}"
+            );
+            assert!(
+                most_in_an_hour <= 15,
+                "{pair}: {most_in_an_hour} in an hour"
+            );
+            // One unbroken run costs at most a fifth of the stuck agent straight; a broken one
+            // still less than straight.
+            let cap = if segments.len() == 1 { 5 } else { 1 };
+            assert!(bought_cost(t) * cap < bought_cost(c), "{pair}");
+            if bought > 30 {
+                assert!(segments.len() > 1, "{pair}: {bought} bought in one run");
+                past_30.push(pair);
+            }
+            stopped_clients.insert(c.client.clone());
+        } else {
+            // A short stuck loop gives up on its own before the bound: paced, not cut.
+            assert_eq!(t.bought.len(), c.bought.len(), "{pair}");
+            assert!(
+                t.steps.iter().any(|s| s.paced_ms.unwrap_or(0) > 0),
+                "{pair}"
+            );
+        }
     }
+    eprintln!("past 30 calls in all, their run broken by another step: {past_30:?}");
+    assert_eq!(
+        stopped_clients.into_iter().collect::<Vec<_>>(),
+        ["agents-sdk", "anthropic-sdk", "claude-code", "codex"],
+        "every client's stuck agent is stopped"
+    );
+    for r in rows {
+        let runs: Vec<&RunRecord> = ev
+            .runs
+            .iter()
+            .filter(|x| x.task == r.task && x.client == r.client && x.arm == "treatment")
+            .collect();
+        let calls = runs.iter().map(|x| x.bought.len()).sum::<usize>() as f64 / runs.len() as f64;
+        assert_eq!((r.treatment.runs, r.treatment.calls), (runs.len(), calls));
+    }
+}
+
+/// Fresh without a re-record (issue "evidence"): another build that decides every recorded
+/// treatment call alike — replayed from the calls' digests on the recording's clock — leaves
+/// the committed evidence current and says so; a gate that decides one call otherwise makes it
+/// stale, naming that call.
+#[test]
+fn another_build_that_decides_alike_keeps_the_evidence_current() {
+    let loaded = economics::load(dir());
+    let recording = Config::load(&dir().join("recording.toml")).unwrap();
+    let ev = committed(&loaded, "healthy-work");
+    let now = ev.recorded_at_unix_ms + 86_400_000;
+    let other = "0".repeat(64);
+    let view = |config: &Config, suite: &str| {
+        let s = economics::summarize(
+            &loaded,
+            &EconomicsQuery {
+                suite: Some(suite.into()),
+                ..Default::default()
+            },
+            now,
+            &Current {
+                build: &other,
+                ..economics::this_build(Some(config))
+            },
+            Some(50),
+        );
+        s.suites.into_iter().find(|v| v.id == suite).unwrap()
+    };
+    for suite in ["healthy-work", "stuck-agents"] {
+        let v = view(&recording, suite);
+        assert_eq!(
+            v.freshness,
+            EconomicsFreshness::Current,
+            "{suite}: {:?}",
+            v.freshness_detail
+        );
+        let detail = v.freshness_detail.unwrap();
+        assert!(
+            detail.contains("this build is 000000000000") && detail.contains("calls alike"),
+            "{detail}"
+        );
+    }
+    // A gate that stops a run of one step after 30 s (the recording's bound is 90 s) decides
+    // the hour's poll otherwise: stale, with the first call it decides otherwise.
+    let mut stricter = recording.clone();
+    stricter.gate.steps.runaway_after_secs = 30;
+    let m = loaded.methodology.as_ref().unwrap();
+    let why = stricter
+        .decides_alike(&ev, &m.treatment_key)
+        .expect_err("a stricter bound decides the long poll otherwise");
+    assert!(
+        why.contains("poll-long-job")
+            && why.contains("recorded ALLOW")
+            && why.contains("BLOCK (runaway_step"),
+        "{why}"
+    );
+    let calls = recording.decides_alike(&ev, &m.treatment_key).unwrap();
+    let recorded: usize = ev
+        .runs
+        .iter()
+        .filter(|r| r.arm == "treatment")
+        .map(|r| r.steps.iter().filter(|s| s.verdict.is_some()).count())
+        .sum();
+    assert_eq!(calls, recorded);
 }
 
 /// The committed evidence verifies against the public key committed beside it
@@ -1188,10 +1421,14 @@ fn the_committed_evidence_verifies_against_the_committed_public_key() {
     )
     .unwrap();
     let signer = tokensaver::receipt::load(tmp.path()).unwrap();
-    let ev_dir = dir().join("evidence/agent-sessions");
     let mut checked = 0;
-    for entry in std::fs::read_dir(&ev_dir).unwrap() {
-        let path = entry.unwrap().path();
+    let mut paths: Vec<PathBuf> = ["agent-sessions", "healthy-work", "stuck-agents"]
+        .iter()
+        .flat_map(|suite| std::fs::read_dir(dir().join("evidence").join(suite)).unwrap())
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    paths.sort();
+    for path in paths {
         if path.extension().and_then(|e| e.to_str()) != Some("sig") {
             continue;
         }
@@ -1216,7 +1453,7 @@ fn the_committed_evidence_verifies_against_the_committed_public_key() {
         );
         checked += 1;
     }
-    assert!(checked >= 1, "no signed evidence in {}", ev_dir.display());
+    assert!(checked >= 5, "signed evidence: {checked} files");
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! `tokensaver-economics` crate, re-exported here; it never touches the disk.
 
 pub mod identity;
+pub mod replay;
 pub mod run;
 
 use std::path::{Path, PathBuf};
@@ -101,6 +102,11 @@ impl GateConfigInForce for Config {
         key: &TreatmentKeyDecl,
     ) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
         Ok(identity::gate_policy_blake3(self, key)?)
+    }
+
+    fn decides_alike(&self, ev: &EvidenceFile, key: &TreatmentKeyDecl) -> Result<usize, String> {
+        let policy = identity::gate_policy_blake3(self, key).map_err(|e| e.to_string())?;
+        replay::decides_alike(self, ev, key, &policy)
     }
 }
 

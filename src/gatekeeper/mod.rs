@@ -445,6 +445,30 @@ impl Gatekeeper {
         .await
     }
 
+    /// Decide a recorded request again as the proxy decided it, on the recording's clock: a
+    /// repeated step its window does not admit yet is held until then — the clock jumps, nothing
+    /// sleeps — and decided afresh. `held`: this key's store holds an answer for it (a reusable
+    /// answer of the same request settled earlier in the replay). For the economics summary's
+    /// replay of recorded evidence (`economics::replay`).
+    pub fn decide_recorded(&self, req: &GateRequest<'_>) -> GateOutcome {
+        let held = lock(&self.state).recorded_usage(req).is_some();
+        let mut at = GateRequest { held, ..*req };
+        loop {
+            let paced_ms = at.now_ms.saturating_sub(req.now_ms);
+            match self.gate_step(&at, Mode::Commit, Some(paced_ms)) {
+                Ok(outcome) => return outcome,
+                Err(until_ms) => at.now_ms = until_ms.max(at.now_ms + 1),
+            }
+        }
+    }
+
+    /// Settle a replayed decision with the usage the recording saw bought (a complete answer):
+    /// what the next decisions read of it — the session's cache, a reusable answer — is then
+    /// as it was when the call was recorded.
+    pub fn settle_recorded(&self, report: &UsageReport, now_ms: u64) {
+        let _ = self.settle_usage(report, now_ms, RecordSource::Proxy);
+    }
+
     /// Decide a request that may be held, in either home: `attempt` decides it as of a time,
     /// or says until when to hold it (nothing counted or booked). Between attempts the
     /// request waits here — an async sleep, no worker thread — counted in the caps, while its

@@ -86,6 +86,12 @@ pub trait GateConfigInForce {
         &self,
         key: &TreatmentKeyDecl,
     ) -> Result<String, Box<dyn std::error::Error + Send + Sync>>;
+
+    /// Whether this build's gate, with this config, decides every recorded treatment call of
+    /// `ev` as it was decided (the calls' digests replayed on the recording's clock):
+    /// `Ok(calls replayed)`, or `Err` naming the first call decided otherwise, or why the
+    /// evidence cannot be replayed.
+    fn decides_alike(&self, ev: &EvidenceFile, key: &TreatmentKeyDecl) -> Result<usize, String>;
 }
 
 /// What a summary compares evidence with: a build, and the gate config in force (the
@@ -125,7 +131,7 @@ fn short(h: &str) -> &str {
 }
 
 /// Where recorded evidence stands against what is here now, with every reason it is not
-/// current.
+/// current (when current: how, if another build recorded it).
 pub fn freshness_of(
     ev: &EvidenceFile,
     loaded: &Loaded,
@@ -154,12 +160,21 @@ pub fn freshness_of(
             ));
         }
     }
+    // Another build still describes the same gate when it decides every recorded call alike.
+    let mut notes = Vec::new();
     if ev.build.source_blake3 != current.build {
-        reasons.push(format!(
+        let built = format!(
             "recorded by build {}, this build is {}",
             short(&ev.build.source_blake3),
             short(current.build)
-        ));
+        );
+        match current.config.map(|c| c.decides_alike(ev, &m.treatment_key)) {
+            Some(Ok(calls)) => notes.push(format!(
+                "{built}, which decides its {calls} recorded treatment calls alike (replayed from their digests)"
+            )),
+            Some(Err(why)) => reasons.push(format!("{built}; replayed: {why}")),
+            None => reasons.push(built),
+        }
     }
     match current
         .config
@@ -236,7 +251,7 @@ pub fn freshness_of(
         ));
     }
     if reasons.is_empty() {
-        (EconomicsFreshness::Current, reasons)
+        (EconomicsFreshness::Current, notes)
     } else {
         (EconomicsFreshness::Stale, reasons)
     }

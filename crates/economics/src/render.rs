@@ -144,10 +144,9 @@ fn suites(o: &mut String, s: &EconomicsSummary) {
             v.pairs.both_failed,
             v.pairs.other
         );
-        if v.freshness != EconomicsFreshness::Current {
-            if let Some(d) = &v.freshness_detail {
-                let _ = writeln!(o, "    {}: {d}", word(&v.freshness));
-            }
+        // Stale: every reason; current: how, when another build recorded it (replayed).
+        if let Some(d) = &v.freshness_detail {
+            let _ = writeln!(o, "    {}: {d}", word(&v.freshness));
         }
         if let Some(f) = &v.evidence_file {
             let _ = writeln!(o, "    evidence: {f}");

@@ -362,12 +362,19 @@ fn tested(
                 .filter_map(|id| {
                     let m = metrics.iter().find(|m| &m.id == id && m.n > 0)?;
                     let v = m.value?;
-                    Some(format!(
+                    let mut line = format!(
                         "{id} = {} (n = {}, suite {})",
                         figure(v, &m.unit),
                         m.n,
                         m.suite
-                    ))
+                    );
+                    // A median over every task can hide the one the hypothesis is about.
+                    let by_task =
+                        !m.evidence.is_empty() && m.evidence.iter().all(|e| e.ends_with(" pairs)"));
+                    if by_task {
+                        line.push_str(&format!("; by task: {}", m.evidence.join(", ")));
+                    }
+                    Some(line)
                 })
                 .collect();
             if !h.tested_by.is_empty() && figures.len() == h.tested_by.len() {
@@ -692,6 +699,7 @@ fn live_metrics(
         let mut mm = metric(id, title, EconomicsClass::Derived, Some(inputs), "ratio", formula, suite);
         mm.value = stats::median(&v);
         mm.distribution = stats::distribution(&v);
+        mm.evidence = per_task_medians(pairs, f, "ratio");
         measured(&mut mm, v.len());
         out.push(mm);
     }
@@ -717,7 +725,7 @@ fn live_metrics(
         let mut mm = metric(id, title, EconomicsClass::Observed, None, "seconds", formula, suite);
         mm.value = stats::median(&v);
         mm.distribution = stats::distribution(&v);
-        mm.evidence = per_task_medians(pairs, f);
+        mm.evidence = per_task_medians(pairs, f, "seconds");
         measured(&mut mm, v.len());
         mm.not = Some("not a cost: time the agent waited, which the provider does not bill; on a compressed recording it is compressed time".into());
         out.push(mm);
@@ -818,16 +826,18 @@ impl Headline<'_> {
     }
 }
 
-/// A per-task line for a metric's evidence: `task: median (n)`.
-fn per_task_medians(pairs: &[&EconomicsPair], f: fn(&EconomicsPair) -> Option<f64>) -> Vec<String> {
+/// Each task's median of a per-pair figure, one line a task (`task: median (n pairs)`): where
+/// a suite-wide median hides the task that moves.
+fn per_task_medians(
+    pairs: &[&EconomicsPair],
+    f: fn(&EconomicsPair) -> Option<f64>,
+    unit: &str,
+) -> Vec<String> {
     task_clusters(pairs, f)
         .into_iter()
         .filter_map(|(task, v)| {
-            Some(format!(
-                "{task}: {:.1} ({} pairs)",
-                stats::median(&v)?,
-                v.len()
-            ))
+            let m = stats::median(&v)?;
+            Some(format!("{task}: {} ({} pairs)", figure(m, unit), v.len()))
         })
         .collect()
 }
