@@ -904,6 +904,8 @@ fn stuck_agents_are_reported_apart_from_healthy_work() {
         assert!((r.cost_reduction.unwrap() - 0.7).abs() < 1e-12);
         assert_eq!(r.stopped, 2);
         assert_eq!(r.paced_seconds, 6.0);
+        // Runs of repeats are read from the calls' digests: these runs kept none.
+        assert_eq!(r.most_repeat_runs, 0);
     }
     let metric = |id: &str| s.metrics.iter().find(|m| m.id == id).unwrap();
     assert!((metric("stuck_cost_reduction").value.unwrap() - 0.7).abs() < 1e-12);
@@ -1339,6 +1341,27 @@ fn stuck_agent_targets(ev: &EvidenceFile, rows: &[EconomicsStuckRow]) {
             .collect();
         let calls = runs.iter().map(|x| x.bought.len()).sum::<usize>() as f64 / runs.len() as f64;
         assert_eq!((r.treatment.runs, r.treatment.calls), (runs.len(), calls));
+        // Runs of the repeated step the client sent, counted here: a step of another
+        // fingerprint in between starts a new one.
+        let most_runs = runs
+            .iter()
+            .map(|t| {
+                let mut steps: Vec<&StepRecord> =
+                    t.steps.iter().filter(|s| step_fp(s).is_some()).collect();
+                steps.sort_by_key(|s| s.at_ms);
+                let mut n: BTreeMap<&str, usize> = BTreeMap::new();
+                for s in &steps {
+                    *n.entry(step_fp(s).unwrap()).or_default() += 1;
+                }
+                let fp = n.into_iter().max_by_key(|(_, c)| *c).unwrap().0;
+                let here: Vec<bool> = steps.iter().map(|s| step_fp(s) == Some(fp)).collect();
+                (0..here.len())
+                    .filter(|&i| here[i] && (i == 0 || !here[i - 1]))
+                    .count() as u32
+            })
+            .max()
+            .unwrap();
+        assert_eq!(r.most_repeat_runs, most_runs, "{} on {}", r.client, r.task);
     }
 }
 

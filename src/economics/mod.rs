@@ -110,6 +110,20 @@ impl GateConfigInForce for Config {
     }
 }
 
+/// A recorded answer's usage as the gate bills it (the one-hour cache writes apart).
+fn billed(u: &model::StepUsage) -> tokensaver_core::gate::Billed {
+    tokensaver_core::gate::Billed {
+        usage: tokensaver_core::gate::Usage {
+            input: u.input_uncached,
+            cache_write: u.cache_write,
+            cache_read: u.cache_read,
+            output: u.output,
+        },
+        cache_write_1h: u.cache_write_1h,
+        web_search_requests: 0,
+    }
+}
+
 /// What evidence is compared with: this build, with `config` in force.
 pub fn this_build(config: Option<&Config>) -> Current<'_> {
     Current {

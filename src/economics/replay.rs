@@ -22,7 +22,7 @@ use crate::receipt::ReceiptSigner;
 use crate::request::Digest;
 use crate::store::sqlite::SqliteStore;
 use crate::store::Ending;
-use tokensaver_core::gate::{Billed, Usage, Verdict};
+use tokensaver_core::gate::Verdict;
 
 /// The routes whose calls the gate decides on a digest (what the recording kept one for).
 const MODEL_ROUTES: [&str; 3] = ["/v1/messages", "/v1/chat/completions", "/v1/responses"];
@@ -168,16 +168,7 @@ fn replay_call(
         let report = UsageReport {
             key_id: key.id.to_string(),
             decision_id: outcome.decision_id,
-            usage: Some(Billed {
-                usage: Usage {
-                    input: u.input_uncached,
-                    cache_write: u.cache_write,
-                    cache_read: u.cache_read,
-                    output: u.output,
-                },
-                cache_write_1h: u.cache_write_1h,
-                web_search_requests: 0,
-            }),
+            usage: Some(super::billed(u)),
             served_model: served,
             wire: digest.request.wire_form(),
             ending: Ending::Complete,

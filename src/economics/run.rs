@@ -304,17 +304,7 @@ fn cost(config: &Config, model: Option<&str>, u: Option<&StepUsage>) -> Option<u
 /// One answer's cost at `prices`, its one-hour cache writes at their own price (the ledger's
 /// own pricing, [`tokensaver_core::gate::Billed::cost_nano`]).
 fn step_cost_nano(prices: &crate::config::Prices, u: &StepUsage) -> u64 {
-    tokensaver_core::gate::Billed {
-        usage: tokensaver_core::gate::Usage {
-            input: u.input_uncached,
-            cache_write: u.cache_write,
-            cache_read: u.cache_read,
-            output: u.output,
-        },
-        cache_write_1h: u.cache_write_1h,
-        web_search_requests: 0,
-    }
-    .cost_nano(prices)
+    super::billed(u).cost_nano(prices)
 }
 
 fn context_of(m: &Methodology, t: &TapRecord) -> Option<ContextCount> {

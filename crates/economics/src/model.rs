@@ -272,6 +272,10 @@ pub struct EconomicsPair {
     /// in milliseconds, from its receipts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paced_ms: Option<u64>,
+    /// Treatment: how many runs of its most repeated step the client sent (another step in
+    /// between ends a run, and the schedule of repeated steps starts over), from the digests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeat_runs: Option<u32>,
 }
 
 /// Pair counts of a suite, so that nothing is dropped out of sight.
@@ -374,6 +378,10 @@ pub struct EconomicsStuckRow {
     pub cost_reduction: Option<f64>,
     /// The gate's holds (paced steps), mean seconds per treatment run.
     pub paced_seconds: f64,
+    /// The most runs of its repeated step one treatment run's client sent: more than one means
+    /// another step came in between and the schedule started over.
+    #[serde(default)]
+    pub most_repeat_runs: u32,
 }
 
 /// A metric's value within one segment of the pairs.

@@ -73,6 +73,34 @@ pub fn outcome(run: &RunRecord) -> RunOutcome {
     o
 }
 
+/// How many runs of its most repeated step a run's client sent — another step sent in between
+/// ends a run (SPEC §2.3) — read off the recorded digests' step fingerprints, in order of
+/// arrival; `None` when the run kept no digests.
+pub fn repeat_runs(run: &RunRecord) -> Option<u32> {
+    let mut steps: Vec<(u64, &str)> = run
+        .steps
+        .iter()
+        .filter_map(|s| {
+            let fp = s.digest.as_ref()?["request"]["step_fingerprint"].as_str()?;
+            Some((s.at_ms.unwrap_or(0), fp))
+        })
+        .collect();
+    steps.sort();
+    let mut counts: BTreeMap<&str, u32> = BTreeMap::new();
+    for (_, fp) in &steps {
+        *counts.entry(fp).or_default() += 1;
+    }
+    let (repeated, _) = counts.into_iter().max_by_key(|&(_, n)| n)?;
+    let mut runs = 0;
+    let mut inside = false;
+    for (_, fp) in &steps {
+        let here = *fp == repeated;
+        runs += u32::from(here && !inside);
+        inside = here;
+    }
+    Some(runs)
+}
+
 fn reduction(control: f64, treatment: f64) -> Option<f64> {
     (control > 0.0).then(|| 1.0 - treatment / control)
 }
@@ -129,6 +157,7 @@ pub fn make_pair(
         tokens_not_bought: None,
         seconds: None,
         paced_ms: None,
+        repeat_runs: None,
     };
     let (c, t) = match (control, treatment) {
         (Some(c), Some(t)) => (c, t),
@@ -147,6 +176,7 @@ pub fn make_pair(
     p.tokens_not_bought = Some(to.not_bought);
     p.seconds = Some([c.seconds, t.seconds]);
     p.paced_ms = Some(t.steps.iter().filter_map(|s| s.paced_ms).sum());
+    p.repeat_runs = repeat_runs(t);
     p.succeeded = Some([co.succeeded, to.succeeded]);
     p.refusals = to
         .refusals

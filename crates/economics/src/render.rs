@@ -283,7 +283,7 @@ fn stuck(o: &mut String, s: &EconomicsSummary) {
         let usd = |n: f64| format!("${:.4}", n / 1e9);
         let _ = writeln!(
             o,
-            "  {} on {}: {:.1} calls, {}, {:.0} s → {:.1} calls (at most {}), {}, {:.0} s ({:.0} s held); {} of {} stopped; cost {}",
+            "  {} on {}: {:.1} calls, {}, {:.0} s → {:.1} calls (at most {}), {}, {:.0} s ({:.0} s held); {} of {} stopped; at most {} run(s) of the repeated step; cost {}",
             r.client,
             r.task,
             r.control.calls,
@@ -296,8 +296,12 @@ fn stuck(o: &mut String, s: &EconomicsSummary) {
             r.paced_seconds,
             r.stopped,
             r.treatment.runs,
+            r.most_repeat_runs,
             r.cost_reduction
-                .map(|c| format!("{} less", pct(c)))
+                .map(|c| match c < 0.0 {
+                    true => format!("{} more", pct(-c)),
+                    false => format!("{} less", pct(c)),
+                })
                 .unwrap_or_else(|| "—".into())
         );
     }

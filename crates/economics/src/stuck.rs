@@ -64,6 +64,7 @@ pub(crate) fn rows(pairs: &[&EconomicsPair]) -> Vec<EconomicsStuckRow> {
                     (Some(c), Some(t)) if c > 0 => Some(1.0 - t as f64 / c as f64),
                     _ => None,
                 },
+                most_repeat_runs: ps.iter().filter_map(|p| p.repeat_runs).max().unwrap_or(0),
                 paced_seconds: ps.iter().map(|p| p.paced_ms.unwrap_or(0)).sum::<u64>() as f64
                     / 1_000.0
                     / ps.len() as f64,
@@ -89,7 +90,7 @@ pub(crate) fn metrics(
     let runs: usize = rows.iter().map(|r| r.treatment.runs).sum();
     let line = |r: &EconomicsStuckRow| {
         format!(
-            "{} on {}: {:.1} calls, {:.0} s straight; {:.1} calls (at most {}), {:.0} s through the gate, {} of {} stopped",
+            "{} on {}: {:.1} calls, {:.0} s straight; {:.1} calls (at most {}), {:.0} s through the gate, {} of {} stopped, at most {} run(s) of the repeated step",
             r.client,
             r.task,
             r.control.calls,
@@ -98,7 +99,8 @@ pub(crate) fn metrics(
             r.treatment.max_calls,
             r.treatment.seconds,
             r.stopped,
-            r.treatment.runs
+            r.treatment.runs,
+            r.most_repeat_runs
         )
     };
     let mut cost = metric(
