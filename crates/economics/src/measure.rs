@@ -1,9 +1,13 @@
-//! What the two suites' metrics are built from: a metric not yet measured, the bootstrap's
-//! parameters, and the ratio of pooled sums. The live suite (`summarize.rs`) and the context
-//! suite (`context.rs`) both stand on this, and neither on the other's internals.
+//! What the suites' metrics are built from: a metric not yet measured, the bootstrap's
+//! parameters, the simulation's warning and the ratio of pooled sums. The live suite
+//! (`summarize.rs`), the stuck suite (`stuck.rs`) and the context suite (`context.rs`) stand on
+//! this, and none on another's internals.
 
 use super::model::*;
 use super::stats;
+
+/// The warning every metric of simulated evidence carries first.
+pub(crate) const SIMULATION_WARNING: &str = "a simulation against a scripted provider: it measures the gate's mechanisms on scripted agent behaviour, not a real model's costs";
 
 pub(crate) struct Boot {
     pub(crate) seed: u64,

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::measure::metric;
+use super::measure::{metric, SIMULATION_WARNING};
 use super::model::*;
 
 /// The reason a stop carries (`BLOCK (runaway_step)` among a pair's refusals).
@@ -157,8 +157,7 @@ pub(crate) fn metrics(
     let mut out = vec![cost, most, stopped];
     if simulated {
         for m in &mut out {
-            m.warnings
-                .insert(0, super::summarize::SIMULATION_WARNING.to_string());
+            m.warnings.insert(0, SIMULATION_WARNING.to_string());
         }
     }
     out

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::measure::{metric, Boot};
+use super::measure::{metric, Boot, SIMULATION_WARNING};
 use super::model::*;
 use super::pairs::{
     comparable, count_pairs, per_success_reduction, per_success_row, weigh_tasks_equally,
@@ -13,8 +13,6 @@ use super::{format_utc, freshness_of, pairs_of, stats, Current, Loaded};
 
 const CLUSTER_METHOD: &str =
     "cluster bootstrap over tasks (a task's pairs, every client and repetition, resampled together), percentile interval";
-
-pub(crate) const SIMULATION_WARNING: &str = "a simulation against a scripted provider: it measures the gate's mechanisms on scripted agent behaviour, not a real model's costs";
 
 /// What the usage figures are: the provider's word (`observed`), or, against the built-in
 /// provider, the count its tokenizer made of the bytes (`counted`).
