@@ -110,6 +110,17 @@ impl GateConfigInForce for Config {
     }
 }
 
+/// A fresh scratch directory under the system's temp dir, `tokensaver-<what>-<random>`: a
+/// recording's workspaces and logs, a replay's store. The caller removes it.
+fn scratch_dir(what: &str) -> Result<PathBuf, String> {
+    let mut seed = [0u8; 6];
+    rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut seed);
+    let hex: String = seed.iter().map(|b| format!("{b:02x}")).collect();
+    let d = std::env::temp_dir().join(format!("tokensaver-{what}-{hex}"));
+    std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+    Ok(d)
+}
+
 /// A recorded answer's usage as the gate bills it (the one-hour cache writes apart).
 fn billed(u: &model::StepUsage) -> tokensaver_core::gate::Billed {
     tokensaver_core::gate::Billed {

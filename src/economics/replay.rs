@@ -79,7 +79,7 @@ fn replay(config: &Config, ev: &EvidenceFile, decl: &TreatmentKeyDecl) -> Result
     config.keys = (0..runs.len())
         .map(|n| replay_key(n, decl, &config))
         .collect::<Result<_, _>>()?;
-    let dir = scratch_dir()?;
+    let dir = super::scratch_dir("replay")?;
     let result = (|| {
         let store = SqliteStore::open(&dir, config.commit_interval_ms)
             .map_err(|e| format!("the replay's store: {e}"))?;
@@ -207,13 +207,4 @@ fn replay_key(n: usize, decl: &TreatmentKeyDecl, config: &Config) -> Result<KeyC
         )),
     };
     Ok(key)
-}
-
-fn scratch_dir() -> Result<std::path::PathBuf, String> {
-    let mut seed = [0u8; 6];
-    rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut seed);
-    let hex: String = seed.iter().map(|b| format!("{b:02x}")).collect();
-    let d = std::env::temp_dir().join(format!("tokensaver-replay-{hex}"));
-    std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
-    Ok(d)
 }

@@ -427,15 +427,6 @@ fn python(args: &RunArgs) -> PathBuf {
     })
 }
 
-fn scratch_dir() -> anyhow::Result<PathBuf> {
-    let mut seed = [0u8; 6];
-    rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut seed);
-    let hex: String = seed.iter().map(|b| format!("{b:02x}")).collect();
-    let d = std::env::temp_dir().join(format!("tokensaver-economics-{hex}"));
-    std::fs::create_dir_all(&d).map_err(|e| anyhow::anyhow!("{}: {e}", d.display()))?;
-    Ok(d)
-}
-
 /// Record a new evidence file (see the module docs). Prints the file and the statement.
 pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let loaded = super::load(&args.dir);
@@ -482,7 +473,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let harness_blake3 = identity::harness_blake3(&root)
         .ok_or_else(|| anyhow::anyhow!("the harness files are not under {}", root.display()))?;
 
-    let scratch = scratch_dir()?;
+    let scratch = super::scratch_dir("economics").map_err(|e| anyhow::anyhow!(e))?;
     let result = record(
         args,
         &m,

@@ -49,9 +49,10 @@ pub(crate) fn rows(pairs: &[&EconomicsPair]) -> Vec<EconomicsStuckRow> {
                     })
                     .collect()
             };
-            let (control, treatment) = (arm(&side(0)), arm(&side(1)));
+            let sides = [side(0), side(1)];
+            let (control, treatment) = (arm(&sides[0]), arm(&sides[1]));
             let cost =
-                |i: usize| -> Option<u64> { side(i).iter().map(|(u, _)| u.cost_nano_usd).sum() };
+                |i: usize| -> Option<u64> { sides[i].iter().map(|(u, _)| u.cost_nano_usd).sum() };
             EconomicsStuckRow {
                 suite: ps[0].suite.clone(),
                 task: task.into(),
