@@ -903,7 +903,7 @@ fn api_cases(h: &Harness) -> Vec<Case> {
         ("not JSON", m.as_bytes().to_vec()),
         (
             "truncated",
-            format!(r#"{{"v":5,"request":{{"model":"{m}"#).into_bytes(),
+            format!(r#"{{"v":6,"request":{{"model":"{m}"#).into_bytes(),
         ),
         ("invalid utf-8", [m.as_bytes(), &[0xff, 0xfe][..]].concat()),
         ("array", format!(r#"["{m}"]"#).into_bytes()),
@@ -931,18 +931,18 @@ fn api_cases(h: &Harness) -> Vec<Case> {
         ("unknown version", json!({"v": 99, "request": {"model": m}})),
         ("v missing", json!({"request": {"model": m}})),
         ("v a string", json!({"v": m, "request": {}})),
-        ("request a string", json!({"v": 5, "request": m})),
+        ("request a string", json!({"v": 6, "request": m})),
         (
             "fingerprint not hex",
-            json!({"v": 5, "request": {"route": "openai_chat", "fingerprint": m, "model": "gpt-4o"}}),
+            json!({"v": 6, "request": {"route": "openai_chat", "fingerprint": m, "model": "gpt-4o"}}),
         ),
         (
             "route unknown",
-            json!({"v": 5, "request": {"route": m, "fingerprint": "00", "model": "gpt-4o"}}),
+            json!({"v": 6, "request": {"route": m, "fingerprint": "00", "model": "gpt-4o"}}),
         ),
-        ("held garbage", json!({"v": 5, "request": {}, "held": [m]})),
+        ("held garbage", json!({"v": 6, "request": {}, "held": [m]})),
         ("outdated version", json!({"v": 2, "request": {"model": m}})),
-        ("unknown field", json!({"v": 5, "request": {}, m: 1})),
+        ("unknown field", json!({"v": 6, "request": {}, m: 1})),
     ];
     for (name, d) in &digests {
         for path in ["/gate", "/estimate"] {

@@ -1267,6 +1267,7 @@ fn the_conditional_reservation_refuses_an_overshoot_and_rolls_back() {
             key_id: &key,
             fingerprint: &fp,
             step: &fp,
+            action: None,
             model: "gpt-4o",
             limit: KeyLimit {
                 ceiling_nano: Some(1_000),

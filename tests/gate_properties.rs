@@ -1150,6 +1150,7 @@ fn shape(extreme: bool) -> impl Strategy<Value = RequestShape> {
                     route,
                     fingerprint,
                     step_fingerprint: fingerprint,
+                    step_action: None,
                     session: Hash::default(),
                     provider_state: false,
                     model: model.to_string(),

@@ -292,10 +292,12 @@ impl Gatekeeper {
                         row.decided_at_ms,
                     );
                 } else {
+                    // The row keeps no action: a restart reads every other step as progress.
                     state.windows.record_session(
                         &row.key_id,
                         &fp,
                         &step,
+                        None,
                         row.session.as_ref(),
                         &row.model_requested,
                         row.decided_at_ms,
@@ -574,6 +576,7 @@ impl Gatekeeper {
                 &req.key.id,
                 &req.shape.fingerprint,
                 &req.shape.step_fingerprint,
+                req.shape.step_action.as_ref(),
                 Some(&req.shape.session),
                 &req.shape.model,
                 now_ms,
@@ -662,6 +665,7 @@ impl Gatekeeper {
                 key_id,
                 &shape.fingerprint,
                 &shape.step_fingerprint,
+                shape.step_action.as_ref(),
                 Some(&shape.session),
                 &shape.model,
                 now_ms,

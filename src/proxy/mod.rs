@@ -535,6 +535,7 @@ impl GateProxy {
                             request::chained_step(&body, &caller.fingerprint_key, &answer)
                         {
                             parsed.shape.step_fingerprint = step;
+                            parsed.shape.step_action = None;
                         }
                     }
                 }

@@ -525,13 +525,30 @@ pub fn anthropic(model: &str, text: &str, extra: Value) -> Value {
 /// result, the history grown): a stuck agent's, or a patient poller's. `ask`: the user's
 /// request, which names the session's task.
 pub fn polling(ask: &str, steps: usize, max_tokens: u64) -> Value {
+    polling_with_strays(ask, steps, max_tokens, |_| false)
+}
+
+/// [`polling`] where the results at the steps `stray` picks print an attempt id that reads as a
+/// number (all digits): one other result of the same call, as a stuck agent's noisy tool gives
+/// one call in about 43.
+pub fn polling_with_strays(
+    ask: &str,
+    steps: usize,
+    max_tokens: u64,
+    stray: impl Fn(usize) -> bool,
+) -> Value {
     let mut messages = vec![json!({"role": "user", "content": ask})];
     for i in 0..steps {
         let id = format!("call_{i}");
+        let result = if stray(i) {
+            format!("running (attempt {})", 31_415_926 + i)
+        } else {
+            "running".to_string()
+        };
         messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
             {"id": id, "type": "function", "function": {"name": "job_status",
              "arguments": "{\"job\":7}"}}]}));
-        messages.push(json!({"role": "tool", "tool_call_id": id, "content": "running"}));
+        messages.push(json!({"role": "tool", "tool_call_id": id, "content": result}));
     }
     json!({"model": "gpt-4o", "max_tokens": max_tokens, "messages": messages})
 }

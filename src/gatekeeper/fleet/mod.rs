@@ -578,6 +578,7 @@ impl Gatekeeper {
             key_id: &req.key.id,
             fingerprint: &shape.fingerprint,
             step: &shape.step_fingerprint,
+            action: shape.step_action.as_ref(),
             model: &shape.model,
             limit,
             wire: shape.wire_form(),

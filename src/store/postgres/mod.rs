@@ -33,7 +33,7 @@ use crate::store::{
 };
 use tokensaver_core::gate::cache::{CacheEdits, PointMemory, SessionCache, CACHE_TTL_MS};
 use tokensaver_core::gate::windows::Run;
-use tokensaver_core::gate::windows::{NOVELTY_WINDOW_MS, REPEAT_WINDOW_MS};
+use tokensaver_core::gate::windows::{SessionSteps, NOVELTY_WINDOW_MS, REPEAT_WINDOW_MS};
 use tokensaver_core::gate::{BudgetState, StepLimits, Verdict, WindowCounts, WindowLengths};
 use tokensaver_core::request::{CachePoint, Hash, WireForm};
 
@@ -69,6 +69,10 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (
         10,
         include_str!("../../../migrations/pg/0010_route_sessions.sql"),
+    ),
+    (
+        11,
+        include_str!("../../../migrations/pg/0011_step_actions.sql"),
     ),
 ];
 
@@ -212,6 +216,8 @@ pub struct AdmitScope<'a> {
     pub key_id: &'a str,
     pub fingerprint: &'a Hash,
     pub step: &'a Hash,
+    /// The step's action (its calls without their results), if it has tool calls.
+    pub action: Option<&'a Hash>,
     pub model: &'a str,
     pub limit: KeyLimit,
     pub wire: WireForm,
@@ -455,6 +461,7 @@ impl Fleet {
         let AdmitScope {
             key_id,
             step,
+            action,
             limit,
             ..
         } = request;
@@ -489,7 +496,7 @@ impl Fleet {
         let found = tx
             .query_one(&tx.prepare_cached(&read.sql).await?, &values)
             .await?;
-        let counts = paced_counts(&found, step);
+        let counts = paced_counts(&found, step, action);
         let spend = un(found.get::<_, i64>("spend_nano"));
         let reserved = un(found.get::<_, i64>("reserved_nano"));
         let budget = limit.ceiling_nano.map(|ceiling| BudgetState {
@@ -588,7 +595,8 @@ impl Fleet {
                 tx.prepare_cached(UPSERT_SESSION_STEP)
             )?;
             let run_params: [&(dyn ToSql + Sync); 5] = [&key_id, step, &steps, &first, &last];
-            let session_params: [&(dyn ToSql + Sync); 4] = [&key_id, request.session, step, &now];
+            let session_params: [&(dyn ToSql + Sync); 5] =
+                [&key_id, request.session, step, &action, &now];
             tokio::try_join!(
                 tx.execute(&run_stmt, &run_params),
                 tx.execute(&session_stmt, &session_params),
@@ -1467,7 +1475,7 @@ impl Fleet {
         Ok(Observed {
             now_ms: un(now),
             seq: 0,
-            counts: paced_counts(&found, request.step),
+            counts: paced_counts(&found, request.step, request.action),
             budget: limit.ceiling_nano.map(|ceiling| BudgetState {
                 ceiling_nano: ceiling,
                 spend_nano: un(found.get::<_, i64>("spend_nano")),
@@ -1709,6 +1717,10 @@ fn pacing_columns(steps: &StepLimits, w: &WindowLengths) -> String {
         (SELECT last_ms FROM fleet_step_runs WHERE key_id = :key_id AND step = :step) AS run_last, \
         (SELECT step FROM fleet_session_steps WHERE key_id = :key_id AND session = :session::text) \
             AS session_step, \
+        (SELECT action FROM fleet_session_steps WHERE key_id = :key_id AND session = :session::text) \
+            AS session_action, \
+        (SELECT before_step FROM fleet_session_steps WHERE key_id = :key_id AND session = :session::text) \
+            AS session_before, \
         (SELECT last_ms FROM fleet_session_cache WHERE key_id = :key_id AND session = :session::text) \
             AS sc_last, \
         (SELECT calls FROM fleet_session_cache WHERE key_id = :key_id AND session = :session::text) \
@@ -1757,9 +1769,10 @@ const UPSERT_STEP_RUN: &str = "INSERT INTO fleet_step_runs (key_id, step, steps,
     last_ms) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (key_id, step) DO UPDATE SET \
     steps = EXCLUDED.steps, first_ms = EXCLUDED.first_ms, last_ms = EXCLUDED.last_ms";
 
-const UPSERT_SESSION_STEP: &str = "INSERT INTO fleet_session_steps (key_id, session, step, at_ms) \
-    VALUES ($1, $2, $3, $4) ON CONFLICT (key_id, session) DO UPDATE SET \
-    step = EXCLUDED.step, at_ms = EXCLUDED.at_ms";
+/// The session's latest step and action, and the one before it (`SessionSteps::after`).
+const UPSERT_SESSION_STEP: &str = "INSERT INTO fleet_session_steps AS s (key_id, session, step, \
+    action, at_ms) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (key_id, session) DO UPDATE SET \
+    before_step = s.step, step = EXCLUDED.step, action = EXCLUDED.action, at_ms = EXCLUDED.at_ms";
 
 const UPSERT_SESSION_CACHE: &str = "INSERT INTO fleet_session_cache (key_id, session, last_ms, \
     calls, pauses, prompt_tokens, grown_tokens) VALUES ($1, $2, $3, $4, $5, $6, $7) \
@@ -2006,7 +2019,7 @@ fn cache_terms_from(row: &tokio_postgres::Row) -> (SessionCache, u64, bool) {
 }
 
 /// [`counts_from`] with the schedule's columns ([`pacing_columns`]).
-fn paced_counts(row: &tokio_postgres::Row, step: &Hash) -> WindowCounts {
+fn paced_counts(row: &tokio_postgres::Row, step: &Hash, action: Option<&Hash>) -> WindowCounts {
     let newest: Vec<i64> = row.get("step_newest");
     let mut step_newest_ms = [0; tokensaver_core::gate::windows::STEP_NEWEST];
     for (slot, t) in step_newest_ms.iter_mut().zip(newest) {
@@ -2024,9 +2037,14 @@ fn paced_counts(row: &tokio_postgres::Row, step: &Hash) -> WindowCounts {
         }),
         _ => None,
     };
-    let broken = row
+    let session = row
         .get::<_, Option<Hash>>("session_step")
-        .is_some_and(|last| last != *step);
+        .map(|last| SessionSteps {
+            last,
+            last_action: row.get("session_action"),
+            before: row.get("session_before"),
+        });
+    let broken = session.is_some_and(|last| last.ends_run_of(step, action));
     WindowCounts {
         step_paced: un(row.get::<_, i64>("step_paced")),
         step_newest_ms,

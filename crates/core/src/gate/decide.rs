@@ -1017,7 +1017,16 @@ mod tests {
                         }
                         Outcome::Decided(d) if d.verdict.forwards() => {
                             scores.push(d.score);
-                            w.record_session("k", &next.fingerprint, &STEP, None, "m", now, asked);
+                            w.record_session(
+                                "k",
+                                &next.fingerprint,
+                                &STEP,
+                                None,
+                                None,
+                                "m",
+                                now,
+                                asked,
+                            );
                             forwarded.push(now);
                             break;
                         }
@@ -1116,6 +1125,91 @@ mod tests {
                     assert!(calls.len() < 30, "{}", calls.len());
                 }
             }
+        }
+
+        /// A stuck agent whose tool prints a fresh 8-hex id each run (`stuck-noisy-deploy`):
+        /// about one run in 43 the id is all digits, reads as a number (a count is never
+        /// noise), and the step differs: `A A A B A`. Every 5th call here. When B is another
+        /// result of the same call (its action), the run of A goes on through it, and the agent
+        /// is stopped at the bound having bought the schedule's calls and its strays; when B is
+        /// another call (progress), each B starts A's schedule over and nothing is stopped.
+        #[test]
+        fn a_stray_result_of_the_same_call_does_not_start_a_stuck_agents_schedule_over() {
+            let p = policy(StepLimits::default());
+            let (session, action) = (Hash([5; 32]), Hash([6; 32]));
+            let agent = |stray_action: Hash| {
+                let mut w = Windows::configured(&p.gate);
+                let (mut now, mut calls, mut strays) = (1_000_000u64, 0usize, 0usize);
+                for n in 0..400u32 {
+                    let stray = n % 5 == 4;
+                    let mut s = shape((n % 200) as u8 + 1);
+                    (s.step_fingerprint, s.step_action) = if stray {
+                        (Hash([(n / 5 % 50) as u8 + 100; 32]), Some(stray_action))
+                    } else {
+                        (STEP, Some(action))
+                    };
+                    let asked = now;
+                    loop {
+                        let input = GateInput {
+                            key_id: "k",
+                            shape: &s,
+                            human: false,
+                            held: false,
+                            held_usage: None,
+                            approved_hold: false,
+                        };
+                        let counts = w.observe_session(
+                            "k",
+                            &s.fingerprint,
+                            &s.step_fingerprint,
+                            s.step_action.as_ref(),
+                            Some(&session),
+                            "m",
+                            now,
+                        );
+                        let state = KeyState {
+                            counts,
+                            budget: None,
+                        };
+                        match decide_paced(
+                            &p,
+                            &input,
+                            Approvals::default(),
+                            &state,
+                            now - asked,
+                            now,
+                        ) {
+                            Outcome::Pace { until_ms } => now = until_ms,
+                            Outcome::Decided(d) if d.verdict.forwards() => {
+                                w.record_session(
+                                    "k",
+                                    &s.fingerprint,
+                                    &s.step_fingerprint,
+                                    s.step_action.as_ref(),
+                                    Some(&session),
+                                    "m",
+                                    now,
+                                    asked,
+                                );
+                                calls += 1;
+                                strays += usize::from(stray);
+                                break;
+                            }
+                            Outcome::Decided(d) => return (calls, strays, Some(d.reason())),
+                        }
+                    }
+                    now += 1_000;
+                }
+                (calls, strays, None)
+            };
+            let (calls, strays, stopped) = agent(action);
+            assert_eq!(stopped, Some("runaway_step"));
+            let most = schedule::most_calls(&StepLimits::default(), false) as usize;
+            assert!(calls - strays <= most, "{calls} calls, {strays} strays");
+            assert!(calls <= most + most / 3, "{calls} calls, {strays} strays");
+            // Another call between: progress, every time.
+            let (calls, _, stopped) = agent(Hash([7; 32]));
+            assert_eq!((calls, stopped), (400, None));
         }
 
         #[test]

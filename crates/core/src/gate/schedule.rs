@@ -2,7 +2,8 @@
 //! that does not.
 //!
 //! A *run* is a key's consecutive decided steps with one step fingerprint (SERVEs excepted: a
-//! SERVE buys nothing). It ends when the session that sent it makes another step (progress), or
+//! SERVE buys nothing). It ends when the session that sent it makes another step (progress;
+//! one other result of the same call between two of its steps is not: `SessionSteps`), or
 //! when the step comes back after a silence of `max_hold_secs` or more (a patient caller the
 //! schedule never needed to hold). Within a run:
 //!

@@ -130,8 +130,8 @@ struct KeyWindows {
     seen_steps: LruCache<Hash, u64>,
     /// The run of each step ([`super::schedule`]), while it may continue.
     runs: HashMap<Hash, Run>,
-    /// Session → the step it made last: a session that makes another step ends that run.
-    session_steps: LruCache<Hash, Hash>,
+    /// Session → the steps it made last: a session that makes another step ends that run.
+    session_steps: LruCache<Hash, SessionSteps>,
 }
 
 impl KeyWindows {
@@ -232,16 +232,18 @@ impl Windows {
         model: &str,
         now: u64,
     ) -> WindowCounts {
-        self.observe_session(key, fingerprint, step, None, model, now)
+        self.observe_session(key, fingerprint, step, None, None, model, now)
     }
 
     /// Read the counts for a request without moving any window (`POST /estimate`); `session`:
     /// the agent session it belongs to (its progress ends a run: [`super::schedule`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn observe_session(
         &self,
         key: &str,
         fingerprint: &Hash,
         step: &Hash,
+        action: Option<&Hash>,
         session: Option<&Hash>,
         model: &str,
         now: u64,
@@ -266,7 +268,7 @@ impl Windows {
         }
         let broken = session
             .and_then(|s| w.session_steps.peek(s))
-            .is_some_and(|last| last != step);
+            .is_some_and(|last| last.ends_run_of(step, action));
         let counts = WindowCounts {
             step_paced,
             step_newest_ms,
@@ -307,24 +309,33 @@ impl Windows {
         model: &str,
         now: u64,
     ) {
-        self.record_entry(key, fingerprint, step, model, now, Some((None, now)))
+        self.record_entry(key, fingerprint, step, model, now, Some((None, None, now)))
     }
 
     /// Count a request in every window, whatever its verdict (a SERVE: [`Windows::record_serve`]),
-    /// and its step in its run ([`Run`]): `arrival` is when the request came
-    /// (before any hold), `session` the agent session it belongs to.
+    /// and its step in its run ([`Run`]): `action` is the step's (its calls without their
+    /// results), `arrival` when the request came (before any hold), `session` the agent session
+    /// it belongs to.
     #[allow(clippy::too_many_arguments)]
     pub fn record_session(
         &mut self,
         key: &str,
         fingerprint: &Hash,
         step: &Hash,
+        action: Option<&Hash>,
         session: Option<&Hash>,
         model: &str,
         now: u64,
         arrival: u64,
     ) {
-        self.record_entry(key, fingerprint, step, model, now, Some((session, arrival)))
+        self.record_entry(
+            key,
+            fingerprint,
+            step,
+            model,
+            now,
+            Some((action, session, arrival)),
+        )
     }
 
     /// Count a SERVE: in every window but the step windows. A SERVE buys nothing, so a
@@ -341,7 +352,8 @@ impl Windows {
         self.record_entry(key, fingerprint, step, model, now, None)
     }
 
-    /// `as_step`: counted as a step (not a SERVE), of this session, arrived then.
+    /// `as_step`: counted as a step (not a SERVE), with this action, of this session, arrived
+    /// then.
     fn record_entry(
         &mut self,
         key: &str,
@@ -349,7 +361,7 @@ impl Windows {
         step: &Hash,
         model: &str,
         now: u64,
-        as_step: Option<(Option<&Hash>, u64)>,
+        as_step: Option<(Option<&Hash>, Option<&Hash>, u64)>,
     ) {
         // Allocate the key's name only the first time it is seen.
         if !self.keys.contains_key(key) {
@@ -364,20 +376,20 @@ impl Windows {
             now,
             CAP_IDENTICAL,
         );
-        if let Some((session, arrival)) = as_step {
+        if let Some((action, session, arrival)) = as_step {
             push_capped(w.steps.entry(*step).or_default(), now, CAP_IDENTICAL);
             push_capped(
                 w.both.entry((*fingerprint, *step)).or_default(),
                 now,
                 CAP_IDENTICAL,
             );
-            let broken = session
-                .and_then(|s| w.session_steps.peek(s))
-                .is_some_and(|last| last != step);
+            let last = session.and_then(|s| w.session_steps.peek(s)).copied();
+            let broken = last.is_some_and(|last| last.ends_run_of(step, action));
             let continued = Run::continued(w.runs.get(step).copied(), broken, arrival, &self.steps);
             w.runs.insert(*step, Run::after(continued, now));
             if let Some(s) = session {
-                w.session_steps.put(*s, *step);
+                w.session_steps
+                    .put(*s, SessionSteps::after(last, *step, action.copied()));
                 if w.session_steps.len() > CAP_SESSIONS {
                     w.session_steps.pop_lru();
                 }
@@ -471,6 +483,42 @@ impl Windows {
     }
 }
 
+/// What a session's latest steps were: enough to tell its progress from a stray result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionSteps {
+    /// The step it made last, and that step's action (its calls without their results).
+    pub last: Hash,
+    pub last_action: Option<Hash>,
+    /// The step it made before that one.
+    pub before: Option<Hash>,
+}
+
+impl SessionSteps {
+    /// The session's steps once it has made `step` (with `action`).
+    pub fn after(prev: Option<SessionSteps>, step: Hash, action: Option<Hash>) -> SessionSteps {
+        SessionSteps {
+            last: step,
+            last_action: action,
+            before: prev.map(|p| p.last),
+        }
+    }
+
+    /// Whether `step` (with `action`) ends its own run: the session made another step since
+    /// its latest (progress) — unless that other step was one other result of this very action
+    /// between two of `step` (`A A B A`, where B is A's call answered once with, say, a fresh
+    /// id that happened to be all digits and so read as a number: noise the normalisation
+    /// cannot tell from a count). Two other results in a row, or another call, are progress.
+    pub fn ends_run_of(&self, step: &Hash, action: Option<&Hash>) -> bool {
+        if self.last == *step {
+            return false;
+        }
+        let stray = self.before.as_ref() == Some(step)
+            && action.is_some()
+            && self.last_action.as_ref() == action;
+        !stray
+    }
+}
+
 /// A run of one step, as the key's state keeps it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Run {
@@ -520,6 +568,33 @@ mod tests {
 
     fn fp(n: u8) -> Hash {
         Hash([n; 32])
+    }
+
+    #[test]
+    fn a_session_ends_a_run_by_progress_not_by_one_stray_result() {
+        let (a, b, c) = (fp(1), fp(2), fp(3));
+        let (act, other) = (fp(10), fp(11));
+        let steps = |seq: &[(Hash, Option<Hash>)]| {
+            seq.iter()
+                .fold(None, |prev, (step, action)| {
+                    Some(SessionSteps::after(prev, *step, *action))
+                })
+                .unwrap()
+        };
+        // A A, then A: the same step.
+        assert!(!steps(&[(a, Some(act)), (a, Some(act))]).ends_run_of(&a, Some(&act)));
+        // A B A, B one other result of A's call: A's run goes on.
+        assert!(!steps(&[(a, Some(act)), (b, Some(act))]).ends_run_of(&a, Some(&act)));
+        // A B A, B another call: progress.
+        assert!(steps(&[(a, Some(act)), (b, Some(other))]).ends_run_of(&a, Some(&act)));
+        // A B C A: two other results in a row are progress.
+        assert!(
+            steps(&[(a, Some(act)), (b, Some(act)), (c, Some(act))]).ends_run_of(&a, Some(&act))
+        );
+        // Turns without a tool call have no action: another one is progress.
+        assert!(steps(&[(a, None), (b, None)]).ends_run_of(&a, None));
+        // B A: the session's step before B is not A.
+        assert!(steps(&[(c, Some(act)), (b, Some(act))]).ends_run_of(&a, Some(&act)));
     }
 
     #[test]

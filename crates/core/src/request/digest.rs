@@ -5,19 +5,21 @@ use serde::{Deserialize, Serialize};
 
 use super::RequestShape;
 
-/// v5: a system turn after a Messages call's newest assistant turn is left out of its step
+/// v6: a step's action (`step_action`: its tool calls without their results), so that a run of
+/// a step survives one other result of the same call (SPEC §2.3). v5: a system turn after a Messages call's newest assistant turn is left out of its step
 /// (step domain v5). v4: the step fingerprint of a turn without a tool call names the assistant text it answers,
 /// a chained Responses call's step names the calls of the response it continues, and ANSI
 /// escapes are removed before the rest of the normalisation (step domain v4, normalisation 2;
 /// SPEC §2.1). v3 normalised tool results; v2 added the step fingerprint (and the Responses
 /// route).
-pub const DIGEST_VERSION: u32 = 5;
-/// Versions this build knows and no longer reads: their step fingerprint was computed
-/// without the normalisation, so a stuck agent whose tool prints a clock would not repeat
-/// its step, and the gate would decide otherwise than on the request itself. A digest is the
+pub const DIGEST_VERSION: u32 = 6;
+/// Versions this build knows and no longer reads: their step identity is weaker (before v5 its
+/// fingerprint was computed without today's normalisation, so a stuck agent whose tool prints a
+/// clock would not repeat its step; v5 has no action, so one stray result would start a stuck
+/// agent's schedule over), and the gate would decide otherwise than on the request itself. A digest is the
 /// local instance's own computation, so the fix is to update it; a refusal says so, rather
 /// than a gate quietly deciding on a weaker identity.
-const OUTDATED_VERSIONS: [u32; 4] = [1, 2, 3, 4];
+const OUTDATED_VERSIONS: [u32; 5] = [1, 2, 3, 4, 5];
 
 /// The wire form of an answer: a JSON body or a server-sent-event stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -212,9 +214,13 @@ mod tests {
             (&b"nope"[..], DigestError::NotJson),
             (b"[1]", DigestError::UnknownVersion),
             (br#"{"v":"3","request":{}}"#, DigestError::UnknownVersion),
-            (br#"{"v":6,"other":true}"#, DigestError::UnknownVersion),
-            (br#"{"v":5,"request":{}}"#, DigestError::Schema),
-            (br#"{"v":5,"request":{},"extra":1}"#, DigestError::Schema),
+            (br#"{"v":7,"other":true}"#, DigestError::UnknownVersion),
+            (br#"{"v":6,"request":{}}"#, DigestError::Schema),
+            (br#"{"v":6,"request":{},"extra":1}"#, DigestError::Schema),
+            (
+                br#"{"v":5,"request":{}}"#,
+                DigestError::Outdated { version: 5 },
+            ),
             (
                 br#"{"v":4,"request":{}}"#,
                 DigestError::Outdated { version: 4 },

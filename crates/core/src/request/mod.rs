@@ -149,6 +149,11 @@ pub struct RequestShape {
     /// digest without it be refused by name rather than by serde).
     #[serde(default)]
     pub step_fingerprint: Hash,
+    /// The step's action (`Step::action`, `step.rs`): its tool calls without their results. A
+    /// run of a step survives one other result of the same action between two of its steps
+    /// (`gate::windows::SessionSteps`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_action: Option<Hash>,
     /// The agent session this request belongs to ([`session`]): a keyed hash of the client's
     /// session header where it sends one (set by the proxy), else of the route, system, tools
     /// and first user turn. Absent in a digest from an older client: the decision then has no
@@ -614,12 +619,12 @@ fn shape_and_mark_sites(
         _ => (Vec::new(), false),
     };
     let cache_ttl_marks = u32::try_from(mark_sites.len()).unwrap_or(u32::MAX);
-    let step_fingerprint =
-        step::step_fingerprint(route, body, key).unwrap_or(canonical.fingerprint);
+    let step = step::step_fingerprint(route, body, key);
     let shape = RequestShape {
         route,
         fingerprint: canonical.fingerprint,
-        step_fingerprint,
+        step_fingerprint: step.map_or(canonical.fingerprint, |s| s.fingerprint),
+        step_action: step.and_then(|s| s.action),
         session: session::session_fingerprint(route, body, key),
         provider_state: route == Route::OpenAiResponses && responses::provider_state(body),
         model: common.model,

@@ -18,8 +18,9 @@
 //! forwarded are the caller's.
 
 use std::borrow::Cow;
+use std::ops::Range;
 
-use super::canonical::{keyed_in_place, PAD_TO};
+use super::canonical::{keyed, keyed_in_place, PAD_TO};
 use super::json::{write_compact, write_object_without, write_without_keys, Json, Object};
 use super::normalise::{normalise, NORMALISATION_VERSION};
 use super::{Hash, Route};
@@ -33,6 +34,9 @@ const STEP_DOMAIN: &[u8] = b"tokensaver step v5\0";
 const STEP_NORMALISATION: u32 = 2;
 /// The domain of an answer's identity (a stored response's calls or text).
 const ANSWER_DOMAIN: &[u8] = b"tokensaver answer v1\0";
+/// The domain of a step's action: the tool calls of its newest assistant turn, without what
+/// they returned.
+const ACTION_DOMAIN: &[u8] = b"tokensaver action v1\0";
 const _: () = assert!(
     NORMALISATION_VERSION == STEP_NORMALISATION,
     "the normalisation moved: move STEP_DOMAIN (and the digest version) with it"
@@ -49,10 +53,22 @@ pub(super) const VOLATILE: &[&str] = &[
     "tool_use_id",
 ];
 
-/// The step fingerprint, or `None` when the request has no assistant turn (it is then the
-/// fingerprint itself). A chained Responses call is read with its predecessor's answer
-/// unknown ([`chained_step`] names it).
-pub(super) fn step_fingerprint(route: Route, body: &Object, key: &[u8; 32]) -> Option<Hash> {
+/// A step's identity, and its action's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    /// The step fingerprint.
+    pub fingerprint: Hash,
+    /// The keyed hash of the route and the newest assistant turn's tool calls (names and
+    /// arguments), without their results: two steps with one action and two results are one
+    /// call that answered twice. `None` for a turn without a tool call and for a chained
+    /// Responses call (whose calls are the stored response's).
+    pub action: Option<Hash>,
+}
+
+/// The step fingerprint and action, or `None` when the request has no assistant turn (its
+/// step is then the fingerprint itself). A chained Responses call is read with its
+/// predecessor's answer unknown ([`chained_step`] names it).
+pub(super) fn step_fingerprint(route: Route, body: &Object, key: &[u8; 32]) -> Option<Step> {
     step_with(route, body, key, None)
 }
 
@@ -60,7 +76,7 @@ pub(super) fn step_fingerprint(route: Route, body: &Object, key: &[u8; 32]) -> O
 /// response's answer ([`answer_identity`]): `None` when the call is no such continuation.
 pub fn chained_step(body: &Object, key: &[u8; 32], previous: &Hash) -> Option<Hash> {
     chained(body)?;
-    step_with(Route::OpenAiResponses, body, key, Some(previous))
+    step_with(Route::OpenAiResponses, body, key, Some(previous)).map(|step| step.fingerprint)
 }
 
 /// The identity of a model answer as the step of the call after it names it: the answer's
@@ -95,7 +111,7 @@ fn chained(body: &Object) -> Option<()> {
     (continues && !items(body, "input").iter().any(model_item)).then_some(())
 }
 
-fn step_with(route: Route, body: &Object, key: &[u8; 32], previous: Option<&Hash>) -> Option<Hash> {
+fn step_with(route: Route, body: &Object, key: &[u8; 32], previous: Option<&Hash>) -> Option<Step> {
     // A typical step (system, tools, the tail) fits the padded size of one block.
     let mut buf = Vec::with_capacity(PAD_TO);
     buf.extend_from_slice(STEP_DOMAIN);
@@ -105,16 +121,23 @@ fn step_with(route: Route, body: &Object, key: &[u8; 32], previous: Option<&Hash
     buf.push(b'[');
     write_compact(&mut buf, body.get("model").unwrap_or(&Json::Null));
     buf.push(b',');
-    let found = match route {
+    let answer = match route {
         Route::OpenAiChat => chat(&mut buf, body),
         Route::AnthropicMessages => anthropic(&mut buf, body),
         Route::OpenAiResponses => responses(&mut buf, body, previous),
-    };
-    if !found {
-        return None;
-    }
+    }?;
+    // Calls are written as an array; a text answer and a chained call's as an object.
+    let action = (buf.get(answer.start) == Some(&b'[')).then(|| {
+        keyed(
+            key,
+            &[ACTION_DOMAIN, route.as_str().as_bytes(), &buf[answer]],
+        )
+    });
     buf.push(b']');
-    Some(keyed_in_place(key, &mut buf))
+    Some(Step {
+        fingerprint: keyed_in_place(key, &mut buf),
+        action,
+    })
 }
 
 pub(super) fn items<'b>(body: &'b Object, field: &str) -> &'b [Json<'b>] {
@@ -131,20 +154,23 @@ fn string_field<'b>(value: &'b Json, field: &str) -> Option<std::borrow::Cow<'b,
         .map(|s| s.to_cow())
 }
 
-/// Writes `tools, answer, [after]` after the system part has been written.
+/// Writes `tools, answer, [after]` after the system part has been written: where the answer
+/// is in `buf`.
 fn tools_calls_after<'b>(
     buf: &mut Vec<u8>,
     body: &Object,
     answer: impl FnOnce(&mut Vec<u8>),
     after: impl Iterator<Item = &'b Json<'b>>,
-) {
+) -> Range<usize> {
     write_without_keys(
         buf,
         body.get("tools").unwrap_or(&Json::Null),
         &["cache_control"],
     );
     buf.push(b',');
+    let start = buf.len();
     answer(buf);
+    let answer = start..buf.len();
     buf.extend_from_slice(b",[");
     for (i, turn) in after.enumerate() {
         if i > 0 {
@@ -153,6 +179,7 @@ fn tools_calls_after<'b>(
         write_tail(buf, turn);
     }
     buf.push(b']');
+    answer
 }
 
 /// The newest assistant turn as a step names it: `[calls…]` when it called tools (names and
@@ -302,11 +329,9 @@ pub(super) fn is_system(item: &Json) -> bool {
     role_is(item, &["system", "developer"])
 }
 
-fn chat(buf: &mut Vec<u8>, body: &Object) -> bool {
+fn chat(buf: &mut Vec<u8>, body: &Object) -> Option<Range<usize>> {
     let messages = items(body, "messages");
-    let Some(last) = messages.iter().rposition(|m| role_is(m, &["assistant"])) else {
-        return false;
-    };
+    let last = messages.iter().rposition(|m| role_is(m, &["assistant"]))?;
     buf.push(b'[');
     let system = messages.iter().filter(|m| is_system(m));
     for (i, message) in system.enumerate() {
@@ -337,20 +362,18 @@ fn chat(buf: &mut Vec<u8>, body: &Object) -> bool {
             inner.get("arguments").or_else(|| inner.get("input")),
         )
     };
-    tools_calls_after(
+    let answer = tools_calls_after(
         buf,
         body,
         |buf| write_answer(buf, &calls, write_call, &text),
         messages[last + 1..].iter().filter(|m| !is_system(m)),
     );
-    true
+    Some(answer)
 }
 
-fn anthropic(buf: &mut Vec<u8>, body: &Object) -> bool {
+fn anthropic(buf: &mut Vec<u8>, body: &Object) -> Option<Range<usize>> {
     let messages = items(body, "messages");
-    let Some(last) = messages.iter().rposition(|m| role_is(m, &["assistant"])) else {
-        return false;
-    };
+    let last = messages.iter().rposition(|m| role_is(m, &["assistant"]))?;
     write_without_keys(buf, body.get("system").unwrap_or(&Json::Null), VOLATILE);
     buf.push(b',');
     let blocks = match messages[last].get("content") {
@@ -376,7 +399,7 @@ fn anthropic(buf: &mut Vec<u8>, body: &Object) -> bool {
             .collect(),
         other => other.into_iter().collect(),
     };
-    tools_calls_after(
+    let answer = tools_calls_after(
         buf,
         body,
         |buf| {
@@ -392,7 +415,7 @@ fn anthropic(buf: &mut Vec<u8>, body: &Object) -> bool {
         // chat's are, or every hold would start a stuck agent's schedule afresh.
         messages[last + 1..].iter().filter(|m| !is_system(m)),
     );
-    true
+    Some(answer)
 }
 
 /// Whether a Responses input item was produced by the model (a message from the assistant,
@@ -435,16 +458,14 @@ fn responses_system(buf: &mut Vec<u8>, body: &Object, input: &[Json]) {
     buf.extend_from_slice(b"],");
 }
 
-fn responses(buf: &mut Vec<u8>, body: &Object, previous: Option<&Hash>) -> bool {
+fn responses(buf: &mut Vec<u8>, body: &Object, previous: Option<&Hash>) -> Option<Range<usize>> {
     let input = items(body, "input");
     let Some(last) = input.iter().rposition(model_item) else {
-        if chained(body).is_none() {
-            return false;
-        }
+        chained(body)?;
         // The turn it answers is the stored response's: its identity when the proxy knows
         // it, else `null` (never the response id, which is new at every step).
         responses_system(buf, body, input);
-        tools_calls_after(
+        let answer = tools_calls_after(
             buf,
             body,
             |buf| match previous {
@@ -463,7 +484,7 @@ fn responses(buf: &mut Vec<u8>, body: &Object, previous: Option<&Hash>) -> bool 
             .iter()
             .filter(|item| !is_system(item)),
         );
-        return true;
+        return Some(answer);
     };
     // One answer may be several items (reasoning, calls, a message): the turn is the run of
     // model items that ends at the newest one.
@@ -479,7 +500,7 @@ fn responses(buf: &mut Vec<u8>, body: &Object, previous: Option<&Hash>) -> bool 
         .filter(|item| is_assistant_message(item))
         .filter_map(|item| item.get("content"))
         .collect();
-    tools_calls_after(
+    let answer = tools_calls_after(
         buf,
         body,
         |buf| {
@@ -492,7 +513,7 @@ fn responses(buf: &mut Vec<u8>, body: &Object, previous: Option<&Hash>) -> bool 
         },
         input[last + 1..].iter().filter(|item| !is_system(item)),
     );
-    true
+    Some(answer)
 }
 
 #[cfg(test)]
@@ -537,6 +558,29 @@ mod tests {
         // Progress: a different tool result is a different step.
         let c = shape(Route::OpenAiChat, &chat_loop(5, "other"));
         assert_ne!(b.step_fingerprint, c.step_fingerprint);
+    }
+
+    /// The action is the step's calls without their results: one call that answered twice
+    /// has one action and two steps; another call has another action; a text turn has none.
+    #[test]
+    fn a_steps_action_is_its_calls_without_their_results() {
+        let step = |body: &str| {
+            let s = shape(Route::OpenAiChat, body);
+            (s.step_fingerprint, s.step_action)
+        };
+        let (same, same_action) = step(&chat_loop(3, "same"));
+        let (other, other_action) = step(&chat_loop(3, "attempt 20261207"));
+        assert_ne!(same, other);
+        assert_eq!(same_action, other_action);
+        assert!(same_action.is_some());
+        let (_, call_action) =
+            step(&chat_loop(3, "same").replace(r#"\"make\""#, r#"\"make test\""#));
+        assert!(call_action.is_some());
+        assert_ne!(call_action, same_action);
+        let (_, text_action) = step(
+            r#"{"model":"m","messages":[{"role":"user","content":"go"},{"role":"assistant","content":"done"},{"role":"user","content":"ok"}]}"#,
+        );
+        assert_eq!(text_action, None);
     }
 
     /// A turn without a tool call is named by its text (SPEC §2.3): the same word answering two
