@@ -356,7 +356,7 @@ fn the_fleet_home_conforms_and_keeps_the_local_homes_ledger() {
 /// A stuck agent's repeated step (the same tool call and result, its history growing) is paced,
 /// then stopped by `runaway_step` once its run is older than the bound (§2.3; scaled down
 /// here: 3 steps per 2 s, holds up to 4 s, a run stopped once 10 s old), alike in every home.
-/// Its 5th and 9th results print an id that reads as a number: each a step of its own, which
+/// Its 4th and 6th results print an id that reads as a number: each a step of its own, which
 /// does not start the schedule over (the session's steps, kept by each home).
 fn a_stuck_step_is_paced_then_stopped(kind: &str) -> Vec<(u16, String, String, bool)> {
     let u = Under::start(
@@ -366,7 +366,7 @@ fn a_stuck_step_is_paced_then_stopped(kind: &str) -> Vec<(u16, String, String, b
     let mut out = Vec::new();
     for steps in 1..=14 {
         let body = polling_with_strays("Wait for job 9 (conformance).", steps, 20, |i| {
-            i == 4 || i == 8
+            i == 3 || i == 5
         });
         let r = u.send(&body, &[]);
         let paced = r.header("x-tokensaver-receipt").is_some()
@@ -383,7 +383,7 @@ fn a_stuck_step_is_paced_then_stopped(kind: &str) -> Vec<(u16, String, String, b
         (429, "runaway_step"),
         "{kind}: {out:?}"
     );
-    assert!(out.iter().filter(|s| s.3).count() >= 3, "{kind}: {out:?}");
+    assert!(out.iter().filter(|s| s.3).count() >= 2, "{kind}: {out:?}");
     assert_eq!(u.provider_calls(), out.len() - 1, "{kind}: {out:?}");
     out
 }

@@ -1721,6 +1721,8 @@ fn pacing_columns(steps: &StepLimits, w: &WindowLengths) -> String {
             AS session_action, \
         (SELECT before_step FROM fleet_session_steps WHERE key_id = :key_id AND session = :session::text) \
             AS session_before, \
+        (SELECT at_ms FROM fleet_session_steps WHERE key_id = :key_id AND session = :session::text) \
+            AS session_at, \
         (SELECT last_ms FROM fleet_session_cache WHERE key_id = :key_id AND session = :session::text) \
             AS sc_last, \
         (SELECT calls FROM fleet_session_cache WHERE key_id = :key_id AND session = :session::text) \
@@ -2025,7 +2027,7 @@ fn paced_counts(row: &tokio_postgres::Row, step: &Hash, action: Option<&Hash>) -
     for (slot, t) in step_newest_ms.iter_mut().zip(newest) {
         *slot = un(t);
     }
-    let run = match (
+    let kept = match (
         row.get::<_, Option<i64>>("run_steps"),
         row.get::<_, Option<i64>>("run_first"),
         row.get::<_, Option<i64>>("run_last"),
@@ -2042,9 +2044,10 @@ fn paced_counts(row: &tokio_postgres::Row, step: &Hash, action: Option<&Hash>) -
         .map(|last| SessionSteps {
             last,
             last_action: row.get("session_action"),
+            last_ms: row.get::<_, Option<i64>>("session_at").map_or(0, un),
             before: row.get("session_before"),
         });
-    let broken = session.is_some_and(|last| last.ends_run_of(step, action));
+    let (run, broken) = SessionSteps::run_of(session.as_ref(), step, action, kept);
     WindowCounts {
         step_paced: un(row.get::<_, i64>("step_paced")),
         step_newest_ms,

@@ -1131,7 +1131,7 @@ mod tests {
         /// about one run in 43 the id is all digits, reads as a number (a count is never
         /// noise), and the step differs: `A A A B A`. Every 5th call here. When B is another
         /// result of the same call (its action), the run of A goes on through it, and the agent
-        /// is stopped at the bound having bought the schedule's calls and its strays; when B is
+        /// is stopped at the bound having bought the schedule's calls and one per stray; when B is
         /// another call (progress), each B starts A's schedule over and nothing is stopped.
         #[test]
         fn a_stray_result_of_the_same_call_does_not_start_a_stuck_agents_schedule_over() {
@@ -1204,9 +1204,18 @@ mod tests {
             };
             let (calls, strays, stopped) = agent(action);
             assert_eq!(stopped, Some("runaway_step"));
+            // A stray counts in the run as a step bought (the run's next waits after it), but
+            // it is not held itself: it may be progress (a job done), which must not wait. So
+            // each stray is one call more than the schedule's.
             let most = schedule::most_calls(&StepLimits::default(), false) as usize;
-            assert!(calls - strays <= most, "{calls} calls, {strays} strays");
-            assert!(calls <= most + most / 3, "{calls} calls, {strays} strays");
+            println!(
+                "a stuck agent with a stray every 5th call: {calls} calls ({strays} strays), \
+                 the schedule's most {most}"
+            );
+            assert!(
+                strays >= 4 && calls <= most + strays,
+                "{calls} calls, {strays} strays"
+            );
             // Another call between: progress, every time.
             let (calls, _, stopped) = agent(Hash([7; 32]));
             assert_eq!((calls, stopped), (400, None));

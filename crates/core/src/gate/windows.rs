@@ -266,9 +266,12 @@ impl Windows {
                 *slot = t;
             }
         }
-        let broken = session
-            .and_then(|s| w.session_steps.peek(s))
-            .is_some_and(|last| last.ends_run_of(step, action));
+        let (run, broken) = SessionSteps::run_of(
+            session.and_then(|s| w.session_steps.peek(s)),
+            step,
+            action,
+            w.runs.get(step).copied(),
+        );
         let counts = WindowCounts {
             step_paced,
             step_newest_ms,
@@ -292,7 +295,7 @@ impl Windows {
                 .is_some_and(|&t| within(now, t, REPEAT_WINDOW_MS)),
             ..WindowCounts::default()
         };
-        counts.with_run(w.runs.get(step).copied(), broken)
+        counts.with_run(run, broken)
     }
 
     /// [`Windows::record_step`] for a request whose step fingerprint is its fingerprint.
@@ -384,12 +387,13 @@ impl Windows {
                 CAP_IDENTICAL,
             );
             let last = session.and_then(|s| w.session_steps.peek(s)).copied();
-            let broken = last.is_some_and(|last| last.ends_run_of(step, action));
-            let continued = Run::continued(w.runs.get(step).copied(), broken, arrival, &self.steps);
+            let (run, broken) =
+                SessionSteps::run_of(last.as_ref(), step, action, w.runs.get(step).copied());
+            let continued = Run::continued(run, broken, arrival, &self.steps);
             w.runs.insert(*step, Run::after(continued, now));
             if let Some(s) = session {
                 w.session_steps
-                    .put(*s, SessionSteps::after(last, *step, action.copied()));
+                    .put(*s, SessionSteps::after(last, *step, action.copied(), now));
                 if w.session_steps.len() > CAP_SESSIONS {
                     w.session_steps.pop_lru();
                 }
@@ -486,36 +490,59 @@ impl Windows {
 /// What a session's latest steps were: enough to tell its progress from a stray result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionSteps {
-    /// The step it made last, and that step's action (its calls without their results).
+    /// The step it made last, that step's action (its calls without their results) and when
+    /// it was decided.
     pub last: Hash,
     pub last_action: Option<Hash>,
+    pub last_ms: u64,
     /// The step it made before that one.
     pub before: Option<Hash>,
 }
 
 impl SessionSteps {
-    /// The session's steps once it has made `step` (with `action`).
-    pub fn after(prev: Option<SessionSteps>, step: Hash, action: Option<Hash>) -> SessionSteps {
+    /// The session's steps once it has made `step` (with `action`), decided at `now_ms`.
+    pub fn after(
+        prev: Option<SessionSteps>,
+        step: Hash,
+        action: Option<Hash>,
+        now_ms: u64,
+    ) -> SessionSteps {
         SessionSteps {
             last: step,
             last_action: action,
+            last_ms: now_ms,
             before: prev.map(|p| p.last),
         }
     }
 
-    /// Whether `step` (with `action`) ends its own run: the session made another step since
-    /// its latest (progress) — unless that other step was one other result of this very action
-    /// between two of `step` (`A A B A`, where B is A's call answered once with, say, a fresh
-    /// id that happened to be all digits and so read as a number: noise the normalisation
-    /// cannot tell from a count). Two other results in a row, or another call, are progress.
-    pub fn ends_run_of(&self, step: &Hash, action: Option<&Hash>) -> bool {
-        if self.last == *step {
-            return false;
+    /// `step`'s run (`run`, as kept) as the latest steps of its session (if known) leave it,
+    /// and whether they ended it. The session made another step since the run's latest:
+    /// progress, the run ends — unless that other step was one other result of this very
+    /// action between two of `step` (`A A B A`: B is A's call answered once with, say, a fresh
+    /// id that happened to be all digits and so read as a number, noise the normalisation
+    /// cannot tell from a count). Then the run goes on, and the stray counts in it as a step
+    /// decided when it was (it was bought like one: the run's next waits after it). Two other
+    /// results in a row, or another call, are progress.
+    pub fn run_of(
+        session: Option<&SessionSteps>,
+        step: &Hash,
+        action: Option<&Hash>,
+        run: Option<Run>,
+    ) -> (Option<Run>, bool) {
+        let Some(s) = session.filter(|s| s.last != *step) else {
+            return (run, false);
+        };
+        let stray =
+            s.before.as_ref() == Some(step) && action.is_some() && s.last_action.as_ref() == action;
+        if !stray {
+            return (run, true);
         }
-        let stray = self.before.as_ref() == Some(step)
-            && action.is_some()
-            && self.last_action.as_ref() == action;
-        !stray
+        let run = run.map(|r| Run {
+            steps: r.steps.saturating_add(1),
+            first_ms: r.first_ms,
+            last_ms: r.last_ms.max(s.last_ms),
+        });
+        (run, false)
     }
 }
 
@@ -574,27 +601,65 @@ mod tests {
     fn a_session_ends_a_run_by_progress_not_by_one_stray_result() {
         let (a, b, c) = (fp(1), fp(2), fp(3));
         let (act, other) = (fp(10), fp(11));
-        let steps = |seq: &[(Hash, Option<Hash>)]| {
-            seq.iter()
-                .fold(None, |prev, (step, action)| {
-                    Some(SessionSteps::after(prev, *step, *action))
-                })
-                .unwrap()
+        let run = Run {
+            steps: 4,
+            first_ms: 1_000,
+            last_ms: 4_000,
         };
-        // A A, then A: the same step.
-        assert!(!steps(&[(a, Some(act)), (a, Some(act))]).ends_run_of(&a, Some(&act)));
-        // A B A, B one other result of A's call: A's run goes on.
-        assert!(!steps(&[(a, Some(act)), (b, Some(act))]).ends_run_of(&a, Some(&act)));
+        // The session's steps, one a second from 3 s, then `step` (with `action`) against `run`.
+        let of = |seq: &[(Hash, Option<Hash>)], step: &Hash, action: Option<&Hash>| {
+            let session = seq.iter().enumerate().fold(None, |prev, (i, (st, ac))| {
+                Some(SessionSteps::after(
+                    prev,
+                    *st,
+                    *ac,
+                    3_000 + 1_000 * i as u64,
+                ))
+            });
+            SessionSteps::run_of(session.as_ref(), step, action, Some(run))
+        };
+        let ended = (Some(run), true);
+        // No session known, or A then A: the run goes on as kept.
+        assert_eq!(
+            SessionSteps::run_of(None, &a, Some(&act), Some(run)),
+            (Some(run), false)
+        );
+        assert_eq!(
+            of(&[(a, Some(act)), (a, Some(act))], &a, Some(&act)),
+            (Some(run), false)
+        );
+        // A A B A, B one other result of A's call (decided at 5 s): the run goes on, B in it.
+        let through = Run {
+            steps: 5,
+            first_ms: 1_000,
+            last_ms: 5_000,
+        };
+        assert_eq!(
+            of(
+                &[(a, Some(act)), (a, Some(act)), (b, Some(act))],
+                &a,
+                Some(&act)
+            ),
+            (Some(through), false)
+        );
         // A B A, B another call: progress.
-        assert!(steps(&[(a, Some(act)), (b, Some(other))]).ends_run_of(&a, Some(&act)));
+        assert_eq!(
+            of(&[(a, Some(act)), (b, Some(other))], &a, Some(&act)),
+            ended
+        );
         // A B C A: two other results in a row are progress.
-        assert!(
-            steps(&[(a, Some(act)), (b, Some(act)), (c, Some(act))]).ends_run_of(&a, Some(&act))
+        assert_eq!(
+            of(
+                &[(a, Some(act)), (b, Some(act)), (c, Some(act))],
+                &a,
+                Some(&act)
+            ),
+            ended
         );
         // Turns without a tool call have no action: another one is progress.
-        assert!(steps(&[(a, None), (b, None)]).ends_run_of(&a, None));
-        // B A: the session's step before B is not A.
-        assert!(steps(&[(c, Some(act)), (b, Some(act))]).ends_run_of(&a, Some(&act)));
+        assert_eq!(of(&[(a, None), (b, None)], &a, None), ended);
+        // C B A: the session's step before B is not A.
+        assert_eq!(of(&[(c, Some(act)), (b, Some(act))], &a, Some(&act)), ended);
     }
 
     #[test]
