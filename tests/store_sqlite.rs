@@ -336,7 +336,7 @@ fn load_returns_what_was_written() {
     let rec: Vec<(String, String, WireForm, u64)> = snap
         .recorded
         .iter()
-        .map(|(k, f, w, u)| (k.clone(), tag_of(&f.0), *w, u.output))
+        .map(|(k, f, w, u, _)| (k.clone(), tag_of(&f.0), *w, u.output))
         .collect();
     assert_eq!(
         rec,

@@ -307,8 +307,8 @@ fn step_cost_nano(prices: &crate::config::Prices, u: &StepUsage) -> u64 {
     super::billed(u).cost_nano(prices)
 }
 
-fn context_of(m: &Methodology, t: &TapRecord) -> Option<ContextCount> {
-    let body: Value = serde_json::from_slice(&std::fs::read(t.body_file.as_ref()?).ok()?).ok()?;
+fn context_of(m: &Methodology, t: &TapRecord, body: &[u8]) -> Option<ContextCount> {
+    let body: Value = serde_json::from_slice(body).ok()?;
     let c = super::context::count_request(
         &body,
         &t.findings,
@@ -324,17 +324,47 @@ fn context_of(m: &Methodology, t: &TapRecord) -> Option<ContextCount> {
 
 /// The digest the gate decided a recorded request on (`tokensaver digest`, under the pair's
 /// key): fingerprints and counts, no content.
-fn digest_of(key: &str, t: &TapRecord) -> Option<Value> {
+fn digest_of(key: &str, t: &TapRecord, body: &[u8]) -> Option<Value> {
     let route = match t.path.as_str() {
         "/v1/messages" => crate::request::Route::AnthropicMessages,
         "/v1/chat/completions" => crate::request::Route::OpenAiChat,
         "/v1/responses" => crate::request::Route::OpenAiResponses,
         _ => return None,
     };
-    let body = std::fs::read(t.body_file.as_ref()?).ok()?;
     let fp_key = crate::auth::fingerprint_key(crate::auth::parse_key(key)?.secret);
-    let parsed = crate::request::parse(route, &body, &fp_key).ok()?;
+    let parsed = crate::request::parse(route, body, &fp_key).ok()?;
     serde_json::to_value(crate::request::Digest::new(parsed.shape)).ok()
+}
+
+/// One call of a run as the evidence keeps it; `body`: a treatment call's request body.
+fn step_record(
+    i: usize,
+    c: &TapRecord,
+    r: &HarnessRun,
+    m: &Methodology,
+    body: Option<&[u8]>,
+    keys: &BTreeMap<&str, &str>,
+) -> StepRecord {
+    StepRecord {
+        index: i,
+        session: c.session,
+        path: c.path.clone(),
+        status: c.status,
+        verdict: c.verdict.clone(),
+        reason: c.reason.clone(),
+        findings: c.findings.clone(),
+        paced_ms: c.paced_ms,
+        usage: c.usage.clone(),
+        tool_calls: c.tool_calls,
+        model_requested: c.model_requested.clone(),
+        model_reported: c.model_reported.clone(),
+        context: body.and_then(|b| context_of(m, c, b)),
+        at_ms: c
+            .at_unix_ms
+            .map(|at| at.saturating_sub(r.started_at_unix_ms)),
+        round_trip_ms: c.ms,
+        digest: body.and_then(|b| keys.get(r.pair.as_str()).and_then(|k| digest_of(k, c, b))),
+    }
 }
 
 fn to_record(
@@ -353,27 +383,14 @@ fn to_record(
         .calls
         .iter()
         .enumerate()
-        .map(|(i, c)| StepRecord {
-            index: i,
-            session: c.session,
-            path: c.path.clone(),
-            status: c.status,
-            verdict: c.verdict.clone(),
-            reason: c.reason.clone(),
-            findings: c.findings.clone(),
-            paced_ms: c.paced_ms,
-            usage: c.usage.clone(),
-            tool_calls: c.tool_calls,
-            model_requested: c.model_requested.clone(),
-            model_reported: c.model_reported.clone(),
-            context: if treatment { context_of(m, c) } else { None },
-            at_ms: c
-                .at_unix_ms
-                .map(|at| at.saturating_sub(r.started_at_unix_ms)),
-            round_trip_ms: c.ms,
-            digest: treatment
-                .then(|| keys.get(r.pair.as_str()).and_then(|k| digest_of(k, c)))
-                .flatten(),
+        .map(|(i, c)| {
+            // A treatment call's body, read once: what its context and its digest count.
+            let body = c
+                .body_file
+                .as_ref()
+                .filter(|_| treatment)
+                .and_then(|f| std::fs::read(f).ok());
+            step_record(i, c, &r, m, body.as_deref(), keys)
         })
         .collect();
     let bought = r

@@ -346,12 +346,8 @@ impl Gatekeeper {
         for lease in &snapshot.leases {
             state.add_lease(lease.clone());
         }
-        for (key_id, fp, wire, usage) in &snapshot.recorded {
-            state
-                .recorded
-                .entry(key_id.clone())
-                .or_default()
-                .insert((*fp, *wire), *usage);
+        for (key_id, fp, wire, usage, at_ms) in &snapshot.recorded {
+            state.record_usage(key_id, *fp, *wire, *usage, *at_ms);
         }
         Ok(Self {
             answers: Mutex::new(AnswerStore::new(config.answer_store_bytes)),
@@ -918,10 +914,7 @@ impl Gatekeeper {
         let mut recorded_event = None;
         // Only a complete answer's usage is what a SERVE of it would not buy.
         if let Some(u) = report.reusable_usage(reservation.reusable) {
-            st.recorded
-                .entry(key_id.to_string())
-                .or_default()
-                .insert((reservation.fingerprint, wire), u);
+            st.record_usage(key_id, reservation.fingerprint, wire, u, now_ms);
             recorded_event = Some(Event::Recorded {
                 key_id: key_id.to_string(),
                 fingerprint: reservation.fingerprint,

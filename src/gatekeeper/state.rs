@@ -73,6 +73,54 @@ pub(super) struct OpenHold {
     pub(super) opened: Option<Arc<GateOutcome>>,
 }
 
+/// What a SERVE of one key's answers would not buy: the usage recorded per (fingerprint, wire
+/// form), read for as long as an answer may be held ([`RecordedUsage::TTL_MS`], a day, as a
+/// fleet keeps its answers), the newest [`RecordedUsage::CAP`] kept. Without the bounds, a
+/// proxy that settles every reproducible call keeps one entry per call for as long as it runs:
+/// in proxy mode the answer store drops answers by its byte cap, but their usage stayed.
+pub(super) struct RecordedUsage {
+    /// Oldest recorded at the LRU end (a `put` moves an entry to the front).
+    entries: lru::LruCache<(Hash, WireForm), (Usage, u64)>,
+}
+
+impl Default for RecordedUsage {
+    fn default() -> Self {
+        RecordedUsage {
+            entries: lru::LruCache::unbounded(),
+        }
+    }
+}
+
+impl RecordedUsage {
+    pub(super) const TTL_MS: u64 = 86_400_000;
+    /// Like the windows' 24-hour fingerprint memory: about 15 MB at most per key.
+    pub(super) const CAP: usize = 100_000;
+
+    pub(super) fn get(&self, fingerprint: &Hash, wire: WireForm, now_ms: u64) -> Option<Usage> {
+        self.entries
+            .peek(&(*fingerprint, wire))
+            .filter(|(_, at)| now_ms.saturating_sub(*at) < Self::TTL_MS)
+            .map(|(usage, _)| *usage)
+    }
+
+    pub(super) fn put(&mut self, fingerprint: Hash, wire: WireForm, usage: Usage, at_ms: u64) {
+        self.entries.put((fingerprint, wire), (usage, at_ms));
+        while self.entries.len() > Self::CAP
+            || self
+                .entries
+                .peek_lru()
+                .is_some_and(|(_, (_, at))| at_ms.saturating_sub(*at) >= Self::TTL_MS)
+        {
+            self.entries.pop_lru();
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
 #[derive(Default)]
 pub(super) struct State {
     pub(super) windows: Windows,
@@ -88,9 +136,9 @@ pub(super) struct State {
     pub(super) hold_index: HashMap<String, HashMap<Hash, String>>,
     /// Key → its attending lease that ends last.
     pub(super) leases: HashMap<String, LeaseRow>,
-    /// Recorded usage per key, then per (fingerprint, wire form): looked up per request
-    /// without building an owned key, forgotten per key in one step.
-    pub(super) recorded: HashMap<String, HashMap<(Hash, WireForm), Usage>>,
+    /// Recorded usage per key ([`RecordedUsage`]): looked up per request without building an
+    /// owned key, forgotten per key in one step.
+    pub(super) recorded: HashMap<String, RecordedUsage>,
     /// Key → what the gate keeps of each of its sessions for cache lifetimes (SPEC §2.11b).
     pub(super) session_cache: HashMap<String, lru::LruCache<Hash, SessionCache>>,
     /// Key → route prefix → when its forwarded calls were decided in the last minute, and
@@ -144,8 +192,22 @@ impl State {
         let wire = req.shape.wire_form();
         self.recorded
             .get(&*req.key.id)
-            .and_then(|by_request| by_request.get(&(req.shape.fingerprint, wire)))
-            .copied()
+            .and_then(|r| r.get(&req.shape.fingerprint, wire, req.now_ms))
+    }
+
+    /// Record the usage of a complete, reproducible answer of `key_id`'s, settled at `at_ms`.
+    pub(super) fn record_usage(
+        &mut self,
+        key_id: &str,
+        fingerprint: Hash,
+        wire: WireForm,
+        usage: Usage,
+        at_ms: u64,
+    ) {
+        self.recorded
+            .entry(key_id.to_string())
+            .or_default()
+            .put(fingerprint, wire, usage, at_ms);
     }
 
     /// What the gate keeps of the request's session (nothing yet: the default).
@@ -343,5 +405,54 @@ impl State {
                 self.leases.insert(lease.key_id.clone(), lease);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(output: u64) -> Usage {
+        Usage {
+            output,
+            ..Usage::default()
+        }
+    }
+
+    /// Recorded usage is bounded by age and by count: a proxy that settles a reproducible call
+    /// of its own fingerprint every time keeps at most the cap, and a day-old record serves
+    /// nothing.
+    #[test]
+    fn recorded_usage_is_kept_a_day_and_at_most_the_cap() {
+        let mut r = RecordedUsage::default();
+        let day = RecordedUsage::TTL_MS;
+        r.put(Hash([1; 32]), WireForm::Json, usage(7), 1_000);
+        assert_eq!(
+            r.get(&Hash([1; 32]), WireForm::Json, 1_000 + day - 1),
+            Some(usage(7))
+        );
+        assert_eq!(r.get(&Hash([1; 32]), WireForm::Json, 1_000 + day), None);
+        assert_eq!(r.get(&Hash([1; 32]), WireForm::Sse, 1_000), None);
+        // A record a day later drops the day-old one.
+        r.put(Hash([2; 32]), WireForm::Json, usage(8), 1_000 + day);
+        assert_eq!(r.len(), 1);
+        for i in 0..RecordedUsage::CAP as u64 + 10 {
+            let mut fp = [0u8; 32];
+            fp[..8].copy_from_slice(&i.to_le_bytes());
+            r.put(Hash(fp), WireForm::Json, usage(i), 2_000 + day + i);
+        }
+        assert_eq!(r.len(), RecordedUsage::CAP);
+        // The oldest went first; the newest is kept.
+        let newest = RecordedUsage::CAP as u64 + 9;
+        let mut fp = [0u8; 32];
+        fp[..8].copy_from_slice(&newest.to_le_bytes());
+        assert_eq!(
+            r.get(&Hash(fp), WireForm::Json, 2_000 + day + newest),
+            Some(usage(newest))
+        );
+        assert_eq!(
+            r.get(&Hash([0; 32]), WireForm::Json, 2_000 + day + newest),
+            None
+        );
     }
 }

@@ -435,7 +435,8 @@ pub struct Snapshot {
     pub hold_openings: Vec<HoldOpening>,
     /// Leases that have not ended.
     pub leases: Vec<LeaseRow>,
-    pub recorded: Vec<(String, Hash, WireForm, Usage)>,
+    /// Recorded usage: key, fingerprint, wire form, usage, when it was recorded; oldest first.
+    pub recorded: Vec<(String, Hash, WireForm, Usage, u64)>,
     pub budgets: Vec<(String, Option<u64>, BudgetPeriod)>,
     pub prices: Vec<(String, Prices)>,
 }

@@ -74,6 +74,10 @@ const MIGRATIONS: &[(i32, &str)] = &[
         11,
         include_str!("../../../migrations/pg/0011_step_actions.sql"),
     ),
+    (
+        12,
+        include_str!("../../../migrations/pg/0012_recorded_age.sql"),
+    ),
 ];
 
 /// Taken while migrating, so instances starting together apply each migration once.
@@ -89,6 +93,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a stored answer stays servable in the fleet (the in-memory store has no age
 /// bound; a shared table needs one): the repeat window, one day.
 const ANSWER_TTL_MS: u64 = 86_400_000;
+/// How long a recorded usage makes an answer servable: as long as answers are kept (the
+/// in-memory home's `RecordedUsage::TTL_MS`).
+const RECORDED_TTL_MS: u64 = ANSWER_TTL_MS;
 /// An answer lookup that takes longer counts as a miss: the request is decided without it.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -951,6 +958,13 @@ impl Fleet {
                     &[&db(86_400_000)],
                 )
                 .await?;
+            // Recorded usage is read for as long as an answer may be held.
+            client
+                .execute(
+                    &format!("DELETE FROM fleet_recorded WHERE at_ms <= {DB_NOW_MS} - $1::bigint"),
+                    &[&db(RECORDED_TTL_MS)],
+                )
+                .await?;
             // Answers: past their age, then the oldest beyond the byte bound.
             client
                 .execute(
@@ -1761,7 +1775,8 @@ impl Statements {
                 (SELECT hold_id FROM fleet_leases WHERE key_id = :key_id AND until_ms > :now::bigint \
                     ORDER BY until_ms DESC LIMIT 1) AS lease_hold, \
                 (SELECT usage FROM fleet_recorded WHERE key_id = :key_id AND fingerprint = :fingerprint \
-                    AND wire = :wire::text) AS recorded_usage"
+                    AND wire = :wire::text AND at_ms > :now::bigint - {RECORDED_TTL_MS}) \
+                    AS recorded_usage"
             )),
         }
     }

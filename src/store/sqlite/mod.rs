@@ -473,12 +473,12 @@ impl Store for SqliteStore {
 
             let mut stmt = tx
                 .prepare_cached(
-                    "SELECT key_id, fingerprint, wire, input, cache_write, cache_read, output \
-                     FROM recorded ORDER BY key_id, fingerprint, wire",
+                    "SELECT key_id, fingerprint, wire, input, cache_write, cache_read, output, \
+                     at_ms FROM recorded ORDER BY at_ms, key_id, fingerprint, wire",
                 )
                 .map_err(sql_error)?;
             // A fingerprint that does not read as one can match no request: left out.
-            let recorded: Vec<Option<(String, Hash, WireForm, Usage)>> = stmt
+            let recorded: Vec<Option<(String, Hash, WireForm, Usage, u64)>> = stmt
                 .query_map([], |r| {
                     let Ok(fingerprint) = r.get::<_, Hash>("fingerprint") else {
                         return Ok(None);
@@ -488,6 +488,7 @@ impl Store for SqliteStore {
                         fingerprint,
                         wire_from(r, "wire")?,
                         usage_from(r)?,
+                        r.get::<_, i64>("at_ms").map(|t| u64::try_from(t).unwrap_or(0))?,
                     )))
                 })
                 .and_then(Iterator::collect)
