@@ -262,7 +262,10 @@ impl State {
         }
         if let Some(prefix) = shape.route_prefix {
             let prefixes = self.route_times.entry(key_id.to_string()).or_default();
-            if prefixes.len() > ROUTE_PREFIXES_KEPT {
+            // Swept when the map has doubled past the bound, not at every call over it: with
+            // more distinct prefixes than that in one minute, a sweep at every call would walk
+            // them all each time. A prefix's own times are filtered by the window when read.
+            if prefixes.len() > ROUTE_PREFIXES_KEPT && prefixes.len().is_power_of_two() {
                 prefixes.retain(|_, t| {
                     t.back()
                         .is_some_and(|&(b, _)| now_ms.saturating_sub(b) < ROUTE_WINDOW_MS)
