@@ -1145,10 +1145,29 @@ fn step_fp(s: &StepRecord) -> Option<&str> {
     s.digest.as_ref()?["request"]["step_fingerprint"].as_str()
 }
 
+fn step_action(s: &StepRecord) -> Option<&str> {
+    s.digest.as_ref()?["request"]["step_action"].as_str()
+}
+
+/// Whether `steps[i]`, another step than `fp`, is a stray of it (SPEC §2.3): one other result
+/// of the same action, between two of `fp` — no progress, so no end of `fp`'s run.
+fn stray(steps: &[&StepRecord], i: usize, fp: &str) -> bool {
+    let action = steps
+        .iter()
+        .find(|s| step_fp(s) == Some(fp))
+        .and_then(|s| step_action(s));
+    i > 0
+        && i + 1 < steps.len()
+        && step_fp(steps[i - 1]) == Some(fp)
+        && step_fp(steps[i + 1]) == Some(fp)
+        && action.is_some()
+        && step_action(steps[i]) == action
+}
+
 /// The step a run repeated most, how often the client sent it, and the times (ms after the run
 /// started) at which the gate let it through to the provider (arrival plus the gate's hold),
 /// split into segments wherever the client sent another step in between (which ends a run of
-/// repeated steps: SPEC §2.3).
+/// repeated steps: SPEC §2.3) that is no [`stray`] of it.
 fn repeated_step_bought(r: &RunRecord) -> (usize, Vec<Vec<u64>>) {
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for s in &r.steps {
@@ -1162,9 +1181,9 @@ fn repeated_step_bought(r: &RunRecord) -> (usize, Vec<Vec<u64>>) {
     let mut steps: Vec<&StepRecord> = r.steps.iter().filter(|s| step_fp(s).is_some()).collect();
     steps.sort_by_key(|s| s.at_ms);
     let mut segments: Vec<Vec<u64>> = vec![vec![]];
-    for s in steps {
+    for (i, s) in steps.iter().enumerate() {
         if step_fp(s) != Some(fp) {
-            if !segments.last().unwrap().is_empty() {
+            if !stray(&steps, i, fp) && !segments.last().unwrap().is_empty() {
                 segments.push(vec![]);
             }
             continue;
@@ -1256,16 +1275,14 @@ fn healthy_work_targets(ev: &EvidenceFile) {
 /// Issue "fair over hours"'s targets for stuck agents, off the committed runs: every client's
 /// stuck agent with noisy output is stopped (`runaway_step`), each run of its repeated step
 /// bought at most 30 times through the gate and at most 15 times in any hour (60 s at the
-/// recording's 60-fold compression) after its first 10 minutes (10 s); a short stuck loop that
-/// gives up on its own is slowed, not cut. The issue's "at most 30 in all" is not met where
-/// the client sent another step in between, which ends a run (SPEC §2.3) — an attempt id the
-/// step normaliser does not recognise (8 hex digits, all digits or all letters) is such a step
-/// — and this test pins that as the only way past it. The summary's rows say what the runs say.
+/// recording's 60-fold compression) after its first 10 minutes (10 s), and at most 30 calls in
+/// all; a short stuck loop that gives up on its own is slowed, not cut. An attempt id the step
+/// normaliser cannot tell from a number (8 hex digits, all digits: one run in 43) makes a stray
+/// step, which does not end the run (SPEC §2.3). The summary's rows say what the runs say.
 fn stuck_agent_targets(ev: &EvidenceFile, rows: &[EconomicsStuckRow]) {
     const HOUR_MS: u64 = 60_000;
     const TEN_MINUTES_MS: u64 = 10_000;
     let mut stopped_clients = std::collections::BTreeSet::new();
-    let mut past_30 = Vec::new();
     for (pair, arms) in by_pair(ev) {
         let [Some(c), Some(t)] = arms else {
             panic!("{pair}: an arm is missing");
@@ -1301,22 +1318,15 @@ fn stuck_agent_targets(ev: &EvidenceFile, rows: &[EconomicsStuckRow]) {
         );
         if c.task == "stuck-noisy-deploy" {
             assert!(stopped, "{pair}: not stopped");
-            assert!(
-                segments.iter().all(|s| s.len() <= 30),
-                "{pair}: {segments:?}"
-            );
+            assert_eq!(segments.len(), 1, "{pair}: {segments:?}");
+            assert!(t.bought.len() <= 30, "{pair}: {} in all", t.bought.len());
             assert!(
                 most_in_an_hour <= 15,
                 "{pair}: {most_in_an_hour} in an hour"
             );
-            // One unbroken run costs at most a fifth of the stuck agent straight; a broken one
-            // still less than straight.
-            let cap = if segments.len() == 1 { 5 } else { 1 };
-            assert!(bought_cost(t) * cap < bought_cost(c), "{pair}");
-            if bought > 30 {
-                assert!(segments.len() > 1, "{pair}: {bought} bought in one run");
-                past_30.push(pair);
-            }
+            // The stuck agent through the gate costs under a quarter of it straight (its 30
+            // calls are the early, shorter ones: Codex's cost the most, 20 % of straight).
+            assert!(bought_cost(t) * 4 < bought_cost(c), "{pair}");
             stopped_clients.insert(c.client.clone());
         } else {
             // A short stuck loop gives up on its own before the bound: paced, not cut.
@@ -1327,7 +1337,6 @@ fn stuck_agent_targets(ev: &EvidenceFile, rows: &[EconomicsStuckRow]) {
             );
         }
     }
-    eprintln!("past 30 calls in all, their run broken by another step: {past_30:?}");
     assert_eq!(
         stopped_clients.into_iter().collect::<Vec<_>>(),
         ["agents-sdk", "anthropic-sdk", "claude-code", "codex"],
@@ -1342,7 +1351,7 @@ fn stuck_agent_targets(ev: &EvidenceFile, rows: &[EconomicsStuckRow]) {
         let calls = runs.iter().map(|x| x.bought.len()).sum::<usize>() as f64 / runs.len() as f64;
         assert_eq!((r.treatment.runs, r.treatment.calls), (runs.len(), calls));
         // Runs of the repeated step the client sent, counted here: a step of another
-        // fingerprint in between starts a new one.
+        // fingerprint in between, unless a stray of it, starts a new one.
         let most_runs = runs
             .iter()
             .map(|t| {
@@ -1354,9 +1363,12 @@ fn stuck_agent_targets(ev: &EvidenceFile, rows: &[EconomicsStuckRow]) {
                     *n.entry(step_fp(s).unwrap()).or_default() += 1;
                 }
                 let fp = n.into_iter().max_by_key(|(_, c)| *c).unwrap().0;
-                let here: Vec<bool> = steps.iter().map(|s| step_fp(s) == Some(fp)).collect();
-                (0..here.len())
-                    .filter(|&i| here[i] && (i == 0 || !here[i - 1]))
+                let kept: Vec<bool> = (0..steps.len())
+                    .filter(|&i| !stray(&steps, i, fp))
+                    .map(|i| step_fp(steps[i]) == Some(fp))
+                    .collect();
+                (0..kept.len())
+                    .filter(|&i| kept[i] && (i == 0 || !kept[i - 1]))
                     .count() as u32
             })
             .max()

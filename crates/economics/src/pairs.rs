@@ -74,29 +74,50 @@ pub fn outcome(run: &RunRecord) -> RunOutcome {
 }
 
 /// How many runs of its most repeated step a run's client sent — another step sent in between
-/// ends a run (SPEC §2.3) — read off the recorded digests' step fingerprints, in order of
-/// arrival; `None` when the run kept no digests.
+/// ends a run, unless it is one other result of the same action between two of the step (a
+/// stray: SPEC §2.3) — read off the recorded digests' step fingerprints and actions, in order
+/// of arrival; `None` when the run kept no digests.
 pub fn repeat_runs(run: &RunRecord) -> Option<u32> {
-    let mut steps: Vec<(u64, &str)> = run
+    let field = |s: &StepRecord, name: &str| -> Option<String> {
+        s.digest.as_ref()?["request"][name]
+            .as_str()
+            .map(str::to_owned)
+    };
+    let mut steps: Vec<(u64, String, Option<String>)> = run
         .steps
         .iter()
         .filter_map(|s| {
-            let fp = s.digest.as_ref()?["request"]["step_fingerprint"].as_str()?;
-            Some((s.at_ms.unwrap_or(0), fp))
+            let fp = field(s, "step_fingerprint")?;
+            Some((s.at_ms.unwrap_or(0), fp, field(s, "step_action")))
         })
         .collect();
     steps.sort();
     let mut counts: BTreeMap<&str, u32> = BTreeMap::new();
-    for (_, fp) in &steps {
+    for (_, fp, _) in &steps {
         *counts.entry(fp).or_default() += 1;
     }
     let (repeated, _) = counts.into_iter().max_by_key(|&(_, n)| n)?;
+    let action = steps
+        .iter()
+        .find(|(_, fp, _)| fp.as_str() == repeated)
+        .and_then(|(_, _, a)| a.as_deref());
+    let is = |i: usize| {
+        steps
+            .get(i)
+            .is_some_and(|(_, fp, _)| fp.as_str() == repeated)
+    };
+    let stray = |i: usize| {
+        i > 0 && is(i - 1) && is(i + 1) && action.is_some() && steps[i].2.as_deref() == action
+    };
     let mut runs = 0;
     let mut inside = false;
-    for (_, fp) in &steps {
-        let here = *fp == repeated;
-        runs += u32::from(here && !inside);
-        inside = here;
+    for i in 0..steps.len() {
+        if is(i) {
+            runs += u32::from(!inside);
+            inside = true;
+        } else if !stray(i) {
+            inside = false;
+        }
     }
     Some(runs)
 }
