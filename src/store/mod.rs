@@ -420,6 +420,10 @@ pub struct ResponseBinding {
     pub answer: Option<Hash>,
 }
 
+/// A recorded usage as a snapshot reads it: key, fingerprint, wire form, usage, when it was
+/// recorded.
+pub type RecordedRow = (String, Hash, WireForm, Usage, u64);
+
 /// What the gate rebuilds its memory from at start.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Snapshot {
@@ -435,8 +439,8 @@ pub struct Snapshot {
     pub hold_openings: Vec<HoldOpening>,
     /// Leases that have not ended.
     pub leases: Vec<LeaseRow>,
-    /// Recorded usage: key, fingerprint, wire form, usage, when it was recorded; oldest first.
-    pub recorded: Vec<(String, Hash, WireForm, Usage, u64)>,
+    /// Recorded usage, oldest first.
+    pub recorded: Vec<RecordedRow>,
     pub budgets: Vec<(String, Option<u64>, BudgetPeriod)>,
     pub prices: Vec<(String, Prices)>,
 }

@@ -478,7 +478,7 @@ impl Store for SqliteStore {
                 )
                 .map_err(sql_error)?;
             // A fingerprint that does not read as one can match no request: left out.
-            let recorded: Vec<Option<(String, Hash, WireForm, Usage, u64)>> = stmt
+            let recorded: Vec<Option<crate::store::RecordedRow>> = stmt
                 .query_map([], |r| {
                     let Ok(fingerprint) = r.get::<_, Hash>("fingerprint") else {
                         return Ok(None);
