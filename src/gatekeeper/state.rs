@@ -204,10 +204,14 @@ impl State {
         usage: Usage,
         at_ms: u64,
     ) {
-        self.recorded
-            .entry(key_id.to_string())
-            .or_default()
-            .put(fingerprint, wire, usage, at_ms);
+        // The key's name is allocated only the first time it records (this runs per settle).
+        if !self.recorded.contains_key(key_id) {
+            self.recorded
+                .insert(key_id.to_string(), RecordedUsage::default());
+        }
+        if let Some(r) = self.recorded.get_mut(key_id) {
+            r.put(fingerprint, wire, usage, at_ms);
+        }
     }
 
     /// What the gate keeps of the request's session (nothing yet: the default).
