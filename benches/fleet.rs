@@ -121,7 +121,7 @@ fn main() {
     let (mut single_t, mut fleet_t) = (Vec::new(), Vec::new());
     rt.block_on(async {
         for (i, (key_id, shape)) in requests.iter().enumerate() {
-            let key = single.config.key(key_id).expect("key");
+            let key = single.core.config.key(key_id).expect("key");
             let req = GateRequest {
                 key,
                 shape,
@@ -138,8 +138,8 @@ fn main() {
                 wire: shape.wire_form(),
             };
             let t = Instant::now();
-            std::hint::black_box(single.answer(&answer_key));
-            std::hint::black_box(single.gate(&req, Mode::Commit));
+            std::hint::black_box(single.local().answer(&answer_key));
+            std::hint::black_box(single.local().gate(&single.core, &req, Mode::Commit));
             let s = t.elapsed();
             let t = Instant::now();
             std::hint::black_box(fleet.stored_answer(&answer_key).await);

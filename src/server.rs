@@ -117,7 +117,7 @@ pub fn upgrade_sock(config: &Config, given: Option<&Path>) -> PathBuf {
     given.map_or_else(|| config.data_dir.join("upgrade.sock"), Path::to_path_buf)
 }
 
-/// The expiry of reservations and holds (`Gatekeeper::tick`): every second, off the request path.
+/// The expiry of reservations and holds (`Gatekeeper::tick_all`): every second, off the request path.
 struct ExpirySweep(Arc<Gatekeeper>);
 
 #[async_trait]

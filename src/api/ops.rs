@@ -75,7 +75,7 @@ impl Ops {
         let checks = Checks {
             store_writable: self.store_writable().await,
             signing_key: {
-                let signer = &self.gatekeeper.signer;
+                let signer = &self.gatekeeper.core.signer;
                 let probe = signer.sign_as(crate::receipt::DocumentKind::Probe, b"readyz");
                 signer
                     .verify_as(crate::receipt::DocumentKind::Probe, &probe)
@@ -107,7 +107,7 @@ impl Ops {
         if !flushed {
             return false;
         }
-        let dir = self.gatekeeper.config.data_dir.clone();
+        let dir = self.gatekeeper.core.config.data_dir.clone();
         tokio::task::spawn_blocking(move || probe_write(dir))
             .await
             .unwrap_or(false)

@@ -136,7 +136,7 @@ impl Api {
         headers: &http::HeaderMap,
     ) -> Admission {
         let presented = auth::presented_key(headers);
-        let keyed = |cap: usize| match auth::authenticate(&self.gatekeeper.config, presented) {
+        let keyed = |cap: usize| match auth::authenticate(&self.gatekeeper.core.config, presented) {
             Ok(_) => Admission::Read { cap, public: false },
             Err(e) => Admission::Answer(GateError::from(e).into()),
         };
@@ -149,9 +149,13 @@ impl Api {
                     return Admission::Answer(method_not_allowed());
                 }
                 match found.route.endpoint {
-                    ApiEndpoint::Estimate | ApiEndpoint::Gate => {
-                        keyed(self.gatekeeper.config.max_body_bytes.max(SMALL_BODY_CAP))
-                    }
+                    ApiEndpoint::Estimate | ApiEndpoint::Gate => keyed(
+                        self.gatekeeper
+                            .core
+                            .config
+                            .max_body_bytes
+                            .max(SMALL_BODY_CAP),
+                    ),
                     ApiEndpoint::Record
                     | ApiEndpoint::Renew
                     | ApiEndpoint::Ledger
@@ -187,7 +191,7 @@ impl Api {
             Listener::Admin => {
                 let found = self.routes.admin.find(path);
                 let open = found.as_ref().is_some_and(|f| f.route.endpoint.is_open());
-                if !open && !auth::is_admin(&self.gatekeeper.config, presented) {
+                if !open && !auth::is_admin(&self.gatekeeper.core.config, presented) {
                     return Admission::Answer(ApiError::AdminKeyRequired.into());
                 }
                 match found.map(|f| f.route.endpoint) {
@@ -242,8 +246,11 @@ impl Api {
         &'a self,
         req: &ApiRequest,
     ) -> Result<(&'a KeyConfig, auth::Caller), ApiResponse> {
-        auth::authenticate(&self.gatekeeper.config, auth::presented_key(&req.headers))
-            .map_err(|e| GateError::from(e).into())
+        auth::authenticate(
+            &self.gatekeeper.core.config,
+            auth::presented_key(&req.headers),
+        )
+        .map_err(|e| GateError::from(e).into())
     }
 
     async fn api(&self, req: &ApiRequest, gone: crate::gatekeeper::CallerGone<'_>) -> ApiResponse {
@@ -293,7 +300,10 @@ impl Api {
     /// itself) are open; every other route, known or not, needs the admin key first.
     async fn admin(&self, req: &ApiRequest) -> ApiResponse {
         let found = self.routes.admin.find(&req.path);
-        let admin = auth::is_admin(&self.gatekeeper.config, auth::presented_key(&req.headers));
+        let admin = auth::is_admin(
+            &self.gatekeeper.core.config,
+            auth::presented_key(&req.headers),
+        );
         let open = found.as_ref().is_some_and(|f| f.route.endpoint.is_open());
         if !open && !admin {
             return ApiError::AdminKeyRequired.into();
@@ -314,11 +324,11 @@ impl Api {
             AdminEndpoint::Metrics => ApiResponse::text(
                 200,
                 "text/plain; version=0.0.4",
-                self.gatekeeper.metrics.render(),
+                self.gatekeeper.core.metrics.render(),
             ),
             AdminEndpoint::SplitProfile => self
                 .split_profile
-                .handle(req, admin, &self.gatekeeper.signer, now_ms())
+                .handle(req, admin, &self.gatekeeper.core.signer, now_ms())
                 .unwrap_or_else(not_found),
             AdminEndpoint::PutPrices => self.put_prices(req).await,
             AdminEndpoint::PutBudget => self.put_budget(req, param("key_id")).await,
@@ -353,9 +363,9 @@ impl Api {
 
     fn spec(&self) -> ApiResponse {
         let card = crate::spec_card::render(
-            &self.gatekeeper.config,
+            &self.gatekeeper.core.config,
             &self.gatekeeper.policy(),
-            &self.gatekeeper.signer.public_keys(),
+            &self.gatekeeper.core.signer.public_keys(),
         );
         ApiResponse::json(200, &card)
     }
@@ -373,7 +383,7 @@ impl Api {
     fn verify(&self, req: &ApiRequest) -> ApiResponse {
         let checked = serde_json::from_slice::<crate::receipt::Envelope>(&req.body)
             .map_err(|_| crate::receipt::VerifyError::Malformed)
-            .and_then(|envelope| self.gatekeeper.signer.verify_document(&envelope));
+            .and_then(|envelope| self.gatekeeper.core.signer.verify_document(&envelope));
         match checked {
             // Each kind of document is signed under its own domain: the answer says which kind
             // the signature proves ("unscoped": signed before the domains, kind unproven).
@@ -503,11 +513,11 @@ impl Api {
         if outcome.decision.verdict.forwards() {
             // How long its reservation lives unrenewed: the client renews it a third of that
             // apart while it relays the answer (`POST /renew`).
-            answer["reservation_ttl_ms"] = json!(self.gatekeeper.config.reservation_ttl_ms);
+            answer["reservation_ttl_ms"] = json!(self.gatekeeper.core.config.reservation_ttl_ms);
         }
         if outcome.decision.hold_id.is_some() {
             // What the client's 409 says: the same closed-form text as the proxy's.
-            let ttl = self.gatekeeper.config.hold_ttl_ms;
+            let ttl = self.gatekeeper.core.config.hold_ttl_ms;
             answer["hold_ttl_ms"] = json!(ttl);
             answer["message"] = json!(crate::error::hold_message(
                 outcome.decision.hold_id.as_deref(),
@@ -679,7 +689,7 @@ impl Api {
         let Some((key_id, secret)) = owner.and_then(|v| v.split_once(':')) else {
             return ApiError::OwnerSecretRequired.into();
         };
-        match self.gatekeeper.config.key(key_id) {
+        match self.gatekeeper.core.config.key(key_id) {
             Some(key) if auth::is_owner(key, Some(secret)) => {
                 holds::decide(&self.gatekeeper, req, route, Some(&key.id), now_ms()).await
             }
@@ -695,7 +705,7 @@ impl Api {
             return ApiError::UnknownFilter.into();
         };
         // Files and 10 000 bootstrap resamples: the blocking pool's work, not a worker's.
-        let config = self.gatekeeper.config.clone();
+        let config = self.gatekeeper.core.config.clone();
         let summary = tokio::task::spawn_blocking(move || {
             crate::economics::summary_for(&config, None, &query, now_ms())
         })
@@ -714,7 +724,7 @@ impl Api {
             #[serde(default)]
             period: BudgetPeriod,
         }
-        if self.gatekeeper.config.key(key_id).is_none() {
+        if self.gatekeeper.core.config.key(key_id).is_none() {
             return ApiError::UnknownKey.into();
         }
         let Ok(b) = serde_json::from_slice::<BudgetBody>(&req.body) else {

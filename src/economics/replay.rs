@@ -122,15 +122,18 @@ fn replay_call(
         .and_then(|bytes| Digest::parse(&bytes).ok())
         .ok_or_else(|| at("its digest is not one this build reads".into()))?;
     let arrival = run.started_at_unix_ms + s.at_ms.unwrap_or(0);
-    let outcome = gk.decide_recorded(&GateRequest {
-        key,
-        shape: &digest.request,
-        human: digest.human,
-        held: false,
-        hold_id: None,
-        now_ms: arrival,
-        recorded_by: RecordSource::Proxy,
-    });
+    let outcome = gk.local().decide_recorded(
+        &gk.core,
+        &GateRequest {
+            key,
+            shape: &digest.request,
+            human: digest.human,
+            held: false,
+            hold_id: None,
+            now_ms: arrival,
+            recorded_by: RecordSource::Proxy,
+        },
+    );
     let d = &outcome.decision;
     let receipt: Value = outcome
         .envelope
@@ -174,7 +177,8 @@ fn replay_call(
             ending: Ending::Complete,
         };
         let ended = arrival + s.round_trip_ms.unwrap_or(0);
-        gk.settle_recorded(&report, ended.max(arrival));
+        gk.local()
+            .settle_recorded(&gk.core, &report, ended.max(arrival));
     }
     Ok(())
 }

@@ -1,21 +1,24 @@
-//! One stateful gate, two homes for its state. Everything the proxy, the API and the page ask
-//! of the gate's state goes through [`Gatekeeper`]'s async methods here; each is one
-//! [`Backing`] call on the home the gatekeeper was built with: this process (memory rebuilt
-//! from SQLite: [`super::local::Local`]) or a fleet's PostgreSQL ([`super::fleet::Shared`]).
-//! So no caller asks which it is, and adding a capability means adding it to both homes,
-//! which the compiler checks.
+//! One gate, two homes for its state. Everything the proxy, the API and the page ask of the
+//! gate's state goes through [`Gatekeeper`]'s async methods here; each is one [`Backing`]
+//! call on the home the gatekeeper was built with — this process (memory rebuilt from SQLite:
+//! [`super::local::Local`]) or a fleet's PostgreSQL ([`super::fleet::Shared`]) — given the
+//! gate's [`GateCore`] (policy, signer, metrics). A home owns its state and is handed the
+//! core; it never reaches back into the gatekeeper. So no caller asks which home it is, and
+//! adding a capability means adding it to both homes, which the compiler checks.
 //!
 //! Both homes decide with the same pure function over the same inputs; they differ in where
 //! the windows, budgets, holds and answers are read and written, and in whose clock expires
 //! them (this process's, or the database's).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::gate_core::GateCore;
 use super::{
     BudgetView, GateOutcome, GateRequest, Gatekeeper, HoldAction, HoldDecided, HoldError, HoldView,
     Holding, Home, LeaseView, RecordError, RecordSource, UsageReport,
 };
-use crate::config::BudgetPeriod;
+use crate::config::{BudgetPeriod, Prices};
 use crate::receipt::DecisionId;
 use crate::store::answers::{AnswerKey, StoredAnswer};
 use crate::store::{
@@ -63,52 +66,52 @@ pub(super) trait Backing {
     /// Decide and book a request whose caller can hold it (the proxy, `POST /gate`).
     async fn admit(
         &self,
-        gk: &Gatekeeper,
+        core: &GateCore,
         req: &GateRequest<'_>,
         holding: Holding<'_>,
     ) -> Result<GateOutcome, AdmitError>;
     /// The decision the request would get now; nothing is counted or booked.
     async fn estimate(
         &self,
-        gk: &Gatekeeper,
+        core: &GateCore,
         req: &GateRequest<'_>,
     ) -> Result<GateOutcome, Unavailable>;
     /// Settle a forwarded decision with the usage the provider reported. A digest client's
     /// report is committed before this returns; the proxy's own is queued (or spooled).
     async fn settle(
         &self,
-        gk: &Gatekeeper,
+        core: &GateCore,
         report: &UsageReport,
         source: RecordSource,
         now_ms: u64,
     ) -> Result<UsageRow, RecordError>;
     /// Keep the reservation of an answer still being relayed live for another TTL; a renewal
     /// that fails is retried at the next one.
-    async fn renew(&self, gk: &Gatekeeper, decision_id: &DecisionId, now_ms: u64);
+    async fn renew(&self, core: &GateCore, decision_id: &DecisionId, now_ms: u64);
     /// `POST /renew`: a digest client keeps the reservation of a decision it was given live
     /// while it relays the answer. Only that key's open digest reservations: `Ok(false)` for
     /// any other id.
     async fn renew_for_digest(
         &self,
-        gk: &Gatekeeper,
+        core: &GateCore,
         key_id: &str,
         decision_id: &DecisionId,
         now_ms: u64,
     ) -> Result<bool, Unavailable>;
     /// The stored answer for this request, if one is held; a store that does not answer reads
     /// as a miss (the request is decided without it).
-    async fn answer(&self, gk: &Gatekeeper, key: &AnswerKey) -> Option<Arc<StoredAnswer>>;
+    async fn answer(&self, core: &GateCore, key: &AnswerKey) -> Option<Arc<StoredAnswer>>;
     /// Store a complete answer; one that cannot be written is simply not stored.
-    async fn keep_answer(&self, gk: &Gatekeeper, key: AnswerKey, answer: StoredAnswer);
+    async fn keep_answer(&self, core: &GateCore, key: AnswerKey, answer: StoredAnswer);
     async fn holds(
         &self,
-        gk: &Gatekeeper,
+        core: &GateCore,
         key_id: Option<&str>,
         now_ms: u64,
     ) -> Result<HoldList, HoldError>;
     async fn decide_hold(
         &self,
-        gk: &Gatekeeper,
+        core: &GateCore,
         hold_id: &str,
         owner: Option<&str>,
         action: HoldAction,
@@ -116,13 +119,13 @@ pub(super) trait Backing {
     ) -> Result<HoldDecided, HoldError>;
     async fn budget(
         &self,
-        gk: &Gatekeeper,
+        core: &GateCore,
         key_id: &str,
         now_ms: u64,
     ) -> Result<BudgetView, Unavailable>;
     async fn set_budget(
         &self,
-        gk: &Gatekeeper,
+        core: &GateCore,
         key_id: &str,
         ceiling_nano: Option<u64>,
         period: BudgetPeriod,
@@ -131,7 +134,7 @@ pub(super) trait Backing {
     /// `to` are UTC days, both inclusive.
     async fn ledger(
         &self,
-        gk: &Gatekeeper,
+        core: &GateCore,
         key_id: Option<&str>,
         from: Option<&str>,
         to: Option<&str>,
@@ -140,14 +143,14 @@ pub(super) trait Backing {
     /// committed first, so a settled call is listed as settled.
     async fn decisions(
         &self,
-        gk: &Gatekeeper,
+        core: &GateCore,
         query: &DecisionQuery,
     ) -> Result<DecisionPage, StoreError>;
     /// The newest decisions (newest first) with what each settled, of a key or every key
     /// (`None`), of one verdict or all.
     async fn latest_decisions(
         &self,
-        gk: &Gatekeeper,
+        core: &GateCore,
         key_id: Option<&str>,
         verdict: Option<Verdict>,
         limit: usize,
@@ -155,7 +158,7 @@ pub(super) trait Backing {
     /// Decisions since `since_ms` per `bucket_ms`-wide bucket, verdict and rule.
     async fn verdicts_over_time(
         &self,
-        gk: &Gatekeeper,
+        core: &GateCore,
         key_id: Option<&str>,
         since_ms: u64,
         bucket_ms: u64,
@@ -163,22 +166,24 @@ pub(super) trait Backing {
     /// Bind a created response id to its key (committed before the id reaches the client).
     async fn bind_response(
         &self,
-        gk: &Gatekeeper,
+        core: &GateCore,
         binding: ResponseBinding,
     ) -> Result<(), Unavailable>;
     async fn response_binding(
         &self,
-        gk: &Gatekeeper,
+        core: &GateCore,
         id: &str,
     ) -> Result<Option<ResponseBinding>, Unavailable>;
     /// `POST /forget`: the key's stored answers and fingerprint records; totals and the
     /// windows stay.
-    async fn forget(&self, gk: &Gatekeeper, key_id: &str) -> Result<(), StoreError>;
+    async fn forget(&self, core: &GateCore, key_id: &str) -> Result<(), StoreError>;
+    /// Keep prices set by `PUT /prices` (this node's store: prices are per node).
+    async fn keep_prices(&self, prices: &BTreeMap<String, Prices>) -> Result<(), StoreError>;
     /// Whether other processes write this state too (so what this one remembers of it may be
     /// behind).
     fn shared(&self) -> bool;
     /// The periodic work without a request: expiry, and a fleet's spool replay.
-    async fn tick(&self, gk: &Gatekeeper, now_ms: u64);
+    async fn tick(&self, core: &GateCore, now_ms: u64);
 }
 
 /// One call on the gatekeeper's home: the only place that names both.
@@ -186,7 +191,10 @@ macro_rules! on_home {
     ($gk:expr, $home:ident => $call:expr) => {
         match &$gk.home {
             Home::Local($home) => $call,
-            Home::Fleet($home) => $call,
+            Home::Fleet(shared) => {
+                let $home: &super::fleet::Shared = shared;
+                $call
+            }
         }
     };
 }
@@ -200,12 +208,12 @@ impl Gatekeeper {
         req: &GateRequest<'_>,
         holding: Holding<'_>,
     ) -> Result<GateOutcome, AdmitError> {
-        on_home!(self, home => home.admit(self, req, holding).await)
+        on_home!(self, home => Backing::admit(home, &self.core, req, holding).await)
     }
 
     /// `POST /estimate`: the decision the request would get now; nothing moves.
     pub async fn estimate(&self, req: &GateRequest<'_>) -> Result<GateOutcome, Unavailable> {
-        on_home!(self, home => home.estimate(self, req).await)
+        on_home!(self, home => Backing::estimate(home, &self.core, req).await)
     }
 
     /// Settle a forwarded decision with the provider's usage ([`super::settlement`]).
@@ -215,13 +223,13 @@ impl Gatekeeper {
         source: RecordSource,
         now_ms: u64,
     ) -> Result<UsageRow, RecordError> {
-        let row = on_home!(self, home => home.settle(self, report, source, now_ms).await)?;
-        self.metrics.count_cache(&row);
+        let row = on_home!(self, home => Backing::settle(home, &self.core, report, source, now_ms).await)?;
+        self.core.metrics.count_cache(&row);
         Ok(row)
     }
 
     pub async fn renew(&self, decision_id: &DecisionId, now_ms: u64) {
-        on_home!(self, home => home.renew(self, decision_id, now_ms).await)
+        on_home!(self, home => Backing::renew(home, &self.core, decision_id, now_ms).await)
     }
 
     /// `POST /renew` ([`Backing::renew_for_digest`]).
@@ -231,15 +239,15 @@ impl Gatekeeper {
         decision_id: &DecisionId,
         now_ms: u64,
     ) -> Result<bool, Unavailable> {
-        on_home!(self, home => home.renew_for_digest(self, key_id, decision_id, now_ms).await)
+        on_home!(self, home => Backing::renew_for_digest(home, &self.core, key_id, decision_id, now_ms).await)
     }
 
     pub async fn stored_answer(&self, key: &AnswerKey) -> Option<Arc<StoredAnswer>> {
-        on_home!(self, home => home.answer(self, key).await)
+        on_home!(self, home => Backing::answer(home, &self.core, key).await)
     }
 
     pub async fn keep_answer(&self, key: AnswerKey, answer: StoredAnswer) {
-        on_home!(self, home => home.keep_answer(self, key, answer).await)
+        on_home!(self, home => Backing::keep_answer(home, &self.core, key, answer).await)
     }
 
     pub async fn open_holds(
@@ -247,7 +255,7 @@ impl Gatekeeper {
         key_id: Option<&str>,
         now_ms: u64,
     ) -> Result<HoldList, HoldError> {
-        on_home!(self, home => home.holds(self, key_id, now_ms).await)
+        on_home!(self, home => Backing::holds(home, &self.core, key_id, now_ms).await)
     }
 
     /// Approve or deny a hold; `owner`: the deciding owner's key id (`None`: the admin).
@@ -258,11 +266,11 @@ impl Gatekeeper {
         action: HoldAction,
         now_ms: u64,
     ) -> Result<HoldDecided, HoldError> {
-        on_home!(self, home => home.decide_hold(self, hold_id, owner, action, now_ms).await)
+        on_home!(self, home => Backing::decide_hold(home, &self.core, hold_id, owner, action, now_ms).await)
     }
 
     pub async fn budget(&self, key_id: &str, now_ms: u64) -> Result<BudgetView, Unavailable> {
-        on_home!(self, home => home.budget(self, key_id, now_ms).await)
+        on_home!(self, home => Backing::budget(home, &self.core, key_id, now_ms).await)
     }
 
     /// `PUT /budget/{key_id}`; the view after it.
@@ -273,7 +281,7 @@ impl Gatekeeper {
         period: BudgetPeriod,
         now_ms: u64,
     ) -> Result<BudgetView, SetBudgetError> {
-        on_home!(self, home => home.set_budget(self, key_id, ceiling_nano, period).await)?;
+        on_home!(self, home => Backing::set_budget(home, &self.core, key_id, ceiling_nano, period).await)?;
         Ok(self.budget(key_id, now_ms).await?)
     }
 
@@ -283,11 +291,11 @@ impl Gatekeeper {
         from: Option<&str>,
         to: Option<&str>,
     ) -> Result<(Vec<LedgerDay>, LedgerTotals), StoreError> {
-        on_home!(self, home => home.ledger(self, key_id, from, to).await)
+        on_home!(self, home => Backing::ledger(home, &self.core, key_id, from, to).await)
     }
 
     pub async fn decision_page(&self, query: &DecisionQuery) -> Result<DecisionPage, StoreError> {
-        on_home!(self, home => home.decisions(self, query).await)
+        on_home!(self, home => Backing::decisions(home, &self.core, query).await)
     }
 
     /// The ledger page's latest decisions (newest first).
@@ -297,7 +305,7 @@ impl Gatekeeper {
         verdict: Option<Verdict>,
         limit: usize,
     ) -> Result<Vec<DecisionListing>, StoreError> {
-        on_home!(self, home => home.latest_decisions(self, key_id, verdict, limit).await)
+        on_home!(self, home => Backing::latest_decisions(home, &self.core, key_id, verdict, limit).await)
     }
 
     /// The ledger page's plot: decisions since `since_ms` per bucket, verdict and rule.
@@ -307,30 +315,58 @@ impl Gatekeeper {
         since_ms: u64,
         bucket_ms: u64,
     ) -> Result<Vec<VerdictCount>, StoreError> {
-        on_home!(self, home => home.verdicts_over_time(self, key_id, since_ms, bucket_ms).await)
+        on_home!(self, home => Backing::verdicts_over_time(home, &self.core, key_id, since_ms, bucket_ms).await)
     }
 
     pub async fn bind_response(&self, binding: ResponseBinding) -> Result<(), Unavailable> {
-        on_home!(self, home => home.bind_response(self, binding).await)
+        on_home!(self, home => Backing::bind_response(home, &self.core, binding).await)
     }
 
     pub async fn response_binding(&self, id: &str) -> Result<Option<ResponseBinding>, Unavailable> {
-        on_home!(self, home => home.response_binding(self, id).await)
+        on_home!(self, home => Backing::response_binding(home, &self.core, id).await)
     }
 
     pub async fn forget_key(&self, key_id: &str) -> Result<(), StoreError> {
-        on_home!(self, home => home.forget(self, key_id).await)
+        on_home!(self, home => Backing::forget(home, &self.core, key_id).await)
+    }
+
+    /// `PUT /prices`: every later decision reads them; the home keeps them.
+    pub async fn set_prices(&self, prices: &BTreeMap<String, Prices>) -> Result<(), StoreError> {
+        self.core.set_prices(prices);
+        on_home!(self, home => Backing::keep_prices(home, prices).await)
+    }
+
+    /// The signed receipt of a recent decision (kept in memory for the last
+    /// [`super::recent::RECENT_RECEIPTS`] decisions since start), if it belongs to `key_id`
+    /// (`None`: any key).
+    pub fn recent_receipt(
+        &self,
+        decision_id: &DecisionId,
+        key_id: Option<&str>,
+    ) -> Option<crate::receipt::Envelope> {
+        self.core.recent_receipt(decision_id, key_id)
+    }
+
+    /// Commit what this process has queued, acknowledged over a channel.
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        self.local().flush().await
+    }
+
+    /// Shut this process's store down: commit everything queued and stop its writer. Later
+    /// submits are dropped; called once the server has stopped serving.
+    pub fn close_store(&self) -> Result<(), StoreError> {
+        self.local().close_store()
     }
 
     /// Whether other processes write this gate's state too.
     pub fn shared(&self) -> bool {
-        on_home!(self, home => home.shared())
+        on_home!(self, home => Backing::shared(home, ))
     }
 
     /// The periodic work without a request (a background tick).
     pub async fn tick_all(&self, now_ms: u64) {
         // Renewals first: an answer still being relayed is never charged at its worst case.
         self.renew_relays(now_ms).await;
-        on_home!(self, home => home.tick(self, now_ms).await)
+        on_home!(self, home => Backing::tick(home, &self.core, now_ms).await)
     }
 }

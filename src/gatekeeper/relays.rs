@@ -95,7 +95,7 @@ impl Gatekeeper {
     /// Renew the reservations of the relays that are due (a third of the TTL since the last),
     /// wherever they live. Run by the background tick before expiry.
     pub(super) async fn renew_relays(&self, now_ms: u64) {
-        for (id, remote) in self.relays.due(now_ms, self.config.reservation_ttl_ms) {
+        for (id, remote) in self.relays.due(now_ms, self.core.config.reservation_ttl_ms) {
             match remote {
                 Some(remote) => remote.renew(&id).await,
                 None => self.renew(&id, now_ms).await,

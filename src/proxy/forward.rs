@@ -379,6 +379,7 @@ impl Forward<'_> {
             }
             Some(Failure::BeforeHeader(err)) => {
                 self.gatekeeper
+                    .core
                     .metrics
                     .upstream_errors
                     .with_label_values(&[err.code()])
@@ -387,6 +388,7 @@ impl Forward<'_> {
             }
             Some(Failure::MidStream) => {
                 self.gatekeeper
+                    .core
                     .metrics
                     .upstream_errors
                     .with_label_values(&["mid_stream"])
@@ -637,7 +639,7 @@ impl Forward<'_> {
             is_sse,
             strip,
             self.reusable && success,
-            self.gatekeeper.config.answer_store_bytes,
+            self.gatekeeper.core.config.answer_store_bytes,
         );
         // A stored Responses object is bound to the caller's key before its id reaches the
         // client: a stream's id before the event that carries it is written; a JSON answer's

@@ -65,7 +65,7 @@ pub struct GateProxy {
 
 impl GateProxy {
     pub fn new(gatekeeper: Arc<Gatekeeper>, remote: Option<RemoteGate>) -> std::io::Result<Self> {
-        let config = gatekeeper.config.clone();
+        let config = gatekeeper.core.config.clone();
         let timeout = Duration::from_secs(config.upstream_timeout_secs);
         let upstreams = Arc::new(Upstreams::start(&config.upstreams, &config.keys, timeout)?);
         Ok(Self {
@@ -78,7 +78,7 @@ impl GateProxy {
     }
 
     fn config(&self) -> &Config {
-        &self.gatekeeper.config
+        &self.gatekeeper.core.config
     }
 
     /// The key a pass-through request comes with: one of this gate's keys, or in digest mode
@@ -1020,7 +1020,7 @@ impl ProxyHttp for GateProxy {
         let status = session.response_written().map(|h| h.status.as_u16());
         let down = session.as_downstream();
         ctx.access.finish(
-            &self.gatekeeper.metrics,
+            &self.gatekeeper.core.metrics,
             status,
             down.body_bytes_read(),
             down.body_bytes_sent(),

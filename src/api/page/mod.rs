@@ -177,14 +177,14 @@ impl Page {
         }
         let key = form_field(&req.body, "key").unwrap_or_default();
         let key = key.trim();
-        let scope = if auth::is_admin(&gk.config, Some(key)) {
+        let scope = if auth::is_admin(&gk.core.config, Some(key)) {
             if listener == Listener::Api {
                 let error = "The admin key signs in on the admin listener only.";
                 return html(401, html::login(listener, Some(error)));
             }
             Scope::Admin
         } else {
-            match auth::authenticate(&gk.config, Some(key)) {
+            match auth::authenticate(&gk.core.config, Some(key)) {
                 Ok((k, _)) => Scope::Key(k.id.to_string()),
                 Err(_) => return html(401, html::login(listener, Some("Invalid key."))),
             }
@@ -216,7 +216,7 @@ impl Page {
         }
         // The same summary as GET /economics, judged against this build and config: files
         // and 10 000 bootstrap resamples, the blocking pool's work, not a worker's.
-        let config = std::sync::Arc::clone(&gk.config);
+        let config = std::sync::Arc::clone(&gk.core.config);
         let summary = tokio::task::spawn_blocking(move || {
             let summary = crate::economics::summary_for(
                 &config,
@@ -315,7 +315,7 @@ impl Page {
             Scope::Admin => None,
             Scope::Key(id) => {
                 let secret = form_field(&req.body, "owner_secret");
-                match gk.config.key(id) {
+                match gk.core.config.key(id) {
                     Some(key) if auth::is_owner(key, secret.as_deref()) => Some(id.as_str()),
                     _ => return redirect("/page/?done=owner_secret"),
                 }
@@ -379,7 +379,7 @@ fn receipt(listener: Listener, gk: &Gatekeeper, s: &Session, decision_id: &str) 
             ),
         );
     };
-    match gk.signer.verify(&envelope) {
+    match gk.core.signer.verify(&envelope) {
         Ok(body) => {
             let id_matches = crate::receipt::decision_id(&body) == decision_id;
             let parsed: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();

@@ -223,7 +223,7 @@ pub struct Request<'a> {
 pub async fn read(gatekeeper: &Gatekeeper, req: Request<'_>) -> Result<View, StoreError> {
     let key_filter = req.scope.key_id();
     let today = utc_day(req.now_ms);
-    let config = &gatekeeper.config;
+    let config = &gatekeeper.core.config;
     let mut keys = Vec::new();
     for key in config
         .keys

@@ -6,23 +6,25 @@
 //! hold raised through one instance is approved through another and released on a third, and
 //! an answer stored through one is served by the others.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub mod spool;
 
-use crate::config::BudgetPeriod;
+use crate::config::{BudgetPeriod, Prices};
 use crate::gatekeeper::backing::{AdmitError, Backing, HoldList, SetBudgetError, Unavailable};
+use crate::gatekeeper::gate_core::{
+    decide_seen, fingerprint_prefix, reopen, Attempt, GateCore, HeldFor, StateSeen,
+};
+use crate::gatekeeper::local::Local;
 use crate::gatekeeper::{
-    decide_seen, lock, reopen, Attempt, BudgetView, GateOutcome, GateRequest, Gatekeeper, HeldFor,
-    HoldAction, HoldDecided, HoldError, HoldView, Holding, LeaseView, RecordError, RecordSource,
-    StateSeen, UsageReport,
+    BudgetView, GateOutcome, GateRequest, HoldAction, HoldDecided, HoldError, HoldView, Holding,
+    LeaseView, RecordError, RecordSource, UsageReport,
 };
 use crate::receipt::DecisionId;
 use crate::store::answers::{AnswerKey, StoredAnswer};
 use crate::store::booking::Booking;
-use crate::store::postgres::{
-    AdmitScope, Fleet, FleetError, HoldRefusal, KeyLimit, Observed, SettleError,
-};
+use crate::store::postgres::{AdmitScope, Fleet, FleetError, HoldRefusal, Observed, SettleError};
 use crate::store::{
     DecisionListing, DecisionPage, DecisionQuery, LedgerDay, LedgerTotals, ResponseBinding,
     StoreError, VerdictCount,
@@ -47,20 +49,31 @@ enum Admitted {
 pub struct Shared {
     fleet: Fleet,
     spool: Spool,
+    /// This node's own state: the budgets its config (or a `PUT` it saw) states, which an
+    /// admission sends with its scope, its prices, and what `POST /forget` clears here too.
+    mirror: Local,
 }
 
 impl Shared {
-    pub(crate) fn new(fleet: Fleet, spool: Spool) -> Shared {
-        Shared { fleet, spool }
+    pub(crate) fn new(fleet: Fleet, spool: Spool, mirror: Local) -> Shared {
+        Shared {
+            fleet,
+            spool,
+            mirror,
+        }
+    }
+
+    pub(crate) fn mirror(&self) -> &Local {
+        &self.mirror
     }
 
     async fn settle_in_fleet(
         &self,
-        gk: &Gatekeeper,
+        core: &GateCore,
         report: &UsageReport,
         source: RecordSource,
     ) -> Result<UsageRow, SettleError> {
-        let prices = gk.price_of(&report.served_model);
+        let prices = core.price_of(&report.served_model);
         self.fleet
             .settle(
                 &report.decision_id,
@@ -92,10 +105,10 @@ impl Shared {
             .await
     }
 
-    async fn fleet_budget(&self, gk: &Gatekeeper, key_id: &str) -> Result<BudgetView, FleetError> {
+    async fn fleet_budget(&self, _core: &GateCore, key_id: &str) -> Result<BudgetView, FleetError> {
         let limit = match self.fleet.shared_budget(key_id).await? {
             Some(shared) => shared,
-            None => gk.local_limit(key_id),
+            None => self.mirror.limit(key_id),
         };
         let now = self.fleet.db_now_ms().await?;
         let s = self
@@ -121,14 +134,14 @@ impl Shared {
     /// held, `None`: it cannot be).
     async fn admit_once(
         &self,
-        gk: &Gatekeeper,
+        core: &GateCore,
         req: &GateRequest<'_>,
         hold: HeldFor,
     ) -> Result<Attempt, Unavailable> {
         let started = std::time::Instant::now();
         let admitted = self
             .fleet
-            .admit(gk.admit_scope(req), |seen| {
+            .admit(self.admit_scope(req), |seen| {
                 // As in `gate`: a re-send of a pending hold gets its original answer (the
                 // same decision and receipt), uncounted, whichever instance it reaches.
                 let reopened = seen.pending.as_ref().and_then(|p| {
@@ -138,10 +151,10 @@ impl Shared {
                         receipt: p.receipt.clone()?,
                     })
                 });
-                if let Some(opened) = reopened.and_then(|o| reopen(&gk.signer, &o)) {
+                if let Some(opened) = reopened.and_then(|o| reopen(&core.signer, &o)) {
                     return (Admitted::Resent(opened), None);
                 }
-                let decision = match gk.decide_observed(req, &seen, hold.paced_ms) {
+                let decision = match decide_observed(core, req, &seen, hold.paced_ms) {
                     Ok(decision) => decision,
                     Err(until_ms) => {
                         let now_ms = seen.now_ms;
@@ -159,7 +172,7 @@ impl Shared {
             .map_err(|_| Unavailable)?;
         let (decision, body, decision_id) = match admitted {
             Admitted::Resent(opened) => {
-                gk.metrics.hold_resends.inc();
+                core.metrics.hold_resends.inc();
                 return Ok(Attempt::Decided(Box::new((*opened).clone())));
             }
             Admitted::Paced { until_ms, now_ms } => {
@@ -167,13 +180,9 @@ impl Shared {
             }
             Admitted::Decided(decision, body, decision_id) => (*decision, body, decision_id),
         };
-        gk.count(&decision);
-        let envelope = Arc::new(gk.signer.sign(&body));
-        let key = Arc::clone(&req.key.id);
-        lock(&gk.recent).push(decision_id, key, Arc::clone(&envelope));
-        gk.metrics
-            .decision_seconds
-            .observe(started.elapsed().as_secs_f64());
+        core.count(&decision);
+        let envelope = Arc::new(core.signer.sign(&body));
+        core.note_committed(decision_id, &req.key.id, &envelope, started);
         Ok(Attempt::Decided(Box::new(GateOutcome {
             decision,
             envelope,
@@ -185,49 +194,47 @@ impl Shared {
 impl Backing for Shared {
     /// The fleet's decision: the windows, the runs, the budget and the decision clock read
     /// under the key's lock, the booking written in that same transaction. A repeated step is
-    /// paced as on one node ([`Gatekeeper::hold_until_decided`]): an attempt the schedule does
+    /// paced as on one node ([`GateCore::hold_until_decided`]): an attempt the schedule does
     /// not admit yet books nothing, and the request waits here for the time it names (the
     /// database's clock), so that instances sharing a key's session pace it as one would.
     async fn admit(
         &self,
-        gk: &Gatekeeper,
+        core: &GateCore,
         req: &GateRequest<'_>,
         holding: Holding<'_>,
     ) -> Result<GateOutcome, AdmitError> {
-        gk.hold_until_decided(req, holding, |hold| self.admit_once(gk, req, hold))
+        core.hold_until_decided(req, holding, |hold| self.admit_once(core, req, hold))
             .await
     }
 
     /// From the fleet's windows, budget and holds; nothing is locked, counted or booked.
     async fn estimate(
         &self,
-        gk: &Gatekeeper,
+        core: &GateCore,
         req: &GateRequest<'_>,
     ) -> Result<GateOutcome, Unavailable> {
         let mut seen = self
             .fleet
-            .peek(gk.admit_scope(req))
+            .peek(self.admit_scope(req))
             .await
             .map_err(|_| Unavailable)?;
         // A step the schedule holds is predicted as decided when it admits it (as one node
-        // predicts it: `Gatekeeper::estimate_paced`).
+        // predicts it: `Local::estimate_paced`).
         let read_at = seen.now_ms;
-        let decision = match gk.decide_observed(req, &seen, Some(0)) {
+        let decision = match decide_observed(core, req, &seen, Some(0)) {
             Ok(decision) => decision,
             Err(until_ms) => {
                 seen.now_ms = until_ms;
                 let paced = Some(until_ms.saturating_sub(read_at));
-                match gk.decide_observed(req, &seen, paced) {
+                match decide_observed(core, req, &seen, paced) {
                     Ok(decision) => decision,
-                    Err(_) => gk
-                        .decide_observed(req, &seen, None)
-                        .map_err(|_| Unavailable)?,
+                    Err(_) => decide_observed(core, req, &seen, None).map_err(|_| Unavailable)?,
                 }
             }
         };
         let (body, decision_id) = decision.receipt();
         Ok(GateOutcome {
-            envelope: Arc::new(gk.signer.sign(&body)),
+            envelope: Arc::new(core.signer.sign(&body)),
             decision_id,
             decision,
         })
@@ -239,12 +246,12 @@ impl Backing for Shared {
     /// recorded); a digest client's is refused (`Storage`), for the client to send again.
     async fn settle(
         &self,
-        gk: &Gatekeeper,
+        core: &GateCore,
         report: &UsageReport,
         source: RecordSource,
         _now_ms: u64,
     ) -> Result<UsageRow, RecordError> {
-        match self.settle_in_fleet(gk, report, source).await {
+        match self.settle_in_fleet(core, report, source).await {
             Err(SettleError::Fleet(_)) if source == RecordSource::Proxy => {
                 if self.spool.append(report).await.is_err() {
                     tracing::error!("fleet usage could neither be written nor spooled");
@@ -261,7 +268,7 @@ impl Backing for Shared {
     }
 
     /// In the fleet's database, by its clock.
-    async fn renew(&self, _gk: &Gatekeeper, decision_id: &DecisionId, _now_ms: u64) {
+    async fn renew(&self, _core: &GateCore, decision_id: &DecisionId, _now_ms: u64) {
         if self.fleet.renew(decision_id).await.is_err() {
             tracing::warn!("fleet reservation renewal failed; the next one retries");
         }
@@ -269,7 +276,7 @@ impl Backing for Shared {
 
     async fn renew_for_digest(
         &self,
-        _gk: &Gatekeeper,
+        _core: &GateCore,
         key_id: &str,
         decision_id: &DecisionId,
         _now_ms: u64,
@@ -280,7 +287,7 @@ impl Backing for Shared {
             .map_err(|_| Unavailable)
     }
 
-    async fn answer(&self, _gk: &Gatekeeper, key: &AnswerKey) -> Option<Arc<StoredAnswer>> {
+    async fn answer(&self, _core: &GateCore, key: &AnswerKey) -> Option<Arc<StoredAnswer>> {
         let (content_type, body) = self
             .fleet
             .answer(&key.key_id, &key.fingerprint, key.wire)
@@ -295,7 +302,7 @@ impl Backing for Shared {
     }
 
     /// For the whole fleet: the provider's bytes only.
-    async fn keep_answer(&self, _gk: &Gatekeeper, key: AnswerKey, answer: StoredAnswer) {
+    async fn keep_answer(&self, _core: &GateCore, key: AnswerKey, answer: StoredAnswer) {
         let stored = self
             .fleet
             .put_answer(
@@ -314,7 +321,7 @@ impl Backing for Shared {
     /// The fleet's holds, and the database's time.
     async fn holds(
         &self,
-        _gk: &Gatekeeper,
+        _core: &GateCore,
         key_id: Option<&str>,
         _now_ms: u64,
     ) -> Result<HoldList, HoldError> {
@@ -337,7 +344,7 @@ impl Backing for Shared {
         let holds = holds
             .into_iter()
             .map(|h| HoldView {
-                fingerprint_prefix: crate::gatekeeper::fingerprint_prefix(h.fingerprint.as_ref()),
+                fingerprint_prefix: fingerprint_prefix(h.fingerprint.as_ref()),
                 hold_id: h.hold_id,
                 key_id: h.key_id,
                 state: if h.approved {
@@ -371,7 +378,7 @@ impl Backing for Shared {
     /// the other finds it not pending).
     async fn decide_hold(
         &self,
-        _gk: &Gatekeeper,
+        _core: &GateCore,
         hold_id: &str,
         key_id: Option<&str>,
         action: HoldAction,
@@ -412,18 +419,20 @@ impl Backing for Shared {
     /// reservations.
     async fn budget(
         &self,
-        gk: &Gatekeeper,
+        core: &GateCore,
         key_id: &str,
         _now_ms: u64,
     ) -> Result<BudgetView, Unavailable> {
-        self.fleet_budget(gk, key_id).await.map_err(|_| Unavailable)
+        self.fleet_budget(core, key_id)
+            .await
+            .map_err(|_| Unavailable)
     }
 
     /// The fleet's budget first: it is what every instance's admissions read; then this
     /// node's, which its config-seeded view falls back on.
     async fn set_budget(
         &self,
-        gk: &Gatekeeper,
+        _core: &GateCore,
         key_id: &str,
         ceiling_nano: Option<u64>,
         period: BudgetPeriod,
@@ -432,13 +441,13 @@ impl Backing for Shared {
             .set_budget(key_id, ceiling_nano, period)
             .await
             .map_err(|_| Unavailable)?;
-        Ok(gk.set_budget(key_id, ceiling_nano, period).await?)
+        Ok(self.mirror.set_budget(key_id, ceiling_nano, period).await?)
     }
 
     /// The database's ledger: every instance's decisions and usage.
     async fn ledger(
         &self,
-        _gk: &Gatekeeper,
+        _core: &GateCore,
         key_id: Option<&str>,
         from: Option<&str>,
         to: Option<&str>,
@@ -463,7 +472,7 @@ impl Backing for Shared {
     /// Every instance's decisions.
     async fn decisions(
         &self,
-        _gk: &Gatekeeper,
+        _core: &GateCore,
         query: &DecisionQuery,
     ) -> Result<DecisionPage, StoreError> {
         self.fleet.decisions(query).await
@@ -471,7 +480,7 @@ impl Backing for Shared {
 
     async fn latest_decisions(
         &self,
-        _gk: &Gatekeeper,
+        _core: &GateCore,
         key_id: Option<&str>,
         verdict: Option<Verdict>,
         limit: usize,
@@ -481,7 +490,7 @@ impl Backing for Shared {
 
     async fn verdicts_over_time(
         &self,
-        _gk: &Gatekeeper,
+        _core: &GateCore,
         key_id: Option<&str>,
         since_ms: u64,
         bucket_ms: u64,
@@ -493,7 +502,7 @@ impl Backing for Shared {
 
     async fn bind_response(
         &self,
-        _gk: &Gatekeeper,
+        _core: &GateCore,
         binding: ResponseBinding,
     ) -> Result<(), Unavailable> {
         self.fleet
@@ -504,7 +513,7 @@ impl Backing for Shared {
 
     async fn response_binding(
         &self,
-        _gk: &Gatekeeper,
+        _core: &GateCore,
         id: &str,
     ) -> Result<Option<ResponseBinding>, Unavailable> {
         self.fleet
@@ -514,12 +523,17 @@ impl Backing for Shared {
     }
 
     /// The fleet's records first (every instance serves from them), then this node's.
-    async fn forget(&self, gk: &Gatekeeper, key_id: &str) -> Result<(), StoreError> {
+    async fn forget(&self, _core: &GateCore, key_id: &str) -> Result<(), StoreError> {
         self.fleet
             .forget(key_id)
             .await
             .map_err(|_| StoreError::Unavailable)?;
-        gk.forget(key_id).await
+        self.mirror.forget(key_id).await
+    }
+
+    /// This node's: prices are set per node.
+    async fn keep_prices(&self, prices: &BTreeMap<String, Prices>) -> Result<(), StoreError> {
+        self.mirror.keep_prices(prices).await
     }
 
     fn shared(&self) -> bool {
@@ -528,8 +542,8 @@ impl Backing for Shared {
 
     /// This node's expiry, then the fleet's: charge expired reservations (any instance may,
     /// at once) and replay spooled usage once the database answers again.
-    async fn tick(&self, gk: &Gatekeeper, now_ms: u64) {
-        gk.tick(now_ms);
+    async fn tick(&self, core: &GateCore, now_ms: u64) {
+        self.mirror.tick(now_ms);
         if self.fleet.expire().await.is_err() {
             tracing::warn!("fleet expiry sweep failed; the next tick retries");
         }
@@ -539,7 +553,10 @@ impl Backing for Shared {
         let replayed = self
             .spool
             .replay(|report| async move {
-                match self.settle_in_fleet(gk, &report, RecordSource::Proxy).await {
+                match self
+                    .settle_in_fleet(core, &report, RecordSource::Proxy)
+                    .await
+                {
                     Err(SettleError::Fleet(_)) => Replayed::Later,
                     _ => Replayed::Done,
                 }
@@ -553,27 +570,12 @@ impl Backing for Shared {
     }
 }
 
-impl Gatekeeper {
-    /// The key's budget as this instance's config (or a `PUT /budget` it has seen) states it;
-    /// unlimited when it states none.
-    fn local_limit(&self, key_id: &str) -> KeyLimit {
-        lock(&self.state).budgets.get(key_id).map_or(
-            KeyLimit {
-                ceiling_nano: None,
-                period: Default::default(),
-            },
-            |b| KeyLimit {
-                ceiling_nano: b.ceiling_nano,
-                period: b.period,
-            },
-        )
-    }
-
+impl Shared {
     /// What an admission or an estimate asks the fleet about: the request and the key's
     /// budget as this instance's config (or a `PUT /budget` it has seen) states it.
     fn admit_scope<'r>(&self, req: &'r GateRequest<'r>) -> AdmitScope<'r> {
         let shape = req.shape;
-        let limit = self.local_limit(&req.key.id);
+        let limit = self.mirror.limit(&req.key.id);
         AdmitScope {
             key_id: &req.key.id,
             fingerprint: &shape.fingerprint,
@@ -588,34 +590,34 @@ impl Gatekeeper {
             route_prefix: shape.route_prefix.as_ref(),
         }
     }
+}
 
-    /// The pure decision over what the fleet's database holds for the request (as `gate` over
-    /// what this instance's memory holds).
-    fn decide_observed(
-        &self,
-        req: &GateRequest<'_>,
-        seen: &Observed,
-        paced_ms: Option<u64>,
-    ) -> Result<Decision, u64> {
-        let held_usage: Option<Usage> = seen
-            .recorded
-            .as_deref()
-            .and_then(|u| serde_json::from_str(u).ok());
-        let state = StateSeen {
-            counts: seen.counts,
-            budget: seen.budget,
-            held_usage,
-            approved_hold: seen.approved.as_deref(),
-            lease: seen.lease.as_deref(),
-            // The scope carries cache points only where the key's policy lets the gate place.
-            cache_memory: (!seen.cache_memory.is_empty()).then_some(&seen.cache_memory[..]),
-            session_cache: seen.session_cache,
-            prefix_rate: seen.prefix_rate,
-            prefix_shared: seen.prefix_shared,
-        };
-        let policy = self.policy.load();
-        let mut decision = decide_seen(&policy, req, &state, paced_ms, seen.now_ms)?;
-        decision.seq = seen.seq;
-        Ok(decision)
-    }
+/// The pure decision over what the fleet's database holds for the request (as `gate` over
+/// what this instance's memory holds).
+fn decide_observed(
+    core: &GateCore,
+    req: &GateRequest<'_>,
+    seen: &Observed,
+    paced_ms: Option<u64>,
+) -> Result<Decision, u64> {
+    let held_usage: Option<Usage> = seen
+        .recorded
+        .as_deref()
+        .and_then(|u| serde_json::from_str(u).ok());
+    let state = StateSeen {
+        counts: seen.counts,
+        budget: seen.budget,
+        held_usage,
+        approved_hold: seen.approved.as_deref(),
+        lease: seen.lease.as_deref(),
+        // The scope carries cache points only where the key's policy lets the gate place.
+        cache_memory: (!seen.cache_memory.is_empty()).then_some(&seen.cache_memory[..]),
+        session_cache: seen.session_cache,
+        prefix_rate: seen.prefix_rate,
+        prefix_shared: seen.prefix_shared,
+    };
+    let policy = core.policy.load();
+    let mut decision = decide_seen(&policy, req, &state, paced_ms, seen.now_ms)?;
+    decision.seq = seen.seq;
+    Ok(decision)
 }

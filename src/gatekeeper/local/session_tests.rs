@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 
 use super::tests::{block_on, open, shape_of, T0};
 use super::*;
+use crate::gatekeeper::*;
 use crate::store::Ending;
 use tokensaver_core::gate::Billed;
 use tokensaver_core::gate::{FindingCode, Rule};
@@ -38,8 +39,8 @@ fn session(steps: usize, polls: usize) -> Value {
 }
 
 fn decide(gk: &Gatekeeper, shape: &RequestShape, held: bool, now_ms: u64) -> GateOutcome {
-    let key = gk.config.key("alpha").unwrap().clone();
-    gk.gate(
+    let key = gk.core.config.key("alpha").unwrap().clone();
+    gk.local().gate(&gk.core, 
         &GateRequest {
             key: &key,
             shape,
@@ -68,7 +69,7 @@ fn record(gk: &Gatekeeper, o: &GateOutcome, now_ms: u64) {
         wire: WireForm::Json,
         ending: Ending::Complete,
     };
-    block_on(gk.record_usage(&report, now_ms, RecordSource::Proxy)).unwrap();
+    block_on(gk.local().record_usage(&gk.core, &report, now_ms, RecordSource::Proxy)).unwrap();
 }
 
 #[test]
@@ -148,7 +149,7 @@ fn a_rerun_of_a_finished_session_is_served_to_its_end_and_a_literal_storm_is_sto
     // the 4th identical step (the session's three polls), not the 10th.
     let poll = shape_of(&session(4, 5));
     assert_eq!(poll.step_fingerprint, shapes[1].step_fingerprint);
-    let counts = lock(&gk.state).windows.observe_step(
+    let counts = lock(&gk.local().state).windows.observe_step(
         "alpha",
         &poll.fingerprint,
         &poll.step_fingerprint,
@@ -181,7 +182,7 @@ fn a_restart_counts_serves_as_the_live_gate_did() {
     }
     let gk = open(dir.path());
     let poll = shape_of(&session(3, 4));
-    let counts = lock(&gk.state).windows.observe_step(
+    let counts = lock(&gk.local().state).windows.observe_step(
         "alpha",
         &poll.fingerprint,
         &poll.step_fingerprint,

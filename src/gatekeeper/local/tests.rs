@@ -9,6 +9,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use super::*;
+use crate::gatekeeper::*;
 use crate::receipt::ReceiptSigner;
 use crate::store::sqlite::SqliteStore;
 use tokensaver_core::gate::{Band, Rule};
@@ -103,8 +104,8 @@ fn gate_at(
     now_ms: u64,
     mode: Mode,
 ) -> GateOutcome {
-    let key = gk.config.key("alpha").unwrap().clone();
-    gk.gate(
+    let key = gk.core.config.key("alpha").unwrap().clone();
+    gk.local().gate(&gk.core, 
         &GateRequest {
             key: &key,
             shape,
@@ -134,7 +135,7 @@ fn requests(gk: &Gatekeeper) -> u64 {
 }
 
 fn approve(gk: &Gatekeeper, id: &str, attend_minutes: Option<u64>, now_ms: u64) -> HoldDecided {
-    gk.decide_hold(id, None, HoldAction::Approve { attend_minutes }, now_ms)
+    gk.local().decide_hold(&gk.core, id, None, HoldAction::Approve { attend_minutes }, now_ms)
         .unwrap()
 }
 
@@ -204,7 +205,7 @@ fn an_approval_releases_the_next_identical_request_once_without_a_header() {
     let (_, again) = challenged(&gk, &shape, T0 + 3_000);
     assert_ne!(again, hold);
     assert_eq!(
-        gk.decide_hold(&hold, None, HoldAction::Deny, T0 + 4_000),
+        gk.local().decide_hold(&gk.core, &hold, None, HoldAction::Deny, T0 + 4_000),
         Err(HoldError::Unknown)
     );
     assert_eq!(requests(&gk), 3);
@@ -238,7 +239,7 @@ fn an_approval_never_skips_the_runaway_rules_and_survives_a_refusal() {
     // Approve, then push the loop count up with the key's windows directly.
     approve(&gk, &hold, None, T0 + 1_000);
     {
-        let mut st = lock(&gk.state);
+        let mut st = lock(&gk.local().state);
         for t in 1..=3 {
             st.windows
                 .record("alpha", &shape.fingerprint, "gpt-4o", T0 + 1_000 + t);
@@ -251,7 +252,7 @@ fn an_approval_never_skips_the_runaway_rules_and_survives_a_refusal() {
     assert!(refused.decision.approved_hold.is_none());
     assert!(receipt(&refused).get("approved_hold").is_none());
     // The approval was not used up by a request it did not release.
-    let (holds, _) = gk.holds(Some("alpha"), T0 + 2_000);
+    let (holds, _) = gk.local().holds(Some("alpha"), T0 + 2_000);
     assert_eq!(holds.len(), 1);
     assert_eq!(holds[0].state, HoldState::Approved);
 }
@@ -266,7 +267,7 @@ fn holds_expire_and_an_expired_approval_releases_nothing() {
     // At the TTL exactly the hold is gone (half-open, like the windows).
     let late = T0 + TTL_MS;
     assert_eq!(
-        gk.decide_hold(
+        gk.local().decide_hold(&gk.core, 
             &hold,
             None,
             HoldAction::Approve {
@@ -280,7 +281,7 @@ fn holds_expire_and_an_expired_approval_releases_nothing() {
     assert_ne!(next, hold);
     assert!(after.decision.approved_hold.is_none());
     // A pending hold expires the same way: its worst case counts as avoided.
-    let (_, _) = gk.holds(None, late + TTL_MS);
+    let (_, _) = gk.local().holds(None, late + TTL_MS);
     let totals = block_on(gk.ledger_report(Some("alpha"), None, None))
         .unwrap()
         .1;
@@ -307,12 +308,12 @@ fn a_resend_of_a_pending_hold_is_the_same_challenge_and_is_not_counted() {
     assert_eq!(named.decision_id, first.decision_id);
     // Counted once: one ledger row, one request in the windows.
     assert_eq!(requests(&gk), 1);
-    let counts = lock(&gk.state)
+    let counts = lock(&gk.local().state)
         .windows
         .observe("alpha", &shape.fingerprint, "gpt-4o", T0 + 7_000);
     assert_eq!(counts.earlier_identical, 1);
-    assert_eq!(gk.metrics.hold_resends.get(), 6);
-    let (holds, _) = gk.holds(None, T0 + 7_000);
+    assert_eq!(gk.core.metrics.hold_resends.get(), 6);
+    let (holds, _) = gk.local().holds(None, T0 + 7_000);
     assert_eq!(holds.len(), 1);
     assert_eq!(holds[0].reason, Some("score_challenge"));
 }
@@ -325,15 +326,15 @@ fn a_denied_hold_counts_as_avoided_and_the_next_request_is_decided_afresh() {
     let (first, hold) = challenged(&gk, &shape, T0);
     // An owner decides only its own key's holds.
     assert_eq!(
-        gk.decide_hold(&hold, Some("beta"), HoldAction::Deny, T0 + 500),
+        gk.local().decide_hold(&gk.core, &hold, Some("beta"), HoldAction::Deny, T0 + 500),
         Err(HoldError::Unknown)
     );
-    let denied = gk
-        .decide_hold(&hold, Some("alpha"), HoldAction::Deny, T0 + 1_000)
+    let denied = gk.local()
+        .decide_hold(&gk.core, &hold, Some("alpha"), HoldAction::Deny, T0 + 1_000)
         .unwrap();
     assert_eq!(denied.state, HoldState::Denied);
     assert_eq!(
-        gk.decide_hold(&hold, None, HoldAction::Deny, T0 + 1_100),
+        gk.local().decide_hold(&gk.core, &hold, None, HoldAction::Deny, T0 + 1_100),
         Err(HoldError::Unknown)
     );
     let totals = block_on(gk.ledger_report(Some("alpha"), None, None))
@@ -350,10 +351,10 @@ fn a_denied_hold_counts_as_avoided_and_the_next_request_is_decided_afresh() {
     // Only a pending hold can be denied.
     approve(&gk, &next, None, T0 + 3_000);
     assert_eq!(
-        gk.decide_hold(&next, None, HoldAction::Deny, T0 + 3_100),
+        gk.local().decide_hold(&gk.core, &next, None, HoldAction::Deny, T0 + 3_100),
         Err(HoldError::NotPending)
     );
-    assert!(gk
+    assert!(gk.local()
         .holds(None, T0 + 3_200)
         .0
         .iter()
@@ -368,7 +369,7 @@ fn an_attending_lease_scores_undeclared_requests_as_attended() {
     let (_, hold) = challenged(&gk, &big, T0);
     for bad in [0, 1441] {
         assert_eq!(
-            gk.decide_hold(
+            gk.local().decide_hold(&gk.core, 
                 &hold,
                 None,
                 HoldAction::Approve {
@@ -412,7 +413,7 @@ fn an_attending_lease_scores_undeclared_requests_as_attended() {
         Some(hold.as_str())
     );
 
-    let (_, leases) = gk.holds(Some("alpha"), T0 + 5_000);
+    let (_, leases) = gk.local().holds(Some("alpha"), T0 + 5_000);
     assert_eq!(leases.len(), 1);
     assert_eq!(leases[0].until_ms, until);
     // When the lease ends, the key is unattended again.
@@ -420,7 +421,7 @@ fn an_attending_lease_scores_undeclared_requests_as_attended() {
     let after = gate(&gk, &other, until);
     assert_eq!(after.decision.signals.unattended, 1.0);
     assert!(after.decision.attending_lease.is_none());
-    assert!(gk.holds(Some("alpha"), until).1.is_empty());
+    assert!(gk.local().holds(Some("alpha"), until).1.is_empty());
 }
 
 #[test]
@@ -440,7 +441,7 @@ fn holds_and_leases_survive_a_restart() {
         block_on(gk.flush()).unwrap();
     }
     let gk = open(dir.path());
-    let (holds, leases) = gk.holds(None, T0 + 3_000);
+    let (holds, leases) = gk.local().holds(None, T0 + 3_000);
     let states: Vec<(&str, HoldState)> = holds
         .iter()
         .map(|h| (h.hold_id.as_str(), h.state))
@@ -479,7 +480,7 @@ fn holds_and_leases_survive_a_restart() {
 
     // Used stays used across the next restart.
     let gk = open(dir.path());
-    let (holds, _) = gk.holds(None, T0 + 7_000);
+    let (holds, _) = gk.local().holds(None, T0 + 7_000);
     assert_eq!(holds.len(), 1);
     assert_eq!(holds[0].hold_id, pending_hold);
 }
