@@ -171,7 +171,7 @@ impl Local {
         drop(policy);
         let (body, decision_id) = decision.receipt();
         let signed = match mode {
-            Mode::Commit => self.book(core, st, req, &decision, &body, decision_id, now_ms),
+            Mode::Commit => self.book(core, st, req, &decision, &body, decision_id),
             Mode::Estimate => {
                 drop(st);
                 None
@@ -207,8 +207,9 @@ impl Local {
         decision: &Decision,
         body: &[u8],
         decision_id: DecisionId,
-        now_ms: u64,
     ) -> Option<Arc<Envelope>> {
+        // Booked on the decision's own clock.
+        let now_ms = decision.decided_at_ms;
         let shape = req.shape;
         let key_id = &*req.key.id;
         let booking = Booking::of(decision, body, decision_id, req);
