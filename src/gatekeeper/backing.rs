@@ -190,7 +190,10 @@ pub(super) trait Backing {
 macro_rules! on_home {
     ($gk:expr, $home:ident => $call:expr) => {
         match &$gk.home {
-            Home::Local($home) => $call,
+            Home::Local(local) => {
+                let $home: &super::Local = local;
+                $call
+            }
             Home::Fleet(shared) => {
                 let $home: &super::fleet::Shared = shared;
                 $call

@@ -198,7 +198,7 @@ pub struct BudgetView {
 
 /// The home a gatekeeper was built with ([`backing`]).
 enum Home {
-    Local(Local),
+    Local(Box<Local>),
     Fleet(Box<fleet::Shared>),
 }
 
@@ -238,7 +238,7 @@ impl Gatekeeper {
         Ok(Self {
             core,
             relays: relays::Relays::default(),
-            home: Home::Local(local),
+            home: Home::Local(Box::new(local)),
         })
     }
 
@@ -251,7 +251,7 @@ impl Gatekeeper {
         };
         let spool = Spool::new(&self.core.config.data_dir);
         Self {
-            home: Home::Fleet(Box::new(fleet::Shared::new(fleet, spool, mirror))),
+            home: Home::Fleet(Box::new(fleet::Shared::new(fleet, spool, *mirror))),
             ..self
         }
     }
