@@ -76,9 +76,25 @@ pub fn authenticate<'c>(
     config: &'c Config,
     presented: Option<&str>,
 ) -> Result<(&'c KeyConfig, Caller), AuthError> {
+    authenticate_among(presented, |id| config.key(id))
+}
+
+/// Digest mode: the one key this instance was given is the only one its callers may present.
+pub fn authenticate_as<'k>(
+    key: &'k KeyConfig,
+    presented: Option<&str>,
+) -> Result<(&'k KeyConfig, Caller), AuthError> {
+    authenticate_among(presented, |id| (*key.id == *id).then_some(key))
+}
+
+/// The key the presented one names (`find`, by id), if its secret is that key's.
+fn authenticate_among<'k>(
+    presented: Option<&str>,
+    find: impl FnOnce(&str) -> Option<&'k KeyConfig>,
+) -> Result<(&'k KeyConfig, Caller), AuthError> {
     let presented = presented.ok_or(AuthError::Missing)?;
     let parsed = parse_key(presented).ok_or(AuthError::Invalid)?;
-    let key = config.key(parsed.id).ok_or(AuthError::Invalid)?;
+    let key = find(parsed.id).ok_or(AuthError::Invalid)?;
     if !ct_eq(&secret_hash(parsed.secret), &key.secret_hash) {
         return Err(AuthError::Invalid);
     }

@@ -1,6 +1,6 @@
 //! The one HTTP client: pingora's pooled connector, the stack the proxy already forwards with,
 //! for every exchange whose answer is read whole — the digest-mode client of a central gate
-//! (`proxy/remote.rs`), the upstreams' model lists (`proxy/models.rs`), and the command line
+//! (`gatekeeper/remote/client.rs`), the upstreams' model lists (`proxy/models.rs`), and the command line
 //! talking to a running server (`tokensaver holds`, `tokensaver health`, `tokensaver demo`).
 //! The proxy's forwarding streams its answers as they arrive and stays in `proxy/forward.rs`.
 //!

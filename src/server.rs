@@ -26,8 +26,13 @@ use crate::store::sqlite::SqliteStore;
 /// The proxy listener's write buffer (see `run`).
 const PROXY_WRITE_BUFFER: usize = 16 * 1024;
 
-/// Open the data dir, the signing key and the ledger, and rebuild the gate's memory.
-pub fn open_gatekeeper(config: Config) -> anyhow::Result<Arc<Gatekeeper>> {
+/// Open the data dir, the signing key and the ledger, and rebuild the gate's memory; its home
+/// is this process (SQLite), the fleet's PostgreSQL (`[store] kind = "postgres"`), or a
+/// central gate (digest mode, `client`).
+pub fn open_gatekeeper(
+    config: Config,
+    client: Option<ClientMode>,
+) -> anyhow::Result<Arc<Gatekeeper>> {
     let signer = crate::receipt::load_or_create(&config.data_dir).map_err(anyhow::Error::from)?;
     let store = SqliteStore::open(&config.data_dir, config.commit_interval_ms)
         .map_err(anyhow::Error::from)?;
@@ -40,9 +45,12 @@ pub fn open_gatekeeper(config: Config) -> anyhow::Result<Arc<Gatekeeper>> {
     };
     let gatekeeper =
         Gatekeeper::new(config, signer, Arc::new(store), now_ms()).map_err(anyhow::Error::from)?;
-    Ok(Arc::new(match fleet {
-        Some(fleet) => gatekeeper.with_fleet(fleet),
-        None => gatekeeper,
+    Ok(Arc::new(match (fleet, client) {
+        (Some(fleet), _) => gatekeeper.with_fleet(fleet),
+        (None, Some(client)) => gatekeeper.with_remote(
+            crate::gatekeeper::remote::client::RemoteGate::new(&client.gate_url, client.key)?,
+        )?,
+        (None, None) => gatekeeper,
     }))
 }
 
@@ -219,14 +227,11 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     // process keeps serving meanwhile, and what it writes until then is in our snapshot.
     server.bootstrap();
 
-    let gatekeeper = open_gatekeeper(config)?;
-    let remote = client
-        .map(|c| crate::proxy::remote::RemoteGate::new(&c.gate_url, c.key))
-        .transpose()?;
-    let digest_mode = remote.is_some();
+    let digest_mode = client.is_some();
+    let gatekeeper = open_gatekeeper(config, client)?;
 
-    let proxy = GateProxy::new(gatekeeper.clone(), remote)
-        .map_err(|e| anyhow::anyhow!("upstream address: {e}"))?;
+    let proxy =
+        GateProxy::new(gatekeeper.clone()).map_err(|e| anyhow::anyhow!("upstream address: {e}"))?;
     let ops = Arc::new(Ops {
         gatekeeper: gatekeeper.clone(),
         upstreams: proxy.upstreams(),

@@ -19,6 +19,7 @@ use crate::error::{ApiError, GateError};
 use crate::gatekeeper::settlement::{RecordBody, RecordBodyError};
 use crate::gatekeeper::{
     AdmitError, GateOutcome, GateRequest, Gatekeeper, RecordError, RecordSource, SetBudgetError,
+    Settled,
 };
 use crate::now_ms;
 use crate::receipt::DecisionId;
@@ -496,7 +497,7 @@ impl Api {
             Ok(outcome) => self.gate_response(&outcome),
             // Nobody reads this answer: nothing was decided for the digest client that left.
             Err(AdmitError::CallerGone) => ApiError::CallerGone.into(),
-            Err(AdmitError::Unavailable(_)) => fleet_unavailable(),
+            Err(AdmitError::Unavailable(_) | AdmitError::GateUnreachable) => fleet_unavailable(),
         }
     }
 
@@ -566,10 +567,12 @@ impl Api {
             .settle(&report, RecordSource::Digest, now_ms())
             .await;
         match recorded {
-            Ok(row) => ApiResponse::json(
+            Ok(Settled::Here(row)) => ApiResponse::json(
                 200,
                 &json!({"recorded": true, "spend_nano": row.spend_nano}),
             ),
+            // A digest client serves no API: its settles go to its central gate.
+            Ok(Settled::Sent) => ApiError::RecordNotCommitted.into(),
             Err(RecordError::AlreadyRecorded) => ApiError::AlreadyRecorded.into(),
             Err(RecordError::UnknownDecision) => unknown_decision(),
             Err(RecordError::ModelMismatch) => ApiError::ModelMismatch.into(),

@@ -18,7 +18,8 @@ use super::{
     BudgetView, GateOutcome, GateRequest, Gatekeeper, HoldAction, HoldDecided, HoldError, HoldView,
     Holding, Home, LeaseView, RecordError, RecordSource, UsageReport,
 };
-use crate::config::{BudgetPeriod, Prices};
+use crate::auth::{AuthError, Caller};
+use crate::config::{BudgetPeriod, KeyConfig, Prices};
 use crate::receipt::DecisionId;
 use crate::store::answers::{AnswerKey, StoredAnswer};
 use crate::store::{
@@ -42,6 +43,18 @@ pub enum AdmitError {
     /// The caller left while its request was held: nothing was decided, reserved or charged.
     #[error("the caller left while its request was held")]
     CallerGone,
+    /// Digest mode: the central gate did not decide (unreachable, or its answer was not one).
+    #[error("the central gate could not be reached")]
+    GateUnreachable,
+}
+
+/// Where a settled report went.
+#[derive(Debug)]
+pub enum Settled {
+    /// This gate's ledger keeps it: its row.
+    Here(Box<UsageRow>),
+    /// Digest mode: the central gate settles it; the report is on its way there.
+    Sent,
 }
 
 /// Why a budget could not be set: the shared store did not answer, or this node's did not.
@@ -84,7 +97,7 @@ pub(super) trait Backing {
         report: &UsageReport,
         source: RecordSource,
         now_ms: u64,
-    ) -> Result<UsageRow, RecordError>;
+    ) -> Result<Settled, RecordError>;
     /// Keep the reservation of an answer still being relayed live for another TTL; a renewal
     /// that fails is retried at the next one.
     async fn renew(&self, core: &GateCore, decision_id: &DecisionId, now_ms: u64);
@@ -198,6 +211,10 @@ macro_rules! on_home {
                 let $home: &super::fleet::Shared = shared;
                 $call
             }
+            Home::Remote(remote) => {
+                let $home: &super::remote::Remote = remote;
+                $call
+            }
         }
     };
 }
@@ -225,10 +242,12 @@ impl Gatekeeper {
         report: &UsageReport,
         source: RecordSource,
         now_ms: u64,
-    ) -> Result<UsageRow, RecordError> {
-        let row = on_home!(self, home => Backing::settle(home, &self.core, report, source, now_ms).await)?;
-        self.core.metrics.count_cache(&row);
-        Ok(row)
+    ) -> Result<Settled, RecordError> {
+        let settled = on_home!(self, home => Backing::settle(home, &self.core, report, source, now_ms).await)?;
+        if let Settled::Here(row) = &settled {
+            self.core.metrics.count_cache(row);
+        }
+        Ok(settled)
     }
 
     pub async fn renew(&self, decision_id: &DecisionId, now_ms: u64) {
@@ -359,6 +378,41 @@ impl Gatekeeper {
     /// submits are dropped; called once the server has stopped serving.
     pub fn close_store(&self) -> Result<(), StoreError> {
         self.local().close_store()
+    }
+
+    /// Who may call: one of this gate's keys, or in digest mode the one key this instance
+    /// was given (which the central gate holds).
+    pub fn authenticate(&self, presented: Option<&str>) -> Result<(&KeyConfig, Caller), AuthError> {
+        match &self.home {
+            Home::Remote(remote) => remote.authenticate(presented),
+            Home::Local(_) | Home::Fleet(_) => {
+                crate::auth::authenticate(&self.core.config, presented)
+            }
+        }
+    }
+
+    /// Whether decisions are asked of a central gate, which reads the request's digest (every
+    /// turn hash), rather than made here (which reads only what the decision needs).
+    pub fn sends_digest(&self) -> bool {
+        matches!(self.home, Home::Remote(_))
+    }
+
+    /// How long a hold lives, as the gate that opened it states it (a central gate: once it
+    /// has said).
+    pub fn hold_ttl_ms(&self) -> Option<u64> {
+        match &self.home {
+            Home::Remote(remote) => remote.hold_ttl_ms(),
+            Home::Local(_) | Home::Fleet(_) => Some(self.core.config.hold_ttl_ms),
+        }
+    }
+
+    /// How long a forwarded decision's reservation lives unrenewed, in the home that holds it.
+    pub(super) fn reservation_ttl_ms(&self) -> u64 {
+        let own = self.core.config.reservation_ttl_ms;
+        match &self.home {
+            Home::Remote(remote) => remote.reservation_ttl_ms().unwrap_or(own),
+            Home::Local(_) | Home::Fleet(_) => own,
+        }
     }
 
     /// Whether other processes write this gate's state too.

@@ -11,6 +11,7 @@ pub mod gate_core;
 pub mod local;
 pub mod recent;
 mod relays;
+pub mod remote;
 mod reservations;
 pub mod settlement;
 mod state;
@@ -25,10 +26,10 @@ use crate::gatekeeper::fleet::spool::Spool;
 use crate::receipt::{DecisionId, Envelope, ReceiptSigner};
 use crate::store::postgres::Fleet;
 use crate::store::{period_start, HoldRow, HoldState, LeaseRow, Store, StoreError};
-pub use backing::{AdmitError, HoldList, SetBudgetError, Unavailable};
+pub use backing::{AdmitError, HoldList, SetBudgetError, Settled, Unavailable};
 pub use gate_core::GateCore;
 pub use local::Local;
-pub use relays::{Relaying, RemoteRenewal};
+pub use relays::Relaying;
 use reservations::Reservations;
 use tokensaver_core::gate::cache::{PointMemory, SessionCache};
 use tokensaver_core::gate::{BudgetState, Decision, GateInput, Policy, Usage, Windows};
@@ -200,6 +201,7 @@ pub struct BudgetView {
 enum Home {
     Local(Box<Local>),
     Fleet(Box<fleet::Shared>),
+    Remote(Box<remote::Remote>),
 }
 
 /// The gate: its own parts ([`GateCore`]: policy, signer, metrics, recent receipts, the
@@ -256,11 +258,29 @@ impl Gatekeeper {
         }
     }
 
-    /// This process's own state: the embedded home, or a fleet instance's local mirror.
+    /// Make this instance a digest-mode client of a central gate (SPEC §1.2): decisions are
+    /// asked of it with the digest; answers stay in this process's own store. `Err`: the key
+    /// it was given is not a tokensaver key.
+    pub fn with_remote(self, gate: remote::client::RemoteGate) -> anyhow::Result<Self> {
+        let Home::Local(mirror) = self.home else {
+            anyhow::bail!("a digest client keeps its state in its own local store");
+        };
+        let remote = remote::Remote::new(gate, *mirror).ok_or_else(|| {
+            anyhow::anyhow!("the gate key is not a tokensaver key (tsk_<id>_<secret>)")
+        })?;
+        Ok(Self {
+            home: Home::Remote(Box::new(remote)),
+            ..self
+        })
+    }
+
+    /// This process's own state: the embedded home, a fleet instance's local mirror, or a
+    /// digest client's own store.
     pub fn local(&self) -> &Local {
         match &self.home {
             Home::Local(local) => local,
             Home::Fleet(shared) => shared.mirror(),
+            Home::Remote(remote) => remote.mirror(),
         }
     }
 

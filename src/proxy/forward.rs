@@ -14,7 +14,6 @@ use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType, Result};
 use serde_json::{Map, Value};
 
-use super::remote::RemoteGate;
 use super::responses::Registry;
 use super::usage::{json_usage, AnswerEnd, SseTap};
 use super::{respond_error, ProviderPeer};
@@ -113,7 +112,6 @@ pub(super) struct Forward<'a> {
     pub gatekeeper: &'a Gatekeeper,
     /// Where a Responses answer's id is bound to the caller's key (`responses.rs`).
     pub registry: &'a Registry,
-    pub recorder: Recorder,
     pub key_id: &'a str,
     /// The caller's fingerprint key: a stored response's answer identity is keyed with it.
     pub fingerprint_key: &'a [u8; 32],
@@ -313,22 +311,15 @@ impl Forward<'_> {
             Ok(prepared) => prepared,
             Err(e) => {
                 // Nothing went upstream: the decision's reservation is released.
-                self.recorder
-                    .record(self.gatekeeper, self.report(None, Ending::NotSent))
-                    .await;
+                record(self.gatekeeper, self.report(None, Ending::NotSent)).await;
                 return Err(e);
             }
         };
         let sent_at = std::time::Instant::now();
         // While the answer is relayed (a silent wait for the provider's header, a pause in a
-        // stream), this gate's tick keeps its reservation live: here, or — a digest client's —
-        // on the central gate (`POST /renew`).
-        let remote: Option<std::sync::Arc<dyn crate::gatekeeper::RemoteRenewal>> =
-            match &self.recorder {
-                Recorder::Local => None,
-                Recorder::Remote(gate) => Some(std::sync::Arc::new(gate.clone())),
-            };
-        let relaying = self.gatekeeper.relaying(self.decision_id, now_ms(), remote);
+        // stream), this gate's tick keeps its reservation live in its home: here, the fleet's
+        // database, or — a digest client's — the central gate (`POST /renew`).
+        let relaying = self.gatekeeper.relaying(self.decision_id, now_ms());
         let mut outcome = self.exchange(session, header, body, strip).await;
         drop(relaying);
         self.access.upstream_ms = Some(sent_at.elapsed().as_secs_f64() * 1000.0);
@@ -338,9 +329,7 @@ impl Forward<'_> {
             .map(|t| t.duration_since(self.access.started).as_secs_f64() * 1000.0);
         // Recorded, then stored, then the last bytes written: a client that repeats at once
         // finds the answer, and a SERVE never precedes its usage.
-        self.recorder
-            .record(self.gatekeeper, self.report(outcome.usage, outcome.ending))
-            .await;
+        record(self.gatekeeper, self.report(outcome.usage, outcome.ending)).await;
         if let Some(answer) = outcome.storable_answer().filter(|_| self.reusable) {
             self.keep(answer).await;
         }
@@ -435,7 +424,7 @@ impl Forward<'_> {
     /// already closed fails before any byte of an answer: the request cannot have been
     /// answered, so it is sent once more on a new connection, and that attempt's outcome alone
     /// counts (its connect failing is `NotSent`, never the worst case). As the digest client
-    /// does (`remote.rs`); nothing else is retried.
+    /// does (`gatekeeper/remote/client.rs`); nothing else is retried.
     async fn send_until_answered(
         &self,
         session: &Session,
@@ -944,36 +933,13 @@ fn bad_gateway(code: &'static str, message: &'static str) -> GateError {
     GateError::BadGateway { code, message }
 }
 
-/// Where the provider's usage goes: the local ledger, or the central gate (digest mode).
-pub(super) enum Recorder {
-    Local,
-    Remote(RemoteGate),
-}
-
-impl Recorder {
-    pub(super) async fn record(&self, gatekeeper: &Gatekeeper, report: UsageReport) {
-        match self {
-            Recorder::Local => {
-                // Settled before the answer is stored or finished, so a SERVE never precedes
-                // its usage; what a fleet cannot write is spooled.
-                let _ = gatekeeper
-                    .settle(&report, RecordSource::Proxy, now_ms())
-                    .await;
-            }
-            Recorder::Remote(remote) => {
-                let remote = remote.clone();
-                // The client has its answer; the record travels in the background, and a drain
-                // waits for it.
-                let in_flight = crate::lifecycle::enter();
-                tokio::spawn(async move {
-                    let _in_flight = in_flight;
-                    if remote.record(&report).await.is_err() {
-                        tracing::warn!("could not record usage with the central gate");
-                    }
-                });
-            }
-        }
-    }
+/// The provider's usage to the gate's home: settled before the answer is stored or finished,
+/// so a SERVE never precedes its usage; what a fleet cannot write is spooled; a digest client's
+/// goes to its central gate in the background (the client has its answer; a drain waits).
+pub(super) async fn record(gatekeeper: &Gatekeeper, report: UsageReport) {
+    let _ = gatekeeper
+        .settle(&report, RecordSource::Proxy, now_ms())
+        .await;
 }
 
 enum Failure {

@@ -11,7 +11,6 @@
 mod access;
 mod forward;
 mod models;
-pub mod remote;
 pub mod responses;
 pub mod usage;
 
@@ -33,9 +32,8 @@ use crate::gatekeeper::{AdmitError, GateRequest, Gatekeeper, RecordSource};
 use crate::now_ms;
 use crate::receipt::DecisionId;
 use crate::store::answers::{AnswerKey, StoredAnswer};
-use remote::RemoteGate;
 use tokensaver_core::gate::Verdict;
-use tokensaver_core::request::{self, Digest, Provider, Route};
+use tokensaver_core::request::{self, Provider, Route};
 
 /// Provider paths that are billable but not gated by this build: refused, so spend never
 /// bypasses the gate.
@@ -57,14 +55,12 @@ pub struct GateProxy {
     pub gatekeeper: Arc<Gatekeeper>,
     connector: Connector,
     upstreams: Arc<Upstreams>,
-    /// Digest mode: decisions come from a central gate.
-    remote: Option<RemoteGate>,
     /// Which key created each stored Responses object (`responses.rs`).
     registry: responses::Registry,
 }
 
 impl GateProxy {
-    pub fn new(gatekeeper: Arc<Gatekeeper>, remote: Option<RemoteGate>) -> std::io::Result<Self> {
+    pub fn new(gatekeeper: Arc<Gatekeeper>) -> std::io::Result<Self> {
         let config = gatekeeper.core.config.clone();
         let timeout = Duration::from_secs(config.upstream_timeout_secs);
         let upstreams = Arc::new(Upstreams::start(&config.upstreams, &config.keys, timeout)?);
@@ -72,7 +68,6 @@ impl GateProxy {
             gatekeeper,
             connector: Connector::new(None),
             upstreams,
-            remote,
             registry: responses::Registry::default(),
         })
     }
@@ -84,12 +79,10 @@ impl GateProxy {
     /// The key a pass-through request comes with: one of this gate's keys, or in digest mode
     /// the key this instance was given (the one its bindings are made for).
     fn passthrough_key(&self, presented: Option<&str>) -> Option<Arc<str>> {
-        match &self.remote {
-            Some(remote) => remote_caller(remote, presented).ok().map(|c| c.key_id),
-            None => auth::authenticate(self.config(), presented)
-                .ok()
-                .map(|(_, caller)| caller.key_id),
-        }
+        self.gatekeeper
+            .authenticate(presented)
+            .ok()
+            .map(|(_, caller)| caller.key_id)
     }
 
     /// The configured upstreams, as they resolve now (`/readyz`); an upstream that does not
@@ -392,17 +385,12 @@ struct Terms {
     cache: CacheTermsPlaced,
 }
 
-/// Who calls: a key of this gate's config, or, in digest mode, the key this instance was
-/// given, which the central gate holds (its budget and profile are the central gate's).
-enum Identity<'c> {
-    Local(&'c KeyConfig),
-    Remote(&'c RemoteGate),
-}
-
 /// A gated request as read, before the decision.
 struct Gated<'c> {
     route: Route,
-    identity: Identity<'c>,
+    /// Who calls: a key of this gate's config, or, in digest mode, the key this instance was
+    /// given, which the central gate holds (its budget and profile are the central gate's).
+    key: &'c KeyConfig,
     key_id: Arc<str>,
     /// The caller's fingerprint key (a stored response's answer identity is keyed with it).
     fingerprint_key: [u8; 32],
@@ -461,12 +449,7 @@ impl GateProxy {
     ) -> Result<std::result::Result<Gated<'_>, GateError>> {
         let config = self.config();
         let presented = auth::presented_key(&session.req_header().headers);
-        let identity = match &self.remote {
-            Some(remote) => remote_caller(remote, presented).map(|c| (Identity::Remote(remote), c)),
-            None => auth::authenticate(config, presented)
-                .map(|(key, caller)| (Identity::Local(key), caller)),
-        };
-        let (identity, caller) = match identity {
+        let (key, caller) = match self.gatekeeper.authenticate(presented) {
             Ok(found) => {
                 access.key_id = Some(found.1.key_id.clone());
                 found
@@ -502,9 +485,10 @@ impl GateProxy {
             Err(err) => return Ok(Err(err)),
         };
         // A digest carries every turn hash; this gate's own decision needs only some.
-        let parse = match identity {
-            Identity::Remote(_) => request::parse,
-            Identity::Local(_) => request::parse_for_decision,
+        let parse = if self.gatekeeper.sends_digest() {
+            request::parse
+        } else {
+            request::parse_for_decision
         };
         let mut parsed = match parse(route, &body, &caller.fingerprint_key) {
             Ok(parsed) => parsed,
@@ -558,7 +542,7 @@ impl GateProxy {
         let stored = self.gatekeeper.stored_answer(&answer_key).await;
         Ok(Ok(Gated {
             route,
-            identity,
+            key,
             key_id: caller.key_id,
             fingerprint_key: caller.fingerprint_key,
             body,
@@ -570,105 +554,59 @@ impl GateProxy {
         }))
     }
 
-    /// The decision: this gate's (SQLite, or the fleet's PostgreSQL), or the central gate's
-    /// in digest mode. Either fails closed: no decision, nothing upstream.
+    /// The decision, from the gate's home: this process (SQLite), a fleet's PostgreSQL, or in
+    /// digest mode the central gate. Each fails closed: no decision, nothing upstream.
     async fn decide(
         &self,
         g: &Gated<'_>,
         access: &mut access::Access,
         gone: Gone<'_>,
     ) -> std::result::Result<Decided, Refusal> {
-        let shape = &g.parsed.shape;
-        match g.identity {
-            Identity::Local(key) => {
-                let request = GateRequest {
-                    key,
-                    shape,
-                    human: g.human,
-                    held: g.stored.is_some(),
-                    hold_id: g.hold_id.as_deref(),
-                    now_ms: now_ms(),
-                    recorded_by: RecordSource::Proxy,
-                };
-                // A repeated step may be held here until its window admits it (SPEC §2.3).
-                let holding = crate::gatekeeper::Holding {
-                    bytes: g.body.len(),
-                    gone,
-                };
-                let outcome = match self.gatekeeper.admit(&request, holding).await {
-                    Ok(outcome) => outcome,
-                    Err(AdmitError::CallerGone) => return Err(Refusal::CallerGone),
-                    Err(AdmitError::Unavailable(_)) => {
-                        return Err(GateError::fleet_unavailable().into())
-                    }
-                };
-                let d = &outcome.decision;
-                let terms = Terms {
-                    verdict: d.verdict,
-                    status: d.status(),
-                    reason: d.reason(),
-                    // A worst case without a cost is one without a price (`rules::worst_case`).
-                    unpriced: d.rule == Some(tokensaver_core::gate::Rule::ExceedsRemainingBudget)
-                        && d.worst_case.cost_nano.is_none(),
-                    hold_id: d.hold_id.clone(),
-                    model_served: d.model_served.clone(),
-                    cache: CacheTermsPlaced {
-                        breakpoints: d.cache_breakpoints.clone(),
-                        one_hour: d.cache_ttl_1h,
-                        routing_key: d.cache_routing_key.clone(),
-                        retention: d.cache_retention,
-                    },
-                };
-                access.decided(
-                    &terms.verdict,
-                    terms.reason,
-                    outcome.decision_id,
-                    &terms.model_served,
-                );
-                Ok(self.decided(g, terms, &outcome.envelope, outcome.decision_id))
-            }
-            Identity::Remote(remote) => {
-                let mut digest = Digest::new(shape.clone());
-                digest.human = g.human;
-                digest.hold_id = g.hold_id.clone();
-                if g.stored.is_some() {
-                    digest.held.push(shape.wire_form());
-                }
-                // The central gate may hold the request too: a caller that leaves meanwhile is
-                // not waited for (the exchange is dropped, and the central gate sees its caller
-                // gone in turn).
-                let r = tokio::select! {
-                    r = remote.gate(&digest) => r.map_err(GateError::from)?,
-                    () = gone => return Err(Refusal::CallerGone),
-                };
-                let terms = Terms {
-                    verdict: r.verdict,
-                    status: r.status,
-                    reason: static_reason(&r.reason),
-                    unpriced: false,
-                    hold_id: r.hold_id,
-                    model_served: r.model_served,
-                    // The central gate says where, from the digest's prefix hashes; this
-                    // instance applies them at the sites its own reading recorded.
-                    cache: CacheTermsPlaced {
-                        breakpoints: r.cache_breakpoints,
-                        one_hour: r.cache_ttl_1h,
-                        // Only a key the gate made (`ts_` and hex) goes into the body.
-                        routing_key: r
-                            .cache_routing_key
-                            .filter(|k| tokensaver_core::gate::cache::is_routing_key(k)),
-                        retention: r.cache_retention,
-                    },
-                };
-                access.decided(
-                    &terms.verdict,
-                    terms.reason,
-                    r.decision_id,
-                    &terms.model_served,
-                );
-                Ok(self.decided(g, terms, &r.receipt, r.decision_id))
-            }
-        }
+        let request = GateRequest {
+            key: g.key,
+            shape: &g.parsed.shape,
+            human: g.human,
+            held: g.stored.is_some(),
+            hold_id: g.hold_id.as_deref(),
+            now_ms: now_ms(),
+            recorded_by: RecordSource::Proxy,
+        };
+        // A repeated step may be held here until its window admits it (SPEC §2.3), or at the
+        // central gate.
+        let holding = crate::gatekeeper::Holding {
+            bytes: g.body.len(),
+            gone,
+        };
+        let outcome = match self.gatekeeper.admit(&request, holding).await {
+            Ok(outcome) => outcome,
+            Err(AdmitError::CallerGone) => return Err(Refusal::CallerGone),
+            Err(AdmitError::Unavailable(_)) => return Err(GateError::fleet_unavailable().into()),
+            Err(AdmitError::GateUnreachable) => return Err(GateError::GateUnreachable.into()),
+        };
+        let d = &outcome.decision;
+        let terms = Terms {
+            verdict: d.verdict,
+            status: d.status(),
+            reason: d.reason(),
+            // A worst case without a cost is one without a price (`rules::worst_case`).
+            unpriced: d.rule == Some(tokensaver_core::gate::Rule::ExceedsRemainingBudget)
+                && d.worst_case.cost_nano.is_none(),
+            hold_id: d.hold_id.clone(),
+            model_served: d.model_served.clone(),
+            cache: CacheTermsPlaced {
+                breakpoints: d.cache_breakpoints.clone(),
+                one_hour: d.cache_ttl_1h,
+                routing_key: d.cache_routing_key.clone(),
+                retention: d.cache_retention,
+            },
+        };
+        access.decided(
+            &terms.verdict,
+            terms.reason,
+            outcome.decision_id,
+            &terms.model_served,
+        );
+        Ok(self.decided(g, terms, &outcome.envelope, outcome.decision_id))
     }
 
     /// A decision's terms and receipt, as the proxy enforces them.
@@ -708,10 +646,7 @@ impl GateProxy {
                 None => Action::Refuse(GateError::AnswerMissing),
             },
             Verdict::Challenge => {
-                let ttl = self
-                    .remote
-                    .as_ref()
-                    .map_or(Some(self.config().hold_ttl_ms), |r| r.hold_ttl_ms());
+                let ttl = self.gatekeeper.hold_ttl_ms();
                 Action::Refuse(GateError::held(t.reason, t.hold_id, ttl))
             }
             Verdict::Block => Action::Refuse(GateError::Blocked {
@@ -782,28 +717,23 @@ impl GateProxy {
             model_served,
             cache,
         } = placed;
-        let recorder = match &self.remote {
-            Some(remote) => forward::Recorder::Remote(remote.clone()),
-            None => forward::Recorder::Local,
-        };
         let shape = &g.parsed.shape;
         let served_model = model_served.unwrap_or_else(|| shape.model.clone());
         // The served model routes: a DOWNGRADE may go to another upstream of the shape.
         let Some(provider) = self.upstreams.for_model(g.route.provider(), &served_model) else {
             let err = GateError::unknown_model(&served_model);
-            recorder
-                .record(
-                    &self.gatekeeper,
-                    crate::gatekeeper::UsageReport {
-                        key_id: g.key_id.to_string(),
-                        decision_id: receipt.decision_id,
-                        usage: None,
-                        served_model,
-                        wire: shape.wire_form(),
-                        ending: crate::store::Ending::NotSent,
-                    },
-                )
-                .await;
+            forward::record(
+                &self.gatekeeper,
+                crate::gatekeeper::UsageReport {
+                    key_id: g.key_id.to_string(),
+                    decision_id: receipt.decision_id,
+                    usage: None,
+                    served_model,
+                    wire: shape.wire_form(),
+                    ending: crate::store::Ending::NotSent,
+                },
+            )
+            .await;
             return respond_error(session, Some(g.route), &err, &receipt.headers).await;
         };
         access.upstream = Some(provider.name().to_string());
@@ -813,7 +743,6 @@ impl GateProxy {
             connector: &self.connector,
             gatekeeper: &self.gatekeeper,
             registry: &self.registry,
-            recorder,
             key_id: &g.key_id,
             fingerprint_key: &g.fingerprint_key,
             decision_id: receipt.decision_id,
@@ -853,37 +782,6 @@ fn receipt_headers(
         ("x-tokensaver-verdict", verdict.as_str().to_string()),
         ("x-tokensaver-receipt", envelope.to_header_value()),
     ]
-}
-
-/// The closed vocabulary of reasons, so an error body never carries a string from elsewhere.
-fn static_reason(reason: &str) -> &'static str {
-    use tokensaver_core::gate::{Band, Rule};
-    Rule::ALL
-        .iter()
-        .map(|r| r.as_str())
-        .chain([Band::ScoreChallenge.as_str(), Band::ScoreBlock.as_str()])
-        .find(|r| *r == reason)
-        .unwrap_or("refused")
-}
-
-/// Digest mode: the SDK presents the same tokensaver key this instance was given.
-fn remote_caller(
-    remote: &RemoteGate,
-    presented: Option<&str>,
-) -> std::result::Result<auth::Caller, auth::AuthError> {
-    use subtle::ConstantTimeEq;
-    let presented = presented.ok_or(auth::AuthError::Missing)?;
-    let matches: bool = blake3::hash(presented.as_bytes())
-        .as_bytes()
-        .ct_eq(blake3::hash(remote.key.as_bytes()).as_bytes())
-        .into();
-    let parsed = auth::parse_key(presented)
-        .filter(|_| matches)
-        .ok_or(auth::AuthError::Invalid)?;
-    Ok(auth::Caller {
-        key_id: Arc::from(parsed.id),
-        fingerprint_key: auth::fingerprint_key(parsed.secret),
-    })
 }
 
 /// What every request on the proxy listener must be before it is routed:

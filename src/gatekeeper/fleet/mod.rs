@@ -12,7 +12,9 @@ use std::sync::Arc;
 pub mod spool;
 
 use crate::config::{BudgetPeriod, Prices};
-use crate::gatekeeper::backing::{AdmitError, Backing, HoldList, SetBudgetError, Unavailable};
+use crate::gatekeeper::backing::{
+    AdmitError, Backing, HoldList, SetBudgetError, Settled, Unavailable,
+};
 use crate::gatekeeper::gate_core::{
     decide_seen, fingerprint_prefix, reopen, Attempt, GateCore, HeldFor, StateSeen,
 };
@@ -250,7 +252,7 @@ impl Backing for Shared {
         report: &UsageReport,
         source: RecordSource,
         _now_ms: u64,
-    ) -> Result<UsageRow, RecordError> {
+    ) -> Result<Settled, RecordError> {
         match self.settle_in_fleet(core, report, source).await {
             Err(SettleError::Fleet(_)) if source == RecordSource::Proxy => {
                 if self.spool.append(report).await.is_err() {
@@ -263,7 +265,7 @@ impl Backing for Shared {
             Err(SettleError::AlreadySettled) => Err(RecordError::AlreadyRecorded),
             Err(SettleError::ModelMismatch) => Err(RecordError::ModelMismatch),
             Err(SettleError::ExceedsDecision) => Err(RecordError::ExceedsDecision),
-            Ok(row) => Ok(row),
+            Ok(row) => Ok(Settled::Here(Box::new(row))),
         }
     }
 

@@ -14,7 +14,7 @@ mod tests;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use super::backing::{AdmitError, Backing, HoldList, SetBudgetError, Unavailable};
+use super::backing::{AdmitError, Backing, HoldList, SetBudgetError, Settled, Unavailable};
 use super::gate_core::{reopen, GateCore};
 use super::lock;
 use super::reservations::Reservation;
@@ -30,7 +30,7 @@ use crate::store::answers::{AnswerKey, StoredAnswer};
 use crate::store::postgres::KeyLimit;
 use crate::store::{
     DecisionListing, DecisionPage, DecisionQuery, Event, LedgerDay, LedgerTotals, ResponseBinding,
-    StoreError, UsageRow, VerdictCount,
+    StoreError, VerdictCount,
 };
 use crate::store::{HoldOpening, Snapshot, Store};
 use tokensaver_core::gate::Verdict;
@@ -187,10 +187,12 @@ impl Backing for Local {
         report: &UsageReport,
         source: RecordSource,
         now_ms: u64,
-    ) -> Result<UsageRow, RecordError> {
+    ) -> Result<Settled, RecordError> {
         // A digest client is told it may forget its report, so its row is committed before
         // this returns; the proxy's own is queued (`settle_usage` says which).
-        self.record_usage(core, report, now_ms, source).await
+        self.record_usage(core, report, now_ms, source)
+            .await
+            .map(|row| Settled::Here(Box::new(row)))
     }
 
     async fn renew(&self, core: &GateCore, decision_id: &DecisionId, now_ms: u64) {

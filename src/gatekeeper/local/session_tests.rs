@@ -40,7 +40,8 @@ fn session(steps: usize, polls: usize) -> Value {
 
 fn decide(gk: &Gatekeeper, shape: &RequestShape, held: bool, now_ms: u64) -> GateOutcome {
     let key = gk.core.config.key("alpha").unwrap().clone();
-    gk.local().gate(&gk.core, 
+    gk.local().gate(
+        &gk.core,
         &GateRequest {
             key: &key,
             shape,
@@ -69,7 +70,11 @@ fn record(gk: &Gatekeeper, o: &GateOutcome, now_ms: u64) {
         wire: WireForm::Json,
         ending: Ending::Complete,
     };
-    block_on(gk.local().record_usage(&gk.core, &report, now_ms, RecordSource::Proxy)).unwrap();
+    block_on(
+        gk.local()
+            .record_usage(&gk.core, &report, now_ms, RecordSource::Proxy),
+    )
+    .unwrap();
 }
 
 #[test]

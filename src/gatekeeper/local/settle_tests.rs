@@ -8,8 +8,8 @@ use serde_json::json;
 
 use super::tests::{block_on, config, gate, open, shape_of, T0};
 use super::*;
-use crate::gatekeeper::*;
 use crate::config::Prices;
+use crate::gatekeeper::*;
 use crate::store::{DecisionLine, DecisionQuery};
 use crate::store::{Ending, SpendBasis};
 use tokensaver_core::gate::Billed;
@@ -160,7 +160,8 @@ fn an_incomplete_answer_is_charged_its_worst_case_and_never_counts_as_bought() {
     let o = forward(&gk, "a", T0);
     let reserved = o.decision.worst_case.cost_nano.unwrap();
     assert!(reserved > 0);
-    let row = block_on(gk.local().record_usage(&gk.core, 
+    let row = block_on(gk.local().record_usage(
+        &gk.core,
         &report(&o, None, Ending::ErrorEvent),
         T0 + 5,
         RecordSource::Proxy,
@@ -187,7 +188,8 @@ fn a_refused_or_unsent_call_is_not_billed_and_a_complete_one_is_exact() {
     let dir = tempfile::tempdir().unwrap();
     let gk = open(dir.path());
     let refused = forward(&gk, "r", T0);
-    let row = block_on(gk.local().record_usage(&gk.core, 
+    let row = block_on(gk.local().record_usage(
+        &gk.core,
         &report(&refused, None, Ending::ProviderError),
         T0 + 1,
         RecordSource::Proxy,
@@ -198,7 +200,8 @@ fn a_refused_or_unsent_call_is_not_billed_and_a_complete_one_is_exact() {
     let done = forward(&gk, "d", T0 + 2);
     let mut b = billed(40, 0, 10, 30);
     b.web_search_requests = 1;
-    let row = block_on(gk.local().record_usage(&gk.core, 
+    let row = block_on(gk.local().record_usage(
+        &gk.core,
         &report(&done, Some(b), Ending::Complete),
         T0 + 3,
         RecordSource::Proxy,
@@ -210,7 +213,8 @@ fn a_refused_or_unsent_call_is_not_billed_and_a_complete_one_is_exact() {
     assert_eq!(row.basis, SpendBasis::Reported);
     // A "complete" report without usage is an answer that reported none.
     let silent = forward(&gk, "s", T0 + 4);
-    let row = block_on(gk.local().record_usage(&gk.core, 
+    let row = block_on(gk.local().record_usage(
+        &gk.core,
         &report(&silent, None, Ending::Complete),
         T0 + 5,
         RecordSource::Proxy,
@@ -233,19 +237,22 @@ fn the_decisions_listing_pages_by_time_and_names_each_settlement() {
     let open_call = forward(&gk, "4", T0 + 3_000);
     let mut b = billed(40, 20, 10, 30);
     b.cache_write_1h = 5;
-    block_on(gk.local().record_usage(&gk.core, 
+    block_on(gk.local().record_usage(
+        &gk.core,
         &report(&complete, Some(b), Ending::Complete),
         T0 + 10,
         RecordSource::Proxy,
     ))
     .unwrap();
-    block_on(gk.local().record_usage(&gk.core, 
+    block_on(gk.local().record_usage(
+        &gk.core,
         &report(&broken, Some(billed(40, 0, 0, 1)), Ending::Reset),
         T0 + 1_010,
         RecordSource::Proxy,
     ))
     .unwrap();
-    block_on(gk.local().record_usage(&gk.core, 
+    block_on(gk.local().record_usage(
+        &gk.core,
         &report(&refused, None, Ending::ProviderError),
         T0 + 2_010,
         RecordSource::Proxy,
@@ -326,7 +333,8 @@ fn the_decisions_listing_pages_by_time_and_names_each_settlement() {
     ));
 
     // An unsettled reservation past its TTL is listed as expired, charged its reservation.
-    gk.local().tick(T0 + 3_000 + gk.core.config.reservation_ttl_ms + 1_000);
+    gk.local()
+        .tick(T0 + 3_000 + gk.core.config.reservation_ttl_ms + 1_000);
     let last = block_on(gk.decision_page(&DecisionQuery {
         from_ms: Some(T0 + 3_000),
         ..query(None, 10)
@@ -355,14 +363,18 @@ fn a_renewed_reservation_outlives_its_ttl_and_an_abandoned_one_expires() {
     let relayed = forward(&gk, "relayed", T0);
     let abandoned = forward(&gk, "abandoned", T0);
     // The relayed one is renewed within each TTL; the abandoned one once, early.
-    gk.local().renew_reservation(&gk.core, &abandoned.decision_id, T0 + 1_000);
-    gk.local().renew_reservation(&gk.core, &relayed.decision_id, T0 + ttl - 1_000);
+    gk.local()
+        .renew_reservation(&gk.core, &abandoned.decision_id, T0 + 1_000);
+    gk.local()
+        .renew_reservation(&gk.core, &relayed.decision_id, T0 + ttl - 1_000);
     gk.local().tick(T0 + ttl + 1_000);
-    gk.local().renew_reservation(&gk.core, &relayed.decision_id, T0 + 2 * ttl - 1_000);
+    gk.local()
+        .renew_reservation(&gk.core, &relayed.decision_id, T0 + 2 * ttl - 1_000);
     gk.local().tick(T0 + 2 * ttl + 1_000);
 
     let usage = billed(100, 0, 0, 10);
-    let row = block_on(gk.local().record_usage(&gk.core, 
+    let row = block_on(gk.local().record_usage(
+        &gk.core,
         &report(&relayed, Some(usage), Ending::Complete),
         T0 + 2 * ttl + 2_000,
         RecordSource::Proxy,
@@ -371,7 +383,8 @@ fn a_renewed_reservation_outlives_its_ttl_and_an_abandoned_one_expires() {
     assert_eq!(row.spend_nano, usage.cost_nano(&prices()));
     // Expired a TTL after its one renewal, at its worst case: its usage finds no reservation.
     assert!(matches!(
-        block_on(gk.local().record_usage(&gk.core, 
+        block_on(gk.local().record_usage(
+            &gk.core,
             &report(&abandoned, Some(usage), Ending::Complete),
             T0 + 2 * ttl + 2_000,
             RecordSource::Proxy,

@@ -105,7 +105,8 @@ fn gate_at(
     mode: Mode,
 ) -> GateOutcome {
     let key = gk.core.config.key("alpha").unwrap().clone();
-    gk.local().gate(&gk.core, 
+    gk.local().gate(
+        &gk.core,
         &GateRequest {
             key: &key,
             shape,
@@ -135,7 +136,14 @@ fn requests(gk: &Gatekeeper) -> u64 {
 }
 
 fn approve(gk: &Gatekeeper, id: &str, attend_minutes: Option<u64>, now_ms: u64) -> HoldDecided {
-    gk.local().decide_hold(&gk.core, id, None, HoldAction::Approve { attend_minutes }, now_ms)
+    gk.local()
+        .decide_hold(
+            &gk.core,
+            id,
+            None,
+            HoldAction::Approve { attend_minutes },
+            now_ms,
+        )
         .unwrap()
 }
 
@@ -205,7 +213,8 @@ fn an_approval_releases_the_next_identical_request_once_without_a_header() {
     let (_, again) = challenged(&gk, &shape, T0 + 3_000);
     assert_ne!(again, hold);
     assert_eq!(
-        gk.local().decide_hold(&gk.core, &hold, None, HoldAction::Deny, T0 + 4_000),
+        gk.local()
+            .decide_hold(&gk.core, &hold, None, HoldAction::Deny, T0 + 4_000),
         Err(HoldError::Unknown)
     );
     assert_eq!(requests(&gk), 3);
@@ -267,7 +276,8 @@ fn holds_expire_and_an_expired_approval_releases_nothing() {
     // At the TTL exactly the hold is gone (half-open, like the windows).
     let late = T0 + TTL_MS;
     assert_eq!(
-        gk.local().decide_hold(&gk.core, 
+        gk.local().decide_hold(
+            &gk.core,
             &hold,
             None,
             HoldAction::Approve {
@@ -308,9 +318,10 @@ fn a_resend_of_a_pending_hold_is_the_same_challenge_and_is_not_counted() {
     assert_eq!(named.decision_id, first.decision_id);
     // Counted once: one ledger row, one request in the windows.
     assert_eq!(requests(&gk), 1);
-    let counts = lock(&gk.local().state)
-        .windows
-        .observe("alpha", &shape.fingerprint, "gpt-4o", T0 + 7_000);
+    let counts =
+        lock(&gk.local().state)
+            .windows
+            .observe("alpha", &shape.fingerprint, "gpt-4o", T0 + 7_000);
     assert_eq!(counts.earlier_identical, 1);
     assert_eq!(gk.core.metrics.hold_resends.get(), 6);
     let (holds, _) = gk.local().holds(None, T0 + 7_000);
@@ -326,15 +337,18 @@ fn a_denied_hold_counts_as_avoided_and_the_next_request_is_decided_afresh() {
     let (first, hold) = challenged(&gk, &shape, T0);
     // An owner decides only its own key's holds.
     assert_eq!(
-        gk.local().decide_hold(&gk.core, &hold, Some("beta"), HoldAction::Deny, T0 + 500),
+        gk.local()
+            .decide_hold(&gk.core, &hold, Some("beta"), HoldAction::Deny, T0 + 500),
         Err(HoldError::Unknown)
     );
-    let denied = gk.local()
+    let denied = gk
+        .local()
         .decide_hold(&gk.core, &hold, Some("alpha"), HoldAction::Deny, T0 + 1_000)
         .unwrap();
     assert_eq!(denied.state, HoldState::Denied);
     assert_eq!(
-        gk.local().decide_hold(&gk.core, &hold, None, HoldAction::Deny, T0 + 1_100),
+        gk.local()
+            .decide_hold(&gk.core, &hold, None, HoldAction::Deny, T0 + 1_100),
         Err(HoldError::Unknown)
     );
     let totals = block_on(gk.ledger_report(Some("alpha"), None, None))
@@ -351,10 +365,12 @@ fn a_denied_hold_counts_as_avoided_and_the_next_request_is_decided_afresh() {
     // Only a pending hold can be denied.
     approve(&gk, &next, None, T0 + 3_000);
     assert_eq!(
-        gk.local().decide_hold(&gk.core, &next, None, HoldAction::Deny, T0 + 3_100),
+        gk.local()
+            .decide_hold(&gk.core, &next, None, HoldAction::Deny, T0 + 3_100),
         Err(HoldError::NotPending)
     );
-    assert!(gk.local()
+    assert!(gk
+        .local()
         .holds(None, T0 + 3_200)
         .0
         .iter()
@@ -369,7 +385,8 @@ fn an_attending_lease_scores_undeclared_requests_as_attended() {
     let (_, hold) = challenged(&gk, &big, T0);
     for bad in [0, 1441] {
         assert_eq!(
-            gk.local().decide_hold(&gk.core, 
+            gk.local().decide_hold(
+                &gk.core,
                 &hold,
                 None,
                 HoldAction::Approve {

@@ -1,4 +1,5 @@
-//! Digest mode: the local instance asks a central gate, sending only the digest.
+//! Digest mode's client of the central gate: the local instance asks it, sending only the
+//! digest.
 //!
 //! Prompts and answers never leave the caller's building: `POST /gate` carries the digest
 //! (counts and keyed hashes), `POST /record` carries the decision id, wire form, served model,
@@ -15,7 +16,7 @@ use crate::gatekeeper::settlement::RecordBody;
 use crate::gatekeeper::UsageReport;
 use crate::http_client::{Bounds, ClientError, HttpClient, OriginError, Request};
 use crate::receipt::{DecisionId, Envelope};
-use tokensaver_core::gate::Verdict;
+use tokensaver_core::gate::Decision;
 use tokensaver_core::request::Digest;
 
 /// A decision or record answer is a few hundred bytes; anything near this is not the gate.
@@ -48,26 +49,13 @@ impl std::fmt::Debug for RemoteGate {
     }
 }
 
-/// What the central gate answered.
+/// What the central gate answered: its decision (as it serialised it: the terms this
+/// instance enforces — verdict, rule, hold, served model, cache placements) and its signed
+/// receipt.
 #[derive(Debug, Clone, Deserialize)]
 pub struct RemoteDecision {
-    pub verdict: Verdict,
     pub decision_id: DecisionId,
-    pub status: u16,
-    pub reason: String,
-    pub hold_id: Option<String>,
-    pub model_served: Option<String>,
-    /// Where to place prompt-cache breakpoints (indices into the digest's `cache_points`,
-    /// SPEC §2.11b); absent from gates that place none.
-    #[serde(default)]
-    pub cache_breakpoints: Vec<u16>,
-    /// Lifetimes, routing and retention to place (absent from gates that place none).
-    #[serde(default)]
-    pub cache_ttl_1h: bool,
-    #[serde(default)]
-    pub cache_routing_key: Option<String>,
-    #[serde(default)]
-    pub cache_retention: bool,
+    pub decision: Decision,
     pub receipt: Envelope,
     /// With a CHALLENGE: how long the hold lives (absent from gates that do not state it).
     #[serde(default)]
@@ -171,29 +159,9 @@ impl RemoteGate {
     }
 }
 
-impl crate::gatekeeper::RemoteRenewal for RemoteGate {
-    fn ttl_ms(&self) -> Option<u64> {
+impl RemoteGate {
+    /// The central gate's reservation TTL, once a forwarded decision has stated it.
+    pub fn reservation_ttl_ms(&self) -> Option<u64> {
         Some(self.reservation_ttl_ms.load(Ordering::Relaxed)).filter(|&ms| ms > 0)
-    }
-
-    fn renew<'a>(
-        &'a self,
-        decision_id: &'a DecisionId,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
-        Box::pin(async move {
-            if RemoteGate::renew(self, decision_id).await.is_err() {
-                tracing::warn!(
-                    "the central gate did not renew a reservation; the next renewal retries"
-                );
-            }
-        })
-    }
-}
-
-/// Digest mode's central gate did not decide: the request fails closed (spend never bypasses
-/// the gate), whatever went wrong.
-impl From<RemoteError> for crate::error::GateError {
-    fn from(_: RemoteError) -> Self {
-        crate::error::GateError::GateUnreachable
     }
 }
