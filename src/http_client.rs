@@ -2,7 +2,7 @@
 //! for every exchange whose answer is read whole — the digest-mode client of a central gate
 //! (`gatekeeper/remote/client.rs`), the upstreams' model lists (`proxy/models.rs`), and the command line
 //! talking to a running server (`tokensaver holds`, `tokensaver health`, `tokensaver demo`).
-//! The proxy's forwarding streams its answers as they arrive and stays in `proxy/forward.rs`.
+//! The proxy's forwarding streams its answers as they arrive and stays in `proxy/forward/`.
 //!
 //! [`exchange`] is the one place a request is written and its answer read, bounded;
 //! [`HttpClient`] is one origin's client on it, and [`BlockingClient`] the same for the

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
-use super::backing::{AdmitError, Unavailable};
 use super::{lock, recent, GateOutcome, GateRequest, Holding};
+use super::{AdmitError, Unavailable};
 use crate::config::{CachePolicy, Config, Prices};
 use crate::metrics::Metrics;
 use crate::receipt::{DecisionId, Envelope, ReceiptSigner};

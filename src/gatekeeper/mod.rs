@@ -8,6 +8,7 @@ mod backing;
 mod booking;
 pub mod fleet;
 pub mod gate_core;
+mod homes;
 pub mod local;
 pub mod recent;
 mod relays;
@@ -25,8 +26,7 @@ use crate::config::{BudgetPeriod, CachePolicy, Config, KeyConfig};
 use crate::gatekeeper::fleet::spool::Spool;
 use crate::receipt::{DecisionId, Envelope, ReceiptSigner};
 use crate::store::postgres::Fleet;
-use crate::store::{period_start, HoldRow, HoldState, LeaseRow, Store, StoreError};
-pub use backing::{AdmitError, HoldList, SetBudgetError, Settled, Unavailable};
+use crate::store::{period_start, HoldRow, HoldState, LeaseRow, Store, StoreError, UsageRow};
 pub use gate_core::GateCore;
 pub use local::Local;
 pub use relays::Relaying;
@@ -195,6 +195,51 @@ pub struct BudgetView {
     pub spend_nano: u64,
     pub reserved_nano: u64,
     pub left_nano: Option<i128>,
+}
+
+/// The gate's state could not be read or written (a fleet's database did not answer): the
+/// caller fails closed — a 503 with `Retry-After`, nothing forwarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the gate's shared store is unreachable")]
+pub struct Unavailable;
+
+/// Why a request that could be held got no decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AdmitError {
+    /// The gate's state could not be read or written: fail closed, nothing forwarded.
+    #[error(transparent)]
+    Unavailable(#[from] Unavailable),
+    /// The caller left while its request was held: nothing was decided, reserved or charged.
+    #[error("the caller left while its request was held")]
+    CallerGone,
+    /// Digest mode: the central gate did not decide (unreachable, or its answer was not one).
+    #[error("the central gate could not be reached")]
+    GateUnreachable,
+}
+
+/// Where a settled report went.
+#[derive(Debug)]
+pub enum Settled {
+    /// This gate's ledger keeps it: its row.
+    Here(Box<UsageRow>),
+    /// Digest mode: the central gate settles it; the report is on its way there.
+    Sent,
+}
+
+/// Why a budget could not be set: the shared store did not answer, or this node's did not.
+#[derive(Debug, thiserror::Error)]
+pub enum SetBudgetError {
+    #[error(transparent)]
+    Shared(#[from] Unavailable),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Open holds and running attending leases, as of the home's clock.
+pub struct HoldList {
+    pub now_ms: u64,
+    pub holds: Vec<HoldView>,
+    pub leases: Vec<LeaseView>,
 }
 
 /// The home a gatekeeper was built with ([`backing`]).

@@ -12,13 +12,12 @@ use std::sync::Arc;
 pub mod spool;
 
 use crate::config::{BudgetPeriod, Prices};
-use crate::gatekeeper::backing::{
-    AdmitError, Backing, HoldList, SetBudgetError, Settled, Unavailable,
-};
+use crate::gatekeeper::backing::Backing;
 use crate::gatekeeper::gate_core::{
     decide_seen, fingerprint_prefix, reopen, Attempt, GateCore, HeldFor, StateSeen,
 };
 use crate::gatekeeper::local::Local;
+use crate::gatekeeper::{AdmitError, HoldList, SetBudgetError, Settled, Unavailable};
 use crate::gatekeeper::{
     BudgetView, GateOutcome, GateRequest, HoldAction, HoldDecided, HoldError, HoldView, Holding,
     LeaseView, RecordError, RecordSource, UsageReport,

@@ -8,11 +8,11 @@ use std::sync::{Arc, MutexGuard};
 
 use super::Local;
 use crate::config::{BudgetPeriod, Prices};
-use crate::gatekeeper::backing::AdmitError;
 use crate::gatekeeper::booking::Booking;
 use crate::gatekeeper::gate_core::{decide_seen, fingerprint_prefix, Attempt, GateCore, StateSeen};
 use crate::gatekeeper::reservations::Reservation;
 use crate::gatekeeper::state::State;
+use crate::gatekeeper::AdmitError;
 use crate::gatekeeper::{
     lock, settlement, BudgetView, GateOutcome, GateRequest, HoldAction, HoldDecided, HoldError,
     HoldView, Holding, LeaseView, Mode, RecordBound, RecordError, RecordSource, UsageReport,

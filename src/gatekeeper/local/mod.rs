@@ -14,11 +14,12 @@ mod tests;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use super::backing::{AdmitError, Backing, HoldList, SetBudgetError, Settled, Unavailable};
+use super::backing::Backing;
 use super::gate_core::{reopen, GateCore};
 use super::lock;
 use super::reservations::Reservation;
 use super::state::{KeyBudget, State};
+use super::{AdmitError, HoldList, SetBudgetError, Settled, Unavailable};
 use super::{
     BudgetView, GateOutcome, GateRequest, HoldAction, HoldDecided, HoldError, Holding, RecordError,
     RecordSource, UsageReport,

@@ -12,9 +12,10 @@ pub mod client;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::backing::{AdmitError, Backing, HoldList, SetBudgetError, Settled, Unavailable};
+use super::backing::Backing;
 use super::gate_core::GateCore;
 use super::local::Local;
+use super::{AdmitError, HoldList, SetBudgetError, Settled, Unavailable};
 use super::{
     BudgetView, GateOutcome, GateRequest, HoldAction, HoldDecided, HoldError, Holding, RecordError,
     RecordSource, UsageReport,

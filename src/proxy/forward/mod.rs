@@ -3,6 +3,8 @@
 //! answer as it arrives while keeping the decision's reservation live, capture the usage the
 //! provider reports, and store the answer when it is complete, successful and reusable.
 
+pub mod usage;
+
 use std::ops::Range;
 
 use bytes::Bytes;
@@ -15,7 +17,6 @@ use pingora::{Error, ErrorType, Result};
 use serde_json::{Map, Value};
 
 use super::responses::Registry;
-use super::usage::{json_usage, AnswerEnd, SseTap};
 use super::{respond_error, ProviderPeer};
 use crate::error::GateError;
 use crate::gatekeeper::{Gatekeeper, RecordSource, UsageReport};
@@ -26,6 +27,7 @@ use crate::store::Ending;
 use tokensaver_core::gate::Billed;
 use tokensaver_core::request::edit::{self, Edit};
 use tokensaver_core::request::{self, CacheSite, Hash, Route, WireForm};
+use usage::{json_usage, AnswerEnd, SseTap};
 
 /// The one list of request headers that never go to the provider, on a gated call and on a
 /// pass-through route alike (docs/routes-and-security.md, "Security"), beside every `x-tokensaver-*` header
@@ -341,7 +343,7 @@ impl Forward<'_> {
     async fn keep(&self, (content_type, bytes): (String, Vec<u8>)) {
         let without_usage =
             (!self.gatekeeper.shared() && self.route == Route::OpenAiChat && self.stream)
-                .then(|| Bytes::from(super::usage::strip_openai_usage_chunk(&bytes)));
+                .then(|| Bytes::from(usage::strip_openai_usage_chunk(&bytes)));
         let answer = StoredAnswer {
             content_type,
             body: Bytes::from(bytes),
