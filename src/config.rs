@@ -375,6 +375,10 @@ struct RawLimits {
     /// Bytes of held requests' bodies in all, every key together.
     #[serde(default = "default_max_paced_bytes")]
     max_paced_bytes: usize,
+    /// Entries of each 24-hour table (fingerprints, step fingerprints, recorded usage), every
+    /// key together.
+    #[serde(default = "default_remembered_entries")]
+    remembered_entries: usize,
 }
 
 impl Default for RawLimits {
@@ -388,6 +392,7 @@ impl Default for RawLimits {
             commit_interval_ms: default_commit_interval(),
             max_paced_per_key: default_max_paced_per_key(),
             max_paced_bytes: default_max_paced_bytes(),
+            remembered_entries: default_remembered_entries(),
         }
     }
 }
@@ -399,6 +404,9 @@ fn default_max_paced_per_key() -> usize {
 }
 fn default_max_paced_bytes() -> usize {
     256 * 1024 * 1024
+}
+fn default_remembered_entries() -> usize {
+    tokensaver_core::gate::windows::REMEMBERED_TOTAL
 }
 
 fn default_body_cap() -> usize {
@@ -584,6 +592,8 @@ pub struct Config {
     /// `[limits] max_paced_per_key`, `max_paced_bytes`: what the gate holds at once.
     pub max_paced_per_key: usize,
     pub max_paced_bytes: usize,
+    /// `[limits] remembered_entries`: each 24-hour table's entries, all keys together.
+    pub remembered_entries: usize,
     pub client: Option<ClientConfig>,
     /// `[server] grace_period_secs`: the drain's grace period.
     pub grace_period_secs: u64,
@@ -792,6 +802,7 @@ impl Config {
             commit_interval_ms: raw.limits.commit_interval_ms.max(1),
             max_paced_per_key: raw.limits.max_paced_per_key,
             max_paced_bytes: raw.limits.max_paced_bytes,
+            remembered_entries: raw.limits.remembered_entries.max(1),
             client,
             grace_period_secs: raw.server.grace_period_secs,
             log_format: raw.log.format,

@@ -19,6 +19,7 @@ STREAM_RUNGS=${STREAM_RUNGS:-16 64 128 256 384 512}
 MEM_SECS=${MEM_SECS:-600}             # the fixed-load memory run (0: none)
 MEM_LANES=${MEM_LANES:-tokensaver}    # and whose (passthrough tokensaver)
 MEM_RATE=${MEM_RATE:-200}             # its requests per second (open loop, each its own fingerprint)
+MEM_WARM_SECS=${MEM_WARM_SECS:-60}    # growth is the slope after this (the bounds filling before it)
 GATE_CPUS=${GATE_CPUS:-1}             # taskset list for the gateway under test
 LOAD_CPUS=${LOAD_CPUS:-0}             # ... for the mock and the generator
 LANES=${LANES:-direct passthrough allow serve}
@@ -60,6 +61,8 @@ ulimit -n 65536 2>/dev/null || true
 python3 benches/load/gen.py config/tokensaver.toml "$WORK" $P_TS $P_API $P_ADMIN $P_MOCK $N_ALLOW $N_SERVE "$BIN" >/dev/null
 # ANSWER_STORE_BYTES: the answer store's cap (the example config's 256 MiB otherwise).
 [ -z "${ANSWER_STORE_BYTES:-}" ] || sed -i "s/^answer_store_bytes = .*/answer_store_bytes = $ANSWER_STORE_BYTES/" "$WORK/config.toml"
+# REMEMBERED_ENTRIES: each per-key table's total across keys (the example config's 1,000,000).
+[ -z "${REMEMBERED_ENTRIES:-}" ] || sed -i "s/^remembered_entries = .*/remembered_entries = $REMEMBERED_ENTRIES/" "$WORK/config.toml"
 "$BIN" check-config "$WORK/config.toml" >/dev/null
 
 on_load() { taskset -c "$LOAD_CPUS" "$@"; }
@@ -86,7 +89,7 @@ sleep 1 # idle: the servers' start-up done
 rss_kib() { awk '/^VmRSS/{print $2}' "/proc/$1/status"; }
 RES=$WORK/results.jsonl; : >"$RES"
 note() { echo "$1" >>"$RES"; }
-note "{\"kind\":\"meta\",\"gate_cpus\":\"$GATE_CPUS\",\"load_cpus\":\"$LOAD_CPUS\",\"nproc\":$(nproc),\"secs\":$SECS,\"sweep_secs\":$SWEEP_SECS,\"pace_ms\":$PACE_MS,\"mem_rate\":$MEM_RATE,\"mem_secs\":$MEM_SECS,\"answer_store_bytes\":$(awk '/^answer_store_bytes/{gsub(/_/,"",$3); print $3}' "$WORK/config.toml"),\"commit\":\"$(git rev-parse --short HEAD 2>/dev/null || echo unknown)\",\"loadavg\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
+note "{\"kind\":\"meta\",\"gate_cpus\":\"$GATE_CPUS\",\"load_cpus\":\"$LOAD_CPUS\",\"nproc\":$(nproc),\"secs\":$SECS,\"sweep_secs\":$SWEEP_SECS,\"pace_ms\":$PACE_MS,\"mem_rate\":$MEM_RATE,\"mem_secs\":$MEM_SECS,\"mem_warm_secs\":$MEM_WARM_SECS,\"remembered_entries\":$(awk '/^remembered_entries/{gsub(/_/,"",$3); print $3}' "$WORK/config.toml"),\"answer_store_bytes\":$(awk '/^answer_store_bytes/{gsub(/_/,"",$3); print $3}' "$WORK/config.toml"),\"commit\":\"$(git rev-parse --short HEAD 2>/dev/null || echo unknown)\",\"loadavg\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
 note "{\"kind\":\"idle_rss\",\"lane\":\"passthrough\",\"kib\":$(rss_kib $PT_PID)}"
 note "{\"kind\":\"idle_rss\",\"lane\":\"tokensaver\",\"kib\":$(rss_kib $TS_PID)}"
 

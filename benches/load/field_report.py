@@ -66,7 +66,8 @@ def summarise(rows, bounds):
     idle = {r["lane"]: r["kib"] for r in by("idle_rss")}
     fresh = {r["lane"]: r["kib"] for r in by("fresh_rss")}
     for r in by("memory"):
-        pts = [(t, kib) for t, kib in r["samples"] if t >= 60]
+        warm = meta.get("mem_warm_secs", 60)
+        pts = [(t, kib) for t, kib in r["samples"] if t >= warm]
         slope = None
         if len(pts) >= 3:
             n = len(pts); mt = sum(t for t, _ in pts) / n; mk = sum(k for _, k in pts) / n
@@ -76,7 +77,7 @@ def summarise(rows, bounds):
         s["memory"][r["lane"]] = {
             "idle_kib": fresh.get(r["lane"], idle.get(r["lane"])), "steady_kib": steady, "first_kib": r["samples"][0][1] if r["samples"] else None,
             "last_kib": r["samples"][-1][1] if r["samples"] else None,
-            "growth_kib_per_min": round(slope, 1) if slope is not None else None,
+            "growth_kib_per_min": round(slope, 1) if slope is not None else None, "warm_secs": warm,
             "rate": r["rate"], "secs": r["secs"], "paced": r["paced"], "samples": r["samples"],
         }
     s["targets"] = targets(s)
@@ -138,7 +139,7 @@ def table(s):
         for lane, r in s["streams"].items():
             out.append(f"  {lane}: " + ", ".join(f"{x['conns']}: {x['streams']}/{x['stalled']}/{x['gap_p99_us']}/{x['gap_max_us']}" for x in r["rungs"]))
     if s["memory"]:
-        out += ["", "| memory | idle KiB | steady KiB | growth KiB/min (after the first minute) |", "|---|---|---|---|"]
+        out += ["", "| memory | idle KiB | steady KiB | growth KiB/min (after the warm-up) |", "|---|---|---|---|"]
         for lane, m in s["memory"].items():
             out.append(f"| {lane} | {m['idle_kib']} | {m['steady_kib']} | {m['growth_kib_per_min']} |")
     out += ["", "targets:"]

@@ -3,6 +3,8 @@
 //! prompt prefixes for cache placement. Read and written under the gatekeeper's one state lock.
 
 use super::*;
+use tokensaver_core::gate::keyed_memory::KeyedMemory;
+use tokensaver_core::gate::windows::REMEMBERED_TOTAL;
 
 pub(super) struct KeyBudget {
     pub(super) ceiling_nano: Option<u64>,
@@ -73,20 +75,20 @@ pub(super) struct OpenHold {
     pub(super) opened: Option<Arc<GateOutcome>>,
 }
 
-/// What a SERVE of one key's answers would not buy: the usage recorded per (fingerprint, wire
+/// What a SERVE of each key's answers would not buy: the usage recorded per (fingerprint, wire
 /// form), read for as long as an answer may be held ([`RecordedUsage::TTL_MS`], a day, as a
-/// fleet keeps its answers), the newest [`RecordedUsage::CAP`] kept. Without the bounds, a
-/// proxy that settles every reproducible call keeps one entry per call for as long as it runs:
-/// in proxy mode the answer store drops answers by its byte cap, but their usage stayed.
+/// fleet keeps its answers), the newest [`RecordedUsage::CAP`] of a key kept, and the newest
+/// `limits.remembered_entries` of all keys together. Without the bounds, a proxy that settles
+/// every reproducible call keeps one entry per call for as long as it runs: in proxy mode the
+/// answer store drops answers by its byte cap, but their usage stayed.
 pub(super) struct RecordedUsage {
-    /// Oldest recorded at the LRU end (a `put` moves an entry to the front).
-    entries: lru::LruCache<(Hash, WireForm), (Usage, u64)>,
+    entries: KeyedMemory<(Hash, WireForm), Usage>,
 }
 
 impl Default for RecordedUsage {
     fn default() -> Self {
         RecordedUsage {
-            entries: lru::LruCache::unbounded(),
+            entries: KeyedMemory::new(Self::TTL_MS, Self::CAP, REMEMBERED_TOTAL),
         }
     }
 }
@@ -96,28 +98,50 @@ impl RecordedUsage {
     /// Like the windows' 24-hour fingerprint memory: about 15 MB at most per key.
     pub(super) const CAP: usize = 100_000;
 
-    pub(super) fn get(&self, fingerprint: &Hash, wire: WireForm, now_ms: u64) -> Option<Usage> {
+    pub(super) fn get(
+        &self,
+        key_id: &str,
+        fingerprint: &Hash,
+        wire: WireForm,
+        now_ms: u64,
+    ) -> Option<Usage> {
         self.entries
-            .peek(&(*fingerprint, wire))
-            .filter(|(_, at)| now_ms.saturating_sub(*at) < Self::TTL_MS)
-            .map(|(usage, _)| *usage)
+            .get(key_id, &(*fingerprint, wire), now_ms)
+            .copied()
     }
 
-    pub(super) fn put(&mut self, fingerprint: Hash, wire: WireForm, usage: Usage, at_ms: u64) {
-        self.entries.put((fingerprint, wire), (usage, at_ms));
-        while self.entries.len() > Self::CAP
-            || self
-                .entries
-                .peek_lru()
-                .is_some_and(|(_, (_, at))| at_ms.saturating_sub(*at) >= Self::TTL_MS)
-        {
-            self.entries.pop_lru();
-        }
+    pub(super) fn put(
+        &mut self,
+        key_id: &str,
+        fingerprint: Hash,
+        wire: WireForm,
+        usage: Usage,
+        at_ms: u64,
+    ) {
+        self.entries.put(key_id, (fingerprint, wire), usage, at_ms);
+    }
+
+    pub(super) fn forget(&mut self, key_id: &str) {
+        self.entries.forget(key_id);
+    }
+
+    pub(super) fn set_total(&mut self, total: usize) {
+        self.entries.set_total(total);
     }
 
     #[cfg(test)]
     fn len(&self) -> usize {
         self.entries.len()
+    }
+}
+
+/// What the gate keeps of each key's sessions for cache lifetimes: the newest
+/// [`SESSIONS_KEPT`] of a key, the newest `limits.remembered_entries` of all keys together.
+pub(super) struct SessionCaches(pub(super) KeyedMemory<Hash, SessionCache>);
+
+impl Default for SessionCaches {
+    fn default() -> Self {
+        SessionCaches(KeyedMemory::new(u64::MAX, SESSIONS_KEPT, REMEMBERED_TOTAL))
     }
 }
 
@@ -136,11 +160,10 @@ pub(super) struct State {
     pub(super) hold_index: HashMap<String, HashMap<Hash, String>>,
     /// Key → its attending lease that ends last.
     pub(super) leases: HashMap<String, LeaseRow>,
-    /// Recorded usage per key ([`RecordedUsage`]): looked up per request without building an
-    /// owned key, forgotten per key in one step.
-    pub(super) recorded: HashMap<String, RecordedUsage>,
+    /// Recorded usage of every key ([`RecordedUsage`]).
+    pub(super) recorded: RecordedUsage,
     /// Key → what the gate keeps of each of its sessions for cache lifetimes (SPEC §2.11b).
-    pub(super) session_cache: HashMap<String, lru::LruCache<Hash, SessionCache>>,
+    pub(super) session_cache: SessionCaches,
     /// Key → route prefix → when its forwarded calls were decided in the last minute, and
     /// their sessions (OpenAI routing).
     pub(super) route_times: HashMap<String, HashMap<Hash, std::collections::VecDeque<(u64, Hash)>>>,
@@ -191,8 +214,7 @@ impl State {
     pub(super) fn recorded_usage(&self, req: &GateRequest) -> Option<Usage> {
         let wire = req.shape.wire_form();
         self.recorded
-            .get(&*req.key.id)
-            .and_then(|r| r.get(&req.shape.fingerprint, wire, req.now_ms))
+            .get(&req.key.id, &req.shape.fingerprint, wire, req.now_ms)
     }
 
     /// Record the usage of a complete, reproducible answer of `key_id`'s, settled at `at_ms`.
@@ -205,20 +227,15 @@ impl State {
         at_ms: u64,
     ) {
         // The key's name is allocated only the first time it records (this runs per settle).
-        if !self.recorded.contains_key(key_id) {
-            self.recorded
-                .insert(key_id.to_string(), RecordedUsage::default());
-        }
-        if let Some(r) = self.recorded.get_mut(key_id) {
-            r.put(fingerprint, wire, usage, at_ms);
-        }
+        self.recorded.put(key_id, fingerprint, wire, usage, at_ms);
     }
 
     /// What the gate keeps of the request's session (nothing yet: the default).
     pub(super) fn session_cache(&self, key_id: &str, session: &Hash) -> SessionCache {
         self.session_cache
-            .get(key_id)
-            .and_then(|s| s.peek(session).copied())
+            .0
+            .get(key_id, session, 0)
+            .copied()
             .unwrap_or_default()
     }
 
@@ -251,19 +268,12 @@ impl State {
         now_ms: u64,
         after_pause: bool,
     ) {
-        let sessions = self
-            .session_cache
-            .entry(key_id.to_string())
-            .or_insert_with(lru::LruCache::unbounded);
-        let next = sessions
-            .peek(&shape.session)
-            .copied()
-            .unwrap_or_default()
+        let next = self
+            .session_cache(key_id, &shape.session)
             .forwarded(now_ms, after_pause);
-        sessions.put(shape.session, next);
-        if sessions.len() > SESSIONS_KEPT {
-            sessions.pop_lru();
-        }
+        self.session_cache
+            .0
+            .put(key_id, shape.session, next, now_ms);
         if let Some(prefix) = shape.route_prefix {
             let prefixes = self.route_times.entry(key_id.to_string()).or_default();
             // Swept when the map has doubled past the bound, not at every call over it: with
@@ -291,11 +301,7 @@ impl State {
 
     /// A settled call of a session: its prompt and its cache writes.
     pub(super) fn note_settled(&mut self, key_id: &str, session: &Hash, usage: &Usage) {
-        if let Some(s) = self
-            .session_cache
-            .get_mut(key_id)
-            .and_then(|sessions| sessions.get_mut(session))
-        {
+        if let Some(s) = self.session_cache.0.get_mut(key_id, session) {
             let prompt = usage
                 .input
                 .saturating_add(usage.cache_write)
@@ -426,6 +432,31 @@ mod tests {
         }
     }
 
+    /// ... and across keys: past `limits.remembered_entries` the oldest record of any key goes,
+    /// so many keys each under their own cap cannot add up past the total.
+    #[test]
+    fn recorded_usage_is_bounded_across_keys() {
+        let mut r = RecordedUsage::default();
+        r.set_total(3);
+        for (i, key) in ["a", "b", "c", "d"].into_iter().enumerate() {
+            r.put(
+                key,
+                Hash([1; 32]),
+                WireForm::Json,
+                usage(i as u64),
+                1_000 + i as u64,
+            );
+        }
+        assert_eq!(r.len(), 3);
+        assert_eq!(r.get("a", &Hash([1; 32]), WireForm::Json, 2_000), None);
+        assert_eq!(
+            r.get("d", &Hash([1; 32]), WireForm::Json, 2_000),
+            Some(usage(3))
+        );
+        r.forget("d");
+        assert_eq!(r.len(), 2);
+    }
+
     /// Recorded usage is bounded by age and by count: a proxy that settles a reproducible call
     /// of its own fingerprint every time keeps at most the cap, and a day-old record serves
     /// nothing.
@@ -433,20 +464,23 @@ mod tests {
     fn recorded_usage_is_kept_a_day_and_at_most_the_cap() {
         let mut r = RecordedUsage::default();
         let day = RecordedUsage::TTL_MS;
-        r.put(Hash([1; 32]), WireForm::Json, usage(7), 1_000);
+        r.put("k", Hash([1; 32]), WireForm::Json, usage(7), 1_000);
         assert_eq!(
-            r.get(&Hash([1; 32]), WireForm::Json, 1_000 + day - 1),
+            r.get("k", &Hash([1; 32]), WireForm::Json, 1_000 + day - 1),
             Some(usage(7))
         );
-        assert_eq!(r.get(&Hash([1; 32]), WireForm::Json, 1_000 + day), None);
-        assert_eq!(r.get(&Hash([1; 32]), WireForm::Sse, 1_000), None);
+        assert_eq!(
+            r.get("k", &Hash([1; 32]), WireForm::Json, 1_000 + day),
+            None
+        );
+        assert_eq!(r.get("k", &Hash([1; 32]), WireForm::Sse, 1_000), None);
         // A record a day later drops the day-old one.
-        r.put(Hash([2; 32]), WireForm::Json, usage(8), 1_000 + day);
+        r.put("k", Hash([2; 32]), WireForm::Json, usage(8), 1_000 + day);
         assert_eq!(r.len(), 1);
         for i in 0..RecordedUsage::CAP as u64 + 10 {
             let mut fp = [0u8; 32];
             fp[..8].copy_from_slice(&i.to_le_bytes());
-            r.put(Hash(fp), WireForm::Json, usage(i), 2_000 + day + i);
+            r.put("k", Hash(fp), WireForm::Json, usage(i), 2_000 + day + i);
         }
         assert_eq!(r.len(), RecordedUsage::CAP);
         // The oldest went first; the newest is kept.
@@ -454,11 +488,11 @@ mod tests {
         let mut fp = [0u8; 32];
         fp[..8].copy_from_slice(&newest.to_le_bytes());
         assert_eq!(
-            r.get(&Hash(fp), WireForm::Json, 2_000 + day + newest),
+            r.get("k", &Hash(fp), WireForm::Json, 2_000 + day + newest),
             Some(usage(newest))
         );
         assert_eq!(
-            r.get(&Hash([0; 32]), WireForm::Json, 2_000 + day + newest),
+            r.get("k", &Hash([0; 32]), WireForm::Json, 2_000 + day + newest),
             None
         );
     }

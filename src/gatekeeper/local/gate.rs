@@ -639,7 +639,7 @@ impl Local {
     fn forget_in_memory(&self, key_id: &str) -> Event {
         lock(&self.answers).forget(key_id);
         let mut st = lock(&self.state);
-        st.recorded.remove(key_id);
+        st.recorded.forget(key_id);
         st.windows.forget_fingerprints(key_id);
         drop(st);
         Event::Forget {

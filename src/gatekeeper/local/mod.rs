@@ -52,6 +52,14 @@ impl Local {
             windows: Windows::configured(&core.policy.load().gate),
             ..State::default()
         };
+        state
+            .windows
+            .set_remembered_total(core.config.remembered_entries);
+        state.recorded.set_total(core.config.remembered_entries);
+        state
+            .session_cache
+            .0
+            .set_total(core.config.remembered_entries);
         for key in &core.config.keys {
             state.budgets.insert(
                 key.id.to_string(),

@@ -4,6 +4,7 @@
 pub mod cache;
 mod decide;
 mod findings;
+pub mod keyed_memory;
 pub mod rules;
 pub mod schedule;
 mod score;

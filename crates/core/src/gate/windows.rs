@@ -6,9 +6,9 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use lru::LruCache;
 use serde::{Deserialize, Serialize};
 
+use super::keyed_memory::KeyedMemory;
 use super::StepLimits;
 use crate::request::Hash;
 
@@ -26,6 +26,9 @@ const CAP_IDENTICAL: usize = 64;
 pub const STEP_CAP: u64 = CAP_IDENTICAL as u64;
 /// Distinct fingerprints remembered per key for the 24 h repeat findings.
 const CAP_SEEN_FINGERPRINTS: usize = 100_000;
+/// ... and across every key, unless the config says otherwise
+/// ([`Windows::set_remembered_total`]): about 75 bytes each.
+pub const REMEMBERED_TOTAL: usize = 1_000_000;
 const CAP_MODELS: usize = 1024;
 /// Sessions whose latest step is remembered per key (an agent fleet of one key runs far
 /// fewer at once).
@@ -125,13 +128,10 @@ struct KeyWindows {
     steps: HashMap<Hash, VecDeque<u64>>,
     both: HashMap<(Hash, Hash), VecDeque<u64>>,
     models: HashMap<String, u64>,
-    seen: LruCache<Hash, u64>,
-    /// Step fingerprints sent in the last 24 h, kept like `seen`.
-    seen_steps: LruCache<Hash, u64>,
     /// The run of each step ([`super::schedule`]), while it may continue.
     runs: HashMap<Hash, Run>,
-    /// Session → the steps it made last: a session that makes another step ends that run.
-    session_steps: LruCache<Hash, SessionSteps>,
+    /// When the maps above were last swept of what no window sees ([`Windows::evict`]).
+    swept_ms: u64,
 }
 
 impl KeyWindows {
@@ -142,11 +142,8 @@ impl KeyWindows {
             steps: HashMap::new(),
             both: HashMap::new(),
             models: HashMap::new(),
-            // Unbounded + a manual cap: `LruCache::new(cap)` would preallocate `cap` slots per key.
-            seen: LruCache::unbounded(),
-            seen_steps: LruCache::unbounded(),
             runs: HashMap::new(),
-            session_steps: LruCache::unbounded(),
+            swept_ms: 0,
         }
     }
 }
@@ -174,6 +171,12 @@ fn push_capped(times: &mut VecDeque<u64>, now: u64, cap: usize) {
 
 pub struct Windows {
     keys: HashMap<String, KeyWindows>,
+    /// Fingerprints and step fingerprints sent in the last 24 h (the repeat findings), per key
+    /// and in total.
+    seen: KeyedMemory<Hash, ()>,
+    seen_steps: KeyedMemory<Hash, ()>,
+    /// Session → the steps it made last: a session that makes another step ends that run.
+    session_steps: KeyedMemory<Hash, SessionSteps>,
     spans: Spans,
     /// What a step's run is judged by ([`super::schedule`]).
     steps: StepLimits,
@@ -207,6 +210,9 @@ impl Windows {
         let secs = |s: u64| s.saturating_mul(1_000);
         Self {
             keys: HashMap::new(),
+            seen: KeyedMemory::new(REPEAT_WINDOW_MS, CAP_SEEN_FINGERPRINTS, REMEMBERED_TOTAL),
+            seen_steps: KeyedMemory::new(REPEAT_WINDOW_MS, CAP_SEEN_FINGERPRINTS, REMEMBERED_TOTAL),
+            session_steps: KeyedMemory::new(u64::MAX, CAP_SESSIONS, REMEMBERED_TOTAL),
             spans: Spans {
                 loop_ms: secs(config.windows.loop_secs),
                 burst_ms: secs(config.windows.burst_secs),
@@ -267,7 +273,7 @@ impl Windows {
             }
         }
         let (run, broken) = SessionSteps::run_of(
-            session.and_then(|s| w.session_steps.peek(s)),
+            session.and_then(|s| self.session_steps.get(key, s, now)),
             step,
             action,
             w.runs.get(step).copied(),
@@ -285,14 +291,8 @@ impl Windows {
                 .models
                 .get(model)
                 .is_some_and(|&t| within(now, t, NOVELTY_WINDOW_MS)),
-            fingerprint_seen: w
-                .seen
-                .peek(fingerprint)
-                .is_some_and(|&t| within(now, t, REPEAT_WINDOW_MS)),
-            step_seen: w
-                .seen_steps
-                .peek(step)
-                .is_some_and(|&t| within(now, t, REPEAT_WINDOW_MS)),
+            fingerprint_seen: self.seen.get(key, fingerprint, now).is_some(),
+            step_seen: self.seen_steps.get(key, step, now).is_some(),
             ..WindowCounts::default()
         };
         counts.with_run(run, broken)
@@ -386,17 +386,18 @@ impl Windows {
                 now,
                 CAP_IDENTICAL,
             );
-            let last = session.and_then(|s| w.session_steps.peek(s)).copied();
+            let last = session.and_then(|s| self.session_steps.get(key, s, now).copied());
             let (run, broken) =
                 SessionSteps::run_of(last.as_ref(), step, action, w.runs.get(step).copied());
             let continued = Run::continued(run, broken, arrival, &self.steps);
             w.runs.insert(*step, Run::after(continued, now));
             if let Some(s) = session {
-                w.session_steps
-                    .put(*s, SessionSteps::after(last, *step, action.copied(), now));
-                if w.session_steps.len() > CAP_SESSIONS {
-                    w.session_steps.pop_lru();
-                }
+                self.session_steps.put(
+                    key,
+                    *s,
+                    SessionSteps::after(last, *step, action.copied(), now),
+                    now,
+                );
             }
         }
         if w.models.len() >= CAP_MODELS && !w.models.contains_key(model) {
@@ -405,15 +406,9 @@ impl Windows {
         if w.models.len() < CAP_MODELS || w.models.contains_key(model) {
             w.models.insert(model.to_string(), now);
         }
-        w.seen.put(*fingerprint, now);
-        if w.seen.len() > CAP_SEEN_FINGERPRINTS {
-            w.seen.pop_lru();
-        }
-        w.seen_steps.put(*step, now);
-        if w.seen_steps.len() > CAP_SEEN_FINGERPRINTS {
-            w.seen_steps.pop_lru();
-        }
         Self::evict(w, now, self.spans);
+        self.seen.put(key, *fingerprint, (), now);
+        self.seen_steps.put(key, *step, (), now);
     }
 
     /// Drop everything that no window can see any more.
@@ -425,47 +420,52 @@ impl Windows {
         {
             w.requests.pop_front();
         }
-        // Sweeping every fingerprint on every request would cost O(n); sweep when the map has
-        // doubled since the last sweep, which keeps the amortised cost constant.
+        // Sweeping every fingerprint on every request would cost O(n); sweep a map when it has
+        // doubled since the last sweep, which keeps the amortised cost constant, and all of
+        // them once a loop window: a key that sends a few distinct requests a minute never
+        // doubles a map, and its stale entries were kept for as long as the process ran.
+        let due = now.saturating_sub(w.swept_ms) >= sp.loop_ms;
+        if due {
+            w.swept_ms = now;
+        }
+        let doubled = |len: usize| due || (len > 64 && len.is_power_of_two());
         let recent =
             |times: &VecDeque<u64>| times.back().is_some_and(|&t| within(now, t, sp.loop_ms));
-        if w.identical.len() > 64 && w.identical.len().is_power_of_two() {
+        if doubled(w.identical.len()) {
             w.identical.retain(|_, times| recent(times));
         }
-        if w.steps.len() > 64 && w.steps.len().is_power_of_two() {
+        if doubled(w.steps.len()) {
             // The step lists serve the pace window too (never longer than the loop's).
             let len = sp.pace_ms.max(sp.loop_ms);
             w.steps
                 .retain(|_, times| times.back().is_some_and(|&t| within(now, t, len)));
         }
-        if w.runs.len() > 64 && w.runs.len().is_power_of_two() {
-            // A run silent for the longest hold has ended.
-            w.runs.retain(|_, r| within(now, r.last_ms, sp.hold_ms));
+        if doubled(w.runs.len()) {
+            // A run silent for the longest hold has ended; twice that is kept, because a step
+            // that waited (at most the longest hold) is judged by when it arrived.
+            w.runs
+                .retain(|_, r| within(now, r.last_ms, sp.hold_ms.saturating_mul(2)));
         }
-        if w.both.len() > 64 && w.both.len().is_power_of_two() {
+        if doubled(w.both.len()) {
             w.both.retain(|_, times| recent(times));
-        }
-        while let Some((_, &t)) = w.seen.peek_lru() {
-            if within(now, t, REPEAT_WINDOW_MS) {
-                break;
-            }
-            w.seen.pop_lru();
-        }
-        while let Some((_, &t)) = w.seen_steps.peek_lru() {
-            if within(now, t, REPEAT_WINDOW_MS) {
-                break;
-            }
-            w.seen_steps.pop_lru();
         }
     }
 
     /// Forget the key's fingerprint records (POST /forget). The loop and burst windows stay:
     /// forgetting is no way around the runaway rules.
     pub fn forget_fingerprints(&mut self, key: &str) {
-        if let Some(w) = self.keys.get_mut(key) {
-            w.seen.clear();
-            w.seen_steps.clear();
-        }
+        self.seen.forget(key);
+        self.seen_steps.forget(key);
+    }
+
+    /// Bound what is kept per key across all keys (`limits.remembered_entries`, each table):
+    /// past it the oldest entries go, whichever key sent them. The 24-hour fingerprints feed
+    /// only the advisory repeat findings; a session whose latest steps went is read as new,
+    /// as one past the per-key bound always was.
+    pub fn set_remembered_total(&mut self, total: usize) {
+        self.seen.set_total(total);
+        self.seen_steps.set_total(total);
+        self.session_steps.set_total(total);
     }
 
     /// Entries held in memory (for the store-size metric and the eviction tests).
@@ -478,12 +478,12 @@ impl Windows {
                     + w.steps.values().map(VecDeque::len).sum::<usize>()
                     + w.both.values().map(VecDeque::len).sum::<usize>()
                     + w.models.len()
-                    + w.seen.len()
-                    + w.seen_steps.len()
                     + w.runs.len()
-                    + w.session_steps.len()
             })
-            .sum()
+            .sum::<usize>()
+            + self.seen.len()
+            + self.seen_steps.len()
+            + self.session_steps.len()
     }
 }
 
@@ -717,8 +717,72 @@ mod tests {
         assert!(!counts.fingerprint_seen);
         assert!(w.entries() < before);
         assert_eq!(w.keys["k"].requests.len(), 1);
-        assert_eq!(w.keys["k"].seen.len(), 1);
-        assert_eq!(w.keys["k"].seen_steps.len(), 1);
+        assert_eq!(w.seen.len_of("k"), 1);
+        assert_eq!(w.seen_steps.len_of("k"), 1);
+    }
+
+    /// A key that sends a few distinct requests a minute never doubles a map: its stale
+    /// entries are swept once a loop window all the same (they were kept for as long as the
+    /// process ran, ~500 bytes a request across 4,000 such keys), and every count is as
+    /// before.
+    #[test]
+    fn a_slow_keys_stale_entries_are_swept_once_a_loop_window() {
+        let mut w = Windows::new();
+        for i in 0..40u8 {
+            w.record_session(
+                "k",
+                &fp(i),
+                &fp(i),
+                Some(&fp(i)),
+                None,
+                "m",
+                20_000 * u64::from(i),
+                20_000 * u64::from(i),
+            );
+        }
+        let k = &w.keys["k"];
+        // What the loop window (120 s) sees, plus at most one window not yet swept.
+        let most = 2 * (LOOP_WINDOW_MS / 20_000) as usize + 1;
+        assert!(k.identical.len() <= most, "{}", k.identical.len());
+        assert!(k.steps.len() <= most && k.both.len() <= most);
+        let runs_most = ((2 * w.spans.hold_ms + LOOP_WINDOW_MS) / 20_000) as usize + 1;
+        assert!(
+            k.runs.len() <= runs_most,
+            "runs: twice the longest hold, {}",
+            k.runs.len()
+        );
+        assert!(runs_most < 40);
+        let now = 20_000 * 39 + 1;
+        assert_eq!(w.observe("k", &fp(39), "m", now).earlier_identical, 1);
+        assert_eq!(w.observe("k", &fp(38), "m", now).earlier_identical, 1);
+        assert_eq!(w.observe("k", &fp(30), "m", now).earlier_identical, 0);
+        assert!(
+            w.observe("k", &fp(0), "m", now).fingerprint_seen,
+            "the day's memory stays"
+        );
+    }
+
+    /// The 24-hour fingerprint memory is bounded across all keys, not only per key: past the
+    /// total the oldest entries go, whichever key sent them.
+    #[test]
+    fn the_day_memory_is_bounded_across_keys() {
+        let mut w = Windows::new();
+        w.set_remembered_total(100);
+        let keys: Vec<String> = (0..50).map(|k| format!("key{k}")).collect();
+        let mut now = 1_000;
+        for round in 0..4u8 {
+            for key in &keys {
+                now += 10;
+                w.record(key, &fp(round), "m", now);
+            }
+        }
+        assert_eq!(w.seen.len(), 100);
+        assert_eq!(w.seen_steps.len(), 100);
+        // The two newest rounds are remembered; the two oldest are not.
+        assert!(w.observe("key0", &fp(3), "m", now).fingerprint_seen);
+        assert!(w.observe("key49", &fp(2), "m", now).fingerprint_seen);
+        assert!(!w.observe("key49", &fp(1), "m", now).fingerprint_seen);
+        assert!(!w.observe("key0", &fp(0), "m", now).fingerprint_seen);
     }
 
     #[test]
