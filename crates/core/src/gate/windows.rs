@@ -28,7 +28,7 @@ pub const STEP_CAP: u64 = CAP_IDENTICAL as u64;
 const CAP_SEEN_FINGERPRINTS: usize = 100_000;
 /// ... and across every key, unless the config says otherwise
 /// ([`Windows::set_remembered_total`]): about 75 bytes each.
-pub const REMEMBERED_TOTAL: usize = 1_000_000;
+pub const REMEMBERED_TOTAL: usize = 250_000;
 const CAP_MODELS: usize = 1024;
 /// Sessions whose latest step is remembered per key (an agent fleet of one key runs far
 /// fewer at once).
