@@ -4,7 +4,7 @@
 
 use super::*;
 use tokensaver_core::gate::keyed_memory::KeyedMemory;
-use tokensaver_core::gate::windows::REMEMBERED_TOTAL;
+use tokensaver_core::gate::GateConfig;
 
 pub(super) struct KeyBudget {
     pub(super) ceiling_nano: Option<u64>,
@@ -85,18 +85,17 @@ pub(super) struct RecordedUsage {
     entries: KeyedMemory<(Hash, WireForm), Usage>,
 }
 
-impl Default for RecordedUsage {
-    fn default() -> Self {
-        RecordedUsage {
-            entries: KeyedMemory::new(Self::TTL_MS, Self::CAP, REMEMBERED_TOTAL),
-        }
-    }
-}
-
 impl RecordedUsage {
     pub(super) const TTL_MS: u64 = 86_400_000;
     /// Like the windows' 24-hour fingerprint memory: about 15 MB at most per key.
     pub(super) const CAP: usize = 100_000;
+
+    /// At most `total` records of all keys together.
+    pub(super) fn new(total: usize) -> Self {
+        RecordedUsage {
+            entries: KeyedMemory::new(Self::TTL_MS, Self::CAP, total),
+        }
+    }
 
     pub(super) fn get(
         &self,
@@ -125,27 +124,12 @@ impl RecordedUsage {
         self.entries.forget(key_id);
     }
 
-    pub(super) fn set_total(&mut self, total: usize) {
-        self.entries.set_total(total);
-    }
-
     #[cfg(test)]
     fn len(&self) -> usize {
         self.entries.len()
     }
 }
 
-/// What the gate keeps of each key's sessions for cache lifetimes: the newest
-/// [`SESSIONS_KEPT`] of a key, the newest `limits.remembered_entries` of all keys together.
-pub(super) struct SessionCaches(pub(super) KeyedMemory<Hash, SessionCache>);
-
-impl Default for SessionCaches {
-    fn default() -> Self {
-        SessionCaches(KeyedMemory::new(u64::MAX, SESSIONS_KEPT, REMEMBERED_TOTAL))
-    }
-}
-
-#[derive(Default)]
 pub(super) struct State {
     pub(super) windows: Windows,
     /// Key → the prompt prefixes it sent and where breakpoints went (SPEC §2.11b): keyed
@@ -162,8 +146,9 @@ pub(super) struct State {
     pub(super) leases: HashMap<String, LeaseRow>,
     /// Recorded usage of every key ([`RecordedUsage`]).
     pub(super) recorded: RecordedUsage,
-    /// Key → what the gate keeps of each of its sessions for cache lifetimes (SPEC §2.11b).
-    pub(super) session_cache: SessionCaches,
+    /// What the gate keeps of each key's sessions for cache lifetimes (SPEC §2.11b): the
+    /// newest [`SESSIONS_KEPT`] of a key, the newest `limits.remembered_entries` of all keys.
+    pub(super) session_cache: KeyedMemory<Hash, SessionCache>,
     /// Key → route prefix → when its forwarded calls were decided in the last minute, and
     /// their sessions (OpenAI routing).
     pub(super) route_times: HashMap<String, HashMap<Hash, std::collections::VecDeque<(u64, Hash)>>>,
@@ -173,6 +158,26 @@ pub(super) struct State {
 }
 
 impl State {
+    /// Empty, with windows of the config's lengths and `remembered` entries at most in each
+    /// table kept per key, all keys together (`limits.remembered_entries`).
+    pub(super) fn new(gate: &GateConfig, remembered: usize) -> State {
+        let mut windows = Windows::configured(gate);
+        windows.set_remembered_total(remembered);
+        State {
+            windows,
+            cache_memory: HashMap::new(),
+            budgets: HashMap::new(),
+            reservations: Reservations::default(),
+            holds: HashMap::new(),
+            hold_index: HashMap::new(),
+            leases: HashMap::new(),
+            recorded: RecordedUsage::new(remembered),
+            session_cache: KeyedMemory::new(u64::MAX, SESSIONS_KEPT, remembered),
+            route_times: HashMap::new(),
+            last_decided: HashMap::new(),
+        }
+    }
+
     /// SPEC §2.3: a re-send of a request whose hold is still pending gets the same CHALLENGE
     /// and hold id and is not counted again. It gets the *original* answer: the same
     /// decision, the same signed receipt (same decision id), and no new ledger row. The
@@ -233,7 +238,6 @@ impl State {
     /// What the gate keeps of the request's session (nothing yet: the default).
     pub(super) fn session_cache(&self, key_id: &str, session: &Hash) -> SessionCache {
         self.session_cache
-            .0
             .get(key_id, session, 0)
             .copied()
             .unwrap_or_default()
@@ -271,9 +275,7 @@ impl State {
         let next = self
             .session_cache(key_id, &shape.session)
             .forwarded(now_ms, after_pause);
-        self.session_cache
-            .0
-            .put(key_id, shape.session, next, now_ms);
+        self.session_cache.put(key_id, shape.session, next, now_ms);
         if let Some(prefix) = shape.route_prefix {
             let prefixes = self.route_times.entry(key_id.to_string()).or_default();
             // Swept when the map has doubled past the bound, not at every call over it: with
@@ -301,7 +303,7 @@ impl State {
 
     /// A settled call of a session: its prompt and its cache writes.
     pub(super) fn note_settled(&mut self, key_id: &str, session: &Hash, usage: &Usage) {
-        if let Some(s) = self.session_cache.0.get_mut(key_id, session) {
+        if let Some(s) = self.session_cache.get_mut(key_id, session) {
             let prompt = usage
                 .input
                 .saturating_add(usage.cache_write)
@@ -424,6 +426,7 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokensaver_core::gate::windows::REMEMBERED_TOTAL;
 
     fn usage(output: u64) -> Usage {
         Usage {
@@ -436,8 +439,7 @@ mod tests {
     /// so many keys each under their own cap cannot add up past the total.
     #[test]
     fn recorded_usage_is_bounded_across_keys() {
-        let mut r = RecordedUsage::default();
-        r.set_total(3);
+        let mut r = RecordedUsage::new(3);
         for (i, key) in ["a", "b", "c", "d"].into_iter().enumerate() {
             r.put(
                 key,
@@ -462,7 +464,7 @@ mod tests {
     /// nothing.
     #[test]
     fn recorded_usage_is_kept_a_day_and_at_most_the_cap() {
-        let mut r = RecordedUsage::default();
+        let mut r = RecordedUsage::new(REMEMBERED_TOTAL);
         let day = RecordedUsage::TTL_MS;
         r.put("k", Hash([1; 32]), WireForm::Json, usage(7), 1_000);
         assert_eq!(

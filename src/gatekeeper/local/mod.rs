@@ -35,7 +35,6 @@ use crate::store::{
 };
 use crate::store::{HoldOpening, Snapshot, Store};
 use tokensaver_core::gate::Verdict;
-use tokensaver_core::gate::Windows;
 
 pub struct Local {
     state: Mutex<State>,
@@ -48,18 +47,7 @@ impl Local {
     /// the windows from the recent decisions, open reservations, holds and leases, and the
     /// usage recorded for stored answers.
     pub(super) fn rebuild(core: &GateCore, store: Arc<dyn Store>, snapshot: &Snapshot) -> Local {
-        let mut state = State {
-            windows: Windows::configured(&core.policy.load().gate),
-            ..State::default()
-        };
-        state
-            .windows
-            .set_remembered_total(core.config.remembered_entries);
-        state.recorded.set_total(core.config.remembered_entries);
-        state
-            .session_cache
-            .0
-            .set_total(core.config.remembered_entries);
+        let mut state = State::new(&core.policy.load().gate, core.config.remembered_entries);
         for key in &core.config.keys {
             state.budgets.insert(
                 key.id.to_string(),

@@ -428,13 +428,13 @@ impl Windows {
         if due {
             w.swept_ms = now;
         }
-        let doubled = |len: usize| due || (len > 64 && len.is_power_of_two());
+        let sweep = |len: usize| due || (len > 64 && len.is_power_of_two());
         let recent =
             |times: &VecDeque<u64>| times.back().is_some_and(|&t| within(now, t, sp.loop_ms));
-        if doubled(w.identical.len()) {
+        if sweep(w.identical.len()) {
             w.identical.retain(|_, times| recent(times));
         }
-        if doubled(w.steps.len()) {
+        if sweep(w.steps.len()) {
             // The step lists serve the pace window too (never longer than the loop's).
             let len = sp.pace_ms.max(sp.loop_ms);
             w.steps
@@ -448,7 +448,7 @@ impl Windows {
             // A run silent for the longest hold has ended.
             w.runs.retain(|_, r| within(now, r.last_ms, sp.hold_ms));
         }
-        if doubled(w.both.len()) {
+        if sweep(w.both.len()) {
             w.both.retain(|_, times| recent(times));
         }
     }
