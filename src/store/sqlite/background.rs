@@ -13,7 +13,16 @@
 //!   ([`Checkpointer`]), where a ready request always preempts them. If that thread cannot
 //!   keep up (a machine saturated for long), the writer's own automatic checkpoint takes over
 //!   at [`WRITER_CHECKPOINT_PAGES`]: the log stays bounded whatever the load.
+//!
+//! What was left after those (a quarter of the writer's time is the commit's own writes of the
+//! batch's pages, which cannot be sliced) is the third: the writer runs at the lowest normal
+//! priority (nice 19) while it keeps up ([`WriterPriority`]), so a request that becomes ready
+//! during a commit gets the core at once. It returns to normal priority for a while whenever it
+//! waited for a CPU more than four fifths of a quarter-second (a machine busy with other work): the
+//! ledger can fall behind by a moment, never starve. Where the thread could not come back from
+//! nice 19 (`RLIMIT_NICE`, no `CAP_SYS_NICE`), it keeps normal priority.
 
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -29,6 +38,114 @@ const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 /// The log's length (pages) past which the writer checkpoints itself: four times what the
 /// writer let grow before there was a checkpointer, reached only if the checkpointer starved.
 pub(super) const WRITER_CHECKPOINT_PAGES: i64 = 32_768;
+
+/// The writer's niceness while it keeps up: the lowest normal priority (weight 15 against a
+/// request thread's 1,024), which the scheduler preempts for any ready request thread.
+const BACKGROUND_NICE: libc::c_int = 19;
+/// The writer's runnable waits are summed over windows this long...
+const WINDOW: Duration = Duration::from_millis(250);
+/// ...and a window in which it waited for a CPU more than this share of the time means it is
+/// starved. At concurrency 1 a background writer waits about a fifth of the time (behind the
+/// request thread); behind a busy process of normal priority, nearly all of it.
+const STARVED_SHARE: f64 = 0.8;
+/// How long the writer keeps normal priority once it has been starved.
+const CATCH_UP: Duration = Duration::from_secs(1);
+
+/// The writer's CPU priority: background while it keeps up, normal while it catches up.
+pub(super) struct WriterPriority {
+    /// The thread's `/proc/thread-self/schedstat` (its second field: nanoseconds spent runnable
+    /// but waiting for a CPU); None where it cannot lower itself safely.
+    schedstat: Option<std::fs::File>,
+    /// The window's start, and the runnable wait then.
+    window: (Instant, u64),
+    normal_until: Option<Instant>,
+}
+
+impl WriterPriority {
+    /// Called on the writer thread. Background only if the thread can come back: it tries a
+    /// step down and back (nice 1, then 0) first, so a failure leaves it at a harmless nice 1.
+    pub(super) fn start() -> WriterPriority {
+        let mut p = WriterPriority {
+            schedstat: None,
+            window: (Instant::now(), 0),
+            normal_until: None,
+        };
+        if nice(1) && nice(0) {
+            if let Ok(f) = std::fs::File::open("/proc/thread-self/schedstat") {
+                p.schedstat = Some(f);
+                p.window.1 = p.waited().unwrap_or(0);
+                p.background(true);
+            }
+        }
+        p
+    }
+
+    /// Before each batch and between its events (cheap within a window: one clock read):
+    /// starved over the last window → normal priority for [`CATCH_UP`]; else background once
+    /// the catch-up is over.
+    pub(super) fn check(&mut self) {
+        if self.schedstat.is_none() || self.window.0.elapsed() < WINDOW {
+            return;
+        }
+        if let Some(waited) = self.waited() {
+            if let Some(background) = self.observe(waited, Instant::now()) {
+                self.background(background);
+            }
+        }
+    }
+
+    /// The decision alone: the thread's total runnable wait now; Some(background?) when the
+    /// priority is to change.
+    fn observe(&mut self, waited_ns: u64, now: Instant) -> Option<bool> {
+        let (start, waited_then) = self.window;
+        let span = now.saturating_duration_since(start);
+        if span < WINDOW {
+            return None;
+        }
+        self.window = (now, waited_ns);
+        let share = waited_ns.saturating_sub(waited_then) as f64 / span.as_nanos() as f64;
+        if share > STARVED_SHARE {
+            let was_background = self.normal_until.is_none();
+            self.normal_until = Some(now + CATCH_UP);
+            return was_background.then_some(false);
+        }
+        if self.normal_until.is_some_and(|t| now >= t) {
+            self.normal_until = None;
+            return Some(true);
+        }
+        None
+    }
+
+    fn waited(&self) -> Option<u64> {
+        let mut buf = [0u8; 96];
+        let n = self.schedstat.as_ref()?.read_at(&mut buf, 0).ok()?;
+        let text = std::str::from_utf8(&buf[..n]).ok()?;
+        text.split_whitespace().nth(1)?.parse().ok()
+    }
+
+    fn background(&mut self, on: bool) {
+        if !nice(if on { BACKGROUND_NICE } else { 0 }) {
+            // Could not come back to normal: stay out of the background from now on.
+            self.schedstat = None;
+        }
+    }
+}
+
+/// Sets the calling thread's niceness (Linux: per thread); false if refused.
+fn nice(value: libc::c_int) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid has no preconditions; setpriority on one's own tid touches only this
+        // thread's scheduling.
+        let tid = unsafe { libc::gettid() };
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, value) == 0 }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = value;
+        false
+    }
+}
 
 /// The writer's turn on the CPU: a batch is milliseconds of CPU (about 10 µs an event).
 pub(super) struct Turn(Instant);
@@ -98,5 +215,60 @@ fn idle_priority() {
         // SAFETY: sets the calling thread's policy (pid 0 is the caller); `param` outlives
         // the call. A failure leaves the default policy, which is only slower for requests.
         let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    fn niceness() -> libc::c_int {
+        // SAFETY: reads the calling thread's niceness.
+        unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
+    }
+
+    #[test]
+    fn the_writer_runs_in_the_background_only_where_it_can_come_back() {
+        std::thread::spawn(|| {
+            let mut p = WriterPriority::start();
+            if p.schedstat.is_none() {
+                // Not allowed to come back from a lower priority: it stays where it was.
+                assert!(niceness() <= 1);
+                return;
+            }
+            assert_eq!(niceness(), BACKGROUND_NICE);
+            p.background(false);
+            assert_eq!(niceness(), 0, "and it can come back");
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_starved_writer_takes_normal_priority_until_it_has_caught_up() {
+        let t0 = Instant::now();
+        let mut p = WriterPriority {
+            schedstat: None,
+            window: (t0, 0),
+            normal_until: None,
+        };
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let ns = |ms: u64| ms * 1_000_000;
+        // Within a window nothing is judged, however long the waits.
+        assert_eq!(p.observe(ns(200), at(200)), None);
+        // A fifth of a window spent waiting behind requests (concurrency 1): no change.
+        assert_eq!(p.observe(ns(50), at(250)), None);
+        // Nine tenths of the next one: starved, normal priority for CATCH_UP.
+        assert_eq!(p.observe(ns(50 + 225), at(500)), Some(false));
+        // Starved again while catching up: stays normal, the catch-up runs from now.
+        assert_eq!(p.observe(ns(275 + 225), at(750)), None);
+        let caught_up = at(750) + CATCH_UP;
+        assert_eq!(
+            p.observe(ns(500), caught_up - Duration::from_millis(1)),
+            None
+        );
+        // Kept up for CATCH_UP: back to the background.
+        assert_eq!(p.observe(ns(501), caught_up + WINDOW), Some(true));
+        assert_eq!(p.observe(ns(502), caught_up + WINDOW * 2), None);
     }
 }

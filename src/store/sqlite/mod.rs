@@ -58,7 +58,7 @@ use rusqlite::{named_params, params, Connection, OptionalExtension, Row, Transac
 mod background;
 mod page_reads;
 
-use background::{Checkpointer, Turn, WRITER_CHECKPOINT_PAGES};
+use background::{Checkpointer, Turn, WriterPriority, WRITER_CHECKPOINT_PAGES};
 
 use super::ledger::{DecisionSums, LedgerFold, Settlement, UsageSums, MAX_DECISIONS_PAGE};
 use super::{
@@ -911,6 +911,7 @@ impl Batch {
 impl Writer {
     fn run(mut self) {
         let mut closing = false;
+        let mut priority = WriterPriority::start();
         loop {
             // Once closing, take only what is already queued.
             let first = if closing {
@@ -921,6 +922,7 @@ impl Writer {
             let Some(first) = first else {
                 return;
             };
+            priority.check();
             let mut batch = Batch::default();
             closing |= batch.push(first);
             let started = Instant::now();
@@ -948,18 +950,18 @@ impl Writer {
                 // writer is woken only by the linger running out or by a waiter's unpark.
                 std::thread::park_timeout(self.linger - waited);
             }
-            self.commit(batch);
+            self.commit(batch, &mut priority);
         }
     }
 
-    fn commit(&mut self, batch: Batch) {
+    fn commit(&mut self, batch: Batch, priority: &mut WriterPriority) {
         let Batch {
             events, flushes, ..
         } = batch;
         let outcome = if events.is_empty() {
             Ok(Vec::new())
         } else {
-            write_batch(&mut self.conn, &events)
+            write_batch(&mut self.conn, &events, priority)
         };
         let batch_error = match outcome {
             Ok(results) => {
@@ -1028,6 +1030,7 @@ impl Writer {
 fn write_batch(
     conn: &mut Connection,
     events: &[(Box<Event>, Option<Ack>)],
+    priority: &mut WriterPriority,
 ) -> rusqlite::Result<Vec<rusqlite::Result<()>>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut results = Vec::with_capacity(events.len());
@@ -1035,6 +1038,7 @@ fn write_batch(
     let mut turn = Turn::start();
     for (event, _) in events {
         turn.share_cpu();
+        priority.check();
         let guarded = !single_statement(event);
         if guarded {
             tx.prepare_cached("SAVEPOINT event")?.execute([])?;
