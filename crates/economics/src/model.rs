@@ -387,7 +387,7 @@ pub struct EconomicsStuckRow {
 /// A metric's value within one segment of the pairs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EconomicsSegment {
-    /// `category`, `client`, `model`, `session_length`.
+    /// `category`, `client`, `model`, `sessions`, `session_length`, `complexity`.
     pub dimension: String,
     pub value: String,
     /// Valid pairs in it.

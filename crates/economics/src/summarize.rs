@@ -843,11 +843,16 @@ fn per_task_medians(
 /// A dimension the pairs are segmented by: its name, and a pair's value in it.
 type Dimension = (&'static str, fn(&EconomicsPair) -> String);
 
-const DIMENSIONS: [Dimension; 4] = [
+const DIMENSIONS: [Dimension; 6] = [
     ("category", |p| p.category.clone()),
     ("client", |p| p.client.clone()),
     ("model", |p| p.model.clone()),
+    ("sessions", |p| match p.sessions {
+        1 => "1 session".into(),
+        n => format!("{n} sessions"),
+    }),
     ("session_length", session_length),
+    ("complexity", complexity),
 ];
 
 /// A pair's session length, by the provider calls its control bought: the seed's segment by
@@ -858,6 +863,20 @@ fn session_length(p: &EconomicsPair) -> String {
         Some(0..=9) => "short (under 10 calls)".into(),
         Some(10..=29) => "medium (10-29 calls)".into(),
         Some(_) => "long (30 calls or more)".into(),
+    }
+}
+
+/// A pair's complexity, read as the context one of its calls carries: the control's input
+/// tokens per provider call, in three bands (the seed names the dimension, not its measure; a
+/// task's size in calls is its session length, above).
+fn complexity(p: &EconomicsPair) -> String {
+    match p.control_usage.as_ref() {
+        Some(u) if u.requests > 0 => match u.total_input / u.requests {
+            0..=7_999 => "small context (under 8k input tokens a call)".into(),
+            8_000..=31_999 => "medium context (8k-32k input tokens a call)".into(),
+            _ => "large context (32k input tokens a call or more)".into(),
+        },
+        _ => "unknown".into(),
     }
 }
 
@@ -932,4 +951,68 @@ fn history(loaded: &Loaded) -> Vec<EconomicsHistoryPoint> {
     }
     out.sort_by(|a, b| (&a.at, &a.file, &a.metric).cmp(&(&b.at, &b.file, &b.metric)));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(sessions: u32, requests: u64, total_input: u64, saved: f64) -> EconomicsPair {
+        let mut p: EconomicsPair = serde_json::from_value(serde_json::json!({
+            "suite": "s", "task": "t", "category": "c", "client": "x", "sessions": sessions,
+            "repetition": 1, "model": "m", "status": "valid"
+        }))
+        .unwrap();
+        p.control_usage = Some(EconomicsUsage {
+            requests,
+            total_input,
+            ..EconomicsUsage::default()
+        });
+        p.token_reduction = Some(saved);
+        p.cost_reduction = Some(saved);
+        p
+    }
+
+    #[test]
+    fn pairs_are_segmented_by_sessions_and_by_the_context_a_call_carries() {
+        let pairs = [
+            pair(1, 4, 4 * 7_999, 0.1),
+            pair(1, 10, 10 * 8_000, 0.2),
+            pair(2, 40, 40 * 32_000, 0.5),
+        ];
+        let refs: Vec<&EconomicsPair> = pairs.iter().collect();
+        let seg = segments(&refs);
+        let of = |dim: &str| -> Vec<(String, usize)> {
+            seg.iter()
+                .filter(|g| g.dimension == dim)
+                .map(|g| (g.value.clone(), g.n))
+                .collect()
+        };
+        assert_eq!(
+            of("sessions"),
+            [("1 session".to_string(), 2), ("2 sessions".to_string(), 1)]
+        );
+        assert_eq!(
+            of("complexity"),
+            [
+                (
+                    "large context (32k input tokens a call or more)".to_string(),
+                    1
+                ),
+                ("medium context (8k-32k input tokens a call)".to_string(), 1),
+                (
+                    "small context (under 8k input tokens a call)".to_string(),
+                    1
+                ),
+            ]
+        );
+        assert_eq!(
+            of("session_length"),
+            [
+                ("long (30 calls or more)".to_string(), 1),
+                ("medium (10-29 calls)".to_string(), 1),
+                ("short (under 10 calls)".to_string(), 1),
+            ]
+        );
+    }
 }
