@@ -7,7 +7,7 @@
 //! slow answers came every 21.7 ms, the 20 ms linger plus a commit), and a WAL checkpoint (the
 //! writer copying ~32 MiB of log back into the database every 8,192 pages) stalled a request
 //! for milliseconds. Two changes bound that:
-//! - the writer yields the CPU every [`WRITER_SLICE`] within a batch ([`Turn`]), so a ready
+//! - the writer yields the CPU every [`WRITER_SLICE`] within a batch ([`WriterCpu`]), so a ready
 //!   request waits at most a slice, not a batch;
 //! - checkpoints run on a thread of their own at the lowest CPU priority
 //!   ([`Checkpointer`]), where a ready request always preempts them. If that thread cannot
@@ -16,7 +16,7 @@
 //!
 //! What was left after those (a quarter of the writer's time is the commit's own writes of the
 //! batch's pages, which cannot be sliced) is the third: the writer runs at the lowest normal
-//! priority (nice 19) while it keeps up ([`WriterPriority`]), so a request that becomes ready
+//! priority (nice 19) while it keeps up ([`WriterCpu`]), so a request that becomes ready
 //! during a commit gets the core at once. It returns to normal priority for a while whenever it
 //! waited for a CPU more than four fifths of a quarter-second (a machine busy with other work): the
 //! ledger can fall behind by a moment, never starve. Where the thread could not come back from
@@ -52,7 +52,7 @@ const STARVED_SHARE: f64 = 0.8;
 const CATCH_UP: Duration = Duration::from_secs(1);
 
 /// The writer's CPU priority: background while it keeps up, normal while it catches up.
-pub(super) struct WriterPriority {
+struct WriterPriority {
     /// The thread's `/proc/thread-self/schedstat` (its second field: nanoseconds spent runnable
     /// but waiting for a CPU); None where it cannot lower itself safely.
     schedstat: Option<std::fs::File>,
@@ -64,7 +64,7 @@ pub(super) struct WriterPriority {
 impl WriterPriority {
     /// Called on the writer thread. Background only if the thread can come back: it tries a
     /// step down and back (nice 1, then 0) first, so a failure leaves it at a harmless nice 1.
-    pub(super) fn start() -> WriterPriority {
+    fn start() -> WriterPriority {
         let mut p = WriterPriority {
             schedstat: None,
             window: (Instant::now(), 0),
@@ -83,7 +83,7 @@ impl WriterPriority {
     /// Before each batch and between its events (cheap within a window: one clock read):
     /// starved over the last window → normal priority for [`CATCH_UP`]; else background once
     /// the catch-up is over.
-    pub(super) fn check(&mut self) {
+    fn check(&mut self) {
         if self.schedstat.is_none() || self.window.0.elapsed() < WINDOW {
             return;
         }
@@ -147,20 +147,40 @@ fn nice(value: libc::c_int) -> bool {
     }
 }
 
-/// The writer's turn on the CPU: a batch is milliseconds of CPU (about 10 µs an event).
-pub(super) struct Turn(Instant);
+/// The writer's share of the CPU: its slices within a batch (a batch is milliseconds of CPU,
+/// about 10 µs an event) and its priority.
+pub(super) struct WriterCpu {
+    slice_started: Instant,
+    priority: WriterPriority,
+}
 
-impl Turn {
-    pub(super) fn start() -> Turn {
-        Turn(Instant::now())
+impl WriterCpu {
+    /// Called on the writer thread.
+    pub(super) fn start() -> WriterCpu {
+        WriterCpu {
+            slice_started: Instant::now(),
+            priority: WriterPriority::start(),
+        }
     }
 
-    /// Yields once the writer has run a slice; with nothing else ready, a yield returns at once.
-    pub(super) fn share_cpu(&mut self) {
-        if self.0.elapsed() >= WRITER_SLICE {
+    /// Before a batch is gathered: the priority judged.
+    pub(super) fn batch_started(&mut self) {
+        self.priority.check();
+    }
+
+    /// Before a batch is written: a fresh slice.
+    pub(super) fn writing(&mut self) {
+        self.slice_started = Instant::now();
+    }
+
+    /// Between a batch's events: yields once the writer has run a slice (with nothing else
+    /// ready, a yield returns at once), and the priority judged.
+    pub(super) fn share(&mut self) {
+        if self.slice_started.elapsed() >= WRITER_SLICE {
             std::thread::yield_now();
-            self.0 = Instant::now();
+            self.slice_started = Instant::now();
         }
+        self.priority.check();
     }
 }
 

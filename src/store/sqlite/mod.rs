@@ -58,7 +58,7 @@ use rusqlite::{named_params, params, Connection, OptionalExtension, Row, Transac
 mod background;
 mod page_reads;
 
-use background::{Checkpointer, Turn, WriterPriority, WRITER_CHECKPOINT_PAGES};
+use background::{Checkpointer, WriterCpu, WRITER_CHECKPOINT_PAGES};
 
 use super::ledger::{DecisionSums, LedgerFold, Settlement, UsageSums, MAX_DECISIONS_PAGE};
 use super::{
@@ -911,7 +911,7 @@ impl Batch {
 impl Writer {
     fn run(mut self) {
         let mut closing = false;
-        let mut priority = WriterPriority::start();
+        let mut cpu = WriterCpu::start();
         loop {
             // Once closing, take only what is already queued.
             let first = if closing {
@@ -922,7 +922,7 @@ impl Writer {
             let Some(first) = first else {
                 return;
             };
-            priority.check();
+            cpu.batch_started();
             let mut batch = Batch::default();
             closing |= batch.push(first);
             let started = Instant::now();
@@ -950,18 +950,18 @@ impl Writer {
                 // writer is woken only by the linger running out or by a waiter's unpark.
                 std::thread::park_timeout(self.linger - waited);
             }
-            self.commit(batch, &mut priority);
+            self.commit(batch, &mut cpu);
         }
     }
 
-    fn commit(&mut self, batch: Batch, priority: &mut WriterPriority) {
+    fn commit(&mut self, batch: Batch, cpu: &mut WriterCpu) {
         let Batch {
             events, flushes, ..
         } = batch;
         let outcome = if events.is_empty() {
             Ok(Vec::new())
         } else {
-            write_batch(&mut self.conn, &events, priority)
+            write_batch(&mut self.conn, &events, cpu)
         };
         let batch_error = match outcome {
             Ok(results) => {
@@ -1030,15 +1030,14 @@ impl Writer {
 fn write_batch(
     conn: &mut Connection,
     events: &[(Box<Event>, Option<Ack>)],
-    priority: &mut WriterPriority,
+    cpu: &mut WriterCpu,
 ) -> rusqlite::Result<Vec<rusqlite::Result<()>>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut results = Vec::with_capacity(events.len());
     let mut pairs = Pairs::of(events);
-    let mut turn = Turn::start();
+    cpu.writing();
     for (event, _) in events {
-        turn.share_cpu();
-        priority.check();
+        cpu.share();
         let guarded = !single_statement(event);
         if guarded {
             tx.prepare_cached("SAVEPOINT event")?.execute([])?;

@@ -428,7 +428,8 @@ impl Windows {
         if due {
             w.swept_ms = now;
         }
-        let sweep = |len: usize| due || (len > 64 && len.is_power_of_two());
+        let doubled = |len: usize| len > 64 && len.is_power_of_two();
+        let sweep = |len: usize| due || doubled(len);
         let recent =
             |times: &VecDeque<u64>| times.back().is_some_and(|&t| within(now, t, sp.loop_ms));
         if sweep(w.identical.len()) {
@@ -444,7 +445,7 @@ impl Windows {
         // observes (`run_steps`, in the receipt) however old, so sweeping it on a timer would
         // change what a quiet key's receipts say; the doubling rule keeps a key's runs under
         // 128 all the same.
-        if w.runs.len() > 64 && w.runs.len().is_power_of_two() {
+        if doubled(w.runs.len()) {
             // A run silent for the longest hold has ended.
             w.runs.retain(|_, r| within(now, r.last_ms, sp.hold_ms));
         }
