@@ -307,6 +307,11 @@ struct RawKey {
     /// session's pauses say it pays), `"5m"` (never changed) or `"1h"`.
     #[serde(default)]
     cache_ttl: tokensaver_core::gate::cache::LifetimePolicy,
+    /// The gate's mechanisms this key goes without (`serve`, `downgrade`, `stop`,
+    /// `breakpoints`, `lifetimes`, `routing`): an operator's choice, and the evidence's
+    /// ablation arms (one off at a time). Default: none, the gate as built.
+    #[serde(default)]
+    without: tokensaver_core::gate::Mechanisms,
     /// The key's own provider credentials, by upstream name: the environment variable that
     /// holds each. Its calls to that upstream carry it instead of the upstream's: a provider's
     /// prompt cache is shared by everything behind one credential, so a key (or the keys of a
@@ -479,6 +484,8 @@ pub struct KeyConfig {
     pub cache: CachePolicy,
     /// `cache_ttl`: the lifetime of its Anthropic breakpoints ([`CachePolicy::Off`] overrides).
     pub cache_ttl: tokensaver_core::gate::cache::LifetimePolicy,
+    /// The gate's mechanisms this key goes without (`[[keys]] without`).
+    pub without: tokensaver_core::gate::Mechanisms,
     /// Upstream name → the environment variable of this key's own credential for it.
     pub credential_env: BTreeMap<String, String>,
 }
@@ -708,6 +715,7 @@ impl Config {
                 profile,
                 cache: key.cache,
                 cache_ttl: key.cache_ttl,
+                without: key.without,
                 credential_env: key.credential_env,
             });
         }
@@ -1080,11 +1088,18 @@ impl Config {
                 Some((key.id.to_string(), saturation))
             })
             .collect();
+        let key_without = self
+            .keys
+            .iter()
+            .filter(|key| !key.without.is_empty())
+            .map(|key| (key.id.to_string(), key.without))
+            .collect();
         Policy {
             gate: self.gate.clone(),
             prices: self.prices.clone(),
             downgrade: self.downgrade.clone(),
             key_saturation,
+            key_without,
         }
     }
 }
@@ -1205,6 +1220,23 @@ mod tests {
         let config = Config::load(&path).unwrap();
         let (name, spend) = config.keys[0].profile.clone().unwrap();
         assert_eq!((name.as_str(), spend.tools), ("agent", 128));
+    }
+
+    #[test]
+    fn a_key_names_the_mechanisms_it_goes_without_and_only_known_ones() {
+        use tokensaver_core::gate::Mechanism;
+        let key = |without: &str| {
+            format!("[[keys]]\nid = \"a\"\nsecret_hash = \"{}\"\nwithout = {without}\n", "0".repeat(64))
+        };
+        let config = Config::parse(&key(r#"["serve", "routing"]"#)).unwrap();
+        let without = config.keys[0].without;
+        assert!(without.has(Mechanism::Serve) && without.has(Mechanism::Routing));
+        assert!(!without.has(Mechanism::Stop));
+        assert_eq!(config.policy().without_for("a"), without);
+        assert!(config.policy().without_for("b").is_empty());
+        assert!(Config::parse(&key("[]")).unwrap().policy().key_without.is_empty());
+        let err = Config::parse(&key(r#"["cache"]"#)).unwrap_err().to_string();
+        assert!(err.contains("unknown variant") && err.contains("breakpoints"), "{err}");
     }
 
     #[test]

@@ -27,6 +27,8 @@ const MARK: &str = r#","cache_control":{"type":"ephemeral"}"#;
 const SECRET_C: &str = "cccccccccccccccccccccccccccccccccccccccccccccccc";
 const KEY_C: &str = "tsk_gamma_cccccccccccccccccccccccccccccccccccccccccccccccc";
 const SECRET_D: &str = "dddddddddddddddddddddddddddddddddddddddddddddddd";
+const SECRET_E: &str = "eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee";
+const KEY_E: &str = "tsk_epsilon_eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee";
 const KEY_D: &str = "tsk_delta_dddddddddddddddddddddddddddddddddddddddddddddddd";
 const STEPS: usize = 20;
 
@@ -47,10 +49,13 @@ fn prices_toml() -> String {
 fn harness() -> Harness {
     let extra = format!(
         "{}\n[[keys]]\nid = \"gamma\"\nsecret_hash = \"{}\"\nhuman = true\ncache = \"off\"\n\n\
-         [[keys]]\nid = \"delta\"\nsecret_hash = \"{}\"\nhuman = true\n",
+         [[keys]]\nid = \"delta\"\nsecret_hash = \"{}\"\nhuman = true\n\n\
+         [[keys]]\nid = \"epsilon\"\nsecret_hash = \"{}\"\nhuman = true\n\
+         without = [\"breakpoints\"]\n",
         prices_toml(),
         secret_hash_hex(SECRET_C),
-        secret_hash_hex(SECRET_D)
+        secret_hash_hex(SECRET_D),
+        secret_hash_hex(SECRET_E)
     );
     Harness::start(Opts {
         usage: UsageCounting::Cl100k,
@@ -478,16 +483,21 @@ fn a_self_marking_client_is_forwarded_as_sent_and_costs_the_same() {
 #[test]
 fn cache_off_adds_nothing() {
     let h = harness();
-    for step in 1..=5 {
-        let one = body(step, &[], false);
-        let (answer, receipt) = gated(&h, KEY_C, &one, &one);
-        assert!(receipt.get("cache_breakpoints_added").is_none());
-        let b = Bill::of(&answer);
-        assert_eq!((b.write, b.read), (0, 0), "step {step}");
+    // `cache = "off"`, and a key that goes without placed breakpoints alone (an ablation arm).
+    for key in [KEY_C, KEY_E] {
+        for step in 1..=5 {
+            let one = body(step, &[], false);
+            let (answer, receipt) = gated(&h, key, &one, &one);
+            assert!(receipt.get("cache_breakpoints_added").is_none());
+            let b = Bill::of(&answer);
+            assert_eq!((b.write, b.read), (0, 0), "step {step}");
+        }
     }
     assert_eq!(h.mock.prompt_cache_entries(), 0);
     settle();
     assert_eq!(h.ledger(KEY_C)["total"]["cache_saving"].as_i64(), Some(0));
+    assert_eq!(h.ledger(KEY_E)["total"]["cache_saving"].as_i64(), Some(0));
+
     let r = keyed_send(
         "POST",
         &h.api_url("/estimate?route=anthropic_messages"),

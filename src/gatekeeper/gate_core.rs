@@ -17,6 +17,7 @@ use crate::receipt::{DecisionId, Envelope, ReceiptSigner};
 use crate::store::HoldOpening;
 use tokensaver_core::gate::cache::{LifetimePolicy, PointMemory, SessionCache};
 use tokensaver_core::gate::{
+    Mechanism,
     decide_paced, decide_with, Approvals, BudgetState, CacheTerms, Decision, KeyState, Outcome,
     Policy, Usage, WindowCounts,
 };
@@ -232,18 +233,22 @@ pub(super) fn decide_seen(
             Outcome::Pace { until_ms } => return Err(until_ms),
         },
     };
-    if let Some(memory) = seen.cache_memory {
+    let without = policy.without_for(&req.key.id);
+    if let Some(memory) = seen
+        .cache_memory
+        .filter(|_| !without.has(Mechanism::Breakpoints))
+    {
         decision.place_cache(req.shape, memory, now_ms);
     }
     let on = req.key.cache == CachePolicy::Auto;
     let served = decision.model_served.as_deref().unwrap_or(&req.shape.model);
     let terms = CacheTerms {
-        lifetime: if on {
+        lifetime: if on && !without.has(Mechanism::Lifetimes) {
             req.key.cache_ttl
         } else {
             LifetimePolicy::FiveMinutes
         },
-        routing: on,
+        routing: on && !without.has(Mechanism::Routing),
         session: seen.session_cache,
         lifetime_ms: policy.gate.windows.cache_secs.saturating_mul(1_000),
         prefix_rate: seen.prefix_rate,

@@ -57,6 +57,8 @@ impl Remote {
             profile: None,
             cache: CachePolicy::Auto,
             cache_ttl: Default::default(),
+            // The central gate applies the key's `without` in what it decides.
+            without: Default::default(),
             credential_env: BTreeMap::new(),
         };
         Some(Remote { gate, key, mirror })

@@ -9,7 +9,7 @@ use super::rules::{self, BudgetState, Rule, WorstCase};
 use super::schedule;
 use super::score::{self, Signals};
 use super::windows::WindowCounts;
-use super::{Band, GateConfig, Saturation, Usage, Verdict};
+use super::{Band, GateConfig, Mechanism, Saturation, Usage, Verdict};
 use crate::prices::Prices;
 use crate::receipt::DecisionId;
 use crate::request::{Hash, RequestShape};
@@ -22,6 +22,8 @@ pub struct Policy {
     pub downgrade: BTreeMap<String, String>,
     /// Key id → the saturation points of its scoring profile, for keys that have one.
     pub key_saturation: BTreeMap<String, Saturation>,
+    /// Key id → the mechanisms it goes without (`[[keys]] without`), for keys that name any.
+    pub key_without: BTreeMap<String, super::Mechanisms>,
 }
 
 impl Policy {
@@ -30,6 +32,11 @@ impl Policy {
         self.key_saturation
             .get(key_id)
             .unwrap_or(&self.gate.saturation)
+    }
+
+    /// The mechanisms a key goes without (none unless its config names them).
+    pub fn without_for(&self, key_id: &str) -> super::Mechanisms {
+        self.key_without.get(key_id).copied().unwrap_or_default()
     }
 }
 
@@ -470,7 +477,12 @@ fn decide_inner(
         input.human,
     );
     let score = score::score(cfg, &signals);
-    let servable = input.held && input.held_usage.is_some() && shape.reproducible();
+    let without = policy.without_for(input.key_id);
+    let servable = input.held
+        && input.held_usage.is_some()
+        && shape.reproducible()
+        && !without.has(Mechanism::Serve);
+    let stops = !without.has(Mechanism::Stop);
     let findings = findings(cfg, shape, &state.counts, servable, budget);
 
     let mut decision = Decision {
@@ -503,7 +515,7 @@ fn decide_inner(
     let avoided = if input.held { Some(0) } else { worst.tokens() };
 
     // 1. Hard rules that stop runaway automation: absolute for literal repeats (SPEC §2.3).
-    if let Some(rule) = rules::literal_runaway_rule(&state.counts, input.human) {
+    if let Some(rule) = rules::literal_runaway_rule(&state.counts, input.human).filter(|_| stops) {
         return Ok(block(decision, Some(rule), None, avoided));
     }
     // 2. An answer held, with its usage recorded, where reuse is allowed. A SERVE buys
@@ -516,7 +528,7 @@ fn decide_inner(
     // 2a. A repeated step (the same step fingerprint, another history) counts as identical.
     // A caller that can hold it paces it until its window admits it, and a step repeated past
     // the long bound is stopped; one that cannot hold it stops it as a loop.
-    match paced_ms {
+    match paced_ms.filter(|_| stops) {
         Some(paced) => match schedule::check(
             &cfg.steps,
             &state.counts,
@@ -548,11 +560,12 @@ fn decide_inner(
                 };
             }
         },
-        None => {
+        None if stops => {
             if let Some(rule) = rules::step_loop_rule(&state.counts, input.human) {
                 return Ok(block(decision, Some(rule), None, avoided));
             }
         }
+        None => {}
     }
     // 3. Budget rules.
     if let Some(refusal) = budget_refusal(budget, &worst, input) {
@@ -568,7 +581,8 @@ fn decide_inner(
         }
     }
     // 5. DOWNGRADE when earned; 6. ALLOW.
-    if let Some(cheaper) = earned_downgrade(policy, shape, score) {
+    let downgrade = earned_downgrade(policy, shape, score).filter(|_| !without.has(Mechanism::Downgrade));
+    if let Some(cheaper) = downgrade {
         decision.verdict = Verdict::Downgrade;
         decision.model_served = Some(cheaper.to_string());
     } else {
@@ -793,6 +807,45 @@ mod tests {
         assert_eq!(decide_at(counts(2, 0), true), (Verdict::Serve, None));
     }
 
+    #[test]
+    fn a_key_without_serve_or_downgrade_sends_the_request_to_its_own_model() {
+        use crate::gate::{Mechanism, Mechanisms};
+        let body = r#"{"model":"big","max_tokens":100,"temperature":0,"messages":[{"role":"user","content":"go"}]}"#;
+        let shape = parse(Route::OpenAiChat, body.as_bytes(), &[1; 32])
+            .unwrap()
+            .shape;
+        let mut policy = Policy::default();
+        policy.downgrade.insert("big".into(), "small".into());
+        let without = |m: Mechanism| [m].into_iter().collect::<Mechanisms>();
+        policy
+            .key_without
+            .insert("no-serve".into(), without(Mechanism::Serve));
+        policy
+            .key_without
+            .insert("no-downgrade".into(), without(Mechanism::Downgrade));
+        let decide_for = |key_id, held: bool| {
+            let input = GateInput {
+                key_id,
+                shape: &shape,
+                human: false,
+                held,
+                held_usage: held.then(Usage::default),
+                approved_hold: false,
+            };
+            let d = decide(&policy, &input, &KeyState::default(), 0);
+            (d.verdict, d.model_served)
+        };
+        let small = Some("small".to_string());
+        let big = Some("big".to_string());
+        assert_eq!(decide_for("k", true), (Verdict::Serve, None));
+        assert_eq!(decide_for("k", false), (Verdict::Downgrade, small.clone()));
+        // Without SERVE: the held answer is not used; the request earns its downgrade.
+        assert_eq!(decide_for("no-serve", true), (Verdict::Downgrade, small));
+        // Without DOWNGRADE: sent to the model it names; SERVE still answers it.
+        assert_eq!(decide_for("no-downgrade", false), (Verdict::Allow, big));
+        assert_eq!(decide_for("no-downgrade", true), (Verdict::Serve, None));
+    }
+
     mod pacing {
         use super::*;
         use crate::gate::{StepLimits, Windows};
@@ -955,6 +1008,37 @@ mod tests {
             };
             let d = decide(&p, &input, &state, 10_000);
             assert_eq!(d.rule, Some(Rule::RunawayLoopUnattended));
+        }
+
+        #[test]
+        fn a_key_without_the_stop_is_neither_paced_nor_stopped_on_repeats() {
+            use crate::gate::{Mechanism, Mechanisms};
+            let mut p = policy(StepLimits::default());
+            p.key_without
+                .insert("k".into(), [Mechanism::Stop].into_iter().collect::<Mechanisms>());
+            let w = windows(&p, &[1_000, 5_000, 9_000]);
+            // The 4th unattended step would wait until 121 s; without the stop it goes now.
+            let d = decided(outcome(&p, &w, &shape(50), false, 0, 10_000));
+            assert_eq!((d.verdict, d.paced_ms), (Verdict::Allow, None));
+            // A literal storm (the 4th identical, unattended) is not stopped either.
+            let input = GateInput {
+                key_id: "k",
+                shape: &shape(1),
+                human: false,
+                held: false,
+                held_usage: None,
+                approved_hold: false,
+            };
+            let storm = KeyState {
+                counts: WindowCounts {
+                    earlier_identical: 3,
+                    ..WindowCounts::default()
+                },
+                budget: None,
+            };
+            assert_eq!(decide(&p, &input, &storm, 10_000).verdict, Verdict::Allow);
+            p.key_without.clear();
+            assert_eq!(decide(&p, &input, &storm, 10_000).verdict, Verdict::Block);
         }
 
         #[test]

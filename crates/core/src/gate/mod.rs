@@ -5,6 +5,7 @@ pub mod cache;
 mod decide;
 mod findings;
 pub mod keyed_memory;
+pub mod mechanisms;
 pub mod rules;
 pub mod schedule;
 mod score;
@@ -17,6 +18,7 @@ pub use decide::{
     KeyState, Outcome, Policy,
 };
 pub use findings::{Finding, FindingCode};
+pub use mechanisms::{Mechanism, Mechanisms};
 pub use rules::{worst_case, BudgetState, Rule, WorstCase};
 pub use score::Signals;
 pub use windows::{WindowCounts, Windows};
