@@ -1226,7 +1226,10 @@ mod tests {
     fn a_key_names_the_mechanisms_it_goes_without_and_only_known_ones() {
         use tokensaver_core::gate::Mechanism;
         let key = |without: &str| {
-            format!("[[keys]]\nid = \"a\"\nsecret_hash = \"{}\"\nwithout = {without}\n", "0".repeat(64))
+            format!(
+                "[[keys]]\nid = \"a\"\nsecret_hash = \"{}\"\nwithout = {without}\n",
+                "0".repeat(64)
+            )
         };
         let config = Config::parse(&key(r#"["serve", "routing"]"#)).unwrap();
         let without = config.keys[0].without;
@@ -1234,9 +1237,16 @@ mod tests {
         assert!(!without.has(Mechanism::Stop));
         assert_eq!(config.policy().without_for("a"), without);
         assert!(config.policy().without_for("b").is_empty());
-        assert!(Config::parse(&key("[]")).unwrap().policy().key_without.is_empty());
+        assert!(Config::parse(&key("[]"))
+            .unwrap()
+            .policy()
+            .key_without
+            .is_empty());
         let err = Config::parse(&key(r#"["cache"]"#)).unwrap_err().to_string();
-        assert!(err.contains("unknown variant") && err.contains("breakpoints"), "{err}");
+        assert!(
+            err.contains("unknown variant") && err.contains("breakpoints"),
+            "{err}"
+        );
     }
 
     #[test]

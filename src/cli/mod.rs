@@ -204,6 +204,21 @@ enum EconomicsCommand {
     /// Record new evidence: real agent clients on the fixture tasks, straight to a provider
     /// and through the gate (the built-in scripted provider unless --upstream is given).
     Run(crate::economics::run::RunArgs),
+    /// Where each of the gate's mechanisms acted in the latest evidence of each recorded
+    /// suite: its treatment calls replayed through this build's gate with and without the
+    /// mechanism, the calls decided or edited otherwise counted by pair.
+    Acted {
+        /// The evidence directory (default: the config's `[data] economics`).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        #[arg(long, default_value = "config/tokensaver.toml")]
+        config: PathBuf,
+        #[arg(long)]
+        suite: Option<String>,
+        /// Print the answer as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -321,6 +336,25 @@ fn run(command: Command, log_format: Option<LogFormat>) -> anyhow::Result<()> {
         Command::Economics {
             command: EconomicsCommand::Run(args),
         } => crate::economics::run::run(&args),
+        Command::Economics {
+            command:
+                EconomicsCommand::Acted {
+                    dir,
+                    config,
+                    suite,
+                    json,
+                },
+        } => {
+            let config = Config::load(&config)?;
+            let dir = dir.unwrap_or_else(|| config.economics_dir.clone());
+            let acted = crate::economics::acted(&config, &dir, suite.as_deref())?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&acted)?);
+            } else {
+                print!("{}", crate::economics::render_acted(&acted));
+            }
+            Ok(())
+        }
         Command::Holds { command } => holds::run(command),
         Command::CheckConfig { file } => check_config(&file),
         Command::MockProvider { args } => {

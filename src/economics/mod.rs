@@ -92,6 +92,35 @@ pub fn load(dir: &Path) -> Loaded {
             Err(e) => out.diagnostics.push(e.to_string()),
         }
     }
+    let apath = dir.join("ablations.json");
+    if apath.exists() {
+        match read_json::<ablation::AblationDecl>(&apath) {
+            Ok((a, bytes)) => {
+                out.ablation = Some(a);
+                out.ablation_blake3 = Some(blake3::hash(&bytes).to_hex().to_string());
+            }
+            Err(e) => out.diagnostics.push(e.to_string()),
+        }
+    }
+    let ab_dir = dir.join("ablation");
+    let mut files = Vec::new();
+    json_files(&ab_dir, &mut files);
+    files.sort();
+    for p in files {
+        let rel = p
+            .strip_prefix(&ab_dir)
+            .map(|r| r.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match read_json::<ablation::AblationFile>(&p) {
+            Ok((a, _)) if a.format == ablation::ABLATION_FORMAT => out.ablations.push((rel, a)),
+            Ok((a, _)) => out.diagnostics.push(format!(
+                "ablation/{rel}: format {} is not this build's {}; not read",
+                a.format,
+                ablation::ABLATION_FORMAT
+            )),
+            Err(e) => out.diagnostics.push(e.to_string()),
+        }
+    }
     out.harness_blake3 = identity::repo_root(dir).and_then(|r| identity::harness_blake3(&r));
     out
 }
@@ -210,4 +239,88 @@ pub fn summary_for(
 ) -> EconomicsSummary {
     let dir = dir.unwrap_or(&config.economics_dir);
     summary(dir, query, now_unix_ms, &this_build(Some(config)))
+}
+
+/// Where each mechanism acted in one suite's latest evidence ([`replay::acted_on`]).
+#[derive(Debug, serde::Serialize)]
+pub struct Acted {
+    pub suite: String,
+    /// The evidence file, relative to `evidence/`.
+    pub evidence_file: String,
+    /// Treatment calls replayed.
+    pub calls: usize,
+    /// Mechanism → pair → calls decided or edited otherwise without it (pairs where it did
+    /// nothing are absent).
+    pub mechanisms: std::collections::BTreeMap<String, std::collections::BTreeMap<String, usize>>,
+}
+
+/// [`Acted`] for the latest evidence of every recorded suite (or of `suite` alone).
+pub fn acted(config: &Config, dir: &Path, suite: Option<&str>) -> anyhow::Result<Vec<Acted>> {
+    let loaded = load(dir);
+    let m = loaded
+        .methodology
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("{}: no methodology.json", dir.display()))?;
+    let mut out = Vec::new();
+    for decl in m.suites.iter().filter(|s| s.kind.is_recorded()) {
+        if suite.is_some_and(|s| s != decl.id) {
+            continue;
+        }
+        let Some((name, ev)) = latest_evidence(&loaded, &decl.id) else {
+            continue;
+        };
+        let calls = config
+            .decides_alike(ev, &m.treatment_key)
+            .map_err(|why| anyhow::anyhow!("{name}: this build does not replay it alike: {why}"))?;
+        let mut mechanisms = std::collections::BTreeMap::new();
+        for mech in tokensaver_core::gate::Mechanism::ALL {
+            let by_pair = replay::acted_on(config, ev, &m.treatment_key, mech)
+                .map_err(|why| anyhow::anyhow!("{name}: {why}"))?;
+            mechanisms.insert(mech.as_str().to_string(), by_pair);
+        }
+        out.push(Acted {
+            suite: decl.id.clone(),
+            evidence_file: name.clone(),
+            calls,
+            mechanisms,
+        });
+    }
+    if out.is_empty() {
+        anyhow::bail!(
+            "no recorded evidence{}",
+            suite.map(|s| format!(" of {s}")).unwrap_or_default()
+        );
+    }
+    Ok(out)
+}
+
+/// The latest evidence file of a suite (what its summary judges).
+pub fn latest_evidence<'l>(loaded: &'l Loaded, suite: &str) -> Option<&'l (String, EvidenceFile)> {
+    loaded
+        .evidence
+        .iter()
+        .filter(|(_, e)| e.suite == suite)
+        .max_by_key(|(name, e)| (e.recorded_at_unix_ms, name.clone()))
+}
+
+/// [`Acted`] as text: per suite and mechanism, the pairs it acted on.
+pub fn render_acted(acted: &[Acted]) -> String {
+    let mut o = String::new();
+    for a in acted {
+        o.push_str(&format!(
+            "{} ({}, {} treatment calls replayed)\n",
+            a.suite, a.evidence_file, a.calls
+        ));
+        for (mech, pairs) in &a.mechanisms {
+            let calls: usize = pairs.values().sum();
+            o.push_str(&format!(
+                "  {mech}: {calls} calls in {} pairs\n",
+                pairs.len()
+            ));
+            for (pair, n) in pairs {
+                o.push_str(&format!("    {pair}: {n}\n"));
+            }
+        }
+    }
+    o
 }

@@ -10,7 +10,7 @@
 //! What the replay does not repeat is outside the gate's decision: the clients (they answered
 //! what the recorded gate answered) and the provider (its usage is the recorded one).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
@@ -22,7 +22,8 @@ use crate::receipt::ReceiptSigner;
 use crate::request::Digest;
 use crate::store::sqlite::SqliteStore;
 use crate::store::Ending;
-use tokensaver_core::gate::Verdict;
+use tokensaver_core::gate::cache::CacheEdits;
+use tokensaver_core::gate::{Mechanism, Mechanisms, Verdict};
 
 /// The routes whose calls the gate decides on a digest (what the recording kept one for).
 const MODEL_ROUTES: [&str; 3] = ["/v1/messages", "/v1/chat/completions", "/v1/responses"];
@@ -53,10 +54,7 @@ pub fn decides_alike(
     {
         return done;
     }
-    // The replay's own gate and store are scratch: their start-up logs would only be noise
-    // in a summary.
-    let quiet = tracing::subscriber::NoSubscriber::default();
-    let outcome = tracing::subscriber::with_default(quiet, || replay(config, ev, key));
+    let outcome = replay(config, ev, key);
     if let Ok(mut m) = REPLAYED.lock() {
         m.get_or_insert_with(HashMap::new)
             .insert(memo_key, outcome.clone());
@@ -65,6 +63,91 @@ pub fn decides_alike(
 }
 
 fn replay(config: &Config, ev: &EvidenceFile, decl: &TreatmentKeyDecl) -> Result<usize, String> {
+    let mut calls = 0;
+    for (run, step, now) in replayed(config, ev, decl, Mechanisms::default())? {
+        let then = (
+            step.verdict.clone().unwrap_or_default(),
+            step.reason.clone().unwrap_or_default(),
+            Value::from(step.findings.clone()),
+        );
+        let now_decided = (
+            now.verdict.clone(),
+            now.reason.clone(),
+            now.findings.clone(),
+        );
+        if now_decided != then {
+            return Err(format!(
+                "call {} of {} (recorded {} ({}, findings {}), this build decides {} ({}, findings {}))",
+                step.index + 1,
+                run.id,
+                then.0,
+                then.1,
+                then.2,
+                now.verdict,
+                now.reason,
+                now.findings
+            ));
+        }
+        calls += 1;
+    }
+    Ok(calls)
+}
+
+/// Where a mechanism acted in recorded evidence: the treatment calls that this build's gate
+/// decides or edits otherwise when the key goes without `mechanism` (both replays on the
+/// recording's clock), counted by pair. A pair absent from the answer is one on which the
+/// mechanism did nothing: without it, the gate forwards every call of that run as it did, so
+/// an ablation arm of that pair would be the same run again.
+pub fn acted_on(
+    config: &Config,
+    ev: &EvidenceFile,
+    decl: &TreatmentKeyDecl,
+    mechanism: Mechanism,
+) -> Result<BTreeMap<String, usize>, String> {
+    let full = replayed(config, ev, decl, Mechanisms::default())?;
+    let without = replayed(config, ev, decl, [mechanism].into_iter().collect())?;
+    let mut acted = BTreeMap::new();
+    for ((run, _, a), (_, _, b)) in full.iter().zip(&without) {
+        if a != b {
+            *acted.entry(run.pair.clone()).or_insert(0) += 1;
+        }
+    }
+    Ok(acted)
+}
+
+/// What the gate decided on one replayed call: the receipt's decision fields and the edits
+/// it makes to the forwarded body.
+#[derive(Debug, Clone, PartialEq)]
+struct Decided {
+    verdict: String,
+    reason: String,
+    findings: Value,
+    model_served: Option<String>,
+    paced: bool,
+    cache: CacheEdits,
+    breakpoints: Vec<u16>,
+}
+
+/// Every recorded treatment call of `ev` decided again, in the order the recording saw them,
+/// by a fresh gate whose keys go `without` those mechanisms.
+fn replayed<'e>(
+    config: &Config,
+    ev: &'e EvidenceFile,
+    decl: &TreatmentKeyDecl,
+    without: Mechanisms,
+) -> Result<Vec<(&'e RunRecord, &'e StepRecord, Decided)>, String> {
+    // The replay's own gate and store are scratch: their start-up logs would only be noise
+    // in a summary.
+    let quiet = tracing::subscriber::NoSubscriber::default();
+    tracing::subscriber::with_default(quiet, || replayed_quietly(config, ev, decl, without))
+}
+
+fn replayed_quietly<'e>(
+    config: &Config,
+    ev: &'e EvidenceFile,
+    decl: &TreatmentKeyDecl,
+    without: Mechanisms,
+) -> Result<Vec<(&'e RunRecord, &'e StepRecord, Decided)>, String> {
     let mut runs: Vec<&RunRecord> = ev.runs.iter().filter(|r| r.arm == "treatment").collect();
     runs.sort_by_key(|r| (r.started_at_unix_ms, r.id.clone()));
     let decided = |s: &&StepRecord| s.verdict.is_some() && MODEL_ROUTES.contains(&s.path.as_str());
@@ -77,7 +160,7 @@ fn replay(config: &Config, ev: &EvidenceFile, decl: &TreatmentKeyDecl) -> Result
     }
     let mut config = config.clone();
     config.keys = (0..runs.len())
-        .map(|n| replay_key(n, decl, &config))
+        .map(|n| replay_key(n, decl, without, &config))
         .collect::<Result<_, _>>()?;
     let dir = super::scratch_dir("replay")?;
     let result = (|| {
@@ -91,17 +174,16 @@ fn replay(config: &Config, ev: &EvidenceFile, decl: &TreatmentKeyDecl) -> Result
             t0,
         )
         .map_err(|e| format!("the replay's gate: {e}"))?;
-        let mut calls = 0;
+        let mut out = Vec::new();
         for (run, key) in runs.iter().zip(&config.keys) {
             let mut steps: Vec<&StepRecord> = run.steps.iter().filter(decided).collect();
             steps.sort_by_key(|s| (s.at_ms, s.index));
             for s in steps {
-                replay_call(&gk, key, run, s)?;
-                calls += 1;
+                out.push((*run, s, replay_call(&gk, key, run, s)?));
             }
         }
         let _ = gk.close_store();
-        Ok(calls)
+        Ok(out)
     })();
     let _ = std::fs::remove_dir_all(&dir);
     result
@@ -113,14 +195,19 @@ fn replay_call(
     key: &KeyConfig,
     run: &RunRecord,
     s: &StepRecord,
-) -> Result<(), String> {
-    let at = |what: String| format!("call {} of {} ({what})", s.index + 1, run.id);
+) -> Result<Decided, String> {
     let digest: Digest = s
         .digest
         .as_ref()
         .and_then(|d| serde_json::to_vec(d).ok())
         .and_then(|bytes| Digest::parse(&bytes).ok())
-        .ok_or_else(|| at("its digest is not one this build reads".into()))?;
+        .ok_or_else(|| {
+            format!(
+                "call {} of {} (its digest is not one this build reads)",
+                s.index + 1,
+                run.id
+            )
+        })?;
     let arrival = run.started_at_unix_ms + s.at_ms.unwrap_or(0);
     let outcome = gk.local().decide_recorded(
         &gk.core,
@@ -146,22 +233,6 @@ fn replay_call(
         Value::Null => Value::Array(vec![]),
         f => f.clone(),
     };
-    let now = (
-        d.verdict.as_str(),
-        receipt["reason"].as_str().unwrap_or_default(),
-        findings,
-    );
-    let then = (
-        s.verdict.as_deref().unwrap_or_default(),
-        s.reason.as_deref().unwrap_or_default(),
-        Value::from(s.findings.clone()),
-    );
-    if now != then {
-        return Err(at(format!(
-            "recorded {} ({}, findings {}), this build decides {} ({}, findings {})",
-            then.0, then.1, then.2, now.0, now.1, now.2
-        )));
-    }
     let forwarded = matches!(d.verdict, Verdict::Allow | Verdict::Downgrade);
     if let (true, Some(u)) = (forwarded, &s.usage) {
         let served = d
@@ -180,12 +251,25 @@ fn replay_call(
         gk.local()
             .settle_recorded(&gk.core, &report, ended.max(arrival));
     }
-    Ok(())
+    Ok(Decided {
+        verdict: d.verdict.as_str().to_string(),
+        reason: receipt["reason"].as_str().unwrap_or_default().to_string(),
+        findings,
+        model_served: d.model_served.clone(),
+        paced: d.paced_ms.is_some(),
+        cache: d.cache_edits(),
+        breakpoints: d.cache_breakpoints.clone(),
+    })
 }
 
 /// The treatment key of the `n`th replayed run, as `economics run` made the recording's:
 /// the methodology's profile, attended or not, budget, and every other setting its default.
-fn replay_key(n: usize, decl: &TreatmentKeyDecl, config: &Config) -> Result<KeyConfig, String> {
+fn replay_key(
+    n: usize,
+    decl: &TreatmentKeyDecl,
+    without: Mechanisms,
+    config: &Config,
+) -> Result<KeyConfig, String> {
     let mut text = format!(
         "[[keys]]\nid = \"replay-{n}\"\nsecret_hash = \"{}\"\nhuman = {}\n",
         "0".repeat(64),
@@ -200,6 +284,7 @@ fn replay_key(n: usize, decl: &TreatmentKeyDecl, config: &Config) -> Result<KeyC
         .map_err(|e| format!("the replay's key: {e}"))?
         .keys
         .remove(0);
+    key.without = without;
     key.profile = match &decl.profile {
         None => None,
         Some(p) => Some((

@@ -24,9 +24,11 @@ use std::process::Command;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::ablation::{AblationArm, AblationFile, ABLATION_FORMAT};
 use super::model::*;
 use super::{identity, pair_id, EVIDENCE_FORMAT};
 use crate::config::Config;
+use tokensaver_core::gate::Mechanism;
 
 /// `tokensaver economics run` arguments.
 #[derive(clap::Args, Debug, Clone)]
@@ -68,6 +70,74 @@ pub struct RunArgs {
     /// Keep the scratch directory (logs, workspaces' request bodies) and print its path.
     #[arg(long)]
     pub keep_scratch: bool,
+    /// Record an ablation arm (`ablations.json`): the pairs of `--suite`'s latest evidence on
+    /// which this mechanism acted (found by replaying it with and without), again, with the
+    /// treatment's key going without it; written to `ablation/<suite>/`.
+    #[arg(long, value_parser = parse_mechanism, requires = "suite")]
+    pub without: Option<Mechanism>,
+}
+
+fn parse_mechanism(s: &str) -> Result<Mechanism, String> {
+    Mechanism::parse(s).ok_or_else(|| {
+        let names: Vec<&str> = Mechanism::ALL.iter().map(|m| m.as_str()).collect();
+        format!("not a mechanism; one of {}", names.join(", "))
+    })
+}
+
+/// An ablation arm being recorded: its declaration, and the evidence it is paired with.
+struct Ablating<'a> {
+    arm: &'a AblationArm,
+    against: &'a str,
+    against_recorded_at_unix_ms: u64,
+    acted: BTreeMap<String, usize>,
+}
+
+/// The ablation arm `--without` asks for, and the pairs of the suite's latest evidence on
+/// which its mechanism acted; `args` narrowed to those pairs' tasks, clients and repetitions.
+fn plan_ablation<'l>(
+    args: &RunArgs,
+    mech: Mechanism,
+    loaded: &'l super::Loaded,
+    m: &Methodology,
+    config: &Config,
+) -> anyhow::Result<(Ablating<'l>, RunArgs)> {
+    let suite = args.suite.as_deref().unwrap_or_default();
+    let arm = loaded
+        .ablation
+        .as_ref()
+        .and_then(|a| a.arms.iter().find(|arm| arm.without == mech))
+        .ok_or_else(|| {
+            anyhow::anyhow!("ablations.json declares no arm without {}", mech.as_str())
+        })?;
+    let (name, ev) = super::latest_evidence(loaded, suite)
+        .ok_or_else(|| anyhow::anyhow!("suite {suite} has no evidence to take apart"))?;
+    use super::GateConfigInForce;
+    config.decides_alike(ev, &m.treatment_key).map_err(|why| {
+        anyhow::anyhow!(
+            "evidence/{name} is not this build's gate's (record the suite again first): {why}"
+        )
+    })?;
+    let acted = super::replay::acted_on(config, ev, &m.treatment_key, mech)
+        .map_err(|why| anyhow::anyhow!("evidence/{name}: {why}"))?;
+    let mut narrowed = args.clone();
+    narrowed.only = ev
+        .runs
+        .iter()
+        .filter(|r| acted.contains_key(&r.pair))
+        .map(|r| format!("{}:{}", r.task, r.client))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    narrowed.reps = Some(ev.repetitions);
+    Ok((
+        Ablating {
+            arm,
+            against: name,
+            against_recorded_at_unix_ms: ev.recorded_at_unix_ms,
+            acted,
+        },
+        narrowed,
+    ))
 }
 
 /// One planned pair.
@@ -476,16 +546,29 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let config = Config::load(&args.config).map_err(anyhow::Error::from)?;
     let policy = identity::gate_policy_blake3(&config, &m.treatment_key)?;
     let real = args.upstream.is_some();
-    let tasks: Vec<(&String, &TaskDecl, u32)> = decls
-        .iter()
-        .flat_map(|d| {
-            let reps = args.reps.unwrap_or(d.repetitions).max(1);
-            loaded
-                .tasks_of(&d.id)
-                .map(move |(id, (t, _))| (id, t, reps))
-        })
-        .collect();
-    let planned = plan_pairs(args, &m, &tasks, real)?;
+    let (ablating, narrowed) = match args.without {
+        None => (None, args.clone()),
+        Some(mech) => {
+            let (a, narrowed) = plan_ablation(args, mech, &loaded, &m, &config)?;
+            if a.acted.is_empty() {
+                println!(
+                    "{} acted on no pair of the suite's latest evidence: its saving there is 0 by construction, nothing to record",
+                    mech.as_str()
+                );
+                return Ok(());
+            }
+            (Some(a), narrowed)
+        }
+    };
+    let args = &narrowed;
+    let mut planned = plan_pairs(args, &m, &tasks_for(args, &decls, &loaded), real)?;
+    if let Some(a) = &ablating {
+        planned.retain(|p| a.acted.contains_key(&p.id));
+        for p in &mut planned {
+            p.key_lines
+                .push_str(&format!("without = [\"{}\"]\n", a.arm.without.as_str()));
+        }
+    }
     let root = identity::repo_root(&args.dir).unwrap_or_else(|| PathBuf::from("."));
     let harness_blake3 = identity::harness_blake3(&root)
         .ok_or_else(|| anyhow::anyhow!("the harness files are not under {}", root.display()))?;
@@ -508,7 +591,31 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     } else {
         let _ = std::fs::remove_dir_all(&scratch);
     }
-    let paths = result?;
+    // Signed with the receipt key of the config's data dir, like the gate's receipts.
+    let signer = crate::receipt::load_or_create(&config.data_dir)
+        .map_err(|e| anyhow::anyhow!("the receipt key: {e}"))?;
+    let mut paths = Vec::new();
+    for mut ev in result? {
+        match &ablating {
+            None => paths.push(write_evidence(&args.dir, &ev, &signer)?),
+            Some(a) => {
+                for r in ev.runs.iter_mut().filter(|r| r.arm == "treatment") {
+                    r.variant = a.arm.id.clone();
+                }
+                let file = AblationFile {
+                    format: ABLATION_FORMAT,
+                    arm: a.arm.id.clone(),
+                    without: a.arm.without,
+                    ablations_blake3: loaded.ablation_blake3.clone().unwrap_or_default(),
+                    against: a.against.to_string(),
+                    against_recorded_at_unix_ms: a.against_recorded_at_unix_ms,
+                    acted: a.acted.clone(),
+                    evidence: ev,
+                };
+                paths.push(write_ablation(&args.dir, &file, &signer)?);
+            }
+        }
+    }
     let now = crate::now_ms();
     let s = super::summary(
         &args.dir,
@@ -538,7 +645,7 @@ fn record(
     scratch: &Path,
     real: bool,
     harness_blake3: &str,
-) -> anyhow::Result<Vec<PathBuf>> {
+) -> anyhow::Result<Vec<EvidenceFile>> {
     // Five distinct ports: the gate's three listeners and the simulated providers' (one per
     // arm, so that the arms share no prompt cache).
     let [proxy, api, admin, mock_port, treatment_mock_port] = crate::processes::free_ports::<5>()?;
@@ -625,9 +732,6 @@ fn record(
         &std::fs::read(&out_path).map_err(|e| anyhow::anyhow!("{}: {e}", out_path.display()))?,
     )
     .map_err(|e| anyhow::anyhow!("the harness's output: {e}"))?;
-    // Signed with the receipt key of the config's data dir, like the gate's receipts.
-    let signer = crate::receipt::load_or_create(&config.data_dir)
-        .map_err(|e| anyhow::anyhow!("the receipt key: {e}"))?;
     // Each pair's treatment key: the digests are computed under it, as the gate computed them.
     let keys: BTreeMap<&str, &str> = planned
         .iter()
@@ -660,7 +764,7 @@ fn record(
             args,
             harness_blake3,
         );
-        written.push(write_evidence(&args.dir, &ev, &signer)?);
+        written.push(ev);
     }
     Ok(written)
 }
@@ -760,6 +864,39 @@ fn evidence(
     }
 }
 
+/// Every task of the suites with its repetitions (`--reps`, else the suite's).
+fn tasks_for<'l>(
+    args: &RunArgs,
+    decls: &[&'l SuiteDecl],
+    loaded: &'l super::Loaded,
+) -> Vec<(&'l String, &'l TaskDecl, u32)> {
+    decls
+        .iter()
+        .flat_map(|d| {
+            let reps = args.reps.unwrap_or(d.repetitions).max(1);
+            loaded
+                .tasks_of(&d.id)
+                .map(move |(id, (t, _))| (id, t, reps))
+        })
+        .collect()
+}
+
+/// Write an ablation arm's recording: `ablation/<suite>/<UTC>-<blake3>.json`, signed beside.
+fn write_ablation(
+    dir: &Path,
+    file: &AblationFile,
+    signer: &crate::receipt::ReceiptSigner,
+) -> anyhow::Result<PathBuf> {
+    let mut text = serde_json::to_string_pretty(file).map_err(anyhow::Error::from)?;
+    text.push('\n');
+    write_signed(
+        &dir.join("ablation").join(&file.evidence.suite),
+        file.evidence.recorded_at_unix_ms,
+        &text,
+        signer,
+    )
+}
+
 /// Write a new evidence file (never overwriting one): `evidence/<suite>/<UTC>-<blake3>.json`.
 /// The file, and beside it `<file>.sig`: the receipt key's signature over its exact bytes
 /// (`tokensaver verify <file>.sig --document <file>`).
@@ -770,13 +907,28 @@ fn write_evidence(
 ) -> anyhow::Result<PathBuf> {
     let mut text = serde_json::to_string_pretty(ev).map_err(anyhow::Error::from)?;
     text.push('\n');
-    let stamp: String = super::format_utc(ev.recorded_at_unix_ms)
+    write_signed(
+        &dir.join("evidence").join(&ev.suite),
+        ev.recorded_at_unix_ms,
+        &text,
+        signer,
+    )
+}
+
+/// `<folder>/<UTC>-<blake3>.json` with `text`, never overwriting a file, and beside it
+/// `<file>.sig`: the receipt key's signature over its exact bytes.
+fn write_signed(
+    folder: &Path,
+    recorded_at_unix_ms: u64,
+    text: &str,
+    signer: &crate::receipt::ReceiptSigner,
+) -> anyhow::Result<PathBuf> {
+    let stamp: String = super::format_utc(recorded_at_unix_ms)
         .chars()
         .filter(|c| c.is_ascii_alphanumeric())
         .collect();
     let hash = blake3::hash(text.as_bytes()).to_hex();
-    let folder = dir.join("evidence").join(&ev.suite);
-    std::fs::create_dir_all(&folder).map_err(|e| anyhow::anyhow!("{}: {e}", folder.display()))?;
+    std::fs::create_dir_all(folder).map_err(|e| anyhow::anyhow!("{}: {e}", folder.display()))?;
     let path = folder.join(format!("{stamp}-{}.json", &hash[..8]));
     let mut f = std::fs::OpenOptions::new()
         .write(true)

@@ -17,9 +17,8 @@ use crate::receipt::{DecisionId, Envelope, ReceiptSigner};
 use crate::store::HoldOpening;
 use tokensaver_core::gate::cache::{LifetimePolicy, PointMemory, SessionCache};
 use tokensaver_core::gate::{
-    Mechanism,
-    decide_paced, decide_with, Approvals, BudgetState, CacheTerms, Decision, KeyState, Outcome,
-    Policy, Usage, WindowCounts,
+    decide_paced, decide_with, Approvals, BudgetState, CacheTerms, Decision, KeyState, Mechanism,
+    Outcome, Policy, Usage, WindowCounts,
 };
 use tokensaver_core::request::Hash;
 

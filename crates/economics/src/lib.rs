@@ -25,6 +25,7 @@
 //! <dir>/evidence/<suite>/*.json   one file per recorded run of the suite (history)
 //! ```
 
+pub mod ablation;
 pub mod context;
 mod measure;
 pub mod model;
@@ -60,6 +61,11 @@ pub struct Loaded {
     pub tasks: BTreeMap<String, (TaskDecl, String)>,
     /// Evidence files, with their path relative to `evidence/`.
     pub evidence: Vec<(String, EvidenceFile)>,
+    /// `ablations.json`, its BLAKE3, and the ablation arms' recordings (`ablation/`), with
+    /// their path relative to `ablation/`.
+    pub ablation: Option<ablation::AblationDecl>,
+    pub ablation_blake3: Option<String>,
+    pub ablations: Vec<(String, ablation::AblationFile)>,
     /// BLAKE3 of the harness beside the directory (`None`: not found here).
     pub harness_blake3: Option<String>,
     pub diagnostics: Vec<String>,

@@ -548,6 +548,12 @@ pub struct EconomicsSummary {
     /// per task and client.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stuck: Vec<EconomicsStuckRow>,
+    /// Each mechanism's saving, from the ablation arms recorded against a suite's latest
+    /// evidence (`ablation/`), and per suite the sentence that reads them beside the gate's.
+    #[serde(default)]
+    pub mechanisms: Vec<crate::ablation::EconomicsMechanism>,
+    #[serde(default)]
+    pub mechanism_notes: Vec<String>,
     /// The narrowing applied to pairs and metrics (never to the verdict).
     #[serde(default)]
     pub query: EconomicsQuery,

@@ -48,6 +48,7 @@ pub fn render_text(s: &EconomicsSummary) -> String {
     metrics(&mut o, s);
     context(&mut o, s);
     stuck(&mut o, s);
+    mechanisms(&mut o, s);
     hypotheses(&mut o, s);
     segments(&mut o, s);
     pairs(&mut o, s);
@@ -304,6 +305,42 @@ fn stuck(o: &mut String, s: &EconomicsSummary) {
                 })
                 .unwrap_or_else(|| "—".into())
         );
+    }
+}
+
+fn mechanisms(o: &mut String, s: &EconomicsSummary) {
+    if s.mechanisms.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\nmechanisms (ablation arms: the gate without one, on the pairs where it acted; saving as a share of the control arm's spend):"
+    );
+    let share = |v: Option<f64>, i: &Option<EconomicsInterval>| match (v, i) {
+        (Some(v), Some(i)) => format!("{} [{}, {}]", pct(v), pct(i.low), pct(i.high)),
+        (Some(v), None) => pct(v),
+        _ => "—".into(),
+    };
+    for m in &s.mechanisms {
+        let _ = writeln!(
+            o,
+            "  {} {}: cost {}, tokens {} — acted on {} of {} pairs, {} measured (ablation/{}; the gate's whole saving over them: cost {})",
+            m.suite,
+            m.mechanism.as_str(),
+            share(m.cost_saving, &m.cost_interval),
+            share(m.token_saving, &m.token_interval),
+            m.acted,
+            m.pairs,
+            m.measured,
+            m.ablation_file,
+            m.gate_cost_saving.map(pct).unwrap_or_else(|| "—".into())
+        );
+        for w in &m.warnings {
+            let _ = writeln!(o, "    warning: {w}");
+        }
+    }
+    for n in &s.mechanism_notes {
+        let _ = writeln!(o, "  {n}");
     }
 }
 

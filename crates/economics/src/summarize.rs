@@ -139,6 +139,8 @@ fn empty(query: &EconomicsQuery, diagnostics: Vec<String>) -> EconomicsSummary {
         hypotheses: vec![],
         context: None,
         stuck: vec![],
+        mechanisms: vec![],
+        mechanism_notes: vec![],
         query: query.clone(),
         diagnostics,
     }
@@ -236,6 +238,7 @@ pub fn summarize(
             }
             let narrowed: Vec<&EconomicsPair> =
                 all_pairs.iter().filter(|p| matches(query, p)).collect();
+            mechanisms(&mut s, decl, loaded, latest, &all, true, &boot);
             let rows = super::stuck::rows(&narrowed);
             s.metrics
                 .extend(super::stuck::metrics(&decl.id, &rows, simulated));
@@ -254,6 +257,7 @@ pub fn summarize(
             s.suites.push(view);
             continue;
         }
+        mechanisms(&mut s, decl, loaded, latest, &all, false, &boot);
         let narrowed: Vec<&EconomicsPair> =
             all_pairs.iter().filter(|p| matches(query, p)).collect();
         let publishable = primary_verdict.as_ref().is_some_and(|v| v.publishable)
@@ -278,6 +282,66 @@ pub fn summarize(
         unmet: vec![],
     });
     s
+}
+
+/// Each ablation arm's latest recording against the suite's latest evidence, read as what
+/// its mechanism saved ([`crate::ablation`]). A recording against an earlier evidence file is
+/// not read (its full-gate pairs are not the ones judged now): a diagnostic says so.
+fn mechanisms(
+    s: &mut EconomicsSummary,
+    decl: &SuiteDecl,
+    loaded: &Loaded,
+    latest: Option<&(String, EvidenceFile)>,
+    all: &[&EconomicsPair],
+    stuck: bool,
+    boot: &Boot,
+) {
+    let Some((name, _)) = latest else {
+        return;
+    };
+    let full: Vec<EconomicsPair> = all.iter().map(|p| (*p).clone()).collect();
+    let boot = BootstrapDecl {
+        seed: boot.seed,
+        resamples: boot.resamples,
+        level_bp: boot.level_bp,
+    };
+    let mut rows = Vec::new();
+    let mut by_arm: BTreeMap<&str, &(String, crate::ablation::AblationFile)> = BTreeMap::new();
+    for f in loaded
+        .ablations
+        .iter()
+        .filter(|(_, f)| f.evidence.suite == decl.id)
+    {
+        if &f.1.against != name {
+            s.diagnostics.push(format!(
+                "ablation/{} was recorded against evidence/{}, the suite's latest is evidence/{name}: not read",
+                f.0, f.1.against
+            ));
+            continue;
+        }
+        let newer = by_arm.get(f.1.arm.as_str()).is_none_or(|g| {
+            (g.1.evidence.recorded_at_unix_ms, &g.0) < (f.1.evidence.recorded_at_unix_ms, &f.0)
+        });
+        if newer {
+            by_arm.insert(&f.1.arm, f);
+        }
+    }
+    for (file_name, file) in by_arm.into_values() {
+        let ablated = pairs_of(&decl.id, loaded, Some(&file.evidence), decl.repetitions);
+        rows.push(crate::ablation::mechanism(
+            &decl.id,
+            stuck,
+            (file_name, file),
+            &full,
+            &ablated,
+            &boot,
+        ));
+    }
+    let refs: Vec<&crate::ablation::EconomicsMechanism> = rows.iter().collect();
+    if let Some(note) = crate::ablation::overlap(&refs) {
+        s.mechanism_notes.push(format!("{}: {note}", decl.id));
+    }
+    s.mechanisms.extend(rows);
 }
 
 fn suite_view(

@@ -581,7 +581,8 @@ fn decide_inner(
         }
     }
     // 5. DOWNGRADE when earned; 6. ALLOW.
-    let downgrade = earned_downgrade(policy, shape, score).filter(|_| !without.has(Mechanism::Downgrade));
+    let downgrade =
+        earned_downgrade(policy, shape, score).filter(|_| !without.has(Mechanism::Downgrade));
     if let Some(cheaper) = downgrade {
         decision.verdict = Verdict::Downgrade;
         decision.model_served = Some(cheaper.to_string());
@@ -1014,8 +1015,10 @@ mod tests {
         fn a_key_without_the_stop_is_neither_paced_nor_stopped_on_repeats() {
             use crate::gate::{Mechanism, Mechanisms};
             let mut p = policy(StepLimits::default());
-            p.key_without
-                .insert("k".into(), [Mechanism::Stop].into_iter().collect::<Mechanisms>());
+            p.key_without.insert(
+                "k".into(),
+                [Mechanism::Stop].into_iter().collect::<Mechanisms>(),
+            );
             let w = windows(&p, &[1_000, 5_000, 9_000]);
             // The 4th unattended step would wait until 121 s; without the stop it goes now.
             let d = decided(outcome(&p, &w, &shape(50), false, 0, 10_000));

@@ -78,7 +78,8 @@ impl Mechanisms {
 
 impl FromIterator<Mechanism> for Mechanisms {
     fn from_iter<I: IntoIterator<Item = Mechanism>>(iter: I) -> Self {
-        iter.into_iter().fold(Mechanisms::default(), Mechanisms::with)
+        iter.into_iter()
+            .fold(Mechanisms::default(), Mechanisms::with)
     }
 }
 
