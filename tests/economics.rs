@@ -1442,6 +1442,93 @@ fn another_build_that_decides_alike_keeps_the_evidence_current() {
     assert_eq!(calls, recorded);
 }
 
+/// Every saving attributed (issue "evidence"): each committed ablation arm is paired with its
+/// suite's latest evidence; it recorded again exactly the pairs where a replay finds its
+/// mechanism acting (this build's replay, here); and the summary's saving for it is the one
+/// recomputed here from the raw runs — what the ablated treatment bought over what the full
+/// gate's bought, on the pairs it acted on (every other pair: 0), over what the control arms
+/// bought on every pair that counts.
+#[test]
+fn every_committed_ablation_is_recomputed_from_its_raw_runs() {
+    let loaded = economics::load(dir());
+    let recording = Config::load(&dir().join("recording.toml")).unwrap();
+    let m = loaded.methodology.as_ref().unwrap();
+    let declared = loaded.ablation.as_ref().expect("ablations.json");
+    assert!(!loaded.ablations.is_empty(), "no ablation arm committed");
+    let s = summary_at_now(dir(), &economics::this_build(Some(&recording)));
+    for (name, a) in &loaded.ablations {
+        assert!(declared
+            .arms
+            .iter()
+            .any(|arm| arm.id == a.arm && arm.without == a.without));
+        let main = committed(&loaded, &a.evidence.suite);
+        assert_eq!(
+            a.against_recorded_at_unix_ms, main.recorded_at_unix_ms,
+            "{name}"
+        );
+        let acted =
+            tokensaver::economics::replay::acted_on(&recording, &main, &m.treatment_key, a.without)
+                .unwrap();
+        assert_eq!(
+            acted, a.acted,
+            "{name}: the pairs a replay finds it acting on"
+        );
+        let ablated = by_pair(&a.evidence);
+        assert!(
+            ablated.keys().all(|id| a.acted.contains_key(*id)),
+            "{name}: only pairs it acted on are recorded again"
+        );
+        assert!(a
+            .evidence
+            .runs
+            .iter()
+            .filter(|r| r.arm == "treatment")
+            .all(|r| r.variant == a.arm));
+        let stuck = a.evidence.suite == "stuck-agents";
+        let counts = |runs: &[Option<&RunRecord>; 2]| match runs {
+            [Some(c), Some(t)] => stuck || (c.check.passed && t.check.passed),
+            _ => false,
+        };
+        let (mut control, mut saved, mut unmeasured) = (0u64, 0i64, 0usize);
+        for (id, runs) in by_pair(&main) {
+            if !counts(&runs) {
+                continue;
+            }
+            let [Some(c), Some(t)] = runs else {
+                unreachable!()
+            };
+            let delta = if a.acted.contains_key(id) {
+                match ablated.get(id).filter(|r| counts(r)) {
+                    Some([_, Some(at)]) => bought_cost(at) as i64 - bought_cost(t) as i64,
+                    _ => {
+                        unmeasured += 1;
+                        continue;
+                    }
+                }
+            } else {
+                0
+            };
+            control += bought_cost(c);
+            saved += delta;
+        }
+        let row = s
+            .mechanisms
+            .iter()
+            .find(|r| &r.ablation_file == name)
+            .unwrap_or_else(|| panic!("{name} is not in the summary"));
+        assert_eq!(row.mechanism, a.without);
+        assert_eq!(row.acted - row.measured, unmeasured, "{name}");
+        let recomputed = saved as f64 / control as f64;
+        assert!(
+            (row.cost_saving.unwrap() - recomputed).abs() < 1e-9,
+            "{name}: summary {:?}, recomputed {recomputed}",
+            row.cost_saving
+        );
+        let i = row.cost_interval.as_ref().unwrap();
+        assert!(i.low <= recomputed + 1e-12 && recomputed <= i.high + 1e-12);
+    }
+}
+
 /// The committed evidence verifies against the public key committed beside it
 /// (`evidence/receipt-keys.txt`, in the format of a data dir's `receipt-earlier-keys.txt`):
 /// anyone can check it without the key that signed it, and one changed byte is refused.
@@ -1457,11 +1544,18 @@ fn the_committed_evidence_verifies_against_the_committed_public_key() {
     .unwrap();
     let signer = tokensaver::receipt::load(tmp.path()).unwrap();
     let mut checked = 0;
-    let mut paths: Vec<PathBuf> = ["agent-sessions", "healthy-work", "stuck-agents"]
-        .iter()
-        .flat_map(|suite| std::fs::read_dir(dir().join("evidence").join(suite)).unwrap())
-        .map(|entry| entry.unwrap().path())
-        .collect();
+    // The suites' evidence, and the ablation arms recorded against it.
+    let mut paths: Vec<PathBuf> = [
+        "evidence/agent-sessions",
+        "evidence/healthy-work",
+        "evidence/stuck-agents",
+        "ablation/healthy-work",
+        "ablation/stuck-agents",
+    ]
+    .iter()
+    .flat_map(|d| std::fs::read_dir(dir().join(d)).unwrap())
+    .map(|entry| entry.unwrap().path())
+    .collect();
     paths.sort();
     for path in paths {
         if path.extension().and_then(|e| e.to_str()) != Some("sig") {
@@ -1488,7 +1582,7 @@ fn the_committed_evidence_verifies_against_the_committed_public_key() {
         );
         checked += 1;
     }
-    assert!(checked >= 5, "signed evidence: {checked} files");
+    assert!(checked >= 10, "signed evidence: {checked} files");
 }
 
 #[test]

@@ -128,7 +128,9 @@ fn plan_ablation<'l>(
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
         .collect();
-    narrowed.reps = Some(ev.repetitions);
+    // `--reps N`: the first N repetitions of each pair it acted on (the rest are left out of
+    // its figure, and the summary says so); default: every one.
+    narrowed.reps = Some(args.reps.unwrap_or(ev.repetitions).min(ev.repetitions));
     Ok((
         Ablating {
             arm,

@@ -152,7 +152,7 @@ pub fn mechanism(
     let id = |p: &EconomicsPair| crate::pair_id(&p.task, &p.client, p.repetition);
     let ablated: BTreeMap<String, &EconomicsPair> = ablated.iter().map(|p| (id(p), p)).collect();
     let (mut cost, mut tokens) = (Vec::new(), Vec::new());
-    let (mut pairs, mut acted, mut measured) = (0, 0, 0);
+    let (mut pairs, mut acted, mut measured, mut not_recorded) = (0, 0, 0, 0);
     for p in full.iter().filter(|p| counts(p, stuck)) {
         let (Some(c), Some(t)) = (&p.control_usage, &p.treatment_usage) else {
             continue;
@@ -161,7 +161,9 @@ pub fn mechanism(
         let cost_of = |u: &crate::model::EconomicsUsage| u.cost_nano_usd.map(|n| n as f64);
         let without = if file.acted.contains_key(&id(p)) {
             acted += 1;
-            match ablated.get(&id(p)).filter(|a| counts(a, stuck)) {
+            let recorded = ablated.get(&id(p)).filter(|a| a.treatment.is_some());
+            not_recorded += usize::from(recorded.is_none());
+            match recorded.filter(|a| counts(a, stuck)) {
                 Some(a) => match &a.treatment_usage {
                     Some(u) => {
                         measured += 1;
@@ -189,10 +191,15 @@ pub fn mechanism(
         }
     }
     let mut warnings = Vec::new();
-    if measured < acted {
+    if not_recorded > 0 {
         warnings.push(format!(
-            "{} of the {acted} pairs it acted on could not be measured without it (a run missing or not counting): left out",
-            acted - measured
+            "{not_recorded} of the {acted} pairs it acted on were not recorded without it (fewer repetitions): left out"
+        ));
+    }
+    if measured + not_recorded < acted {
+        warnings.push(format!(
+            "{} of the {acted} pairs it acted on did not count without it (a run failed or bought nothing priced): left out",
+            acted - measured - not_recorded
         ));
     }
     EconomicsMechanism {
@@ -213,11 +220,29 @@ pub fn mechanism(
     }
 }
 
-/// The sentence that reads the mechanisms' savings beside the gate's (cost).
-pub fn overlap(rows: &[&EconomicsMechanism]) -> Option<String> {
-    let gate = rows.first()?.gate_cost_saving?;
+/// The gate's whole saving over every pair of the suite that counts (cost): what the
+/// mechanisms' savings are read beside.
+pub fn gate_cost_saving(full: &[EconomicsPair], stuck: bool) -> Option<f64> {
+    let cells: Vec<Cell> = full
+        .iter()
+        .filter(|p| counts(p, stuck))
+        .filter_map(|p| {
+            let c = p.control_usage.as_ref()?.cost_nano_usd? as f64;
+            let t = p.treatment_usage.as_ref()?.cost_nano_usd? as f64;
+            Some((p.task.clone(), c, t, t))
+        })
+        .collect();
+    gate_share(&cells)
+}
+
+/// The sentence that reads the mechanisms' savings beside the gate's whole saving `gate`
+/// (cost). A mechanism measured on part of the pairs it acted on counts with its share over
+/// those.
+pub fn overlap(rows: &[&EconomicsMechanism], gate: Option<f64>) -> Option<String> {
+    rows.first()?;
+    let gate = gate?;
     let sum: f64 = rows.iter().filter_map(|r| r.cost_saving).sum();
-    let pct = |x: f64| format!("{:.1} %", 100.0 * x);
+    let pct = |x: f64| format!("{:.1}%", 100.0 * x);
     Some(if (sum - gate).abs() < 0.005 {
         format!(
             "the mechanisms' savings add up to the gate's ({} against {})",
@@ -261,8 +286,8 @@ mod tests {
             repetition: rep,
             seed: 1,
             model: "m".into(),
-            control: None,
-            treatment: None,
+            control: Some(format!("{task}--codex--r{rep}--direct")),
+            treatment: Some(format!("{task}--codex--r{rep}--gate")),
             status: EconomicsPairStatus::Valid,
             reasons: vec![],
             control_usage: Some(usage(control)),
@@ -334,9 +359,9 @@ mod tests {
         assert!(i.low <= m.cost_saving.unwrap() && m.cost_saving.unwrap() <= i.high);
         assert!(i.low >= 0.0, "no resample of these pairs loses money");
         assert!(m.warnings.is_empty());
-        let text = overlap(&[&m]).unwrap();
+        let text = overlap(&[&m], m.gate_cost_saving).unwrap();
         assert!(
-            text.contains("13.0 %") && text.contains("18.0 %") && text.contains("5.0 %"),
+            text.contains("13.0%") && text.contains("18.0%") && text.contains("5.0%"),
             "{text}"
         );
 

@@ -23,6 +23,8 @@
 //! <dir>/methodology-versions.json the BLAKE3 of every methodology version (a test pins it)
 //! <dir>/tasks/<id>/               a fixture task: task.json, its check, its workspace
 //! <dir>/evidence/<suite>/*.json   one file per recorded run of the suite (history)
+//! <dir>/ablations.json            the ablation arms (one mechanism off each), versioned apart
+//! <dir>/ablation/<suite>/*.json   an arm recorded against a suite's evidence file
 //! ```
 
 pub mod ablation;

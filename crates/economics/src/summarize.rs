@@ -338,7 +338,8 @@ fn mechanisms(
         ));
     }
     let refs: Vec<&crate::ablation::EconomicsMechanism> = rows.iter().collect();
-    if let Some(note) = crate::ablation::overlap(&refs) {
+    let gate = crate::ablation::gate_cost_saving(&full, stuck);
+    if let Some(note) = crate::ablation::overlap(&refs, gate) {
         s.mechanism_notes.push(format!("{}: {note}", decl.id));
     }
     s.mechanisms.extend(rows);

@@ -468,7 +468,9 @@ fn decide_inner(
     let budget = state.budget.as_ref();
     let worst = rules::worst_case(shape, prices);
     let saturation = policy.saturation_for(input.key_id);
-    let signals = score::signals(
+    let without = policy.without_for(input.key_id);
+    let stops = !without.has(Mechanism::Stop);
+    let mut signals = score::signals(
         saturation,
         shape,
         &state.counts,
@@ -476,13 +478,18 @@ fn decide_inner(
         &worst,
         input.human,
     );
+    if !stops {
+        // Without the stop the score weighs no waste: a repeated or bursting agent is neither
+        // paced, nor stopped, nor held by the score's loop, burst and grind.
+        signals.loop_ = 0.0;
+        signals.burst = 0.0;
+        signals.grind = 0.0;
+    }
     let score = score::score(cfg, &signals);
-    let without = policy.without_for(input.key_id);
     let servable = input.held
         && input.held_usage.is_some()
         && shape.reproducible()
         && !without.has(Mechanism::Serve);
-    let stops = !without.has(Mechanism::Stop);
     let findings = findings(cfg, shape, &state.counts, servable, budget);
 
     let mut decision = Decision {
@@ -1039,9 +1046,21 @@ mod tests {
                 },
                 budget: None,
             };
-            assert_eq!(decide(&p, &input, &storm, 10_000).verdict, Verdict::Allow);
+            let without = decide(&p, &input, &storm, 10_000);
+            assert_eq!(without.verdict, Verdict::Allow);
+            // Nor does the score weigh the repeats.
+            assert_eq!(
+                (
+                    without.signals.loop_,
+                    without.signals.burst,
+                    without.signals.grind
+                ),
+                (0.0, 0.0, 0.0)
+            );
             p.key_without.clear();
-            assert_eq!(decide(&p, &input, &storm, 10_000).verdict, Verdict::Block);
+            let with = decide(&p, &input, &storm, 10_000);
+            assert_eq!(with.verdict, Verdict::Block);
+            assert!(with.signals.loop_ > 0.0);
         }
 
         #[test]

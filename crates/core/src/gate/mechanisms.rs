@@ -13,8 +13,10 @@ pub enum Mechanism {
     /// DOWNGRADE: an earned request sent to the configured cheaper model.
     Downgrade,
     /// Pacing and the stop: the rules on literal repeats and repeated steps (SPEC §2.3) —
-    /// a repeated step held until its window admits it, a runaway stopped. The score bands and
-    /// the budget rules are not part of it: they guard risk and a ceiling, not waste.
+    /// a repeated step held until its window admits it, a runaway stopped — and the score's
+    /// waste signals (loop, burst, grind), which hold an agent that repeats too fast. The
+    /// score's spend signals and the budget rules are not part of it: they guard risk and a
+    /// ceiling, not waste.
     Stop,
     /// Prompt-cache breakpoints placed on a caller's unmarked request (Anthropic).
     Breakpoints,
