@@ -21,7 +21,8 @@ use serde::{Deserialize, Serialize};
 use tokensaver_core::gate::Mechanism;
 
 use crate::model::{
-    BootstrapDecl, EconomicsInterval, EconomicsPair, EconomicsPairStatus, EvidenceFile,
+    BootstrapDecl, EconomicsInterval, EconomicsMechanism, EconomicsPair, EconomicsPairStatus,
+    EvidenceFile,
 };
 use crate::stats::cluster_bootstrap;
 
@@ -68,35 +69,6 @@ pub struct AblationFile {
 
 /// The ablation layout this build writes and reads.
 pub const ABLATION_FORMAT: u32 = 1;
-
-/// What one mechanism saved over one suite's evidence.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct EconomicsMechanism {
-    pub suite: String,
-    pub mechanism: Mechanism,
-    pub arm: String,
-    /// The ablation file, relative to `ablation/`.
-    pub ablation_file: String,
-    /// Pairs of the suite's evidence that count (valid; for stuck agents, both arms recorded).
-    pub pairs: usize,
-    /// Of them, where the mechanism acted (recorded again without it).
-    pub acted: usize,
-    /// Of those, measured: the ablated pair counts as its full-gate pair does.
-    pub measured: usize,
-    /// The mechanism's saving, as a share of the control arm's cost (tokens) over the pairs
-    /// that count: `Σ (ablated − full treatment) / Σ control`. Pairs where it acted and that
-    /// could not be measured are left out of both sums.
-    pub cost_saving: Option<f64>,
-    pub cost_interval: Option<EconomicsInterval>,
-    pub token_saving: Option<f64>,
-    pub token_interval: Option<EconomicsInterval>,
-    /// The gate's whole saving over the same pairs (`Σ (control − full treatment) / Σ
-    /// control`), beside which the mechanisms' are read.
-    pub gate_cost_saving: Option<f64>,
-    pub gate_token_saving: Option<f64>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<String>,
-}
 
 /// One pair's figures: `(task, control, full treatment, ablated treatment)` in one unit.
 type Cell = (String, f64, f64, f64);

@@ -363,6 +363,35 @@ pub struct EconomicsStuckArm {
     pub seconds: f64,
 }
 
+/// What one mechanism saved over one suite's evidence.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EconomicsMechanism {
+    pub suite: String,
+    pub mechanism: tokensaver_core::gate::Mechanism,
+    pub arm: String,
+    /// The ablation file, relative to `ablation/`.
+    pub ablation_file: String,
+    /// Pairs of the suite's evidence that count (valid; for stuck agents, both arms recorded).
+    pub pairs: usize,
+    /// Of them, where the mechanism acted (recorded again without it).
+    pub acted: usize,
+    /// Of those, measured: the ablated pair counts as its full-gate pair does.
+    pub measured: usize,
+    /// The mechanism's saving, as a share of the control arm's cost (tokens) over the pairs
+    /// that count: `Σ (ablated − full treatment) / Σ control`. Pairs where it acted and that
+    /// could not be measured are left out of both sums.
+    pub cost_saving: Option<f64>,
+    pub cost_interval: Option<EconomicsInterval>,
+    pub token_saving: Option<f64>,
+    pub token_interval: Option<EconomicsInterval>,
+    /// The gate's whole saving over the same pairs (`Σ (control − full treatment) / Σ
+    /// control`), beside which the mechanisms' are read.
+    pub gate_cost_saving: Option<f64>,
+    pub gate_token_saving: Option<f64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
 /// What a stuck session bought through the gate against straight to the provider.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EconomicsStuckRow {
@@ -551,7 +580,7 @@ pub struct EconomicsSummary {
     /// Each mechanism's saving, from the ablation arms recorded against a suite's latest
     /// evidence (`ablation/`), and per suite the sentence that reads them beside the gate's.
     #[serde(default)]
-    pub mechanisms: Vec<crate::ablation::EconomicsMechanism>,
+    pub mechanisms: Vec<EconomicsMechanism>,
     #[serde(default)]
     pub mechanism_notes: Vec<String>,
     /// The narrowing applied to pairs and metrics (never to the verdict).

@@ -337,7 +337,7 @@ fn mechanisms(
             &boot,
         ));
     }
-    let refs: Vec<&crate::ablation::EconomicsMechanism> = rows.iter().collect();
+    let refs: Vec<&EconomicsMechanism> = rows.iter().collect();
     let gate = crate::ablation::gate_cost_saving(&full, stuck);
     if let Some(note) = crate::ablation::overlap(&refs, gate) {
         s.mechanism_notes.push(format!("{}: {note}", decl.id));
