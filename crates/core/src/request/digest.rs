@@ -170,6 +170,34 @@ mod tests {
         );
     }
 
+    /// The fuzz smoke's find: a temperature whose shortest decimal form serde_json's fast
+    /// float reader read back one ulp off, so the digest a local instance wrote was not the
+    /// request the central gate decided (`float_roundtrip`).
+    #[test]
+    fn a_digest_keeps_every_float_exactly() {
+        let body = br#"{"model":"m","temperature":6.666666666666667e40,"top_p":0.1,"messages":[{"role":"user","content":"hi"}]}"#;
+        let shape = parse(Route::AnthropicMessages, body, &[3; 32])
+            .unwrap()
+            .shape;
+        let digest = Digest::new(shape);
+        let back = Digest::parse(&serde_json::to_vec(&digest).unwrap()).unwrap();
+        assert_eq!(back, digest);
+        for x in [
+            6.666666666666667e40_f64,
+            0.1,
+            1e-300,
+            2.2250738585072014e-308,
+            9.999999999999999e22,
+        ] {
+            let text = serde_json::to_string(&x).unwrap();
+            assert_eq!(
+                serde_json::from_str::<f64>(&text).unwrap().to_bits(),
+                x.to_bits(),
+                "{text}"
+            );
+        }
+    }
+
     #[test]
     fn a_digest_round_trips_and_each_refusal_says_why() {
         let body = br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
