@@ -1466,9 +1466,14 @@ fn every_committed_ablation_is_recomputed_from_its_raw_runs() {
             a.against_recorded_at_unix_ms, main.recorded_at_unix_ms,
             "{name}"
         );
-        let acted =
-            tokensaver::economics::replay::acted_on(&recording, &main, &m.treatment_key, a.without)
-                .unwrap();
+        let acted = tokensaver::economics::replay::acted_on(
+            &recording,
+            &main,
+            &m.treatment_key,
+            &[a.without],
+        )
+        .unwrap()
+        .remove(0);
         assert_eq!(
             acted, a.acted,
             "{name}: the pairs a replay finds it acting on"

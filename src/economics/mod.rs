@@ -12,9 +12,7 @@ use std::path::{Path, PathBuf};
 pub use tokensaver_economics::*;
 
 use crate::config::Config;
-use model::{
-    EconomicsQuery, EconomicsSummary, EvidenceFile, Methodology, TaskDecl, TreatmentKeyDecl,
-};
+use model::{EconomicsQuery, EconomicsSummary, EvidenceFile, TaskDecl, TreatmentKeyDecl};
 
 fn json_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(rd) = std::fs::read_dir(dir) else {
@@ -37,18 +35,61 @@ fn read_json<T: serde::de::DeserializeOwned>(p: &Path) -> anyhow::Result<(T, Vec
     Ok((v, bytes))
 }
 
+/// A declaration file (`methodology.json`, `ablations.json`) and the BLAKE3 of its bytes;
+/// `None` when it is absent or unreadable (then a diagnostic says why).
+fn read_declaration<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    diagnostics: &mut Vec<String>,
+) -> Option<(T, String)> {
+    if !path.exists() {
+        return None;
+    }
+    match read_json::<T>(path) {
+        Ok((v, bytes)) => Some((v, blake3::hash(&bytes).to_hex().to_string())),
+        Err(e) => {
+            diagnostics.push(e.to_string());
+            None
+        }
+    }
+}
+
+/// Every JSON file under `dir/folder`, in path order, with its path relative to it: those in
+/// this build's `format`; the others, and the unreadable, become diagnostics.
+fn read_all<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    folder: &str,
+    format_of: impl Fn(&T) -> u32,
+    format: u32,
+    diagnostics: &mut Vec<String>,
+) -> Vec<(String, T)> {
+    let root = dir.join(folder);
+    let mut files = Vec::new();
+    json_files(&root, &mut files);
+    files.sort();
+    let mut out = Vec::new();
+    for p in files {
+        let rel = p
+            .strip_prefix(&root)
+            .map(|r| r.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match read_json::<T>(&p) {
+            Ok((v, _)) if format_of(&v) == format => out.push((rel, v)),
+            Ok((v, _)) => diagnostics.push(format!(
+                "{folder}/{rel}: format {} is not this build's {format}; not read",
+                format_of(&v)
+            )),
+            Err(e) => diagnostics.push(e.to_string()),
+        }
+    }
+    out
+}
+
 /// Read the methodology, tasks and evidence under `dir`. Problems become diagnostics.
 pub fn load(dir: &Path) -> Loaded {
     let mut out = Loaded::default();
-    let mpath = dir.join("methodology.json");
-    if mpath.exists() {
-        match read_json::<Methodology>(&mpath) {
-            Ok((m, bytes)) => {
-                out.methodology = Some(m);
-                out.methodology_blake3 = Some(blake3::hash(&bytes).to_hex().to_string());
-            }
-            Err(e) => out.diagnostics.push(e.to_string()),
-        }
+    if let Some((m, hash)) = read_declaration(&dir.join("methodology.json"), &mut out.diagnostics) {
+        out.methodology = Some(m);
+        out.methodology_blake3 = Some(hash);
     }
     if let Ok(rd) = std::fs::read_dir(dir.join("tasks")) {
         let mut dirs: Vec<PathBuf> = rd
@@ -74,53 +115,24 @@ pub fn load(dir: &Path) -> Loaded {
             }
         }
     }
-    let ev_dir = dir.join("evidence");
-    let mut files = Vec::new();
-    json_files(&ev_dir, &mut files);
-    files.sort();
-    for p in files {
-        let rel = p
-            .strip_prefix(&ev_dir)
-            .map(|r| r.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        match read_json::<EvidenceFile>(&p) {
-            Ok((e, _)) if e.format == EVIDENCE_FORMAT => out.evidence.push((rel, e)),
-            Ok((e, _)) => out.diagnostics.push(format!(
-                "evidence/{rel}: format {} is not this build's {EVIDENCE_FORMAT}; not read",
-                e.format
-            )),
-            Err(e) => out.diagnostics.push(e.to_string()),
-        }
+    out.evidence = read_all(
+        dir,
+        "evidence",
+        |e: &EvidenceFile| e.format,
+        EVIDENCE_FORMAT,
+        &mut out.diagnostics,
+    );
+    if let Some((a, hash)) = read_declaration(&dir.join("ablations.json"), &mut out.diagnostics) {
+        out.ablation = Some(a);
+        out.ablation_blake3 = Some(hash);
     }
-    let apath = dir.join("ablations.json");
-    if apath.exists() {
-        match read_json::<ablation::AblationDecl>(&apath) {
-            Ok((a, bytes)) => {
-                out.ablation = Some(a);
-                out.ablation_blake3 = Some(blake3::hash(&bytes).to_hex().to_string());
-            }
-            Err(e) => out.diagnostics.push(e.to_string()),
-        }
-    }
-    let ab_dir = dir.join("ablation");
-    let mut files = Vec::new();
-    json_files(&ab_dir, &mut files);
-    files.sort();
-    for p in files {
-        let rel = p
-            .strip_prefix(&ab_dir)
-            .map(|r| r.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        match read_json::<ablation::AblationFile>(&p) {
-            Ok((a, _)) if a.format == ablation::ABLATION_FORMAT => out.ablations.push((rel, a)),
-            Ok((a, _)) => out.diagnostics.push(format!(
-                "ablation/{rel}: format {} is not this build's {}; not read",
-                a.format,
-                ablation::ABLATION_FORMAT
-            )),
-            Err(e) => out.diagnostics.push(e.to_string()),
-        }
-    }
+    out.ablations = read_all(
+        dir,
+        "ablation",
+        |a: &ablation::AblationFile| a.format,
+        ablation::ABLATION_FORMAT,
+        &mut out.diagnostics,
+    );
     out.harness_blake3 = identity::repo_root(dir).and_then(|r| identity::harness_blake3(&r));
     out
 }
@@ -272,12 +284,14 @@ pub fn acted(config: &Config, dir: &Path, suite: Option<&str>) -> anyhow::Result
         let calls = config
             .decides_alike(ev, &m.treatment_key)
             .map_err(|why| anyhow::anyhow!("{name}: this build does not replay it alike: {why}"))?;
-        let mut mechanisms = std::collections::BTreeMap::new();
-        for mech in tokensaver_core::gate::Mechanism::ALL {
-            let by_pair = replay::acted_on(config, ev, &m.treatment_key, mech)
-                .map_err(|why| anyhow::anyhow!("{name}: {why}"))?;
-            mechanisms.insert(mech.as_str().to_string(), by_pair);
-        }
+        let all = tokensaver_core::gate::Mechanism::ALL;
+        let acted = replay::acted_on(config, ev, &m.treatment_key, &all)
+            .map_err(|why| anyhow::anyhow!("{name}: {why}"))?;
+        let mechanisms = all
+            .iter()
+            .map(|mech| mech.as_str().to_string())
+            .zip(acted)
+            .collect();
         out.push(Acted {
             suite: decl.id.clone(),
             evidence_file: name.clone(),
@@ -292,15 +306,6 @@ pub fn acted(config: &Config, dir: &Path, suite: Option<&str>) -> anyhow::Result
         );
     }
     Ok(out)
-}
-
-/// The latest evidence file of a suite (what its summary judges).
-pub fn latest_evidence<'l>(loaded: &'l Loaded, suite: &str) -> Option<&'l (String, EvidenceFile)> {
-    loaded
-        .evidence
-        .iter()
-        .filter(|(_, e)| e.suite == suite)
-        .max_by_key(|(name, e)| (e.recorded_at_unix_ms, name.clone()))
 }
 
 /// [`Acted`] as text: per suite and mechanism, the pairs it acted on.

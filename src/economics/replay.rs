@@ -93,26 +93,31 @@ fn replay(config: &Config, ev: &EvidenceFile, decl: &TreatmentKeyDecl) -> Result
     Ok(calls)
 }
 
-/// Where a mechanism acted in recorded evidence: the treatment calls that this build's gate
-/// decides or edits otherwise when the key goes without `mechanism` (both replays on the
-/// recording's clock), counted by pair. A pair absent from the answer is one on which the
-/// mechanism did nothing: without it, the gate forwards every call of that run as it did, so
-/// an ablation arm of that pair would be the same run again.
+/// Where each of `mechanisms` acted in recorded evidence: the treatment calls that this
+/// build's gate decides or edits otherwise when the key goes without it (each replay on the
+/// recording's clock, against one replay of the full gate), counted by pair, in the order
+/// asked. A pair absent from an answer is one on which the mechanism did nothing: without it,
+/// the gate forwards every call of that run as it did, so an ablation arm of that pair would
+/// be the same run again.
 pub fn acted_on(
     config: &Config,
     ev: &EvidenceFile,
     decl: &TreatmentKeyDecl,
-    mechanism: Mechanism,
-) -> Result<BTreeMap<String, usize>, String> {
+    mechanisms: &[Mechanism],
+) -> Result<Vec<BTreeMap<String, usize>>, String> {
     let full = replayed(config, ev, decl, Mechanisms::default())?;
-    let without = replayed(config, ev, decl, [mechanism].into_iter().collect())?;
-    let mut acted = BTreeMap::new();
-    for ((run, _, a), (_, _, b)) in full.iter().zip(&without) {
-        if a != b {
-            *acted.entry(run.pair.clone()).or_insert(0) += 1;
+    let mut out = Vec::with_capacity(mechanisms.len());
+    for &mechanism in mechanisms {
+        let without = replayed(config, ev, decl, [mechanism].into_iter().collect())?;
+        let mut acted = BTreeMap::new();
+        for ((run, _, a), (_, _, b)) in full.iter().zip(&without) {
+            if a != b {
+                *acted.entry(run.pair.clone()).or_insert(0) += 1;
+            }
         }
+        out.push(acted);
     }
-    Ok(acted)
+    Ok(out)
 }
 
 /// What the gate decided on one replayed call: the receipt's decision fields and the edits

@@ -117,8 +117,9 @@ fn plan_ablation<'l>(
             "evidence/{name} is not this build's gate's (record the suite again first): {why}"
         )
     })?;
-    let acted = super::replay::acted_on(config, ev, &m.treatment_key, mech)
-        .map_err(|why| anyhow::anyhow!("evidence/{name}: {why}"))?;
+    let acted = super::replay::acted_on(config, ev, &m.treatment_key, &[mech])
+        .map_err(|why| anyhow::anyhow!("evidence/{name}: {why}"))?
+        .remove(0);
     let mut narrowed = args.clone();
     narrowed.only = ev
         .runs
@@ -889,12 +890,10 @@ fn write_ablation(
     file: &AblationFile,
     signer: &crate::receipt::ReceiptSigner,
 ) -> anyhow::Result<PathBuf> {
-    let mut text = serde_json::to_string_pretty(file).map_err(anyhow::Error::from)?;
-    text.push('\n');
     write_signed(
         &dir.join("ablation").join(&file.evidence.suite),
         file.evidence.recorded_at_unix_ms,
-        &text,
+        file,
         signer,
     )
 }
@@ -907,24 +906,24 @@ fn write_evidence(
     ev: &EvidenceFile,
     signer: &crate::receipt::ReceiptSigner,
 ) -> anyhow::Result<PathBuf> {
-    let mut text = serde_json::to_string_pretty(ev).map_err(anyhow::Error::from)?;
-    text.push('\n');
     write_signed(
         &dir.join("evidence").join(&ev.suite),
         ev.recorded_at_unix_ms,
-        &text,
+        ev,
         signer,
     )
 }
 
-/// `<folder>/<UTC>-<blake3>.json` with `text`, never overwriting a file, and beside it
-/// `<file>.sig`: the receipt key's signature over its exact bytes.
+/// `<folder>/<UTC>-<blake3>.json` with `doc` as pretty JSON, never overwriting a file, and
+/// beside it `<file>.sig`: the receipt key's signature over its exact bytes.
 fn write_signed(
     folder: &Path,
     recorded_at_unix_ms: u64,
-    text: &str,
+    doc: &impl serde::Serialize,
     signer: &crate::receipt::ReceiptSigner,
 ) -> anyhow::Result<PathBuf> {
+    let mut text = serde_json::to_string_pretty(doc).map_err(anyhow::Error::from)?;
+    text.push('\n');
     let stamp: String = super::format_utc(recorded_at_unix_ms)
         .chars()
         .filter(|c| c.is_ascii_alphanumeric())

@@ -232,7 +232,7 @@ pub(super) fn decide_seen(
             Outcome::Pace { until_ms } => return Err(until_ms),
         },
     };
-    let without = policy.without_for(&req.key.id);
+    let without = req.key.without;
     if let Some(memory) = seen
         .cache_memory
         .filter(|_| !without.has(Mechanism::Breakpoints))

@@ -85,6 +85,16 @@ impl Loaded {
     }
 }
 
+/// The latest evidence file of a suite (what its summary judges), with its path relative to
+/// `evidence/`.
+pub fn latest_evidence<'l>(loaded: &'l Loaded, suite: &str) -> Option<&'l (String, EvidenceFile)> {
+    loaded
+        .evidence
+        .iter()
+        .filter(|(_, e)| e.suite == suite)
+        .max_by_key(|(name, e)| (e.recorded_at_unix_ms, name.clone()))
+}
+
 /// The gate config in force, as far as freshness needs it: the BLAKE3 of the policy it applies
 /// to the treatment key (the server implements it for its `Config`).
 pub trait GateConfigInForce {

@@ -187,11 +187,7 @@ pub fn summarize(
         } else {
             decl.id.clone()
         };
-        let latest = loaded
-            .evidence
-            .iter()
-            .filter(|(_, e)| e.suite == source)
-            .max_by_key(|(name, e)| (e.recorded_at_unix_ms, name.clone()));
+        let latest = super::latest_evidence(loaded, &source);
         let (freshness, reasons) = match latest {
             None => (
                 EconomicsFreshness::NoEvidence,
