@@ -3,7 +3,7 @@
 # (gateway on GATE_CPUS, mock and generator on LOAD_CPUS), one closed-loop connection per lane,
 # the generator's per-answer trace matched with `perf sched` of the gateway's CPU
 # (tail_profile.py). Needs perf and root (or perf_event_paranoid ≤ 1). Lanes: LANES (default
-# "passthrough allow"), SECS each (default 10). Builds as field.sh does unless SKIP_BUILD=1.
+# "passthrough allow"; stream_passthrough and stream_allow stream), SECS each (default 10). Builds as field.sh does unless SKIP_BUILD=1.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -36,7 +36,8 @@ for p in $P_MOCK $P_PT $P_TS; do
 done
 sleep 1
 for lane in $LANES; do
-  port=$P_TS; [ "$lane" = passthrough ] && port=$P_PT
+  port=$P_TS mode=allow; [ "${lane#stream_}" = passthrough ] && port=$P_PT
+  [ "$lane" = "${lane#stream_}" ] || mode=stream # stream_passthrough, stream_allow
   perf sched record -k CLOCK_MONOTONIC -C "$GATE_CPUS" -o "$WORK/$lane.data" 2>"$WORK/perf-$lane.log" &
   perf=$!
   cpu=
@@ -45,7 +46,7 @@ for lane in $LANES; do
     cpu=$!
   fi
   sleep 0.5
-  TRACE="$WORK/trace-$lane.txt" taskset -c "$LOAD_CPUS" "$GEN" allow \
+  TRACE="$WORK/trace-$lane.txt" taskset -c "$LOAD_CPUS" "$GEN" "$mode" \
     "http://127.0.0.1:$port/v1/chat/completions" "$WORK" 1 "$SECS" "tail$lane" \
     >"$WORK/result-$lane.json" 2>"$WORK/gen-$lane.log"
   kill -INT $perf $cpu; wait $perf $cpu || true
