@@ -42,20 +42,7 @@ if [ -z "${SKIP_BUILD:-}" ]; then
   cargo build --release --bin tokensaver --bin tokensaver-mock-provider --example passthrough \
     --example paced_load --example field_load
 fi
-TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
-BIN=$TARGET/release/tokensaver MOCK=$TARGET/release/tokensaver-mock-provider
-PT=$TARGET/release/examples/passthrough GEN=$TARGET/release/examples/field_load
-PACED=$TARGET/release/examples/paced_load
-
-WORK=$(mktemp -d /tmp/tokensaver-field.XXXXXX)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  sleep 0.3
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"
-}
-trap cleanup EXIT INT TERM
+WORK_PREFIX=tokensaver-field . benches/load/servers.sh # BIN MOCK PT GEN PACED, WORK, PIDS, wait_port
 ulimit -n 65536 2>/dev/null || true
 
 python3 benches/load/gen.py config/tokensaver.toml "$WORK" $P_TS $P_API $P_ADMIN $P_MOCK $N_ALLOW $N_SERVE "$BIN" >/dev/null
@@ -80,7 +67,6 @@ if [ -n "${LITELLM:-}" ]; then
     --port $P_LL --num_workers "$GATE_THREADS" >"$WORK/litellm.log" 2>&1) & PIDS+=($!)
   LANES="$LANES litellm"
 fi
-wait_port() { for _ in $(seq "${2:-100}"); do (echo >/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 not up"; exit 1; }
 wait_port $P_MOCK; wait_port $P_PT; wait_port $P_TS
 [ -z "${LITELLM:-}" ] || wait_port $P_LL 900
 for p in $PT_PID $TS_PID; do [ "$(readlink /proc/$p/exe)" != /usr/bin/taskset ] || { echo "pid $p is taskset, not the server"; exit 1; }; done

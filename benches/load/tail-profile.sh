@@ -15,25 +15,12 @@ if [ -z "${SKIP_BUILD:-}" ]; then
   cargo build --release --bin tokensaver --bin tokensaver-mock-provider --example passthrough \
     --example field_load
 fi
-TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
-BIN=$TARGET/release/tokensaver MOCK=$TARGET/release/tokensaver-mock-provider
-PT=$TARGET/release/examples/passthrough GEN=$TARGET/release/examples/field_load
-WORK=$(mktemp -d /tmp/tokensaver-tail.XXXXXX)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  sleep 0.3
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"
-}
-trap cleanup EXIT INT TERM
+WORK_PREFIX=tokensaver-tail . benches/load/servers.sh # BIN MOCK PT GEN, WORK, PIDS, wait_port
 python3 benches/load/gen.py config/tokensaver.toml "$WORK" $P_TS $P_API $P_ADMIN $P_MOCK 4000 16 "$BIN" >/dev/null
 taskset -c "$LOAD_CPUS" "$MOCK" --listen 127.0.0.1:$P_MOCK --no-prompt-cache 2>"$WORK/mock.log" & PIDS+=($!)
 taskset -c "$GATE_CPUS" "$PT" 127.0.0.1:$P_PT 127.0.0.1:$P_MOCK 1 2>"$WORK/pt.log" & PIDS+=($!)
 RUST_LOG=warn taskset -c "$GATE_CPUS" "$BIN" serve --config "$WORK/config.toml" --threads 1 2>"$WORK/ts.log" & PIDS+=($!)
-for p in $P_MOCK $P_PT $P_TS; do
-  for _ in $(seq 100); do (echo >/dev/tcp/127.0.0.1/$p) 2>/dev/null && break; sleep 0.1; done
-done
+wait_port $P_MOCK; wait_port $P_PT; wait_port $P_TS
 sleep 1
 for lane in $LANES; do
   port=$P_TS mode=allow; [ "${lane#stream_}" = passthrough ] && port=$P_PT
