@@ -1456,6 +1456,26 @@ fn every_committed_ablation_is_recomputed_from_its_raw_runs() {
     let declared = loaded.ablation.as_ref().expect("ablations.json");
     assert!(!loaded.ablations.is_empty(), "no ablation arm committed");
     let s = summary_at_now(dir(), &economics::this_build(Some(&recording)));
+    // Where each arm's mechanism acted, by suite: one replay of the full gate per suite,
+    // beside one without each of its arms' mechanisms.
+    let mut acted_in: BTreeMap<&str, BTreeMap<_, BTreeMap<String, usize>>> = BTreeMap::new();
+    for (_, a) in &loaded.ablations {
+        acted_in
+            .entry(a.evidence.suite.as_str())
+            .or_default()
+            .insert(a.without, BTreeMap::new());
+    }
+    for (suite, arms) in &mut acted_in {
+        let mechanisms: Vec<_> = arms.keys().copied().collect();
+        let found = tokensaver::economics::replay::acted_on(
+            &recording,
+            &committed(&loaded, suite),
+            &m.treatment_key,
+            &mechanisms,
+        )
+        .unwrap();
+        arms.values_mut().zip(found).for_each(|(slot, a)| *slot = a);
+    }
     for (name, a) in &loaded.ablations {
         assert!(declared
             .arms
@@ -1466,16 +1486,9 @@ fn every_committed_ablation_is_recomputed_from_its_raw_runs() {
             a.against_recorded_at_unix_ms, main.recorded_at_unix_ms,
             "{name}"
         );
-        let acted = tokensaver::economics::replay::acted_on(
-            &recording,
-            &main,
-            &m.treatment_key,
-            &[a.without],
-        )
-        .unwrap()
-        .remove(0);
+        let acted = &acted_in[a.evidence.suite.as_str()][&a.without];
         assert_eq!(
-            acted, a.acted,
+            acted, &a.acted,
             "{name}: the pairs a replay finds it acting on"
         );
         let ablated = by_pair(&a.evidence);
